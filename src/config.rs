@@ -1,0 +1,252 @@
+//! Configuration: `config/jurystream.toml`, overridden by `JURYSTREAM_SECTION__KEY` variables.
+//!
+//! Every key has a default, so an empty file is a valid configuration. Unknown keys and bad values
+//! fail at start with an error naming the key: a typo must never silently fall back to a default.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// A configuration that could not be loaded or is invalid; `key` is the dotted path, e.g. `scoring.lambda`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(Box<figment::Error>),
+    #[error("configuration key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub topics: Topics,
+    pub limits: Limits,
+    pub scoring: Scoring,
+}
+
+/// Topic names, input and output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Topics {
+    pub votes: String,
+    pub judge_scores: String,
+    pub reputations: String,
+    pub scores: String,
+    pub consensus: String,
+    pub bias_alerts: String,
+    pub leaderboard: String,
+    pub dead_letters: String,
+    pub state: String,
+}
+
+impl Default for Topics {
+    fn default() -> Self {
+        Topics {
+            votes: "jury.votes".into(),
+            judge_scores: "jury.judge-scores".into(),
+            reputations: "jury.reputations".into(),
+            scores: "jury.scores".into(),
+            consensus: "jury.consensus".into(),
+            bias_alerts: "jury.bias-alerts".into(),
+            leaderboard: "jury.leaderboard".into(),
+            dead_letters: "jury.dead-letters".into(),
+            state: "jury.state".into(),
+        }
+    }
+}
+
+/// Input limits; anything beyond them is dead-lettered, never truncated silently.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest accepted message value in bytes (also raises the Kafka clients' message size).
+    pub max_message_bytes: usize,
+    /// Most votes in one `jury.votes` batch.
+    pub max_votes_per_event: usize,
+    /// Longest `event_id`, `project_id`, `voter_id`, ... in bytes.
+    pub max_id_bytes: usize,
+    /// Dead letters carry at most this many bytes of the original payload.
+    pub dead_letter_payload_bytes: usize,
+    /// Accepted event ids remembered per project and topic for duplicate detection (oldest forgotten first).
+    pub dedupe_window: usize,
+    /// Reject events with fields the contract does not define (`unknown_field`) instead of ignoring them.
+    pub reject_unknown_fields: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_message_bytes: 1 << 20,
+            max_votes_per_event: 1000,
+            max_id_bytes: 256,
+            dead_letter_payload_bytes: 64 << 10,
+            dedupe_window: 100_000,
+            reject_unknown_fields: false,
+        }
+    }
+}
+
+/// The HumanJudge time-weighted score.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Scoring {
+    /// Decay rate per second: a batch `dt` seconds after the previous one keeps `exp(-lambda*dt)` of the old score.
+    pub lambda: f64,
+    /// Score reported for a project that has had no batch yet.
+    pub initial_score: f64,
+    /// Per-project `lambda` overrides, keyed by project id.
+    pub project_lambda: BTreeMap<String, f64>,
+}
+
+impl Default for Scoring {
+    fn default() -> Self {
+        Scoring {
+            lambda: 0.01,
+            initial_score: 0.5,
+            project_lambda: BTreeMap::new(),
+        }
+    }
+}
+
+impl Scoring {
+    /// The decay rate for one project.
+    pub fn lambda_for(&self, project_id: &str) -> f64 {
+        self.project_lambda.get(project_id).copied().unwrap_or(self.lambda)
+    }
+}
+
+impl Config {
+    /// Loads `path` (if given) over the defaults, then the `JURYSTREAM_*` environment, then validates.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = path {
+            if !path.exists() {
+                return Err(invalid("--config", format!("file {} does not exist", path.display())));
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        Config::from_figment(figment.merge(env_overrides()))
+    }
+
+    /// Parses a TOML document over the defaults (no environment); for tests and embedded configs.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        Config::from_figment(Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(text)))
+    }
+
+    fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
+        let config: Config = figment.extract().map_err(|e| ConfigError::Load(Box::new(e)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every value a type cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let t = &self.topics;
+        for (key, name) in [
+            ("topics.votes", &t.votes),
+            ("topics.judge_scores", &t.judge_scores),
+            ("topics.reputations", &t.reputations),
+            ("topics.scores", &t.scores),
+            ("topics.consensus", &t.consensus),
+            ("topics.bias_alerts", &t.bias_alerts),
+            ("topics.leaderboard", &t.leaderboard),
+            ("topics.dead_letters", &t.dead_letters),
+            ("topics.state", &t.state),
+        ] {
+            if name.is_empty() || name.len() > 249 {
+                return Err(invalid(key, "a topic name has 1 to 249 characters"));
+            }
+        }
+        let inputs = [&t.votes, &t.judge_scores, &t.reputations];
+        if inputs[0] == inputs[1] || inputs[0] == inputs[2] || inputs[1] == inputs[2] {
+            return Err(invalid("topics", "the three input topics must be distinct"));
+        }
+        let l = &self.limits;
+        positive("limits.max_message_bytes", l.max_message_bytes)?;
+        positive("limits.max_votes_per_event", l.max_votes_per_event)?;
+        positive("limits.max_id_bytes", l.max_id_bytes)?;
+        positive("limits.dead_letter_payload_bytes", l.dead_letter_payload_bytes)?;
+        positive("limits.dedupe_window", l.dedupe_window)?;
+        if l.max_message_bytes > 1_000_000_000 {
+            return Err(invalid("limits.max_message_bytes", "at most 1000000000 (librdkafka's limit)"));
+        }
+        rate("scoring.lambda", self.scoring.lambda)?;
+        for (project, lambda) in &self.scoring.project_lambda {
+            rate(&format!("scoring.project_lambda.{project}"), *lambda)?;
+        }
+        unit_interval("scoring.initial_score", self.scoring.initial_score)?;
+        Ok(())
+    }
+}
+
+fn env_overrides() -> Env {
+    // Only SECTION__KEY variables are settings; JURYSTREAM_CONFIG and the like are not.
+    Env::prefixed("JURYSTREAM_").filter(|k| k.as_str().contains("__")).split("__")
+}
+
+fn positive(key: &str, value: usize) -> Result<(), ConfigError> {
+    if value == 0 {
+        return Err(invalid(key, "must be at least 1"));
+    }
+    Ok(())
+}
+
+pub(crate) fn rate(key: &str, value: f64) -> Result<(), ConfigError> {
+    if !value.is_finite() || value < 0.0 {
+        return Err(invalid(key, format!("must be a finite number >= 0, got {value}")));
+    }
+    Ok(())
+}
+
+pub(crate) fn unit_interval(key: &str, value: f64) -> Result<(), ConfigError> {
+    if !(0.0..=1.0).contains(&value) {
+        return Err(invalid(key, format!("must be within 0..=1, got {value}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        assert_eq!(Config::from_toml("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn shipped_file_is_valid_and_equals_defaults() {
+        let text = include_str!("../config/jurystream.toml");
+        assert_eq!(Config::from_toml(text).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = Config::from_toml("[scoring]\nlambda = -1.0").unwrap_err().to_string();
+        assert!(e.contains("scoring.lambda"), "{e}");
+        let e = Config::from_toml("[scoring]\nlambdaa = 1.0").unwrap_err().to_string();
+        assert!(e.contains("lambdaa"), "{e}");
+        let e = Config::from_toml("[limits]\nmax_votes_per_event = \"many\"").unwrap_err().to_string();
+        assert!(e.contains("max_votes_per_event"), "{e}");
+        let e = Config::from_toml("[scoring.project_lambda]\n\"p-1\" = -2").unwrap_err().to_string();
+        assert!(e.contains("scoring.project_lambda.p-1"), "{e}");
+    }
+
+    #[test]
+    fn project_lambda_overrides() {
+        let c = Config::from_toml("[scoring.project_lambda]\n\"p-1\" = 0.5").unwrap();
+        assert_eq!(c.scoring.lambda_for("p-1"), 0.5);
+        assert_eq!(c.scoring.lambda_for("p-2"), 0.01);
+    }
+}

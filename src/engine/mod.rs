@@ -1,0 +1,274 @@
+//! The pure core: event contract, validation, state and formulas. No I/O, no clock, no async.
+//!
+//! A runtime (the file [`replay`](crate::replay) or the Kafka service) hands the [`Engine`] one
+//! input [`Record`] at a time together with the state it belongs to; the engine validates it,
+//! updates that state and appends the records to publish. Because the engine sees nothing but
+//! records, the same input always produces the same output, whichever runtime drives it.
+
+pub mod dedupe;
+pub mod fields;
+pub mod json;
+pub mod output;
+pub mod rejection;
+pub mod reputation;
+pub mod score;
+pub mod time;
+pub mod vote;
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use dedupe::RecentIds;
+use json::{Json, ParseFailure};
+use output::{DeadLetter, Output, OutputTopic, ScoreRecord, Source};
+use rejection::{ErrorCode, Rejection};
+use reputation::{ReputationChange, ReputationTable};
+use score::{ProjectScore, weighted_mean};
+use time::EventTime;
+use vote::{VoteBatch, VoteLimits};
+
+/// One input record, as Kafka delivers it (or as a replay file describes it).
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    pub topic: &'a str,
+    pub partition: Option<i32>,
+    pub offset: Option<i64>,
+    pub key: Option<&'a [u8]>,
+    /// The record timestamp, used when the payload has no `occurred_at`.
+    pub timestamp_ms: Option<i64>,
+    /// `None` is a tombstone.
+    pub payload: Option<&'a [u8]>,
+}
+
+impl<'a> Record<'a> {
+    fn source(&self) -> Source<'a> {
+        Source {
+            topic: self.topic,
+            partition: self.partition,
+            offset: self.offset,
+            key: self.key,
+            payload: self.payload,
+        }
+    }
+}
+
+/// What became of one record; runtimes count these in metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The record changed state (a vote batch, a reputation change).
+    Applied,
+    /// A vote batch older than the project's latest: counted, but the score did not move.
+    Late,
+    /// Dead-lettered with this code; state is unchanged.
+    Rejected(ErrorCode),
+}
+
+/// Which input a topic name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputTopic {
+    Votes,
+    JudgeScores,
+    Reputations,
+}
+
+/// The state of one project's votes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VoteProject {
+    pub score: ProjectScore,
+    /// Accepted `event_id`s, for duplicate detection.
+    pub seen: RecentIds,
+}
+
+/// The state behind one input partition (or behind a whole replay): everything a record can
+/// change, so that a partition's state moves between instances as a unit.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PartitionState {
+    pub projects: HashMap<String, VoteProject>,
+}
+
+/// The stateless processor: configuration plus the code that applies records to state.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    config: Config,
+}
+
+impl Engine {
+    pub fn new(config: Config) -> Self {
+        Engine { config }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Which input `topic` is, if any.
+    pub fn input_topic(&self, topic: &str) -> Option<InputTopic> {
+        let t = &self.config.topics;
+        if topic == t.votes {
+            Some(InputTopic::Votes)
+        } else if topic == t.judge_scores {
+            Some(InputTopic::JudgeScores)
+        } else if topic == t.reputations {
+            Some(InputTopic::Reputations)
+        } else {
+            None
+        }
+    }
+
+    /// The configured name of an output topic.
+    pub fn topic_name(&self, topic: OutputTopic) -> &str {
+        let t = &self.config.topics;
+        match topic {
+            OutputTopic::Scores => &t.scores,
+            OutputTopic::Consensus => &t.consensus,
+            OutputTopic::BiasAlerts => &t.bias_alerts,
+            OutputTopic::Leaderboard => &t.leaderboard,
+            OutputTopic::DeadLetters => &t.dead_letters,
+        }
+    }
+
+    /// Processes one record: validates it, applies it to `state` (or to `reputations`), and
+    /// appends what to publish to `out`. A rejected record leaves all state unchanged and
+    /// appends exactly one dead letter.
+    pub fn process(
+        &self,
+        state: &mut PartitionState,
+        reputations: &ReputationTable,
+        record: &Record<'_>,
+        out: &mut Vec<Output>,
+    ) -> Outcome {
+        match self.try_process(state, reputations, record, out) {
+            Ok(outcome) => outcome,
+            Err(rejection) => self.reject(record, &rejection, out),
+        }
+    }
+
+    /// Appends the dead letter for `rejection` and returns its outcome.
+    pub fn reject(&self, record: &Record<'_>, rejection: &Rejection, out: &mut Vec<Output>) -> Outcome {
+        let letter = DeadLetter::new(record.source(), rejection, self.config.limits.dead_letter_payload_bytes);
+        out.push(letter.into_output());
+        Outcome::Rejected(rejection.code)
+    }
+
+    fn try_process(
+        &self,
+        state: &mut PartitionState,
+        reputations: &ReputationTable,
+        record: &Record<'_>,
+        out: &mut Vec<Output>,
+    ) -> Result<Outcome, Rejection> {
+        let topic = self.input_topic(record.topic).ok_or_else(|| {
+            Rejection::new(ErrorCode::UnknownTopic, format!("topic {:?} is not an input of jurystream", record.topic))
+        })?;
+        let Some(payload) = record.payload else {
+            if topic == InputTopic::Reputations {
+                reputations.apply(&ReputationChange::tombstone(record.key)?);
+                return Ok(Outcome::Applied);
+            }
+            return Err(Rejection::new(ErrorCode::EmptyPayload, "a tombstone (null value) is not an event"));
+        };
+        let doc = self.parse(payload)?;
+        match topic {
+            InputTopic::Votes => self.apply_votes(state, reputations, record, &doc, out),
+            InputTopic::Reputations => {
+                let l = &self.config.limits;
+                let change = ReputationChange::from_json(&doc, record.key, l.max_id_bytes, l.reject_unknown_fields)?;
+                reputations.apply(&change);
+                Ok(Outcome::Applied)
+            }
+            InputTopic::JudgeScores => Err(Rejection::new(
+                ErrorCode::UnknownTopic,
+                "judge-score processing is not available in this build",
+            )),
+        }
+    }
+
+    /// Size check and JSON parse, with a precise code for each failure.
+    fn parse<'p>(&self, payload: &'p [u8]) -> Result<Json<'p>, Rejection> {
+        let max = self.config.limits.max_message_bytes;
+        if payload.len() > max {
+            return Err(Rejection::new(
+                ErrorCode::PayloadTooLarge,
+                format!("payload is {} bytes, at most {max} allowed", payload.len()),
+            ));
+        }
+        json::parse(payload).map_err(|e| match e {
+            ParseFailure::NonFinite(m) => {
+                Rejection::new(ErrorCode::NonFiniteNumber, format!("NaN and Infinity are not JSON numbers ({m})"))
+            }
+            ParseFailure::NumberOutOfRange(m) => Rejection::new(ErrorCode::ValueOutOfRange, m),
+            ParseFailure::Invalid(m) => Rejection::new(ErrorCode::InvalidJson, m),
+        })
+    }
+
+    fn event_time(&self, occurred_at: Option<EventTime>, record: &Record<'_>) -> Result<EventTime, Rejection> {
+        if let Some(t) = occurred_at {
+            return Ok(t);
+        }
+        let ms = record.timestamp_ms.ok_or_else(|| {
+            Rejection::new(ErrorCode::MissingTimestamp, "no `occurred_at` and no record timestamp")
+        })?;
+        EventTime::from_epoch_millis(ms).map_err(|e| {
+            Rejection::new(ErrorCode::ValueOutOfRange, format!("record timestamp {ms} ms: {e}"))
+        })
+    }
+
+    fn apply_votes(
+        &self,
+        state: &mut PartitionState,
+        reputations: &ReputationTable,
+        record: &Record<'_>,
+        doc: &Json<'_>,
+        out: &mut Vec<Output>,
+    ) -> Result<Outcome, Rejection> {
+        let l = &self.config.limits;
+        let limits = VoteLimits {
+            max_votes: l.max_votes_per_event,
+            max_id_bytes: l.max_id_bytes,
+            reject_unknown_fields: l.reject_unknown_fields,
+        };
+        let batch = VoteBatch::from_json(doc, limits)?;
+        let at = self.event_time(batch.occurred_at, record)?;
+        let weights = batch
+            .votes
+            .iter()
+            .map(|v| (v.reputation.or_else(|| reputations.get(v.voter_id)).unwrap_or(1.0), v.value));
+        let mean = weighted_mean(weights).ok_or_else(|| {
+            Rejection::new(ErrorCode::ZeroTotalReputation, "the votes' reputations sum to 0; the batch carries no weight")
+        })?;
+        if state.projects.get(batch.project_id).is_some_and(|p| p.seen.contains(batch.event_id)) {
+            return Err(Rejection::new(
+                ErrorCode::DuplicateEventId,
+                format!("`event_id` {:?} was already applied to project {:?}", batch.event_id, batch.project_id),
+            ));
+        }
+        let project = match state.projects.get_mut(batch.project_id) {
+            Some(p) => p,
+            None => state.projects.entry(batch.project_id.to_owned()).or_insert_with(|| VoteProject {
+                score: ProjectScore::new(self.config.scoring.initial_score),
+                seen: RecentIds::default(),
+            }),
+        };
+        let lambda = self.config.scoring.lambda_for(batch.project_id);
+        let step = project.score.apply(at, mean, batch.votes.len() as u64, lambda);
+        project.seen.insert(batch.event_id, l.dedupe_window);
+        let score = &project.score;
+        let record = ScoreRecord {
+            project_id: batch.project_id,
+            score: score.score,
+            freshness: step.freshness,
+            alpha: step.alpha,
+            lambda,
+            evaluations: score.evaluations,
+            votes: score.votes,
+            last_event_at: score.last_update_at.unwrap_or(at).to_string(),
+        };
+        out.push(Output::json(OutputTopic::Scores, Some(batch.project_id.to_owned()), &record));
+        Ok(if step.late { Outcome::Late } else { Outcome::Applied })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,145 @@
+//! Output records: what the engine asks its runtime to publish.
+//!
+//! Values are rendered to JSON here, once, with a fixed field order and the shortest float
+//! spelling that round-trips, so the same input always yields byte-identical output.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+
+use super::rejection::Rejection;
+
+/// The logical output topics; the runtime maps them to configured names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OutputTopic {
+    Scores,
+    Consensus,
+    BiasAlerts,
+    Leaderboard,
+    DeadLetters,
+}
+
+/// One record to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub topic: OutputTopic,
+    pub key: Option<String>,
+    /// The JSON value.
+    pub value: String,
+}
+
+impl Output {
+    /// Renders `value` as JSON. Rendering our own plain structs cannot fail; if it ever did, the
+    /// error text is published instead of panicking, so the anomaly is visible downstream.
+    pub fn json(topic: OutputTopic, key: Option<String>, value: &impl Serialize) -> Output {
+        let value = serde_json::to_string(value)
+            .unwrap_or_else(|e| format!("{{\"render_error\":{:?}}}", e.to_string()));
+        Output { topic, key, value }
+    }
+}
+
+/// `jury.scores`: the project's score after one applied batch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScoreRecord<'a> {
+    pub project_id: &'a str,
+    pub score: f64,
+    pub freshness: f64,
+    pub alpha: f64,
+    pub lambda: f64,
+    pub evaluations: u64,
+    pub votes: u64,
+    /// RFC 3339, UTC.
+    pub last_event_at: String,
+}
+
+/// Where a rejected record came from.
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    pub topic: &'a str,
+    pub partition: Option<i32>,
+    pub offset: Option<i64>,
+    pub key: Option<&'a [u8]>,
+    pub payload: Option<&'a [u8]>,
+}
+
+/// `jury.dead-letters`: a rejected record with the reason and (a prefix of) the original payload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadLetter<'a> {
+    pub source_topic: &'a str,
+    pub partition: Option<i32>,
+    pub offset: Option<i64>,
+    pub key: Option<Cow<'a, str>>,
+    pub error: &'static str,
+    pub message: &'a str,
+    /// The original payload as text (invalid UTF-8 replaced by U+FFFD), cut at a character
+    /// boundary to at most the configured number of bytes; `null` for a tombstone.
+    pub payload: Option<Cow<'a, str>>,
+    /// The original payload's length in bytes.
+    pub payload_bytes: usize,
+}
+
+impl<'a> DeadLetter<'a> {
+    pub fn new(source: Source<'a>, rejection: &'a Rejection, max_payload_bytes: usize) -> Self {
+        DeadLetter {
+            source_topic: source.topic,
+            partition: source.partition,
+            offset: source.offset,
+            key: source.key.map(String::from_utf8_lossy),
+            error: rejection.code.as_str(),
+            message: &rejection.message,
+            payload: source.payload.map(|p| truncate_text(p, max_payload_bytes)),
+            payload_bytes: source.payload.map_or(0, <[u8]>::len),
+        }
+    }
+
+    /// The dead letter as an output record, keyed like its source record.
+    pub fn into_output(self) -> Output {
+        let key = self.key.as_deref().map(str::to_owned);
+        Output::json(OutputTopic::DeadLetters, key, &self)
+    }
+}
+
+/// At most `max` bytes of `bytes` as text, never splitting a character.
+pub fn truncate_text(bytes: &[u8], max: usize) -> Cow<'_, str> {
+    let mut end = bytes.len().min(max);
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        return Cow::Borrowed(&text[..end]);
+    }
+    String::from_utf8_lossy(&bytes[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::rejection::ErrorCode;
+
+    #[test]
+    fn truncates_at_char_boundaries() {
+        assert_eq!(truncate_text("héllo".as_bytes(), 2), "h");
+        assert_eq!(truncate_text("héllo".as_bytes(), 3), "hé");
+        assert_eq!(truncate_text(b"abc", 10), "abc");
+        assert_eq!(truncate_text(b"a\xffb", 10), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn dead_letter_shape() {
+        let r = Rejection::new(ErrorCode::InvalidJson, "expected value at line 1 column 1");
+        let source = Source {
+            topic: "jury.votes",
+            partition: Some(3),
+            offset: Some(17),
+            key: Some(b"proj-42"),
+            payload: Some(b"not json at all"),
+        };
+        let out = DeadLetter::new(source, &r, 8).into_output();
+        assert_eq!(out.topic, OutputTopic::DeadLetters);
+        assert_eq!(out.key.as_deref(), Some("proj-42"));
+        assert_eq!(
+            out.value,
+            r#"{"source_topic":"jury.votes","partition":3,"offset":17,"key":"proj-42","error":"invalid_json","message":"expected value at line 1 column 1","payload":"not json","payload_bytes":15}"#
+        );
+    }
+}

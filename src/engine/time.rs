@@ -1,0 +1,129 @@
+//! Event time: parsed from RFC 3339 or epoch milliseconds, kept to the nanosecond.
+//!
+//! Event time drives every formula (decay, session timeouts, windows), so it is a value type with
+//! total order and exact arithmetic; there is no wall clock anywhere in the engine.
+
+use std::fmt;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+
+/// An instant on the UTC time line with nanosecond precision, between the years 0000 and 9999 so
+/// that it always has an RFC 3339 spelling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct EventTime {
+    secs: i64,
+    nanos: u32,
+}
+
+/// -62167219200 = 0000-01-01T00:00:00Z.
+const MIN_SECS: i64 = -62_167_219_200;
+/// 253402300799 = 9999-12-31T23:59:59Z.
+const MAX_SECS: i64 = 253_402_300_799;
+
+/// Why a timestamp could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimeError {
+    #[error("not an RFC 3339 timestamp: {0}")]
+    Syntax(String),
+    #[error("outside the years 0000..=9999")]
+    OutOfRange,
+}
+
+impl EventTime {
+    /// Builds a time from seconds and nanoseconds since the Unix epoch.
+    pub fn new(secs: i64, nanos: u32) -> Result<Self, TimeError> {
+        if nanos >= 1_000_000_000 || !(MIN_SECS..=MAX_SECS).contains(&secs) {
+            return Err(TimeError::OutOfRange);
+        }
+        Ok(EventTime { secs, nanos })
+    }
+
+    /// Milliseconds since the Unix epoch (Kafka's record timestamp and the integer `occurred_at`).
+    pub fn from_epoch_millis(ms: i64) -> Result<Self, TimeError> {
+        let nanos = (ms.rem_euclid(1000) as u32) * 1_000_000;
+        EventTime::new(ms.div_euclid(1000), nanos)
+    }
+
+    /// RFC 3339 with any offset and any number of fraction digits. Digits beyond the ninth are
+    /// below a nanosecond and are dropped; everything up to the nanosecond is kept.
+    pub fn parse_rfc3339(text: &str) -> Result<Self, TimeError> {
+        let parsed = DateTime::parse_from_rfc3339(text).map_err(|e| TimeError::Syntax(e.to_string()))?;
+        EventTime::new(parsed.timestamp(), parsed.timestamp_subsec_nanos())
+    }
+
+    /// Seconds from `earlier` to `self` (negative when `self` is earlier). Exact for any gap a
+    /// decay can notice: both parts are subtracted as integers before converting.
+    pub fn seconds_since(self, earlier: EventTime) -> f64 {
+        (self.secs - earlier.secs) as f64 + (f64::from(self.nanos) - f64::from(earlier.nanos)) * 1e-9
+    }
+
+    /// Whole milliseconds since the epoch, rounded down (for latency metrics and watermarks).
+    pub fn epoch_millis(self) -> i64 {
+        self.secs * 1000 + i64::from(self.nanos / 1_000_000)
+    }
+
+    /// This instant moved by a whole number of seconds, saturating at the representable range.
+    pub fn plus_seconds(self, secs: i64) -> EventTime {
+        EventTime {
+            secs: self.secs.saturating_add(secs).clamp(MIN_SECS, MAX_SECS),
+            nanos: self.nanos,
+        }
+    }
+}
+
+impl fmt::Display for EventTime {
+    /// UTC with `Z`, and 0, 3, 6 or 9 fraction digits as the value needs: one spelling per instant,
+    /// so outputs are byte-deterministic.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match DateTime::<Utc>::from_timestamp(self.secs, self.nanos) {
+            Some(dt) => f.write_str(&dt.to_rfc3339_opts(SecondsFormat::AutoSi, true)),
+            None => write!(f, "{}.{:09}", self.secs, self.nanos),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> EventTime {
+        EventTime::parse_rfc3339(s).unwrap()
+    }
+
+    #[test]
+    fn parses_offsets_and_fractions() {
+        assert_eq!(t("2026-11-20T10:00:07.250Z"), t("2026-11-20T11:00:07.25+01:00"));
+        assert_eq!(t("2026-11-20T10:00:07Z").epoch_millis(), 1_795_168_807_000);
+        assert_eq!(t("2026-11-20T10:00:07.250Z").epoch_millis(), 1_795_168_807_250);
+        assert_eq!(t("2026-11-20T10:00:07.123456789Z").to_string(), "2026-11-20T10:00:07.123456789Z");
+        // Sub-nanosecond digits are accepted and dropped.
+        assert_eq!(t("2026-11-20T10:00:07.123456789999Z").to_string(), "2026-11-20T10:00:07.123456789Z");
+        assert_eq!(t("2026-11-20t10:00:07z"), t("2026-11-20T10:00:07Z"));
+        assert_eq!(t("2026-11-20T05:30:00-04:30").to_string(), "2026-11-20T10:00:00Z");
+        assert_eq!(t("2026-11-20T10:00:07.100Z").to_string(), "2026-11-20T10:00:07.100Z");
+    }
+
+    #[test]
+    fn epoch_millis_matches_rfc3339() {
+        assert_eq!(EventTime::from_epoch_millis(1_795_168_807_250).unwrap(), t("2026-11-20T10:00:07.250Z"));
+        assert_eq!(EventTime::from_epoch_millis(-1).unwrap(), t("1969-12-31T23:59:59.999Z"));
+        assert_eq!(EventTime::from_epoch_millis(i64::MAX), Err(TimeError::OutOfRange));
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        for bad in ["", "yesterday", "2026-11-20", "2026-11-20T10:00:07", "2026-13-01T00:00:00Z"] {
+            assert!(matches!(EventTime::parse_rfc3339(bad), Err(TimeError::Syntax(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn differences_are_exact() {
+        let a = t("2026-11-20T10:00:07.250Z");
+        let b = t("2026-11-20T10:00:14.250Z");
+        assert_eq!(b.seconds_since(a), 7.0);
+        assert_eq!(a.seconds_since(b), -7.0);
+        assert!((t("2026-11-20T10:00:00.000000001Z").seconds_since(t("2026-11-20T10:00:00Z")) - 1e-9).abs() < 1e-18);
+    }
+}

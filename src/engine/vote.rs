@@ -1,0 +1,209 @@
+//! `jury.votes`: one event is one update batch of human (or automated) votes on a project.
+
+use super::fields::{Fields, wrong_type};
+use super::json::Json;
+use super::rejection::{ErrorCode, Rejection};
+use super::time::EventTime;
+
+/// A validated vote batch, borrowing its strings from the payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VoteBatch<'a> {
+    pub event_id: &'a str,
+    pub project_id: &'a str,
+    /// `None` when the payload has no `occurred_at`; the record timestamp is used then.
+    pub occurred_at: Option<EventTime>,
+    pub item_id: Option<&'a str>,
+    pub votes: Vec<Vote<'a>>,
+}
+
+/// One vote: a value in 0..=1 (`pass` = 1, `flag` = 0) and an optional explicit reputation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Vote<'a> {
+    pub voter_id: &'a str,
+    pub value: f64,
+    pub reputation: Option<f64>,
+}
+
+/// Limits that apply while reading a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct VoteLimits {
+    pub max_votes: usize,
+    pub max_id_bytes: usize,
+    pub reject_unknown_fields: bool,
+}
+
+const BATCH_FIELDS: [&str; 5] = ["event_id", "project_id", "occurred_at", "item_id", "votes"];
+const VOTE_FIELDS: [&str; 4] = ["voter_id", "verdict", "value", "reputation"];
+
+impl<'a> VoteBatch<'a> {
+    /// Validates a parsed payload against the `jury.votes` contract.
+    pub fn from_json<'d>(doc: &'d Json<'a>, limits: VoteLimits) -> Result<VoteBatch<'d>, Rejection> {
+        let f = Fields::of(doc, "", &BATCH_FIELDS, limits.reject_unknown_fields)?;
+        let event_id = f.id("event_id", limits.max_id_bytes)?;
+        let project_id = f.id("project_id", limits.max_id_bytes)?;
+        let occurred_at = f.opt_time("occurred_at")?;
+        let item_id = f.opt_id("item_id", limits.max_id_bytes)?;
+        let raw_votes = match f.required("votes")? {
+            Json::Array(items) => items,
+            other => return Err(wrong_type("votes", "an array", other)),
+        };
+        if raw_votes.is_empty() {
+            return Err(Rejection::new(ErrorCode::NoVotes, "`votes` must hold at least one vote"));
+        }
+        if raw_votes.len() > limits.max_votes {
+            return Err(Rejection::new(
+                ErrorCode::TooManyVotes,
+                format!("`votes` holds {} votes, at most {} allowed", raw_votes.len(), limits.max_votes),
+            ));
+        }
+        let mut votes = Vec::with_capacity(raw_votes.len());
+        let mut path = String::new();
+        for (i, raw) in raw_votes.iter().enumerate() {
+            path.clear();
+            use std::fmt::Write;
+            let _ = write!(path, "votes[{i}]");
+            votes.push(read_vote(raw, &path, limits)?);
+        }
+        Ok(VoteBatch { event_id, project_id, occurred_at, item_id, votes })
+    }
+}
+
+fn read_vote<'d, 'a>(raw: &'d Json<'a>, path: &str, limits: VoteLimits) -> Result<Vote<'d>, Rejection> {
+    let f = Fields::of(raw, path, &VOTE_FIELDS, limits.reject_unknown_fields)?;
+    let voter_id = f.id("voter_id", limits.max_id_bytes)?;
+    let verdict = f.opt_str("verdict")?;
+    let value = f.opt_number("value")?;
+    let value = match (verdict, value) {
+        (Some(_), Some(_)) => {
+            return Err(Rejection::new(
+                ErrorCode::VoteValueConflict,
+                format!("`{path}` has both `verdict` and `value`; exactly one is allowed"),
+            ));
+        }
+        (None, None) => {
+            return Err(Rejection::new(
+                ErrorCode::VoteValueMissing,
+                format!("`{path}` needs exactly one of `verdict` or `value`"),
+            ));
+        }
+        (Some("pass"), None) => 1.0,
+        (Some("flag"), None) => 0.0,
+        (Some(other), None) => {
+            return Err(Rejection::new(
+                ErrorCode::UnknownVerdict,
+                format!("`{}` is {other:?}; expected \"pass\" or \"flag\"", f.path("verdict")),
+            ));
+        }
+        (None, Some(v)) => {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(Rejection::new(
+                    ErrorCode::ValueOutOfRange,
+                    format!("`{}` is {v}; must be within 0..=1", f.path("value")),
+                ));
+            }
+            v
+        }
+    };
+    let reputation = f.opt_number("reputation")?;
+    if let Some(r) = reputation {
+        if r < 0.0 {
+            return Err(Rejection::new(
+                ErrorCode::NegativeReputation,
+                format!("`{}` is {r}; must be >= 0", f.path("reputation")),
+            ));
+        }
+    }
+    Ok(Vote { voter_id, value, reputation })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::json::parse;
+
+    const LIMITS: VoteLimits = VoteLimits { max_votes: 3, max_id_bytes: 16, reject_unknown_fields: false };
+
+    fn read(payload: &str) -> Result<usize, Rejection> {
+        let doc = parse(payload.as_bytes()).unwrap();
+        VoteBatch::from_json(&doc, LIMITS).map(|b| b.votes.len())
+    }
+
+    fn code(payload: &str) -> ErrorCode {
+        read(payload).unwrap_err().code
+    }
+
+    #[test]
+    fn reads_the_contract_example() {
+        let doc = parse(
+            br#"{"event_id": "ev-0001", "project_id": "proj-42", "occurred_at": "2026-11-20T10:00:07.250Z",
+                 "item_id": "trace-123",
+                 "votes": [{"voter_id": "u-7", "verdict": "pass", "reputation": 0.9},
+                           {"voter_id": "u-8", "verdict": "flag"},
+                           {"voter_id": "u-9", "value": 0.75}]}"#,
+        )
+        .unwrap();
+        let b = VoteBatch::from_json(&doc, LIMITS).unwrap();
+        assert_eq!((b.event_id, b.project_id, b.item_id), ("ev-0001", "proj-42", Some("trace-123")));
+        assert_eq!(b.occurred_at.unwrap().epoch_millis(), 1_795_168_807_250);
+        assert_eq!(
+            b.votes,
+            vec![
+                Vote { voter_id: "u-7", value: 1.0, reputation: Some(0.9) },
+                Vote { voter_id: "u-8", value: 0.0, reputation: None },
+                Vote { voter_id: "u-9", value: 0.75, reputation: None },
+            ]
+        );
+    }
+
+    #[test]
+    fn each_rejection_has_its_code() {
+        let ok_vote = r#"{"voter_id": "u", "value": 1}"#;
+        let batch = |votes: &str| format!(r#"{{"event_id": "e", "project_id": "p", "votes": [{votes}]}}"#);
+        assert_eq!(read(&batch(ok_vote)), Ok(1));
+        assert_eq!(code(r#"{"project_id": "p", "votes": []}"#), ErrorCode::MissingField);
+        assert_eq!(code(r#"{"event_id": "", "project_id": "p"}"#), ErrorCode::EmptyField);
+        assert_eq!(code(r#"{"event_id": "e", "project_id": "0123456789abcdefX"}"#), ErrorCode::IdTooLong);
+        assert_eq!(code(r#"{"event_id": 7, "project_id": "p"}"#), ErrorCode::WrongType);
+        assert_eq!(code(r#"{"event_id": "e", "project_id": "p", "votes": {}}"#), ErrorCode::WrongType);
+        assert_eq!(code(&batch("")), ErrorCode::NoVotes);
+        assert_eq!(code(&batch(&[ok_vote; 4].join(","))), ErrorCode::TooManyVotes);
+        assert_eq!(code(&batch(r#"{"voter_id": "u", "value": 1.5}"#)), ErrorCode::ValueOutOfRange);
+        assert_eq!(code(&batch(r#"{"voter_id": "u", "value": -0.1}"#)), ErrorCode::ValueOutOfRange);
+        assert_eq!(code(&batch(r#"{"voter_id": "u", "value": "0.5"}"#)), ErrorCode::WrongType);
+        assert_eq!(code(&batch(r#"{"voter_id": "u", "verdict": "maybe"}"#)), ErrorCode::UnknownVerdict);
+        assert_eq!(code(&batch(r#"{"voter_id": "u", "verdict": "pass", "value": 1}"#)), ErrorCode::VoteValueConflict);
+        assert_eq!(code(&batch(r#"{"voter_id": "u"}"#)), ErrorCode::VoteValueMissing);
+        assert_eq!(code(&batch(r#"{"voter_id": "u", "value": 1, "reputation": -1}"#)), ErrorCode::NegativeReputation);
+        assert_eq!(code(&batch(r#"{"value": 1}"#)), ErrorCode::MissingField);
+        assert_eq!(code(&batch(r#"{"voter_id": "u", "value": 1, "value": 0}"#)), ErrorCode::DuplicateField);
+        assert_eq!(code(&batch("3")), ErrorCode::NotObject);
+        assert_eq!(
+            code(r#"{"event_id": "e", "project_id": "p", "occurred_at": "noon", "votes": []}"#),
+            ErrorCode::InvalidTimestamp
+        );
+        assert_eq!(
+            code(r#"{"event_id": "e", "project_id": "p", "occurred_at": 1.5, "votes": []}"#),
+            ErrorCode::WrongType
+        );
+        assert_eq!(
+            code(r#"{"event_id": "e", "project_id": "p", "occurred_at": 9223372036854775807, "votes": []}"#),
+            ErrorCode::ValueOutOfRange
+        );
+    }
+
+    #[test]
+    fn messages_name_the_vote() {
+        let e = read(r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": 1}, {"voter_id": "v", "value": 2}]}"#)
+            .unwrap_err();
+        assert_eq!(e.message, "`votes[1].value` is 2; must be within 0..=1");
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_unless_configured() {
+        let p = r#"{"event_id": "e", "project_id": "p", "extra": {"x": [1]}, "votes": [{"voter_id": "u", "value": 1, "why": "ok"}]}"#;
+        assert_eq!(read(p), Ok(1));
+        let doc = parse(p.as_bytes()).unwrap();
+        let strict = VoteLimits { reject_unknown_fields: true, ..LIMITS };
+        assert_eq!(VoteBatch::from_json(&doc, strict).unwrap_err().code, ErrorCode::UnknownField);
+    }
+}

@@ -1,0 +1,195 @@
+//! The file runtime: replays JSON lines of Kafka records through the engine.
+//!
+//! Each input line is one record, `{"topic", "partition"?, "offset"?, "key"?, "timestamp_ms"?,
+//! "value"?}`, where `value` is an object (its JSON text is the payload), a string (its contents
+//! are the payload: how malformed payloads are fed) or null/absent (a tombstone). Each output line
+//! is `{"topic", "key", "value"}` in processing order. The file is streamed, never loaded whole.
+
+use std::borrow::Cow;
+use std::io::{BufRead, Write};
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::engine::output::Output;
+use crate::engine::rejection::{ErrorCode, Rejection};
+use crate::engine::reputation::ReputationTable;
+use crate::engine::{Engine, Outcome, PartitionState, Record};
+
+/// The `source_topic` of dead letters for lines that are not records at all.
+pub const REPLAY_SOURCE: &str = "replay";
+
+/// A replay could not read its input or write its output.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("reading the input: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("writing the output: {0}")]
+    Write(#[source] std::io::Error),
+}
+
+/// Counts for the one-line summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub records: u64,
+    pub applied: u64,
+    pub late: u64,
+    pub dead_lettered: u64,
+    pub outputs: u64,
+}
+
+impl Summary {
+    fn count(&mut self, outcome: Outcome) {
+        self.records += 1;
+        match outcome {
+            Outcome::Applied => self.applied += 1,
+            Outcome::Late => {
+                self.applied += 1;
+                self.late += 1
+            }
+            Outcome::Rejected(_) => self.dead_lettered += 1,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    topic: Cow<'a, str>,
+    partition: Option<i32>,
+    offset: Option<i64>,
+    #[serde(borrow)]
+    key: Option<Cow<'a, str>>,
+    timestamp_ms: Option<i64>,
+    #[serde(borrow)]
+    value: Option<&'a RawValue>,
+}
+
+/// The payload bytes an envelope's `value` stands for: a string's contents, or the JSON text.
+fn payload_of<'a>(value: &'a RawValue) -> Result<Cow<'a, [u8]>, serde_json::Error> {
+    let raw = value.get();
+    if raw.starts_with('"') {
+        let text: Cow<'a, str> = serde_json::from_str(raw)?;
+        return Ok(match text {
+            Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
+            Cow::Owned(s) => Cow::Owned(s.into_bytes()),
+        });
+    }
+    Ok(Cow::Borrowed(raw.as_bytes()))
+}
+
+/// Replays `input` through `engine` into `output`, with fresh state.
+pub fn replay(engine: &Engine, mut input: impl BufRead, mut output: impl Write) -> Result<Summary, ReplayError> {
+    let mut state = PartitionState::default();
+    let reputations = ReputationTable::default();
+    let mut summary = Summary::default();
+    let mut line = Vec::with_capacity(1024);
+    let mut outs: Vec<Output> = Vec::new();
+    let mut line_no: i64 = 0;
+    loop {
+        line.clear();
+        if input.read_until(b'\n', &mut line).map_err(ReplayError::Read)? == 0 {
+            break;
+        }
+        line_no += 1;
+        let text = line.trim_ascii();
+        if text.is_empty() {
+            continue;
+        }
+        outs.clear();
+        let outcome = match serde_json::from_slice::<Envelope>(text) {
+            Ok(env) => match env.value.map(payload_of).transpose() {
+                Ok(payload) => {
+                    let record = Record {
+                        topic: &env.topic,
+                        partition: env.partition,
+                        offset: env.offset,
+                        key: env.key.as_deref().map(str::as_bytes),
+                        timestamp_ms: env.timestamp_ms,
+                        payload: payload.as_deref(),
+                    };
+                    engine.process(&mut state, &reputations, &record, &mut outs)
+                }
+                Err(e) => reject_line(engine, line_no, text, &e, &mut outs),
+            },
+            Err(e) => reject_line(engine, line_no, text, &e, &mut outs),
+        };
+        summary.count(outcome);
+        for out in &outs {
+            write_output(engine, &mut output, out).map_err(ReplayError::Write)?;
+        }
+        summary.outputs += outs.len() as u64;
+    }
+    output.flush().map_err(ReplayError::Write)?;
+    Ok(summary)
+}
+
+fn reject_line(engine: &Engine, line_no: i64, text: &[u8], e: &serde_json::Error, outs: &mut Vec<Output>) -> Outcome {
+    let record = Record {
+        topic: REPLAY_SOURCE,
+        partition: None,
+        offset: Some(line_no),
+        key: None,
+        timestamp_ms: None,
+        payload: Some(text),
+    };
+    let rejection = Rejection::new(ErrorCode::InvalidEnvelope, format!("line {line_no} is not a replay record: {e}"));
+    engine.reject(&record, &rejection, outs)
+}
+
+/// Writes one output envelope line: `{"topic":…,"key":…,"value":…}`.
+pub fn write_output(engine: &Engine, w: &mut impl Write, out: &Output) -> std::io::Result<()> {
+    w.write_all(b"{\"topic\":")?;
+    serde_json::to_writer(&mut *w, engine.topic_name(out.topic))?;
+    w.write_all(b",\"key\":")?;
+    serde_json::to_writer(&mut *w, &out.key)?;
+    w.write_all(b",\"value\":")?;
+    w.write_all(out.value.as_bytes())?;
+    w.write_all(b"}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn run(input: &str) -> (Summary, String) {
+        let mut out = Vec::new();
+        let summary = replay(&Engine::new(Config::default()), input.as_bytes(), &mut out).unwrap();
+        (summary, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn string_values_are_raw_payloads_and_objects_are_json() {
+        let input = concat!(
+            r#"{"topic": "jury.votes", "value": {"event_id": "e1", "project_id": "p", "occurred_at": 0, "votes": [{"voter_id": "u", "value": 1}]}}"#,
+            "\n\n",
+            r#"{"topic": "jury.votes", "offset": 5, "key": "p", "value": "{\"event_id\": \"e2\", \"project_id\": \"p\", \"occurred_at\": 1000, \"votes\": [{\"voter_id\": \"u\", \"value\": 0}]}"}"#,
+            "\n",
+            r#"{"topic": "jury.votes", "partition": 1, "offset": 6, "key": "p", "value": "not json"}"#,
+            "\n",
+            "this line is not a record\n",
+        );
+        let (summary, out) = run(input);
+        assert_eq!(summary, Summary { records: 4, applied: 2, late: 0, dead_lettered: 2, outputs: 4 });
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].starts_with(r#"{"topic":"jury.scores","key":"p","value":{"project_id":"p","score":1.0,"#), "{}", lines[0]);
+        assert!(lines[1].contains(r#""evaluations":2"#));
+        assert!(lines[2].starts_with(r#"{"topic":"jury.dead-letters","key":"p","value":{"source_topic":"jury.votes","partition":1,"offset":6,"key":"p","error":"invalid_json""#), "{}", lines[2]);
+        assert!(lines[3].contains(r#""source_topic":"replay","partition":null,"offset":5,"key":null,"error":"invalid_envelope""#), "{}", lines[3]);
+    }
+
+    #[test]
+    fn null_value_is_a_tombstone() {
+        let input = concat!(
+            r#"{"topic": "jury.reputations", "key": "u", "value": {"voter_id": "u", "reputation": 0}}"#,
+            "\n",
+            r#"{"topic": "jury.reputations", "key": "u", "value": null}"#,
+            "\n",
+            r#"{"topic": "jury.votes", "value": {"event_id": "e1", "project_id": "p", "occurred_at": 0, "votes": [{"voter_id": "u", "value": 1}]}}"#,
+        );
+        let (summary, out) = run(input);
+        assert_eq!(summary.applied, 3, "{out}");
+        assert!(out.contains(r#""score":1.0"#));
+    }
+}
