@@ -122,7 +122,10 @@ impl Default for Scoring {
 impl Scoring {
     /// The decay rate for one project.
     pub fn lambda_for(&self, project_id: &str) -> f64 {
-        self.project_lambda.get(project_id).copied().unwrap_or(self.lambda)
+        self.project_lambda
+            .get(project_id)
+            .copied()
+            .unwrap_or(self.lambda)
     }
 }
 
@@ -132,7 +135,10 @@ impl Config {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         if let Some(path) = path {
             if !path.exists() {
-                return Err(invalid("--config", format!("file {} does not exist", path.display())));
+                return Err(invalid(
+                    "--config",
+                    format!("file {} does not exist", path.display()),
+                ));
             }
             figment = figment.merge(Toml::file(path));
         }
@@ -141,11 +147,15 @@ impl Config {
 
     /// Parses a TOML document over the defaults (no environment); for tests and embedded configs.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        Config::from_figment(Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(text)))
+        Config::from_figment(
+            Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(text)),
+        )
     }
 
     fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
-        let config: Config = figment.extract().map_err(|e| ConfigError::Load(Box::new(e)))?;
+        let config: Config = figment
+            .extract()
+            .map_err(|e| ConfigError::Load(Box::new(e)))?;
         config.validate()?;
         Ok(config)
     }
@@ -176,10 +186,16 @@ impl Config {
         positive("limits.max_message_bytes", l.max_message_bytes)?;
         positive("limits.max_votes_per_event", l.max_votes_per_event)?;
         positive("limits.max_id_bytes", l.max_id_bytes)?;
-        positive("limits.dead_letter_payload_bytes", l.dead_letter_payload_bytes)?;
+        positive(
+            "limits.dead_letter_payload_bytes",
+            l.dead_letter_payload_bytes,
+        )?;
         positive("limits.dedupe_window", l.dedupe_window)?;
         if l.max_message_bytes > 1_000_000_000 {
-            return Err(invalid("limits.max_message_bytes", "at most 1000000000 (librdkafka's limit)"));
+            return Err(invalid(
+                "limits.max_message_bytes",
+                "at most 1000000000 (librdkafka's limit)",
+            ));
         }
         rate("scoring.lambda", self.scoring.lambda)?;
         for (project, lambda) in &self.scoring.project_lambda {
@@ -192,7 +208,9 @@ impl Config {
 
 fn env_overrides() -> Env {
     // Only SECTION__KEY variables are settings; JURYSTREAM_CONFIG and the like are not.
-    Env::prefixed("JURYSTREAM_").filter(|k| k.as_str().contains("__")).split("__")
+    Env::prefixed("JURYSTREAM_")
+        .filter(|k| k.as_str().contains("__"))
+        .split("__")
 }
 
 fn positive(key: &str, value: usize) -> Result<(), ConfigError> {
@@ -204,7 +222,10 @@ fn positive(key: &str, value: usize) -> Result<(), ConfigError> {
 
 pub(crate) fn rate(key: &str, value: f64) -> Result<(), ConfigError> {
     if !value.is_finite() || value < 0.0 {
-        return Err(invalid(key, format!("must be a finite number >= 0, got {value}")));
+        return Err(invalid(
+            key,
+            format!("must be a finite number >= 0, got {value}"),
+        ));
     }
     Ok(())
 }
@@ -233,13 +254,21 @@ mod tests {
 
     #[test]
     fn errors_name_the_key() {
-        let e = Config::from_toml("[scoring]\nlambda = -1.0").unwrap_err().to_string();
+        let e = Config::from_toml("[scoring]\nlambda = -1.0")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("scoring.lambda"), "{e}");
-        let e = Config::from_toml("[scoring]\nlambdaa = 1.0").unwrap_err().to_string();
+        let e = Config::from_toml("[scoring]\nlambdaa = 1.0")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("lambdaa"), "{e}");
-        let e = Config::from_toml("[limits]\nmax_votes_per_event = \"many\"").unwrap_err().to_string();
+        let e = Config::from_toml("[limits]\nmax_votes_per_event = \"many\"")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("max_votes_per_event"), "{e}");
-        let e = Config::from_toml("[scoring.project_lambda]\n\"p-1\" = -2").unwrap_err().to_string();
+        let e = Config::from_toml("[scoring.project_lambda]\n\"p-1\" = -2")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("scoring.project_lambda.p-1"), "{e}");
     }
 

@@ -13,7 +13,10 @@ use jurystream::engine::Engine;
 use jurystream::replay;
 
 #[derive(Parser)]
-#[command(version, about = "Live human votes and LLM-judge scores into trustworthy numbers")]
+#[command(
+    version,
+    about = "Live human votes and LLM-judge scores into trustworthy numbers"
+)]
 struct Cli {
     /// Configuration file (TOML); `JURYSTREAM_SECTION__KEY` variables override it.
     #[arg(long, global = true, env = "JURYSTREAM_CONFIG")]

@@ -79,7 +79,11 @@ fn payload_of<'a>(value: &'a RawValue) -> Result<Cow<'a, [u8]>, serde_json::Erro
 }
 
 /// Replays `input` through `engine` into `output`, with fresh state.
-pub fn replay(engine: &Engine, mut input: impl BufRead, mut output: impl Write) -> Result<Summary, ReplayError> {
+pub fn replay(
+    engine: &Engine,
+    mut input: impl BufRead,
+    mut output: impl Write,
+) -> Result<Summary, ReplayError> {
     let mut state = PartitionState::default();
     let reputations = ReputationTable::default();
     let mut summary = Summary::default();
@@ -88,7 +92,11 @@ pub fn replay(engine: &Engine, mut input: impl BufRead, mut output: impl Write) 
     let mut line_no: i64 = 0;
     loop {
         line.clear();
-        if input.read_until(b'\n', &mut line).map_err(ReplayError::Read)? == 0 {
+        if input
+            .read_until(b'\n', &mut line)
+            .map_err(ReplayError::Read)?
+            == 0
+        {
             break;
         }
         line_no += 1;
@@ -124,7 +132,13 @@ pub fn replay(engine: &Engine, mut input: impl BufRead, mut output: impl Write) 
     Ok(summary)
 }
 
-fn reject_line(engine: &Engine, line_no: i64, text: &[u8], e: &serde_json::Error, outs: &mut Vec<Output>) -> Outcome {
+fn reject_line(
+    engine: &Engine,
+    line_no: i64,
+    text: &[u8],
+    e: &serde_json::Error,
+    outs: &mut Vec<Output>,
+) -> Outcome {
     let record = Record {
         topic: REPLAY_SOURCE,
         partition: None,
@@ -133,7 +147,10 @@ fn reject_line(engine: &Engine, line_no: i64, text: &[u8], e: &serde_json::Error
         timestamp_ms: None,
         payload: Some(text),
     };
-    let rejection = Rejection::new(ErrorCode::InvalidEnvelope, format!("line {line_no} is not a replay record: {e}"));
+    let rejection = Rejection::new(
+        ErrorCode::InvalidEnvelope,
+        format!("line {line_no} is not a replay record: {e}"),
+    );
     engine.reject(&record, &rejection, outs)
 }
 
@@ -144,7 +161,7 @@ pub fn write_output(engine: &Engine, w: &mut impl Write, out: &Output) -> std::i
     w.write_all(b",\"key\":")?;
     serde_json::to_writer(&mut *w, &out.key)?;
     w.write_all(b",\"value\":")?;
-    w.write_all(out.value.as_bytes())?;
+    w.write_all(out.render().as_bytes())?;
     w.write_all(b"}\n")
 }
 
@@ -171,9 +188,24 @@ mod tests {
             "this line is not a record\n",
         );
         let (summary, out) = run(input);
-        assert_eq!(summary, Summary { records: 4, applied: 2, late: 0, dead_lettered: 2, outputs: 4 });
+        assert_eq!(
+            summary,
+            Summary {
+                records: 4,
+                applied: 2,
+                late: 0,
+                dead_lettered: 2,
+                outputs: 4
+            }
+        );
         let lines: Vec<&str> = out.lines().collect();
-        assert!(lines[0].starts_with(r#"{"topic":"jury.scores","key":"p","value":{"project_id":"p","score":1.0,"#), "{}", lines[0]);
+        assert!(
+            lines[0].starts_with(
+                r#"{"topic":"jury.scores","key":"p","value":{"project_id":"p","score":1.0,"#
+            ),
+            "{}",
+            lines[0]
+        );
         assert!(lines[1].contains(r#""evaluations":2"#));
         assert!(lines[2].starts_with(r#"{"topic":"jury.dead-letters","key":"p","value":{"source_topic":"jury.votes","partition":1,"offset":6,"key":"p","error":"invalid_json""#), "{}", lines[2]);
         assert!(lines[3].contains(r#""source_topic":"replay","partition":null,"offset":5,"key":null,"error":"invalid_envelope""#), "{}", lines[3]);

@@ -5,20 +5,154 @@
 //! whose error says which field was wrong and why.
 
 use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
 
-use super::json::Json;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use super::json::{CowStr, Json};
 use super::rejection::{ErrorCode, Rejection};
 use super::time::{EventTime, TimeError};
 
 /// The members of one JSON object, checked against the names the contract defines.
 pub struct Fields<'d, 'a, 'p> {
-    members: &'d [(Cow<'a, str>, Json<'a>)],
+    members: Members<'d, 'a>,
     path: &'p str,
+    /// Set for an array element: the object is `path[index]`. Kept apart so the path string is
+    /// only built when a message needs it.
+    index: Option<usize>,
+}
+
+/// Where an object's members are: a parsed tree's pairs, or slots filled by a typed reader.
+#[derive(Clone, Copy)]
+enum Members<'d, 'a> {
+    Pairs(&'d [(Cow<'a, str>, Json<'a>)]),
+    Slots(&'d [&'d str], &'d [Option<Json<'a>>]),
+}
+
+/// Members of an object read straight into fixed slots, one per known field name, with the
+/// first contract violation noted (so no tree is built for the hot event types).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slots<'a, const N: usize> {
+    pub values: [Option<Json<'a>>; N],
+    /// Set when the value was not an object: its JSON type name.
+    pub not_object: Option<&'static str>,
+    /// The first member name that appeared twice.
+    pub duplicate: Option<Cow<'a, str>>,
+    /// The first member name that is not a known field.
+    pub unknown: Option<Cow<'a, str>>,
+}
+
+impl<const N: usize> Default for Slots<'_, N> {
+    fn default() -> Self {
+        Slots {
+            values: std::array::from_fn(|_| None),
+            not_object: None,
+            duplicate: None,
+            unknown: None,
+        }
+    }
+}
+
+impl<'a, const N: usize> Slots<'a, N> {
+    /// Stores `value` in the slot for `name` (an index into the known names), noting duplicates.
+    pub fn put(&mut self, index: usize, name: Cow<'a, str>, value: Json<'a>) {
+        if self.values[index].is_some() {
+            self.duplicate.get_or_insert(name);
+        } else {
+            self.values[index] = Some(value);
+        }
+    }
+
+    /// Notes an unknown member (its value was skipped).
+    pub fn unknown(&mut self, name: Cow<'a, str>) {
+        self.unknown.get_or_insert(name);
+    }
+}
+
+/// Reads one JSON value into [`Slots`] named by `known`, without building a tree.
+pub struct SlotsSeed<'k, 'a, const N: usize> {
+    pub known: &'k [&'k str; N],
+    pub marker: PhantomData<&'a ()>,
+}
+
+impl<'k, 'a, const N: usize> SlotsSeed<'k, 'a, N> {
+    pub fn new(known: &'k [&'k str; N]) -> Self {
+        SlotsSeed {
+            known,
+            marker: PhantomData,
+        }
+    }
+}
+
+impl<'de, const N: usize> DeserializeSeed<'de> for SlotsSeed<'_, 'de, N> {
+    type Value = Slots<'de, N>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de, const N: usize> SlotsSeed<'_, 'de, N> {
+    fn other(found: &'static str) -> Slots<'de, N> {
+        Slots {
+            not_object: Some(found),
+            ..Slots::default()
+        }
+    }
+}
+
+impl<'de, const N: usize> Visitor<'de> for SlotsSeed<'_, 'de, N> {
+    type Value = Slots<'de, N>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut slots = Slots::default();
+        while let Some(CowStr(name)) = map.next_key()? {
+            match self.known.iter().position(|k| *k == name.as_ref()) {
+                Some(i) => {
+                    let value = map.next_value()?;
+                    slots.put(i, name, value);
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                    slots.unknown(name);
+                }
+            }
+        }
+        Ok(slots)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Self::other("an array"))
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Self::other("null"))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Self::other("a boolean"))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Self::other("a number"))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Self::other("a number"))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Self::other("a number"))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Self::other("a string"))
+    }
 }
 
 /// Joins a parent path and a field name: `votes[2]` + `value` -> `votes[2].value`.
 pub fn field_path(path: &str, name: &str) -> String {
-    if path.is_empty() { name.to_owned() } else { format!("{path}.{name}") }
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
 }
 
 impl<'d, 'a, 'p> Fields<'d, 'a, 'p> {
@@ -31,11 +165,7 @@ impl<'d, 'a, 'p> Fields<'d, 'a, 'p> {
         reject_unknown: bool,
     ) -> Result<Self, Rejection> {
         let Json::Object(members) = value else {
-            let what = if path.is_empty() { "the payload".to_owned() } else { format!("`{path}`") };
-            return Err(Rejection::new(
-                ErrorCode::NotObject,
-                format!("{what} must be a JSON object, found {}", value.type_name()),
-            ));
+            return Err(not_object(path, value.type_name()));
         };
         let mut seen = 0u64;
         for (i, (name, _)) in members.iter().enumerate() {
@@ -59,27 +189,74 @@ impl<'d, 'a, 'p> Fields<'d, 'a, 'p> {
                 }
             }
         }
-        Ok(Fields { members, path })
+        Ok(Fields {
+            members: Members::Pairs(members),
+            path,
+            index: None,
+        })
+    }
+
+    /// Fields read into slots by a typed reader; `known` are the slot names, in slot order.
+    pub fn from_slots<const N: usize>(
+        slots: &'d Slots<'a, N>,
+        known: &'d [&'d str; N],
+        path: &'p str,
+        index: Option<usize>,
+        reject_unknown: bool,
+    ) -> Result<Self, Rejection> {
+        let f = Fields {
+            members: Members::Slots(known, &slots.values),
+            path,
+            index,
+        };
+        if let Some(found) = slots.not_object {
+            return Err(not_object(&f.own_path(), found));
+        }
+        if let Some(name) = &slots.duplicate {
+            return Err(duplicate(&f.own_path(), name));
+        }
+        if let (true, Some(name)) = (reject_unknown, &slots.unknown) {
+            return Err(Rejection::new(
+                ErrorCode::UnknownField,
+                format!("`{}` is not a field of this event", f.path(name)),
+            ));
+        }
+        Ok(f)
+    }
+
+    /// The object's own path, e.g. `votes[2]`.
+    pub fn own_path(&self) -> String {
+        match self.index {
+            Some(i) => format!("{}[{i}]", self.path),
+            None => self.path.to_owned(),
+        }
     }
 
     /// The field's value; JSON `null` counts as absent.
     pub fn get(&self, name: &str) -> Option<&'d Json<'a>> {
-        self.members
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v)
-            .filter(|v| !matches!(v, Json::Null))
+        let found = match self.members {
+            Members::Pairs(pairs) => pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v),
+            Members::Slots(known, values) => known
+                .iter()
+                .position(|k| *k == name)
+                .and_then(|i| values[i].as_ref()),
+        };
+        found.filter(|v| !matches!(v, Json::Null))
     }
 
     /// The dotted path of a field, for messages.
     pub fn path(&self, name: &str) -> String {
-        field_path(self.path, name)
+        field_path(&self.own_path(), name)
     }
 
     /// A required field.
     pub fn required(&self, name: &str) -> Result<&'d Json<'a>, Rejection> {
-        self.get(name)
-            .ok_or_else(|| Rejection::new(ErrorCode::MissingField, format!("`{}` is required", self.path(name))))
+        self.get(name).ok_or_else(|| {
+            Rejection::new(
+                ErrorCode::MissingField,
+                format!("`{}` is required", self.path(name)),
+            )
+        })
     }
 
     /// An optional string.
@@ -90,13 +267,15 @@ impl<'d, 'a, 'p> Fields<'d, 'a, 'p> {
     /// A required identifier: a non-empty string of at most `max_bytes` bytes.
     pub fn id(&self, name: &str, max_bytes: usize) -> Result<&'d str, Rejection> {
         let value = self.as_str(name, self.required(name)?)?;
-        check_id(&self.path(name), value, max_bytes)
+        check_id(value, max_bytes).map_err(|e| e.at(&self.path(name)))
     }
 
     /// An optional identifier (absent or null -> `None`).
     pub fn opt_id(&self, name: &str, max_bytes: usize) -> Result<Option<&'d str>, Rejection> {
         match self.opt_str(name)? {
-            Some(v) => check_id(&self.path(name), v, max_bytes).map(Some),
+            Some(v) => check_id(v, max_bytes)
+                .map(Some)
+                .map_err(|e| e.at(&self.path(name))),
             None => Ok(None),
         }
     }
@@ -116,38 +295,72 @@ impl<'d, 'a, 'p> Fields<'d, 'a, 'p> {
 
     /// A number value or a `wrong_type` rejection naming the field.
     pub fn as_number(&self, name: &str, value: &Json<'a>) -> Result<f64, Rejection> {
-        value.as_f64().ok_or_else(|| wrong_type(&self.path(name), "a number", value))
+        value
+            .as_f64()
+            .ok_or_else(|| wrong_type(&self.path(name), "a number", value))
     }
 
     /// An optional event time: RFC 3339 string or integer epoch milliseconds.
     pub fn opt_time(&self, name: &str) -> Result<Option<EventTime>, Rejection> {
-        let Some(value) = self.get(name) else { return Ok(None) };
+        let Some(value) = self.get(name) else {
+            return Ok(None);
+        };
         let path = self.path(name);
         let parsed = match value {
             Json::Str(s) => EventTime::parse_rfc3339(s),
             Json::Int(ms) => EventTime::from_epoch_millis(*ms),
             Json::UInt(_) => Err(TimeError::OutOfRange),
             other => {
-                return Err(wrong_type(&path, "an RFC 3339 string or integer epoch milliseconds", other));
+                return Err(wrong_type(
+                    &path,
+                    "an RFC 3339 string or integer epoch milliseconds",
+                    other,
+                ));
             }
         };
         parsed.map(Some).map_err(|e| match e {
-            TimeError::OutOfRange => Rejection::new(ErrorCode::ValueOutOfRange, format!("`{path}` {e}")),
-            TimeError::Syntax(_) => Rejection::new(ErrorCode::InvalidTimestamp, format!("`{path}`: {e}")),
+            TimeError::OutOfRange => {
+                Rejection::new(ErrorCode::ValueOutOfRange, format!("`{path}` {e}"))
+            }
+            TimeError::Syntax(_) => {
+                Rejection::new(ErrorCode::InvalidTimestamp, format!("`{path}`: {e}"))
+            }
         })
     }
 }
 
-/// Checks an identifier's length; `path` names it in the message.
-pub fn check_id<'s>(path: &str, value: &'s str, max_bytes: usize) -> Result<&'s str, Rejection> {
+/// Why an identifier is not acceptable; [`IdError::at`] names the field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdError {
+    Empty,
+    TooLong { len: usize, max: usize },
+}
+
+impl IdError {
+    /// The rejection, naming the field at `path`.
+    pub fn at(self, path: &str) -> Rejection {
+        match self {
+            IdError::Empty => {
+                Rejection::new(ErrorCode::EmptyField, format!("`{path}` must not be empty"))
+            }
+            IdError::TooLong { len, max } => Rejection::new(
+                ErrorCode::IdTooLong,
+                format!("`{path}` is {len} bytes, at most {max} allowed"),
+            ),
+        }
+    }
+}
+
+/// Checks an identifier: non-empty and at most `max_bytes` bytes.
+pub fn check_id(value: &str, max_bytes: usize) -> Result<&str, IdError> {
     if value.is_empty() {
-        return Err(Rejection::new(ErrorCode::EmptyField, format!("`{path}` must not be empty")));
+        return Err(IdError::Empty);
     }
     if value.len() > max_bytes {
-        return Err(Rejection::new(
-            ErrorCode::IdTooLong,
-            format!("`{path}` is {} bytes, at most {max_bytes} allowed", value.len()),
-        ));
+        return Err(IdError::TooLong {
+            len: value.len(),
+            max: max_bytes,
+        });
     }
     Ok(value)
 }
@@ -157,6 +370,18 @@ pub fn wrong_type(path: &str, expected: &str, found: &Json<'_>) -> Rejection {
     Rejection::new(
         ErrorCode::WrongType,
         format!("`{path}` must be {expected}, found {}", found.type_name()),
+    )
+}
+
+fn not_object(path: &str, found: &str) -> Rejection {
+    let what = if path.is_empty() {
+        "the payload".to_owned()
+    } else {
+        format!("`{path}`")
+    };
+    Rejection::new(
+        ErrorCode::NotObject,
+        format!("{what} must be a JSON object, found {found}"),
     )
 }
 
@@ -189,14 +414,26 @@ mod tests {
     #[test]
     fn duplicates_and_unknowns() {
         let doc = parse(br#"{"a": 1, "z": 2, "a": 3}"#).unwrap();
-        assert_eq!(Fields::of(&doc, "", &["a"], false).err().unwrap().code, ErrorCode::DuplicateField);
+        assert_eq!(
+            Fields::of(&doc, "", &["a"], false).err().unwrap().code,
+            ErrorCode::DuplicateField
+        );
         let doc = parse(br#"{"a": 1, "z": 2, "z": 3}"#).unwrap();
-        assert_eq!(Fields::of(&doc, "", &["a"], false).err().unwrap().code, ErrorCode::DuplicateField);
+        assert_eq!(
+            Fields::of(&doc, "", &["a"], false).err().unwrap().code,
+            ErrorCode::DuplicateField
+        );
         let doc = parse(br#"{"a": 1, "z": 2}"#).unwrap();
         assert!(Fields::of(&doc, "", &["a"], false).is_ok());
         let e = Fields::of(&doc, "", &["a"], true).err().unwrap();
-        assert_eq!((e.code, e.message.as_str()), (ErrorCode::UnknownField, "`z` is not a field of this event"));
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (ErrorCode::UnknownField, "`z` is not a field of this event")
+        );
         let doc = parse(b"[1]").unwrap();
-        assert_eq!(Fields::of(&doc, "", &["a"], false).err().unwrap().code, ErrorCode::NotObject);
+        assert_eq!(
+            Fields::of(&doc, "", &["a"], false).err().unwrap().code,
+            ErrorCode::NotObject
+        );
     }
 }

@@ -57,7 +57,8 @@ impl<'de> Deserialize<'de> for Json<'de> {
     }
 }
 
-struct JsonVisitor;
+/// Builds a [`Json`] from whatever value comes; public so typed readers can fall back to it.
+pub struct JsonVisitor;
 
 impl<'de> Visitor<'de> for JsonVisitor {
     type Value = Json<'de>;
@@ -97,7 +98,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
         Ok(Json::Array(items))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8).min(64));
+        let mut members = Vec::with_capacity(map.size_hint().unwrap_or(6).min(64));
         while let Some(key) = map.next_key::<CowStr<'de>>()? {
             members.push((key.0, map.next_value()?));
         }
@@ -106,7 +107,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
 }
 
 /// A map key that borrows when the key has no escapes.
-struct CowStr<'a>(Cow<'a, str>);
+pub struct CowStr<'a>(pub Cow<'a, str>);
 
 impl<'de> Deserialize<'de> for CowStr<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -143,8 +144,18 @@ pub enum ParseFailure {
 
 /// Parses a whole payload into a [`Json`] tree.
 pub fn parse(payload: &[u8]) -> Result<Json<'_>, ParseFailure> {
-    let mut de = serde_json::Deserializer::from_slice(payload);
-    let value = Json::deserialize(&mut de).and_then(|v| de.end().map(|()| v));
+    parse_as(payload)
+}
+
+/// Parses a whole payload into any borrowing type, classifying failures like [`parse`].
+///
+/// The payload is checked for UTF-8 once, as a whole (JSON text is UTF-8 by RFC 8259), which is
+/// much cheaper than serde_json's check of every string one by one.
+pub fn parse_as<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<T, ParseFailure> {
+    let text = std::str::from_utf8(payload)
+        .map_err(|e| ParseFailure::Invalid(format!("payload is not UTF-8: {e}")))?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = T::deserialize(&mut de).and_then(|v| de.end().map(|()| v));
     value.map_err(|e| classify(payload, &e))
 }
 
@@ -181,8 +192,11 @@ mod tests {
 
     #[test]
     fn parses_and_borrows_plain_strings() {
-        let doc = parse(br#"{"a": "x", "b": [1, -2, 2.5, 18446744073709551615, null, true]}"#).unwrap();
-        let Json::Object(members) = doc else { panic!("not an object") };
+        let doc =
+            parse(br#"{"a": "x", "b": [1, -2, 2.5, 18446744073709551615, null, true]}"#).unwrap();
+        let Json::Object(members) = doc else {
+            panic!("not an object")
+        };
         assert_eq!(members[0].0, "a");
         assert!(matches!(members[0].1, Json::Str(Cow::Borrowed("x"))));
         assert_eq!(
@@ -201,23 +215,39 @@ mod tests {
     #[test]
     fn escaped_strings_are_owned_and_decoded() {
         let doc = parse(br#"{"k\u0041": "a\nb"}"#).unwrap();
-        let Json::Object(members) = doc else { panic!("not an object") };
+        let Json::Object(members) = doc else {
+            panic!("not an object")
+        };
         assert_eq!(members[0].0, "kA");
         assert_eq!(members[0].1, Json::Str(Cow::Owned("a\nb".into())));
     }
 
     #[test]
     fn keeps_duplicate_members() {
-        let Json::Object(m) = parse(br#"{"a":1,"a":2}"#).unwrap() else { panic!() };
+        let Json::Object(m) = parse(br#"{"a":1,"a":2}"#).unwrap() else {
+            panic!()
+        };
         assert_eq!(m.len(), 2);
     }
 
     #[test]
     fn classifies_failures() {
-        assert!(matches!(parse(br#"{"v": NaN}"#), Err(ParseFailure::NonFinite(_))));
-        assert!(matches!(parse(b"{\n \"v\": -Infinity}"), Err(ParseFailure::NonFinite(_))));
-        assert!(matches!(parse(br#"{"v": 1e400}"#), Err(ParseFailure::NumberOutOfRange(_))));
-        assert!(matches!(parse(br#"{"v": 1"#), Err(ParseFailure::Invalid(_))));
+        assert!(matches!(
+            parse(br#"{"v": NaN}"#),
+            Err(ParseFailure::NonFinite(_))
+        ));
+        assert!(matches!(
+            parse(b"{\n \"v\": -Infinity}"),
+            Err(ParseFailure::NonFinite(_))
+        ));
+        assert!(matches!(
+            parse(br#"{"v": 1e400}"#),
+            Err(ParseFailure::NumberOutOfRange(_))
+        ));
+        assert!(matches!(
+            parse(br#"{"v": 1"#),
+            Err(ParseFailure::Invalid(_))
+        ));
         assert!(matches!(parse(br#"{} x"#), Err(ParseFailure::Invalid(_))));
         assert!(matches!(parse(b"\"\xff\""), Err(ParseFailure::Invalid(_))));
     }

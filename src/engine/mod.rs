@@ -21,13 +21,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use dedupe::RecentIds;
-use json::{Json, ParseFailure};
-use output::{DeadLetter, Output, OutputTopic, ScoreRecord, Source};
+use json::ParseFailure;
+use output::{DeadLetter, Output, OutputTopic, OutputValue, ScoreValue, Source};
 use rejection::{ErrorCode, Rejection};
 use reputation::{ReputationChange, ReputationTable};
 use score::{ProjectScore, weighted_mean};
 use time::EventTime;
-use vote::{VoteBatch, VoteLimits};
+use vote::{RawBatch, VoteBatch, VoteLimits};
 
 /// One input record, as Kafka delivers it (or as a replay file describes it).
 #[derive(Debug, Clone, Copy)]
@@ -146,8 +146,17 @@ impl Engine {
     }
 
     /// Appends the dead letter for `rejection` and returns its outcome.
-    pub fn reject(&self, record: &Record<'_>, rejection: &Rejection, out: &mut Vec<Output>) -> Outcome {
-        let letter = DeadLetter::new(record.source(), rejection, self.config.limits.dead_letter_payload_bytes);
+    pub fn reject(
+        &self,
+        record: &Record<'_>,
+        rejection: &Rejection,
+        out: &mut Vec<Output>,
+    ) -> Outcome {
+        let letter = DeadLetter::new(
+            record.source(),
+            rejection,
+            self.config.limits.dead_letter_payload_bytes,
+        );
         out.push(letter.into_output());
         Outcome::Rejected(rejection.code)
     }
@@ -160,21 +169,36 @@ impl Engine {
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {
         let topic = self.input_topic(record.topic).ok_or_else(|| {
-            Rejection::new(ErrorCode::UnknownTopic, format!("topic {:?} is not an input of jurystream", record.topic))
+            Rejection::new(
+                ErrorCode::UnknownTopic,
+                format!("topic {:?} is not an input of jurystream", record.topic),
+            )
         })?;
         let Some(payload) = record.payload else {
             if topic == InputTopic::Reputations {
                 reputations.apply(&ReputationChange::tombstone(record.key)?);
                 return Ok(Outcome::Applied);
             }
-            return Err(Rejection::new(ErrorCode::EmptyPayload, "a tombstone (null value) is not an event"));
+            return Err(Rejection::new(
+                ErrorCode::EmptyPayload,
+                "a tombstone (null value) is not an event",
+            ));
         };
-        let doc = self.parse(payload)?;
+        self.check_size(payload)?;
         match topic {
-            InputTopic::Votes => self.apply_votes(state, reputations, record, &doc, out),
+            InputTopic::Votes => {
+                let raw = RawBatch::parse(payload).map_err(parse_rejection)?;
+                self.apply_votes(state, reputations, record, &raw, out)
+            }
             InputTopic::Reputations => {
+                let doc = json::parse(payload).map_err(parse_rejection)?;
                 let l = &self.config.limits;
-                let change = ReputationChange::from_json(&doc, record.key, l.max_id_bytes, l.reject_unknown_fields)?;
+                let change = ReputationChange::from_json(
+                    &doc,
+                    record.key,
+                    l.max_id_bytes,
+                    l.reject_unknown_fields,
+                )?;
                 reputations.apply(&change);
                 Ok(Outcome::Applied)
             }
@@ -185,8 +209,7 @@ impl Engine {
         }
     }
 
-    /// Size check and JSON parse, with a precise code for each failure.
-    fn parse<'p>(&self, payload: &'p [u8]) -> Result<Json<'p>, Rejection> {
+    fn check_size(&self, payload: &[u8]) -> Result<(), Rejection> {
         let max = self.config.limits.max_message_bytes;
         if payload.len() > max {
             return Err(Rejection::new(
@@ -194,24 +217,28 @@ impl Engine {
                 format!("payload is {} bytes, at most {max} allowed", payload.len()),
             ));
         }
-        json::parse(payload).map_err(|e| match e {
-            ParseFailure::NonFinite(m) => {
-                Rejection::new(ErrorCode::NonFiniteNumber, format!("NaN and Infinity are not JSON numbers ({m})"))
-            }
-            ParseFailure::NumberOutOfRange(m) => Rejection::new(ErrorCode::ValueOutOfRange, m),
-            ParseFailure::Invalid(m) => Rejection::new(ErrorCode::InvalidJson, m),
-        })
+        Ok(())
     }
 
-    fn event_time(&self, occurred_at: Option<EventTime>, record: &Record<'_>) -> Result<EventTime, Rejection> {
+    fn event_time(
+        &self,
+        occurred_at: Option<EventTime>,
+        record: &Record<'_>,
+    ) -> Result<EventTime, Rejection> {
         if let Some(t) = occurred_at {
             return Ok(t);
         }
         let ms = record.timestamp_ms.ok_or_else(|| {
-            Rejection::new(ErrorCode::MissingTimestamp, "no `occurred_at` and no record timestamp")
+            Rejection::new(
+                ErrorCode::MissingTimestamp,
+                "no `occurred_at` and no record timestamp",
+            )
         })?;
         EventTime::from_epoch_millis(ms).map_err(|e| {
-            Rejection::new(ErrorCode::ValueOutOfRange, format!("record timestamp {ms} ms: {e}"))
+            Rejection::new(
+                ErrorCode::ValueOutOfRange,
+                format!("record timestamp {ms} ms: {e}"),
+            )
         })
     }
 
@@ -220,7 +247,7 @@ impl Engine {
         state: &mut PartitionState,
         reputations: &ReputationTable,
         record: &Record<'_>,
-        doc: &Json<'_>,
+        raw: &RawBatch<'_>,
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {
         let l = &self.config.limits;
@@ -229,44 +256,92 @@ impl Engine {
             max_id_bytes: l.max_id_bytes,
             reject_unknown_fields: l.reject_unknown_fields,
         };
-        let batch = VoteBatch::from_json(doc, limits)?;
+        let batch = VoteBatch::from_raw(raw, limits)?;
         let at = self.event_time(batch.occurred_at, record)?;
-        let weights = batch
-            .votes
-            .iter()
-            .map(|v| (v.reputation.or_else(|| reputations.get(v.voter_id)).unwrap_or(1.0), v.value));
+        self.apply_batch(state, reputations, &batch, at, out)
+    }
+
+    /// Applies a validated vote batch observed at `at`: the HumanJudge update, duplicate
+    /// detection and the `jury.scores` record. Public so benchmarks can time it without parsing.
+    pub fn apply_batch(
+        &self,
+        state: &mut PartitionState,
+        reputations: &ReputationTable,
+        batch: &VoteBatch<'_>,
+        at: EventTime,
+        out: &mut Vec<Output>,
+    ) -> Result<Outcome, Rejection> {
+        let weights = batch.votes.iter().map(|v| {
+            (
+                v.reputation
+                    .or_else(|| reputations.get(v.voter_id))
+                    .unwrap_or(1.0),
+                v.value,
+            )
+        });
         let mean = weighted_mean(weights).ok_or_else(|| {
-            Rejection::new(ErrorCode::ZeroTotalReputation, "the votes' reputations sum to 0; the batch carries no weight")
+            Rejection::new(
+                ErrorCode::ZeroTotalReputation,
+                "the votes' reputations sum to 0; the batch carries no weight",
+            )
         })?;
-        if state.projects.get(batch.project_id).is_some_and(|p| p.seen.contains(batch.event_id)) {
-            return Err(Rejection::new(
-                ErrorCode::DuplicateEventId,
-                format!("`event_id` {:?} was already applied to project {:?}", batch.event_id, batch.project_id),
-            ));
-        }
         let project = match state.projects.get_mut(batch.project_id) {
+            Some(p) if p.seen.contains(batch.event_id) => {
+                return Err(Rejection::new(
+                    ErrorCode::DuplicateEventId,
+                    format!(
+                        "`event_id` {:?} was already applied to project {:?}",
+                        batch.event_id, batch.project_id
+                    ),
+                ));
+            }
             Some(p) => p,
-            None => state.projects.entry(batch.project_id.to_owned()).or_insert_with(|| VoteProject {
-                score: ProjectScore::new(self.config.scoring.initial_score),
-                seen: RecentIds::default(),
-            }),
+            None => state
+                .projects
+                .entry(batch.project_id.to_owned())
+                .or_insert_with(|| VoteProject {
+                    score: ProjectScore::new(self.config.scoring.initial_score),
+                    seen: RecentIds::default(),
+                }),
         };
         let lambda = self.config.scoring.lambda_for(batch.project_id);
-        let step = project.score.apply(at, mean, batch.votes.len() as u64, lambda);
-        project.seen.insert(batch.event_id, l.dedupe_window);
-        let score = &project.score;
-        let record = ScoreRecord {
-            project_id: batch.project_id,
-            score: score.score,
+        let step = project
+            .score
+            .apply(at, mean, batch.votes.len() as u64, lambda);
+        project
+            .seen
+            .insert(batch.event_id, self.config.limits.dedupe_window);
+        let value = ScoreValue {
+            score: project.score.score,
             freshness: step.freshness,
             alpha: step.alpha,
             lambda,
-            evaluations: score.evaluations,
-            votes: score.votes,
-            last_event_at: score.last_update_at.unwrap_or(at).to_string(),
+            evaluations: project.score.evaluations,
+            votes: project.score.votes,
+            last_event_at: project.score.last_update_at.unwrap_or(at),
         };
-        out.push(Output::json(OutputTopic::Scores, Some(batch.project_id.to_owned()), &record));
-        Ok(if step.late { Outcome::Late } else { Outcome::Applied })
+        out.push(Output {
+            topic: OutputTopic::Scores,
+            key: Some(batch.project_id.to_owned()),
+            value: OutputValue::Score(value),
+        });
+        Ok(if step.late {
+            Outcome::Late
+        } else {
+            Outcome::Applied
+        })
+    }
+}
+
+/// The rejection for a payload that is not JSON at all.
+fn parse_rejection(e: ParseFailure) -> Rejection {
+    match e {
+        ParseFailure::NonFinite(m) => Rejection::new(
+            ErrorCode::NonFiniteNumber,
+            format!("NaN and Infinity are not JSON numbers ({m})"),
+        ),
+        ParseFailure::NumberOutOfRange(m) => Rejection::new(ErrorCode::ValueOutOfRange, m),
+        ParseFailure::Invalid(m) => Rejection::new(ErrorCode::InvalidJson, m),
     }
 }
 

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 
 use super::rejection::Rejection;
+use super::time::EventTime;
 
 /// The logical output topics; the runtime maps them to configured names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -20,22 +21,65 @@ pub enum OutputTopic {
 }
 
 /// One record to publish.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Output {
     pub topic: OutputTopic,
     pub key: Option<String>,
-    /// The JSON value.
-    pub value: String,
+    pub value: OutputValue,
+}
+
+/// An output value. Scores stay typed until rendered, because the Kafka runtime coalesces them
+/// per project and renders only the latest; everything else is rendered when it is made.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputValue {
+    Json(String),
+    Score(ScoreValue),
 }
 
 impl Output {
     /// Renders `value` as JSON. Rendering our own plain structs cannot fail; if it ever did, the
     /// error text is published instead of panicking, so the anomaly is visible downstream.
     pub fn json(topic: OutputTopic, key: Option<String>, value: &impl Serialize) -> Output {
-        let value = serde_json::to_string(value)
-            .unwrap_or_else(|e| format!("{{\"render_error\":{:?}}}", e.to_string()));
-        Output { topic, key, value }
+        Output {
+            topic,
+            key,
+            value: OutputValue::Json(render(value)),
+        }
     }
+
+    /// The value as JSON text.
+    pub fn render(&self) -> Cow<'_, str> {
+        match &self.value {
+            OutputValue::Json(text) => Cow::Borrowed(text),
+            OutputValue::Score(v) => Cow::Owned(render(&ScoreRecord {
+                project_id: self.key.as_deref().unwrap_or_default(),
+                score: v.score,
+                freshness: v.freshness,
+                alpha: v.alpha,
+                lambda: v.lambda,
+                evaluations: v.evaluations,
+                votes: v.votes,
+                last_event_at: v.last_event_at.to_string(),
+            })),
+        }
+    }
+}
+
+fn render(value: &impl Serialize) -> String {
+    serde_json::to_string(value)
+        .unwrap_or_else(|e| format!("{{\"render_error\":{:?}}}", e.to_string()))
+}
+
+/// The numbers of a `jury.scores` record; the project id is the output key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScoreValue {
+    pub score: f64,
+    pub freshness: f64,
+    pub alpha: f64,
+    pub lambda: f64,
+    pub evaluations: u64,
+    pub votes: u64,
+    pub last_event_at: EventTime,
 }
 
 /// `jury.scores`: the project's score after one applied batch.
@@ -138,7 +182,7 @@ mod tests {
         assert_eq!(out.topic, OutputTopic::DeadLetters);
         assert_eq!(out.key.as_deref(), Some("proj-42"));
         assert_eq!(
-            out.value,
+            out.render(),
             r#"{"source_topic":"jury.votes","partition":3,"offset":17,"key":"proj-42","error":"invalid_json","message":"expected value at line 1 column 1","payload":"not json","payload_bytes":15}"#
         );
     }

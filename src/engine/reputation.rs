@@ -26,8 +26,12 @@ pub enum ReputationChange<'a> {
 impl<'a> ReputationChange<'a> {
     /// A tombstone: the record key names the voter to delete.
     pub fn tombstone(key: Option<&'a [u8]>) -> Result<Self, Rejection> {
-        let voter_id = utf8_key(key)?
-            .ok_or_else(|| Rejection::new(ErrorCode::MissingKey, "a tombstone needs the voter id as record key"))?;
+        let voter_id = utf8_key(key)?.ok_or_else(|| {
+            Rejection::new(
+                ErrorCode::MissingKey,
+                "a tombstone needs the voter id as record key",
+            )
+        })?;
         Ok(ReputationChange::Delete { voter_id })
     }
 
@@ -47,21 +51,29 @@ impl<'a> ReputationChange<'a> {
                 format!("`reputation` is {reputation}; must be >= 0"),
             ));
         }
-        if let Some(k) = utf8_key(key)? {
-            if k != voter_id {
-                return Err(Rejection::new(
-                    ErrorCode::KeyMismatch,
-                    format!("record key {k:?} differs from `voter_id` {voter_id:?}; compaction would keep the wrong record"),
-                ));
-            }
+        if let Some(k) = utf8_key(key)?
+            && k != voter_id
+        {
+            return Err(Rejection::new(
+                ErrorCode::KeyMismatch,
+                format!(
+                    "record key {k:?} differs from `voter_id` {voter_id:?}; compaction would keep the wrong record"
+                ),
+            ));
         }
-        Ok(ReputationChange::Upsert { voter_id, reputation })
+        Ok(ReputationChange::Upsert {
+            voter_id,
+            reputation,
+        })
     }
 }
 
 fn utf8_key(key: Option<&[u8]>) -> Result<Option<&str>, Rejection> {
     key.filter(|k| !k.is_empty())
-        .map(|k| std::str::from_utf8(k).map_err(|_| Rejection::new(ErrorCode::KeyMismatch, "record key is not UTF-8")))
+        .map(|k| {
+            std::str::from_utf8(k)
+                .map_err(|_| Rejection::new(ErrorCode::KeyMismatch, "record key is not UTF-8"))
+        })
         .transpose()
 }
 
@@ -73,7 +85,10 @@ impl ReputationTable {
 
     pub fn apply(&self, change: &ReputationChange<'_>) {
         match *change {
-            ReputationChange::Upsert { voter_id, reputation } => {
+            ReputationChange::Upsert {
+                voter_id,
+                reputation,
+            } => {
                 self.entries.insert(voter_id.to_owned(), reputation);
             }
             ReputationChange::Delete { voter_id } => {
@@ -96,7 +111,10 @@ mod tests {
     use super::*;
     use crate::engine::json::parse;
 
-    fn change<'a>(doc: &'a Json<'a>, key: Option<&'a [u8]>) -> Result<ReputationChange<'a>, Rejection> {
+    fn change<'a>(
+        doc: &'a Json<'a>,
+        key: Option<&'a [u8]>,
+    ) -> Result<ReputationChange<'a>, Rejection> {
         ReputationChange::from_json(doc, key, 256, false)
     }
 
@@ -116,11 +134,23 @@ mod tests {
     #[test]
     fn rejections() {
         let doc = parse(br#"{"voter_id": "u-7", "reputation": -0.5}"#).unwrap();
-        assert_eq!(change(&doc, None).unwrap_err().code, ErrorCode::NegativeReputation);
+        assert_eq!(
+            change(&doc, None).unwrap_err().code,
+            ErrorCode::NegativeReputation
+        );
         let doc = parse(br#"{"voter_id": "u-7", "reputation": 1}"#).unwrap();
-        assert_eq!(change(&doc, Some(b"u-8")).unwrap_err().code, ErrorCode::KeyMismatch);
+        assert_eq!(
+            change(&doc, Some(b"u-8")).unwrap_err().code,
+            ErrorCode::KeyMismatch
+        );
         let doc = parse(br#"{"voter_id": "u-7"}"#).unwrap();
-        assert_eq!(change(&doc, None).unwrap_err().code, ErrorCode::MissingField);
-        assert_eq!(ReputationChange::tombstone(None).unwrap_err().code, ErrorCode::MissingKey);
+        assert_eq!(
+            change(&doc, None).unwrap_err().code,
+            ErrorCode::MissingField
+        );
+        assert_eq!(
+            ReputationChange::tombstone(None).unwrap_err().code,
+            ErrorCode::MissingKey
+        );
     }
 }

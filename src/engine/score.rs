@@ -50,13 +50,22 @@ pub fn weighted_mean(votes: impl Iterator<Item = (f64, f64)> + Clone) -> Option<
             den += r / max;
         }
     }
-    if den > 0.0 { Some((num / den).clamp(0.0, 1.0)) } else { None }
+    if den > 0.0 {
+        Some((num / den).clamp(0.0, 1.0))
+    } else {
+        None
+    }
 }
 
 impl ProjectScore {
     /// A project with no batch yet, reporting `initial_score`.
     pub fn new(initial_score: f64) -> Self {
-        ProjectScore { score: initial_score, last_update_at: None, evaluations: 0, votes: 0 }
+        ProjectScore {
+            score: initial_score,
+            last_update_at: None,
+            evaluations: 0,
+            votes: 0,
+        }
     }
 
     /// Applies one batch observed at `at` with the given mean vote and vote count:
@@ -75,7 +84,11 @@ impl ProjectScore {
         self.last_update_at = Some(self.last_update_at.map_or(at, |last| last.max(at)));
         self.evaluations += 1;
         self.votes += votes;
-        Step { alpha, freshness, late }
+        Step {
+            alpha,
+            freshness,
+            late,
+        }
     }
 }
 
@@ -93,7 +106,12 @@ mod tests {
         // First batch at t0 with pass + flag -> 0.5; a flag 7 s later -> 0.5 * exp(-0.07).
         let mut s = ProjectScore::new(0.5);
         let t0 = 1_795_168_807_250;
-        let first = s.apply(at(t0), weighted_mean([(1.0, 1.0), (1.0, 0.0)].into_iter()).unwrap(), 2, 0.01);
+        let first = s.apply(
+            at(t0),
+            weighted_mean([(1.0, 1.0), (1.0, 0.0)].into_iter()).unwrap(),
+            2,
+            0.01,
+        );
         assert_eq!((s.score, first.alpha, first.freshness), (0.5, 0.0, 1.0));
         let second = s.apply(at(t0 + 7000), 0.0, 1, 0.01);
         assert_eq!(s.score, 0.46619690995297414);
@@ -107,13 +125,25 @@ mod tests {
     #[test]
     fn reputation_weighting() {
         // 0.9 * 1 + 1 * 0 + 1 * 0.75 = 1.65 over 2.9
-        assert_eq!(weighted_mean([(0.9, 1.0), (1.0, 0.0), (1.0, 0.75)].into_iter()), Some(1.65 / 2.9));
-        assert_eq!(weighted_mean([(3.0, 1.0), (1.0, 0.0)].into_iter()), Some(0.75));
+        assert_eq!(
+            weighted_mean([(0.9, 1.0), (1.0, 0.0), (1.0, 0.75)].into_iter()),
+            Some(1.65 / 2.9)
+        );
+        assert_eq!(
+            weighted_mean([(3.0, 1.0), (1.0, 0.0)].into_iter()),
+            Some(0.75)
+        );
         // A zero-reputation vote carries no weight at all.
-        assert_eq!(weighted_mean([(0.0, 0.0), (2.0, 1.0)].into_iter()), Some(1.0));
+        assert_eq!(
+            weighted_mean([(0.0, 0.0), (2.0, 1.0)].into_iter()),
+            Some(1.0)
+        );
         assert_eq!(weighted_mean([(0.0, 1.0), (0.0, 0.0)].into_iter()), None);
         // Overflowing totals are rescaled, not NaN.
-        assert_eq!(weighted_mean([(f64::MAX, 1.0), (f64::MAX, 0.0)].into_iter()), Some(0.5));
+        assert_eq!(
+            weighted_mean([(f64::MAX, 1.0), (f64::MAX, 0.0)].into_iter()),
+            Some(0.5)
+        );
     }
 
     #[test]

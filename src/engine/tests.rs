@@ -10,7 +10,14 @@ fn engine() -> Engine {
 }
 
 fn rec<'a>(topic: &'a str, payload: Option<&'a [u8]>) -> Record<'a> {
-    Record { topic, partition: Some(0), offset: Some(0), key: None, timestamp_ms: None, payload }
+    Record {
+        topic,
+        partition: Some(0),
+        offset: Some(0),
+        key: None,
+        timestamp_ms: None,
+        payload,
+    }
 }
 
 struct Harness {
@@ -22,36 +29,58 @@ struct Harness {
 
 impl Harness {
     fn new() -> Self {
-        Harness { engine: engine(), state: PartitionState::default(), reps: ReputationTable::default(), out: vec![] }
+        Harness {
+            engine: engine(),
+            state: PartitionState::default(),
+            reps: ReputationTable::default(),
+            out: vec![],
+        }
     }
     fn send(&mut self, topic: &str, payload: &str) -> Outcome {
         self.send_record(rec(topic, Some(payload.as_bytes())))
     }
     fn send_record(&mut self, record: Record<'_>) -> Outcome {
         self.out.clear();
-        self.engine.process(&mut self.state, &self.reps, &record, &mut self.out)
+        self.engine
+            .process(&mut self.state, &self.reps, &record, &mut self.out)
     }
     fn last(&self) -> Value {
-        serde_json::from_str(&self.out.last().expect("an output").value).unwrap()
+        serde_json::from_str(&self.out.last().expect("an output").render()).unwrap()
     }
 }
 
 fn votes(event_id: &str, at: &str, votes: &str) -> String {
-    format!(r#"{{"event_id": "{event_id}", "project_id": "proj-42", "occurred_at": "{at}", "votes": [{votes}]}}"#)
+    format!(
+        r#"{{"event_id": "{event_id}", "project_id": "proj-42", "occurred_at": "{at}", "votes": [{votes}]}}"#
+    )
 }
 
 #[test]
 fn seed_example_end_to_end() {
     let mut h = Harness::new();
-    let pass_flag = r#"{"voter_id": "u-1", "verdict": "pass"}, {"voter_id": "u-2", "verdict": "flag"}"#;
-    assert_eq!(h.send("jury.votes", &votes("e1", "2026-11-20T10:00:00Z", pass_flag)), Outcome::Applied);
+    let pass_flag =
+        r#"{"voter_id": "u-1", "verdict": "pass"}, {"voter_id": "u-2", "verdict": "flag"}"#;
     assert_eq!(
-        h.out[0].value,
+        h.send(
+            "jury.votes",
+            &votes("e1", "2026-11-20T10:00:00Z", pass_flag)
+        ),
+        Outcome::Applied
+    );
+    assert_eq!(
+        h.out[0].render(),
         r#"{"project_id":"proj-42","score":0.5,"freshness":1.0,"alpha":0.0,"lambda":0.01,"evaluations":1,"votes":2,"last_event_at":"2026-11-20T10:00:00Z"}"#
     );
-    h.send("jury.votes", &votes("e2", "2026-11-20T10:00:07Z", r#"{"voter_id": "u-3", "verdict": "flag"}"#));
+    h.send(
+        "jury.votes",
+        &votes(
+            "e2",
+            "2026-11-20T10:00:07Z",
+            r#"{"voter_id": "u-3", "verdict": "flag"}"#,
+        ),
+    );
     assert_eq!(
-        h.out[0].value,
+        h.out[0].render(),
         r#"{"project_id":"proj-42","score":0.46619690995297414,"freshness":0.06760618009405173,"alpha":0.9323938199059483,"lambda":0.01,"evaluations":2,"votes":3,"last_event_at":"2026-11-20T10:00:07Z"}"#
     );
     assert_eq!(h.out[0].key.as_deref(), Some("proj-42"));
@@ -60,7 +89,13 @@ fn seed_example_end_to_end() {
 #[test]
 fn reputation_comes_from_vote_then_table_then_default() {
     let mut h = Harness::new();
-    assert_eq!(h.send("jury.reputations", r#"{"voter_id": "u-8", "reputation": 3}"#), Outcome::Applied);
+    assert_eq!(
+        h.send(
+            "jury.reputations",
+            r#"{"voter_id": "u-8", "reputation": 3}"#
+        ),
+        Outcome::Applied
+    );
     // u-7 explicit 0.9 (pass), u-8 from the table 3 (flag), u-9 default 1 (0.75)
     h.send(
         "jury.votes",
@@ -72,20 +107,35 @@ fn reputation_comes_from_vote_then_table_then_default() {
     );
     assert_eq!(h.last()["score"], (0.9 + 0.75) / (0.9 + 3.0 + 1.0));
     // A tombstone falls back to the default 1.0.
-    assert_eq!(h.send_record(Record { key: Some(b"u-8"), ..rec("jury.reputations", None) }), Outcome::Applied);
+    assert_eq!(
+        h.send_record(Record {
+            key: Some(b"u-8"),
+            ..rec("jury.reputations", None)
+        }),
+        Outcome::Applied
+    );
     assert_eq!(h.reps.get("u-8"), None);
 }
 
 #[test]
 fn record_timestamp_stands_in_for_occurred_at() {
     let mut h = Harness::new();
-    let payload = r#"{"event_id": "e1", "project_id": "p", "votes": [{"voter_id": "u", "value": 1}]}"#;
-    let r = Record { timestamp_ms: Some(1_795_168_807_250), ..rec("jury.votes", Some(payload.as_bytes())) };
+    let payload =
+        r#"{"event_id": "e1", "project_id": "p", "votes": [{"voter_id": "u", "value": 1}]}"#;
+    let r = Record {
+        timestamp_ms: Some(1_795_168_807_250),
+        ..rec("jury.votes", Some(payload.as_bytes()))
+    };
     assert_eq!(h.send_record(r), Outcome::Applied);
     assert_eq!(h.last()["last_event_at"], "2026-11-20T10:00:07.250Z");
     let e2 = payload.replace("e1", "e2");
-    assert_eq!(h.send("jury.votes", &e2), Outcome::Rejected(ErrorCode::MissingTimestamp));
-    let epoch = payload.replace("e1", "e3").replace("\"votes\"", "\"occurred_at\": 1795168808250, \"votes\"");
+    assert_eq!(
+        h.send("jury.votes", &e2),
+        Outcome::Rejected(ErrorCode::MissingTimestamp)
+    );
+    let epoch = payload
+        .replace("e1", "e3")
+        .replace("\"votes\"", "\"occurred_at\": 1795168808250, \"votes\"");
     assert_eq!(h.send("jury.votes", &epoch), Outcome::Applied);
     assert_eq!(h.last()["last_event_at"], "2026-11-20T10:00:08.250Z");
 }
@@ -95,9 +145,22 @@ fn late_batch_is_counted_and_reported() {
     let mut h = Harness::new();
     let v = r#"{"voter_id": "u", "value": 1}"#;
     h.send("jury.votes", &votes("e1", "2026-11-20T10:00:10Z", v));
-    assert_eq!(h.send("jury.votes", &votes("e2", "2026-11-20T10:00:05Z", r#"{"voter_id": "u", "value": 0}"#)), Outcome::Late);
+    assert_eq!(
+        h.send(
+            "jury.votes",
+            &votes(
+                "e2",
+                "2026-11-20T10:00:05Z",
+                r#"{"voter_id": "u", "value": 0}"#
+            )
+        ),
+        Outcome::Late
+    );
     let last = h.last();
-    assert_eq!((last["score"].as_f64(), last["alpha"].as_f64()), (Some(1.0), Some(1.0)));
+    assert_eq!(
+        (last["score"].as_f64(), last["alpha"].as_f64()),
+        (Some(1.0), Some(1.0))
+    );
     assert_eq!(last["last_event_at"], "2026-11-20T10:00:10Z");
     assert_eq!(last["evaluations"], 2);
 }
@@ -108,37 +171,115 @@ fn duplicate_event_id_is_dead_lettered_and_not_applied() {
     let v = r#"{"voter_id": "u", "value": 1}"#;
     h.send("jury.votes", &votes("e1", "2026-11-20T10:00:00Z", v));
     let before = h.state.clone();
-    let dup = votes("e1", "2026-11-20T10:00:09Z", r#"{"voter_id": "u", "value": 0}"#);
-    assert_eq!(h.send("jury.votes", &dup), Outcome::Rejected(ErrorCode::DuplicateEventId));
+    let dup = votes(
+        "e1",
+        "2026-11-20T10:00:09Z",
+        r#"{"voter_id": "u", "value": 0}"#,
+    );
+    assert_eq!(
+        h.send("jury.votes", &dup),
+        Outcome::Rejected(ErrorCode::DuplicateEventId)
+    );
     assert_eq!(h.state, before);
     let dl = h.last();
     assert_eq!(dl["error"], "duplicate_event_id");
     assert_eq!(dl["source_topic"], "jury.votes");
     // The same event id in another project is a different event.
-    assert_eq!(h.send("jury.votes", &dup.replace("proj-42", "proj-43")), Outcome::Applied);
+    assert_eq!(
+        h.send("jury.votes", &dup.replace("proj-42", "proj-43")),
+        Outcome::Applied
+    );
 }
 
 /// One payload per rejection class the contract names, with the code it must produce.
 const REJECTIONS: &[(&str, &str, ErrorCode)] = &[
     ("jury.votes", "{not json", ErrorCode::InvalidJson),
-    ("jury.votes", r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": NaN}]}"#, ErrorCode::NonFiniteNumber),
-    ("jury.votes", r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": Infinity}]}"#, ErrorCode::NonFiniteNumber),
-    ("jury.votes", r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": 1e999}]}"#, ErrorCode::ValueOutOfRange),
+    (
+        "jury.votes",
+        r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": NaN}]}"#,
+        ErrorCode::NonFiniteNumber,
+    ),
+    (
+        "jury.votes",
+        r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": Infinity}]}"#,
+        ErrorCode::NonFiniteNumber,
+    ),
+    (
+        "jury.votes",
+        r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": 1e999}]}"#,
+        ErrorCode::ValueOutOfRange,
+    ),
     ("jury.votes", r#"["an", "array"]"#, ErrorCode::NotObject),
-    ("jury.votes", r#"{"event_id": 1, "project_id": "p", "votes": []}"#, ErrorCode::WrongType),
-    ("jury.votes", r#"{"project_id": "p", "votes": []}"#, ErrorCode::MissingField),
-    ("jury.votes", r#"{"event_id": "", "project_id": "p", "votes": []}"#, ErrorCode::EmptyField),
-    ("jury.votes", r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": 2}]}"#, ErrorCode::ValueOutOfRange),
-    ("jury.votes", r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "verdict": "meh"}]}"#, ErrorCode::UnknownVerdict),
-    ("jury.votes", r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "verdict": "pass", "value": 1}]}"#, ErrorCode::VoteValueConflict),
-    ("jury.votes", r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u"}]}"#, ErrorCode::VoteValueMissing),
-    ("jury.votes", r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": 1, "reputation": -1}]}"#, ErrorCode::NegativeReputation),
-    ("jury.votes", r#"{"event_id": "e", "project_id": "p", "occurred_at": 0, "votes": [{"voter_id": "u", "value": 1, "reputation": 0}]}"#, ErrorCode::ZeroTotalReputation),
-    ("jury.votes", r#"{"event_id": "e", "project_id": "p", "votes": []}"#, ErrorCode::NoVotes),
-    ("jury.votes", r#"{"event_id": "e", "event_id": "f", "project_id": "p", "votes": []}"#, ErrorCode::DuplicateField),
-    ("jury.votes", r#"{"event_id": "e", "project_id": "p", "occurred_at": "soon", "votes": [{"voter_id": "u", "value": 1}]}"#, ErrorCode::InvalidTimestamp),
-    ("jury.reputations", r#"{"voter_id": "u", "reputation": -3}"#, ErrorCode::NegativeReputation),
-    ("jury.reputations", r#"{"voter_id": "u", "reputation": "high"}"#, ErrorCode::WrongType),
+    (
+        "jury.votes",
+        r#"{"event_id": 1, "project_id": "p", "votes": []}"#,
+        ErrorCode::WrongType,
+    ),
+    (
+        "jury.votes",
+        r#"{"project_id": "p", "votes": []}"#,
+        ErrorCode::MissingField,
+    ),
+    (
+        "jury.votes",
+        r#"{"event_id": "", "project_id": "p", "votes": []}"#,
+        ErrorCode::EmptyField,
+    ),
+    (
+        "jury.votes",
+        r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": 2}]}"#,
+        ErrorCode::ValueOutOfRange,
+    ),
+    (
+        "jury.votes",
+        r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "verdict": "meh"}]}"#,
+        ErrorCode::UnknownVerdict,
+    ),
+    (
+        "jury.votes",
+        r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "verdict": "pass", "value": 1}]}"#,
+        ErrorCode::VoteValueConflict,
+    ),
+    (
+        "jury.votes",
+        r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u"}]}"#,
+        ErrorCode::VoteValueMissing,
+    ),
+    (
+        "jury.votes",
+        r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": 1, "reputation": -1}]}"#,
+        ErrorCode::NegativeReputation,
+    ),
+    (
+        "jury.votes",
+        r#"{"event_id": "e", "project_id": "p", "occurred_at": 0, "votes": [{"voter_id": "u", "value": 1, "reputation": 0}]}"#,
+        ErrorCode::ZeroTotalReputation,
+    ),
+    (
+        "jury.votes",
+        r#"{"event_id": "e", "project_id": "p", "votes": []}"#,
+        ErrorCode::NoVotes,
+    ),
+    (
+        "jury.votes",
+        r#"{"event_id": "e", "event_id": "f", "project_id": "p", "votes": []}"#,
+        ErrorCode::DuplicateField,
+    ),
+    (
+        "jury.votes",
+        r#"{"event_id": "e", "project_id": "p", "occurred_at": "soon", "votes": [{"voter_id": "u", "value": 1}]}"#,
+        ErrorCode::InvalidTimestamp,
+    ),
+    (
+        "jury.reputations",
+        r#"{"voter_id": "u", "reputation": -3}"#,
+        ErrorCode::NegativeReputation,
+    ),
+    (
+        "jury.reputations",
+        r#"{"voter_id": "u", "reputation": "high"}"#,
+        ErrorCode::WrongType,
+    ),
     ("jury.elsewhere", r#"{}"#, ErrorCode::UnknownTopic),
 ];
 
@@ -164,24 +305,51 @@ fn size_limits() {
     small.limits.max_message_bytes = 100;
     small.limits.max_votes_per_event = 2;
     small.limits.dead_letter_payload_bytes = 10;
-    let mut h = Harness { engine: Engine::new(small), ..Harness::new() };
-    let big = format!(r#"{{"event_id": "e", "project_id": "p", "pad": "{}"}}"#, "x".repeat(100));
-    assert_eq!(h.send("jury.votes", &big), Outcome::Rejected(ErrorCode::PayloadTooLarge));
+    let mut h = Harness {
+        engine: Engine::new(small),
+        ..Harness::new()
+    };
+    let big = format!(
+        r#"{{"event_id": "e", "project_id": "p", "pad": "{}"}}"#,
+        "x".repeat(100)
+    );
+    assert_eq!(
+        h.send("jury.votes", &big),
+        Outcome::Rejected(ErrorCode::PayloadTooLarge)
+    );
     let dl = h.last();
-    assert_eq!((dl["payload"].as_str(), dl["payload_bytes"].as_u64()), (Some(r#"{"event_id"#), Some(big.len() as u64)));
+    assert_eq!(
+        (dl["payload"].as_str(), dl["payload_bytes"].as_u64()),
+        (Some(r#"{"event_id"#), Some(big.len() as u64))
+    );
     let three = r#"{"event_id":"e","project_id":"p","votes":[{"voter_id":"u","value":1},1,2]}"#;
-    assert_eq!(h.send("jury.votes", three), Outcome::Rejected(ErrorCode::TooManyVotes));
-    let long_id = format!(r#"{{"event_id": "{}", "project_id": "p", "votes": []}}"#, "e".repeat(257));
+    assert_eq!(
+        h.send("jury.votes", three),
+        Outcome::Rejected(ErrorCode::TooManyVotes)
+    );
+    let long_id = format!(
+        r#"{{"event_id": "{}", "project_id": "p", "votes": []}}"#,
+        "e".repeat(257)
+    );
     let mut h = Harness::new();
-    assert_eq!(h.send("jury.votes", &long_id), Outcome::Rejected(ErrorCode::IdTooLong));
+    assert_eq!(
+        h.send("jury.votes", &long_id),
+        Outcome::Rejected(ErrorCode::IdTooLong)
+    );
 }
 
 #[test]
 fn tombstone_and_invalid_utf8_on_votes() {
     let mut h = Harness::new();
-    assert_eq!(h.send_record(rec("jury.votes", None)), Outcome::Rejected(ErrorCode::EmptyPayload));
+    assert_eq!(
+        h.send_record(rec("jury.votes", None)),
+        Outcome::Rejected(ErrorCode::EmptyPayload)
+    );
     assert_eq!(h.last()["payload"], Value::Null);
-    assert_eq!(h.send_record(rec("jury.votes", Some(b"{\"event_id\": \"\xff\"}"))), Outcome::Rejected(ErrorCode::InvalidJson));
+    assert_eq!(
+        h.send_record(rec("jury.votes", Some(b"{\"event_id\": \"\xff\"}"))),
+        Outcome::Rejected(ErrorCode::InvalidJson)
+    );
     assert_eq!(h.last()["payload"], "{\"event_id\": \"\u{fffd}\"}");
 }
 
@@ -190,7 +358,8 @@ fn arb_payload() -> impl Strategy<Value = String> {
         (0.0..=1.0f64).prop_map(|v| format!(r#"{{"voter_id": "u", "value": {v}}}"#)),
         Just(r#"{"voter_id": "u", "verdict": "pass"}"#.to_owned()),
         Just(r#"{"voter_id": "u", "verdict": "nope"}"#.to_owned()),
-        (-2.0..3.0f64).prop_map(|v| format!(r#"{{"voter_id": "u", "value": 1, "reputation": {v}}}"#)),
+        (-2.0..3.0f64)
+            .prop_map(|v| format!(r#"{{"voter_id": "u", "value": 1, "reputation": {v}}}"#)),
         Just(r#"{"voter_id": "u", "value": 1, "reputation": 0}"#.to_owned()),
         (-1.0..2.0f64).prop_map(|v| format!(r#"{{"voter_id": "v", "value": {v}}}"#)),
     ];

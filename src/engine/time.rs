@@ -48,14 +48,16 @@ impl EventTime {
     /// RFC 3339 with any offset and any number of fraction digits. Digits beyond the ninth are
     /// below a nanosecond and are dropped; everything up to the nanosecond is kept.
     pub fn parse_rfc3339(text: &str) -> Result<Self, TimeError> {
-        let parsed = DateTime::parse_from_rfc3339(text).map_err(|e| TimeError::Syntax(e.to_string()))?;
+        let parsed =
+            DateTime::parse_from_rfc3339(text).map_err(|e| TimeError::Syntax(e.to_string()))?;
         EventTime::new(parsed.timestamp(), parsed.timestamp_subsec_nanos())
     }
 
     /// Seconds from `earlier` to `self` (negative when `self` is earlier). Exact for any gap a
     /// decay can notice: both parts are subtracted as integers before converting.
     pub fn seconds_since(self, earlier: EventTime) -> f64 {
-        (self.secs - earlier.secs) as f64 + (f64::from(self.nanos) - f64::from(earlier.nanos)) * 1e-9
+        (self.secs - earlier.secs) as f64
+            + (f64::from(self.nanos) - f64::from(earlier.nanos)) * 1e-9
     }
 
     /// Whole milliseconds since the epoch, rounded down (for latency metrics and watermarks).
@@ -93,28 +95,64 @@ mod tests {
 
     #[test]
     fn parses_offsets_and_fractions() {
-        assert_eq!(t("2026-11-20T10:00:07.250Z"), t("2026-11-20T11:00:07.25+01:00"));
+        assert_eq!(
+            t("2026-11-20T10:00:07.250Z"),
+            t("2026-11-20T11:00:07.25+01:00")
+        );
         assert_eq!(t("2026-11-20T10:00:07Z").epoch_millis(), 1_795_168_807_000);
-        assert_eq!(t("2026-11-20T10:00:07.250Z").epoch_millis(), 1_795_168_807_250);
-        assert_eq!(t("2026-11-20T10:00:07.123456789Z").to_string(), "2026-11-20T10:00:07.123456789Z");
+        assert_eq!(
+            t("2026-11-20T10:00:07.250Z").epoch_millis(),
+            1_795_168_807_250
+        );
+        assert_eq!(
+            t("2026-11-20T10:00:07.123456789Z").to_string(),
+            "2026-11-20T10:00:07.123456789Z"
+        );
         // Sub-nanosecond digits are accepted and dropped.
-        assert_eq!(t("2026-11-20T10:00:07.123456789999Z").to_string(), "2026-11-20T10:00:07.123456789Z");
+        assert_eq!(
+            t("2026-11-20T10:00:07.123456789999Z").to_string(),
+            "2026-11-20T10:00:07.123456789Z"
+        );
         assert_eq!(t("2026-11-20t10:00:07z"), t("2026-11-20T10:00:07Z"));
-        assert_eq!(t("2026-11-20T05:30:00-04:30").to_string(), "2026-11-20T10:00:00Z");
-        assert_eq!(t("2026-11-20T10:00:07.100Z").to_string(), "2026-11-20T10:00:07.100Z");
+        assert_eq!(
+            t("2026-11-20T05:30:00-04:30").to_string(),
+            "2026-11-20T10:00:00Z"
+        );
+        assert_eq!(
+            t("2026-11-20T10:00:07.100Z").to_string(),
+            "2026-11-20T10:00:07.100Z"
+        );
     }
 
     #[test]
     fn epoch_millis_matches_rfc3339() {
-        assert_eq!(EventTime::from_epoch_millis(1_795_168_807_250).unwrap(), t("2026-11-20T10:00:07.250Z"));
-        assert_eq!(EventTime::from_epoch_millis(-1).unwrap(), t("1969-12-31T23:59:59.999Z"));
-        assert_eq!(EventTime::from_epoch_millis(i64::MAX), Err(TimeError::OutOfRange));
+        assert_eq!(
+            EventTime::from_epoch_millis(1_795_168_807_250).unwrap(),
+            t("2026-11-20T10:00:07.250Z")
+        );
+        assert_eq!(
+            EventTime::from_epoch_millis(-1).unwrap(),
+            t("1969-12-31T23:59:59.999Z")
+        );
+        assert_eq!(
+            EventTime::from_epoch_millis(i64::MAX),
+            Err(TimeError::OutOfRange)
+        );
     }
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "yesterday", "2026-11-20", "2026-11-20T10:00:07", "2026-13-01T00:00:00Z"] {
-            assert!(matches!(EventTime::parse_rfc3339(bad), Err(TimeError::Syntax(_))), "{bad}");
+        for bad in [
+            "",
+            "yesterday",
+            "2026-11-20",
+            "2026-11-20T10:00:07",
+            "2026-13-01T00:00:00Z",
+        ] {
+            assert!(
+                matches!(EventTime::parse_rfc3339(bad), Err(TimeError::Syntax(_))),
+                "{bad}"
+            );
         }
     }
 
@@ -124,6 +162,10 @@ mod tests {
         let b = t("2026-11-20T10:00:14.250Z");
         assert_eq!(b.seconds_since(a), 7.0);
         assert_eq!(a.seconds_since(b), -7.0);
-        assert!((t("2026-11-20T10:00:00.000000001Z").seconds_since(t("2026-11-20T10:00:00Z")) - 1e-9).abs() < 1e-18);
+        assert!(
+            (t("2026-11-20T10:00:00.000000001Z").seconds_since(t("2026-11-20T10:00:00Z")) - 1e-9)
+                .abs()
+                < 1e-18
+        );
     }
 }

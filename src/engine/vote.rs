@@ -1,7 +1,12 @@
 //! `jury.votes`: one event is one update batch of human (or automated) votes on a project.
 
-use super::fields::{Fields, wrong_type};
-use super::json::Json;
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use super::fields::{Fields, Slots, SlotsSeed, wrong_type};
+use super::json::{CowStr, Json, JsonVisitor, ParseFailure};
 use super::rejection::{ErrorCode, Rejection};
 use super::time::EventTime;
 
@@ -35,41 +40,226 @@ pub struct VoteLimits {
 const BATCH_FIELDS: [&str; 5] = ["event_id", "project_id", "occurred_at", "item_id", "votes"];
 const VOTE_FIELDS: [&str; 4] = ["voter_id", "verdict", "value", "reputation"];
 
-impl<'a> VoteBatch<'a> {
-    /// Validates a parsed payload against the `jury.votes` contract.
-    pub fn from_json<'d>(doc: &'d Json<'a>, limits: VoteLimits) -> Result<VoteBatch<'d>, Rejection> {
-        let f = Fields::of(doc, "", &BATCH_FIELDS, limits.reject_unknown_fields)?;
-        let event_id = f.id("event_id", limits.max_id_bytes)?;
-        let project_id = f.id("project_id", limits.max_id_bytes)?;
-        let occurred_at = f.opt_time("occurred_at")?;
-        let item_id = f.opt_id("item_id", limits.max_id_bytes)?;
-        let raw_votes = match f.required("votes")? {
-            Json::Array(items) => items,
-            other => return Err(wrong_type("votes", "an array", other)),
-        };
-        if raw_votes.is_empty() {
-            return Err(Rejection::new(ErrorCode::NoVotes, "`votes` must hold at least one vote"));
-        }
-        if raw_votes.len() > limits.max_votes {
-            return Err(Rejection::new(
-                ErrorCode::TooManyVotes,
-                format!("`votes` holds {} votes, at most {} allowed", raw_votes.len(), limits.max_votes),
-            ));
-        }
-        let mut votes = Vec::with_capacity(raw_votes.len());
-        let mut path = String::new();
-        for (i, raw) in raw_votes.iter().enumerate() {
-            path.clear();
-            use std::fmt::Write;
-            let _ = write!(path, "votes[{i}]");
-            votes.push(read_vote(raw, &path, limits)?);
-        }
-        Ok(VoteBatch { event_id, project_id, occurred_at, item_id, votes })
+/// A `jury.votes` payload read straight into slots: the fast path that builds no JSON tree.
+/// [`VoteBatch::from_raw`] then validates it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawBatch<'a> {
+    top: Slots<'a, 5>,
+    votes: Option<RawVotes<'a>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum RawVotes<'a> {
+    Array(Vec<Slots<'a, 4>>),
+    Other(Json<'a>),
+}
+
+impl<'a> RawBatch<'a> {
+    /// Reads a payload; fails only when it is not JSON at all.
+    pub fn parse(payload: &'a [u8]) -> Result<RawBatch<'a>, ParseFailure> {
+        super::json::parse_as(payload)
     }
 }
 
-fn read_vote<'d, 'a>(raw: &'d Json<'a>, path: &str, limits: VoteLimits) -> Result<Vote<'d>, Rejection> {
-    let f = Fields::of(raw, path, &VOTE_FIELDS, limits.reject_unknown_fields)?;
+impl<'de> serde::Deserialize<'de> for RawBatch<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(BatchVisitor)
+    }
+}
+
+struct BatchVisitor;
+
+impl<'de> Visitor<'de> for BatchVisitor {
+    type Value = RawBatch<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut top = Slots::<5>::default();
+        let mut votes = None;
+        while let Some(CowStr(name)) = map.next_key()? {
+            match BATCH_FIELDS.iter().position(|k| *k == name.as_ref()) {
+                Some(4) if votes.is_none() => {
+                    votes = Some(map.next_value_seed(VotesSeed)?);
+                    top.values[4] = Some(Json::Null); // marks `votes` as seen for duplicates
+                }
+                Some(i) => {
+                    let value = map.next_value()?;
+                    top.put(i, name, value);
+                }
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    top.unknown(name);
+                }
+            }
+        }
+        Ok(RawBatch { top, votes })
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        let tree = JsonVisitor.visit_seq(seq)?;
+        Ok(RawBatch {
+            top: Slots {
+                not_object: Some(tree.type_name()),
+                ..Slots::default()
+            },
+            votes: None,
+        })
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(not_object("null"))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(not_object("a boolean"))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(not_object("a number"))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(not_object("a number"))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(not_object("a number"))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(not_object("a string"))
+    }
+}
+
+fn not_object<'a>(found: &'static str) -> RawBatch<'a> {
+    RawBatch {
+        top: Slots {
+            not_object: Some(found),
+            ..Slots::default()
+        },
+        votes: None,
+    }
+}
+
+/// `votes`: an array read element by element into slots, or any other value kept for the message.
+struct VotesSeed;
+
+impl<'de> DeserializeSeed<'de> for VotesSeed {
+    type Value = RawVotes<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for VotesSeed {
+    type Value = RawVotes<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut votes = Vec::with_capacity(seq.size_hint().unwrap_or(4).min(1024));
+        while let Some(vote) = seq.next_element_seed(SlotsSeed::new(&VOTE_FIELDS))? {
+            votes.push(vote);
+        }
+        Ok(RawVotes::Array(votes))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        JsonVisitor.visit_map(map).map(RawVotes::Other)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(RawVotes::Other(Json::Null))
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(RawVotes::Other(Json::Bool(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(RawVotes::Other(Json::Int(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(RawVotes::Other(Json::UInt(v)))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(RawVotes::Other(Json::Float(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(RawVotes::Other(Json::Str(Cow::Owned(v.to_owned()))))
+    }
+}
+
+impl<'a> VoteBatch<'a> {
+    /// Validates a payload read by [`RawBatch::parse`] against the `jury.votes` contract.
+    pub fn from_raw<'d>(
+        raw: &'d RawBatch<'a>,
+        limits: VoteLimits,
+    ) -> Result<VoteBatch<'d>, Rejection> {
+        let f = Fields::from_slots(
+            &raw.top,
+            &BATCH_FIELDS,
+            "",
+            None,
+            limits.reject_unknown_fields,
+        )?;
+        let (event_id, project_id, occurred_at, item_id) = read_header(&f, limits)?;
+        let raw_votes = match &raw.votes {
+            Some(RawVotes::Array(items)) => items,
+            Some(RawVotes::Other(Json::Null)) | None => {
+                return Err(f.required("votes").err().unwrap_or_else(missing_votes));
+            }
+            Some(RawVotes::Other(other)) => return Err(wrong_type("votes", "an array", other)),
+        };
+        check_vote_count(raw_votes.len(), limits)?;
+        let votes = raw_votes
+            .iter()
+            .enumerate()
+            .map(|(i, slots)| {
+                let f = Fields::from_slots(
+                    slots,
+                    &VOTE_FIELDS,
+                    "votes",
+                    Some(i),
+                    limits.reject_unknown_fields,
+                )?;
+                read_vote_fields(&f, limits)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(VoteBatch {
+            event_id,
+            project_id,
+            occurred_at,
+            item_id,
+            votes,
+        })
+    }
+}
+
+type Header<'d> = (&'d str, &'d str, Option<EventTime>, Option<&'d str>);
+
+fn read_header<'d>(f: &Fields<'d, '_, '_>, limits: VoteLimits) -> Result<Header<'d>, Rejection> {
+    let event_id = f.id("event_id", limits.max_id_bytes)?;
+    let project_id = f.id("project_id", limits.max_id_bytes)?;
+    let occurred_at = f.opt_time("occurred_at")?;
+    let item_id = f.opt_id("item_id", limits.max_id_bytes)?;
+    Ok((event_id, project_id, occurred_at, item_id))
+}
+
+fn missing_votes() -> Rejection {
+    Rejection::new(ErrorCode::MissingField, "`votes` is required")
+}
+
+fn check_vote_count(n: usize, limits: VoteLimits) -> Result<(), Rejection> {
+    if n == 0 {
+        return Err(Rejection::new(
+            ErrorCode::NoVotes,
+            "`votes` must hold at least one vote",
+        ));
+    }
+    if n > limits.max_votes {
+        return Err(Rejection::new(
+            ErrorCode::TooManyVotes,
+            format!(
+                "`votes` holds {n} votes, at most {} allowed",
+                limits.max_votes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn read_vote_fields<'d>(f: &Fields<'d, '_, '_>, limits: VoteLimits) -> Result<Vote<'d>, Rejection> {
     let voter_id = f.id("voter_id", limits.max_id_bytes)?;
     let verdict = f.opt_str("verdict")?;
     let value = f.opt_number("value")?;
@@ -77,13 +267,19 @@ fn read_vote<'d, 'a>(raw: &'d Json<'a>, path: &str, limits: VoteLimits) -> Resul
         (Some(_), Some(_)) => {
             return Err(Rejection::new(
                 ErrorCode::VoteValueConflict,
-                format!("`{path}` has both `verdict` and `value`; exactly one is allowed"),
+                format!(
+                    "`{}` has both `verdict` and `value`; exactly one is allowed",
+                    f.own_path()
+                ),
             ));
         }
         (None, None) => {
             return Err(Rejection::new(
                 ErrorCode::VoteValueMissing,
-                format!("`{path}` needs exactly one of `verdict` or `value`"),
+                format!(
+                    "`{}` needs exactly one of `verdict` or `value`",
+                    f.own_path()
+                ),
             ));
         }
         (Some("pass"), None) => 1.0,
@@ -91,7 +287,10 @@ fn read_vote<'d, 'a>(raw: &'d Json<'a>, path: &str, limits: VoteLimits) -> Resul
         (Some(other), None) => {
             return Err(Rejection::new(
                 ErrorCode::UnknownVerdict,
-                format!("`{}` is {other:?}; expected \"pass\" or \"flag\"", f.path("verdict")),
+                format!(
+                    "`{}` is {other:?}; expected \"pass\" or \"flag\"",
+                    f.path("verdict")
+                ),
             ));
         }
         (None, Some(v)) => {
@@ -105,27 +304,37 @@ fn read_vote<'d, 'a>(raw: &'d Json<'a>, path: &str, limits: VoteLimits) -> Resul
         }
     };
     let reputation = f.opt_number("reputation")?;
-    if let Some(r) = reputation {
-        if r < 0.0 {
-            return Err(Rejection::new(
-                ErrorCode::NegativeReputation,
-                format!("`{}` is {r}; must be >= 0", f.path("reputation")),
-            ));
-        }
+    if let Some(r) = reputation
+        && r < 0.0
+    {
+        return Err(Rejection::new(
+            ErrorCode::NegativeReputation,
+            format!("`{}` is {r}; must be >= 0", f.path("reputation")),
+        ));
     }
-    Ok(Vote { voter_id, value, reputation })
+    Ok(Vote {
+        voter_id,
+        value,
+        reputation,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::json::parse;
+    const LIMITS: VoteLimits = VoteLimits {
+        max_votes: 3,
+        max_id_bytes: 16,
+        reject_unknown_fields: false,
+    };
 
-    const LIMITS: VoteLimits = VoteLimits { max_votes: 3, max_id_bytes: 16, reject_unknown_fields: false };
+    fn read_with(payload: &str, limits: VoteLimits) -> Result<usize, Rejection> {
+        let raw = RawBatch::parse(payload.as_bytes()).unwrap();
+        VoteBatch::from_raw(&raw, limits).map(|b| b.votes.len())
+    }
 
     fn read(payload: &str) -> Result<usize, Rejection> {
-        let doc = parse(payload.as_bytes()).unwrap();
-        VoteBatch::from_json(&doc, LIMITS).map(|b| b.votes.len())
+        read_with(payload, LIMITS)
     }
 
     fn code(payload: &str) -> ErrorCode {
@@ -134,7 +343,7 @@ mod tests {
 
     #[test]
     fn reads_the_contract_example() {
-        let doc = parse(
+        let raw = RawBatch::parse(
             br#"{"event_id": "ev-0001", "project_id": "proj-42", "occurred_at": "2026-11-20T10:00:07.250Z",
                  "item_id": "trace-123",
                  "votes": [{"voter_id": "u-7", "verdict": "pass", "reputation": 0.9},
@@ -142,15 +351,30 @@ mod tests {
                            {"voter_id": "u-9", "value": 0.75}]}"#,
         )
         .unwrap();
-        let b = VoteBatch::from_json(&doc, LIMITS).unwrap();
-        assert_eq!((b.event_id, b.project_id, b.item_id), ("ev-0001", "proj-42", Some("trace-123")));
+        let b = VoteBatch::from_raw(&raw, LIMITS).unwrap();
+        assert_eq!(
+            (b.event_id, b.project_id, b.item_id),
+            ("ev-0001", "proj-42", Some("trace-123"))
+        );
         assert_eq!(b.occurred_at.unwrap().epoch_millis(), 1_795_168_807_250);
         assert_eq!(
             b.votes,
             vec![
-                Vote { voter_id: "u-7", value: 1.0, reputation: Some(0.9) },
-                Vote { voter_id: "u-8", value: 0.0, reputation: None },
-                Vote { voter_id: "u-9", value: 0.75, reputation: None },
+                Vote {
+                    voter_id: "u-7",
+                    value: 1.0,
+                    reputation: Some(0.9)
+                },
+                Vote {
+                    voter_id: "u-8",
+                    value: 0.0,
+                    reputation: None
+                },
+                Vote {
+                    voter_id: "u-9",
+                    value: 0.75,
+                    reputation: None
+                },
             ]
         );
     }
@@ -158,25 +382,90 @@ mod tests {
     #[test]
     fn each_rejection_has_its_code() {
         let ok_vote = r#"{"voter_id": "u", "value": 1}"#;
-        let batch = |votes: &str| format!(r#"{{"event_id": "e", "project_id": "p", "votes": [{votes}]}}"#);
+        let batch =
+            |votes: &str| format!(r#"{{"event_id": "e", "project_id": "p", "votes": [{votes}]}}"#);
         assert_eq!(read(&batch(ok_vote)), Ok(1));
-        assert_eq!(code(r#"{"project_id": "p", "votes": []}"#), ErrorCode::MissingField);
-        assert_eq!(code(r#"{"event_id": "", "project_id": "p"}"#), ErrorCode::EmptyField);
-        assert_eq!(code(r#"{"event_id": "e", "project_id": "0123456789abcdefX"}"#), ErrorCode::IdTooLong);
-        assert_eq!(code(r#"{"event_id": 7, "project_id": "p"}"#), ErrorCode::WrongType);
-        assert_eq!(code(r#"{"event_id": "e", "project_id": "p", "votes": {}}"#), ErrorCode::WrongType);
+        assert_eq!(
+            code(r#"{"project_id": "p", "votes": []}"#),
+            ErrorCode::MissingField
+        );
+        assert_eq!(
+            code(r#"{"event_id": "", "project_id": "p"}"#),
+            ErrorCode::EmptyField
+        );
+        assert_eq!(
+            code(r#"{"event_id": "e", "project_id": "0123456789abcdefX"}"#),
+            ErrorCode::IdTooLong
+        );
+        assert_eq!(
+            code(r#"{"event_id": 7, "project_id": "p"}"#),
+            ErrorCode::WrongType
+        );
+        assert_eq!(
+            code(r#"{"event_id": "e", "project_id": "p", "votes": {}}"#),
+            ErrorCode::WrongType
+        );
         assert_eq!(code(&batch("")), ErrorCode::NoVotes);
-        assert_eq!(code(&batch(&[ok_vote; 4].join(","))), ErrorCode::TooManyVotes);
-        assert_eq!(code(&batch(r#"{"voter_id": "u", "value": 1.5}"#)), ErrorCode::ValueOutOfRange);
-        assert_eq!(code(&batch(r#"{"voter_id": "u", "value": -0.1}"#)), ErrorCode::ValueOutOfRange);
-        assert_eq!(code(&batch(r#"{"voter_id": "u", "value": "0.5"}"#)), ErrorCode::WrongType);
-        assert_eq!(code(&batch(r#"{"voter_id": "u", "verdict": "maybe"}"#)), ErrorCode::UnknownVerdict);
-        assert_eq!(code(&batch(r#"{"voter_id": "u", "verdict": "pass", "value": 1}"#)), ErrorCode::VoteValueConflict);
-        assert_eq!(code(&batch(r#"{"voter_id": "u"}"#)), ErrorCode::VoteValueMissing);
-        assert_eq!(code(&batch(r#"{"voter_id": "u", "value": 1, "reputation": -1}"#)), ErrorCode::NegativeReputation);
+        assert_eq!(
+            code(&batch(&[ok_vote; 4].join(","))),
+            ErrorCode::TooManyVotes
+        );
+        assert_eq!(
+            code(&batch(r#"{"voter_id": "u", "value": 1.5}"#)),
+            ErrorCode::ValueOutOfRange
+        );
+        assert_eq!(
+            code(&batch(r#"{"voter_id": "u", "value": -0.1}"#)),
+            ErrorCode::ValueOutOfRange
+        );
+        assert_eq!(
+            code(&batch(r#"{"voter_id": "u", "value": "0.5"}"#)),
+            ErrorCode::WrongType
+        );
+        assert_eq!(
+            code(&batch(r#"{"voter_id": "u", "verdict": "maybe"}"#)),
+            ErrorCode::UnknownVerdict
+        );
+        assert_eq!(
+            code(&batch(
+                r#"{"voter_id": "u", "verdict": "pass", "value": 1}"#
+            )),
+            ErrorCode::VoteValueConflict
+        );
+        assert_eq!(
+            code(&batch(r#"{"voter_id": "u"}"#)),
+            ErrorCode::VoteValueMissing
+        );
+        assert_eq!(
+            code(&batch(r#"{"voter_id": "u", "value": 1, "reputation": -1}"#)),
+            ErrorCode::NegativeReputation
+        );
         assert_eq!(code(&batch(r#"{"value": 1}"#)), ErrorCode::MissingField);
-        assert_eq!(code(&batch(r#"{"voter_id": "u", "value": 1, "value": 0}"#)), ErrorCode::DuplicateField);
+        assert_eq!(
+            code(&batch(r#"{"voter_id": "u", "value": 1, "value": 0}"#)),
+            ErrorCode::DuplicateField
+        );
         assert_eq!(code(&batch("3")), ErrorCode::NotObject);
+        assert_eq!(
+            read(&batch(r#"{"voter_id": "u", "value": 1}, [1]"#))
+                .unwrap_err()
+                .message,
+            "`votes[1]` must be a JSON object, found an array"
+        );
+        assert_eq!(code("[1, 2]"), ErrorCode::NotObject);
+        assert_eq!(code(r#""text""#), ErrorCode::NotObject);
+        assert_eq!(
+            code(r#"{"event_id": "e", "project_id": "p", "votes": null}"#),
+            ErrorCode::MissingField
+        );
+        assert_eq!(
+            code(r#"{"event_id": "e", "project_id": "p", "votes": "many"}"#),
+            ErrorCode::WrongType
+        );
+        assert_eq!(
+            code(r#"{"event_id": "e", "project_id": "p", "votes": [], "votes": []}"#),
+            ErrorCode::DuplicateField
+        );
         assert_eq!(
             code(r#"{"event_id": "e", "project_id": "p", "occurred_at": "noon", "votes": []}"#),
             ErrorCode::InvalidTimestamp
@@ -186,7 +475,9 @@ mod tests {
             ErrorCode::WrongType
         );
         assert_eq!(
-            code(r#"{"event_id": "e", "project_id": "p", "occurred_at": 9223372036854775807, "votes": []}"#),
+            code(
+                r#"{"event_id": "e", "project_id": "p", "occurred_at": 9223372036854775807, "votes": []}"#
+            ),
             ErrorCode::ValueOutOfRange
         );
     }
@@ -202,8 +493,15 @@ mod tests {
     fn unknown_fields_are_ignored_unless_configured() {
         let p = r#"{"event_id": "e", "project_id": "p", "extra": {"x": [1]}, "votes": [{"voter_id": "u", "value": 1, "why": "ok"}]}"#;
         assert_eq!(read(p), Ok(1));
-        let doc = parse(p.as_bytes()).unwrap();
-        let strict = VoteLimits { reject_unknown_fields: true, ..LIMITS };
-        assert_eq!(VoteBatch::from_json(&doc, strict).unwrap_err().code, ErrorCode::UnknownField);
+        let strict = VoteLimits {
+            reject_unknown_fields: true,
+            ..LIMITS
+        };
+        assert_eq!(
+            read_with(p, strict).unwrap_err().code,
+            ErrorCode::UnknownField
+        );
+        let e = read_with(r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": 1, "why": 1}]}"#, strict).unwrap_err();
+        assert_eq!(e.message, "`votes[0].why` is not a field of this event");
     }
 }

@@ -1,0 +1,106 @@
+//! The `replay` command end to end: the bundled example against its golden output, determinism,
+//! and standard input/output.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_jurystream");
+
+fn replay_file(input: &str) -> (String, String) {
+    let out = Command::new(BIN)
+        .args(["replay", "--input", input, "--output", "-"])
+        .env_remove("JURYSTREAM_CONFIG")
+        .output()
+        .expect("run jurystream");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn bundled_example_matches_its_golden_output() {
+    let (stdout, stderr) = replay_file("examples/demo.jsonl");
+    let expected = std::fs::read_to_string("examples/demo.expected.jsonl").unwrap();
+    assert_eq!(
+        stdout, expected,
+        "regenerate with: cargo run -- replay --input examples/demo.jsonl --output examples/demo.expected.jsonl"
+    );
+    assert!(stderr.starts_with("replay: "), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1);
+}
+
+#[test]
+fn golden_output_holds_the_contract_hand_check() {
+    let (stdout, _) = replay_file("examples/demo.jsonl");
+    let second: serde_json::Value = serde_json::from_str(stdout.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(second["value"]["score"], 0.5 * (-0.07f64).exp());
+    assert_eq!(second["value"]["score"], 0.46619690995297414);
+}
+
+#[test]
+fn replay_is_byte_deterministic_and_stdin_equals_file() {
+    let (a, _) = replay_file("examples/demo.jsonl");
+    let (b, _) = replay_file("examples/demo.jsonl");
+    assert_eq!(a, b);
+    let mut child = Command::new(BIN)
+        .args(["replay"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = std::fs::read("examples/demo.jsonl").unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), a);
+}
+
+#[test]
+fn bad_config_fails_at_start_naming_the_key() {
+    let out = Command::new(BIN)
+        .args(["replay", "--input", "examples/demo.jsonl"])
+        .env("JURYSTREAM_SCORING__LAMBDA", "-3")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("scoring.lambda"), "{stderr}");
+}
+
+#[test]
+fn environment_overrides_the_config_file() {
+    let out = Command::new(BIN)
+        .args([
+            "--config",
+            "config/jurystream.toml",
+            "replay",
+            "--input",
+            "examples/demo.jsonl",
+        ])
+        .env("JURYSTREAM_TOPICS__SCORES", "other.scores")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.starts_with(r#"{"topic":"other.scores""#), "{stdout}");
+}
+
+#[test]
+fn missing_input_file_is_a_clear_error() {
+    let out = Command::new(BIN)
+        .args(["replay", "--input", "no/such/file.jsonl"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no/such/file.jsonl"));
+}
