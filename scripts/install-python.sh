@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Creates .venv with the Python test dependencies (skipped when they are already there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import pytest, jsonschema, confluent_kafka" 2>/dev/null; then
+  .venv/bin/pip install --quiet -r tests/python/requirements.txt
+fi
