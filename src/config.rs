@@ -33,6 +33,9 @@ pub struct Config {
     pub topics: Topics,
     pub limits: Limits,
     pub scoring: Scoring,
+    pub sessions: Sessions,
+    pub bias: Bias,
+    pub leaderboard: Leaderboard,
 }
 
 /// Topic names, input and output.
@@ -129,6 +132,128 @@ impl Scoring {
     }
 }
 
+/// How a single-candidate session's judges are combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    WeightedAverage,
+    Median,
+    Highest,
+    Lowest,
+    Majority,
+    Unanimous,
+}
+
+/// How a multi-candidate session is ranked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    NormalizedScores,
+    Borda,
+}
+
+/// Judge sessions: completion and consensus.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sessions {
+    /// Scale of ballots that give none.
+    pub default_scale_min: f64,
+    pub default_scale_max: f64,
+    /// A session completes ("timeout") once its partition's event-time watermark passes its last
+    /// activity by this many seconds.
+    pub timeout_secs: u64,
+    /// Most open sessions per project and per input partition; beyond, the oldest is "evicted".
+    pub max_open_per_project: usize,
+    pub max_open_total: usize,
+    /// Completed session ids remembered per project, to dead-letter late ballots (`session_completed`).
+    pub completed_window: usize,
+    pub strategy: Strategy,
+    pub method: Method,
+    /// Drop a judge's score and rank for a candidate it authored.
+    pub exclude_self_votes: bool,
+    /// Judge weights for weighted averages (default 1.0), keyed by judge id.
+    pub judge_weights: BTreeMap<String, f64>,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Sessions {
+            default_scale_min: 1.0,
+            default_scale_max: 10.0,
+            timeout_secs: 300,
+            max_open_per_project: 1_000,
+            max_open_total: 100_000,
+            completed_window: 100_000,
+            strategy: Strategy::WeightedAverage,
+            method: Method::NormalizedScores,
+            exclude_self_votes: true,
+            judge_weights: BTreeMap::new(),
+        }
+    }
+}
+
+impl Sessions {
+    /// A judge's weight.
+    pub fn weight(&self, judge: &str) -> f64 {
+        self.judge_weights.get(judge).copied().unwrap_or(1.0)
+    }
+}
+
+/// Bias-audit thresholds; values are on the normalized 0..1 scale.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Bias {
+    /// Length bias: |r| above this ...
+    pub length_r: f64,
+    /// ... with a p-value below this.
+    pub length_p: f64,
+    /// Position bias: variance of per-position mean scores above this (0.0062 = 0.5 on 1..10).
+    pub position_variance: f64,
+    /// Self-vote inflation above this.
+    pub self_vote_inflation: f64,
+    /// Low agreement: agreement below this.
+    pub low_agreement: f64,
+    /// Project scope: minimum evidence before alerting.
+    pub project_min_length_pairs: u64,
+    pub project_min_judge_reviews: u64,
+    pub project_min_position_sessions: u64,
+    pub project_min_self_votes: u64,
+    /// Project scope: a judge is harsh/generous when its mean's 95% CI lies entirely more than
+    /// this far below/above the project's mean.
+    pub project_calibration_margin: f64,
+}
+
+impl Default for Bias {
+    fn default() -> Self {
+        Bias {
+            length_r: 0.3,
+            length_p: 0.05,
+            position_variance: 0.0062,
+            self_vote_inflation: 0.1,
+            low_agreement: 0.5,
+            project_min_length_pairs: 30,
+            project_min_judge_reviews: 50,
+            project_min_position_sessions: 20,
+            project_min_self_votes: 20,
+            project_calibration_margin: 0.1,
+        }
+    }
+}
+
+/// The cross-session leaderboard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Leaderboard {
+    /// Sliding event-time window in days.
+    pub window_days: u64,
+}
+
+impl Default for Leaderboard {
+    fn default() -> Self {
+        Leaderboard { window_days: 30 }
+    }
+}
+
 impl Config {
     /// Loads `path` (if given) over the defaults, then the `JURYSTREAM_*` environment, then validates.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
@@ -202,6 +327,48 @@ impl Config {
             rate(&format!("scoring.project_lambda.{project}"), *lambda)?;
         }
         unit_interval("scoring.initial_score", self.scoring.initial_score)?;
+        let se = &self.sessions;
+        if !se.default_scale_min.is_finite()
+            || !se.default_scale_max.is_finite()
+            || se.default_scale_min >= se.default_scale_max
+        {
+            return Err(invalid(
+                "sessions.default_scale_min",
+                "must be finite and below sessions.default_scale_max",
+            ));
+        }
+        positive("sessions.timeout_secs", se.timeout_secs as usize)?;
+        positive("sessions.max_open_per_project", se.max_open_per_project)?;
+        positive("sessions.max_open_total", se.max_open_total)?;
+        positive("sessions.completed_window", se.completed_window)?;
+        for (judge, w) in &se.judge_weights {
+            if !w.is_finite() || *w <= 0.0 {
+                return Err(invalid(
+                    &format!("sessions.judge_weights.{judge}"),
+                    format!("must be a finite number > 0, got {w}"),
+                ));
+            }
+        }
+        let b = &self.bias;
+        for (key, v) in [
+            ("bias.length_r", b.length_r),
+            ("bias.length_p", b.length_p),
+            ("bias.position_variance", b.position_variance),
+            ("bias.low_agreement", b.low_agreement),
+            (
+                "bias.project_calibration_margin",
+                b.project_calibration_margin,
+            ),
+        ] {
+            unit_interval(key, v)?;
+        }
+        if !b.self_vote_inflation.is_finite() {
+            return Err(invalid("bias.self_vote_inflation", "must be finite"));
+        }
+        positive(
+            "leaderboard.window_days",
+            self.leaderboard.window_days as usize,
+        )?;
         Ok(())
     }
 }
@@ -270,6 +437,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("scoring.project_lambda.p-1"), "{e}");
+    }
+
+    #[test]
+    fn session_settings_are_validated() {
+        let e = Config::from_toml("[sessions]\nstrategy = \"loudest\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("strategy"), "{e}");
+        let e = Config::from_toml("[sessions.judge_weights]\n\"openai/gpt-4o\" = 0")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sessions.judge_weights.openai/gpt-4o"), "{e}");
+        let c = Config::from_toml("[sessions]\nstrategy = \"median\"\nmethod = \"borda\"").unwrap();
+        assert_eq!(
+            (c.sessions.strategy, c.sessions.method),
+            (Strategy::Median, Method::Borda)
+        );
+        let e = Config::from_toml("[sessions]\ndefault_scale_min = 10")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sessions.default_scale_min"), "{e}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! is `{"topic", "key", "value"}` in processing order. The file is streamed, never loaded whole.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::io::{BufRead, Write};
 
 use serde::Deserialize;
@@ -84,7 +85,8 @@ pub fn replay(
     mut input: impl BufRead,
     mut output: impl Write,
 ) -> Result<Summary, ReplayError> {
-    let mut state = PartitionState::default();
+    // One state per (topic, partition), exactly as the Kafka service keeps it.
+    let mut states: HashMap<(String, i32), PartitionState> = HashMap::new();
     let reputations = ReputationTable::default();
     let mut summary = Summary::default();
     let mut line = Vec::with_capacity(1024);
@@ -116,7 +118,14 @@ pub fn replay(
                         timestamp_ms: env.timestamp_ms,
                         payload: payload.as_deref(),
                     };
-                    engine.process(&mut state, &reputations, &record, &mut outs)
+                    let partition = env.partition.unwrap_or(0);
+                    let state = match states.get_mut(&(env.topic.to_string(), partition)) {
+                        Some(state) => state,
+                        None => states
+                            .entry((env.topic.to_string(), partition))
+                            .or_default(),
+                    };
+                    engine.process(state, &reputations, &record, &mut outs)
                 }
                 Err(e) => reject_line(engine, line_no, text, &e, &mut outs),
             },

@@ -24,7 +24,10 @@ fn dead_letter_schema_lists_exactly_the_error_codes() {
 fn every_error_code_is_documented() {
     let doc = std::fs::read_to_string("docs/events.md").unwrap();
     for code in ErrorCode::ALL {
-        assert!(doc.contains(&format!("| `{}` |", code.as_str())), "docs/events.md lacks {code}");
+        assert!(
+            doc.contains(&format!("| `{}` |", code.as_str())),
+            "docs/events.md lacks {code}"
+        );
     }
 }
 
@@ -34,7 +37,8 @@ fn every_schema_is_json_with_a_title() {
     for entry in std::fs::read_dir("schemas").unwrap() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let v: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(v["title"].is_string(), "{}", path.display());
         assert_eq!(v["type"], "object", "{}", path.display());
         n += 1;

@@ -5,13 +5,19 @@
 //! updates that state and appends the records to publish. Because the engine sees nothing but
 //! records, the same input always produces the same output, whichever runtime drives it.
 
+pub mod bias;
+pub mod consensus;
 pub mod dedupe;
 pub mod fields;
 pub mod json;
+pub mod judge;
+pub mod leaderboard;
 pub mod output;
 pub mod rejection;
 pub mod reputation;
 pub mod score;
+pub mod session;
+pub mod stats;
 pub mod time;
 pub mod vote;
 
@@ -19,13 +25,18 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Config;
+use crate::config::{Config, Method};
+use bias::{ProjectAudit, audit_session, session_alerts};
+use consensus::{Consensus, JudgeCounts, Ranked, analyze, interpretation};
 use dedupe::RecentIds;
 use json::ParseFailure;
+use judge::{JudgeAction, JudgeEvent, JudgeLimits, Scale};
+use leaderboard::Board;
 use output::{DeadLetter, Output, OutputTopic, OutputValue, ScoreValue, Source};
 use rejection::{ErrorCode, Rejection};
 use reputation::{ReputationChange, ReputationTable};
 use score::{ProjectScore, weighted_mean};
+use session::{BookLimits, Completed, SessionBook};
 use time::EventTime;
 use vote::{RawBatch, VoteBatch, VoteLimits};
 
@@ -81,11 +92,25 @@ pub struct VoteProject {
     pub seen: RecentIds,
 }
 
-/// The state behind one input partition (or behind a whole replay): everything a record can
-/// change, so that a partition's state moves between instances as a unit.
+/// A project's judge-session state besides its open sessions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JudgeProject {
+    /// Accepted judge-scores `event_id`s, for duplicate detection.
+    pub seen: RecentIds,
+    pub audit: ProjectAudit,
+    pub board: Board,
+}
+
+/// The state behind one input partition: everything a record can change, so that a partition's
+/// state moves between instances as a unit (and replay keeps one per partition, like Kafka).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PartitionState {
+    /// `jury.votes`: project scores.
     pub projects: HashMap<String, VoteProject>,
+    /// `jury.judge-scores`: open sessions and the partition's watermark.
+    pub sessions: SessionBook,
+    /// `jury.judge-scores`: per-project dedupe, bias roll-up and leaderboard.
+    pub judge_projects: HashMap<String, JudgeProject>,
 }
 
 /// The stateless processor: configuration plus the code that applies records to state.
@@ -202,10 +227,10 @@ impl Engine {
                 reputations.apply(&change);
                 Ok(Outcome::Applied)
             }
-            InputTopic::JudgeScores => Err(Rejection::new(
-                ErrorCode::UnknownTopic,
-                "judge-score processing is not available in this build",
-            )),
+            InputTopic::JudgeScores => {
+                let doc = json::parse(payload).map_err(parse_rejection)?;
+                self.apply_judge(state, record, &doc, out)
+            }
         }
     }
 
@@ -331,6 +356,170 @@ impl Engine {
             Outcome::Applied
         })
     }
+}
+
+impl Engine {
+    fn judge_limits(&self) -> JudgeLimits {
+        let (l, s) = (&self.config.limits, &self.config.sessions);
+        JudgeLimits {
+            max_id_bytes: l.max_id_bytes,
+            reject_unknown_fields: l.reject_unknown_fields,
+            default_scale: Scale {
+                min: s.default_scale_min,
+                max: s.default_scale_max,
+            },
+        }
+    }
+
+    fn book_limits(&self) -> BookLimits {
+        let s = &self.config.sessions;
+        BookLimits {
+            timeout_secs: s.timeout_secs,
+            max_open_per_project: s.max_open_per_project,
+            max_open_total: s.max_open_total,
+            completed_window: s.completed_window,
+        }
+    }
+
+    fn apply_judge(
+        &self,
+        state: &mut PartitionState,
+        record: &Record<'_>,
+        doc: &json::Json<'_>,
+        out: &mut Vec<Output>,
+    ) -> Result<Outcome, Rejection> {
+        let event = JudgeEvent::from_json(doc, self.judge_limits())?;
+        let at = self.event_time(event.occurred_at, record)?;
+        let (project, session) = (event.project_id, event.session_id);
+        if state
+            .judge_projects
+            .get(project)
+            .is_some_and(|p| p.seen.contains(event.event_id))
+        {
+            return Err(Rejection::new(
+                ErrorCode::DuplicateEventId,
+                format!(
+                    "`event_id` {:?} was already applied to project {project:?}",
+                    event.event_id
+                ),
+            ));
+        }
+        if state.sessions.is_completed(project, session) {
+            return Err(Rejection::new(
+                ErrorCode::SessionCompleted,
+                format!("session {session:?} of project {project:?} has already completed"),
+            ));
+        }
+        state
+            .judge_projects
+            .entry(project.to_owned())
+            .or_default()
+            .seen
+            .insert(event.event_id, self.config.limits.dedupe_window);
+        let mut done = Vec::new();
+        match &event.action {
+            JudgeAction::Ballot(ballot) => {
+                state
+                    .sessions
+                    .ballot(project, session, ballot, at, self.book_limits(), &mut done)
+            }
+            JudgeAction::Close => {
+                state
+                    .sessions
+                    .close(project, session, at, self.book_limits(), &mut done)
+            }
+        }
+        for completed in done {
+            self.finish_session(state, completed, out);
+        }
+        Ok(Outcome::Applied)
+    }
+
+    /// Publishes a completed session: consensus, session and project bias alerts, leaderboard.
+    fn finish_session(&self, state: &mut PartitionState, c: Completed, out: &mut Vec<Output>) {
+        let cfg = &self.config;
+        let analysis = analyze(&c.session, &cfg.sessions);
+        let audit = audit_session(&analysis, &cfg.bias);
+        let key = Some(c.project_id.clone());
+        let record = ConsensusRecord {
+            project_id: &c.project_id,
+            session_id: &c.session_id,
+            completed_by: c.by.as_str(),
+            method: match cfg.sessions.method {
+                Method::NormalizedScores => "normalized_scores",
+                Method::Borda => "borda",
+            },
+            category: c.session.category.as_deref(),
+            last_event_at: c.at.to_string(),
+            judges: analysis.judges,
+            consensus: analysis.consensus.as_ref(),
+            agreement: analysis.agreement,
+            krippendorff_alpha: analysis.krippendorff_alpha,
+            rankings: &analysis.rankings,
+            bias: SessionBias {
+                length_r: audit.length_r,
+                length_p: audit.length_p,
+                position_variance: audit.position_variance,
+                risk: audit.risk,
+            },
+            interpretation: interpretation(&analysis),
+        };
+        out.push(Output::json(OutputTopic::Consensus, key.clone(), &record));
+        for alert in session_alerts(&c.project_id, &c.session_id, &analysis, &audit, &cfg.bias) {
+            out.push(Output::json(OutputTopic::BiasAlerts, key.clone(), &alert));
+        }
+        let project = state
+            .judge_projects
+            .entry(c.project_id.clone())
+            .or_default();
+        for alert in
+            project
+                .audit
+                .update(&c.project_id, &c.session_id, &analysis, &audit, &cfg.bias)
+        {
+            out.push(Output::json(OutputTopic::BiasAlerts, key.clone(), &alert));
+        }
+        let category = c.session.category.as_deref();
+        for standing in project.board.add(
+            &c.project_id,
+            category,
+            c.at,
+            &analysis,
+            cfg.leaderboard.window_days,
+        ) {
+            out.push(Output::json(
+                OutputTopic::Leaderboard,
+                Some(standing.key()),
+                &standing,
+            ));
+        }
+    }
+}
+
+/// `jury.consensus`: one record per completed session.
+#[derive(Debug, Serialize)]
+struct ConsensusRecord<'a> {
+    project_id: &'a str,
+    session_id: &'a str,
+    completed_by: &'static str,
+    method: &'static str,
+    category: Option<&'a str>,
+    last_event_at: String,
+    judges: JudgeCounts,
+    consensus: Option<&'a Consensus>,
+    agreement: Option<f64>,
+    krippendorff_alpha: Option<f64>,
+    rankings: &'a [Ranked],
+    bias: SessionBias,
+    interpretation: String,
+}
+
+#[derive(Debug, Serialize)]
+struct SessionBias {
+    length_r: f64,
+    length_p: f64,
+    position_variance: Option<f64>,
+    risk: &'static str,
 }
 
 /// The rejection for a payload that is not JSON at all.

@@ -406,3 +406,267 @@ proptest! {
         prop_assert_eq!(h.out.len(), 1);
     }
 }
+
+fn ballot(event: &str, session: &str, secs: i64, judge: &str, rest: &str) -> String {
+    format!(
+        r#"{{"event_id": "{event}", "project_id": "proj-42", "session_id": "{session}", "occurred_at": {}, "judge": "{judge}"{rest}}}"#,
+        1_795_168_800_000 + secs * 1000
+    )
+}
+
+fn topics(out: &[Output]) -> Vec<OutputTopic> {
+    out.iter().map(|o| o.topic).collect()
+}
+
+fn consensus_of(h: &Harness) -> Value {
+    let c = h
+        .out
+        .iter()
+        .find(|o| o.topic == OutputTopic::Consensus)
+        .expect("a consensus record");
+    serde_json::from_str(&c.render()).unwrap()
+}
+
+#[test]
+fn session_completes_when_all_expected_judges_reported() {
+    let mut h = Harness::new();
+    let meta = r#", "scores": {"A": 8, "B": 3}, "expected_judges": 3, "candidates": {"A": {"author": "m-a"}, "B": {"author": "m-b"}}, "category": "coding""#;
+    assert_eq!(
+        h.send("jury.judge-scores", &ballot("e1", "s1", 0, "j1", meta)),
+        Outcome::Applied
+    );
+    assert!(h.out.is_empty());
+    h.send(
+        "jury.judge-scores",
+        &ballot("e2", "s1", 1, "j2", r#", "scores": {"A": 7, "B": 4}"#),
+    );
+    assert!(h.out.is_empty());
+    h.send(
+        "jury.judge-scores",
+        &ballot("e3", "s1", 2, "j3", r#", "status": "abstained""#),
+    );
+    assert_eq!(
+        topics(&h.out),
+        [
+            OutputTopic::Consensus,
+            OutputTopic::Leaderboard,
+            OutputTopic::Leaderboard
+        ]
+    );
+    let c = consensus_of(&h);
+    assert_eq!(c["completed_by"], "all_judges");
+    assert_eq!(
+        c["judges"],
+        serde_json::json!({"ok": 2, "failed": 0, "abstained": 1})
+    );
+    assert_eq!(c["rankings"][0]["candidate"], "A");
+    assert_eq!(c["consensus"], Value::Null);
+    assert_eq!(c["category"], "coding");
+    let board: Value = serde_json::from_str(&h.out[1].render()).unwrap();
+    assert_eq!(h.out[1].key.as_deref(), Some("proj-42/coding/m-a"));
+    assert_eq!(
+        (board["wins"].as_u64(), board["sessions"].as_u64()),
+        (Some(1), Some(1))
+    );
+    // A late ballot for the completed session is dead-lettered and changes nothing.
+    let before = h.state.clone();
+    assert_eq!(
+        h.send(
+            "jury.judge-scores",
+            &ballot("e4", "s1", 3, "j4", r#", "scores": {"A": 1}"#)
+        ),
+        Outcome::Rejected(ErrorCode::SessionCompleted)
+    );
+    assert_eq!(h.state, before);
+}
+
+#[test]
+fn session_close_and_unknown_session_close() {
+    let mut h = Harness::new();
+    h.send(
+        "jury.judge-scores",
+        &ballot("e1", "s1", 0, "j1", r#", "scores": {"A": 8}"#),
+    );
+    let close = |id: &str, s: &str| {
+        format!(
+            r#"{{"type": "session_close", "event_id": "{id}", "project_id": "proj-42", "session_id": "{s}", "occurred_at": 1795168805000}}"#
+        )
+    };
+    h.send("jury.judge-scores", &close("c1", "s1"));
+    let c = consensus_of(&h);
+    assert_eq!(
+        (c["completed_by"].as_str(), c["consensus"]["value"].as_f64()),
+        (Some("session_close"), Some(7.0 / 9.0))
+    );
+    assert_eq!(c["consensus"]["strategy"], "weighted_average");
+    h.send("jury.judge-scores", &close("c2", "never-seen"));
+    let c = consensus_of(&h);
+    assert_eq!(
+        (
+            c["session_id"].as_str(),
+            c["consensus"]["strategy"].as_str()
+        ),
+        (Some("never-seen"), Some("none"))
+    );
+    assert_eq!(
+        h.send("jury.judge-scores", &close("c3", "s1")),
+        Outcome::Rejected(ErrorCode::SessionCompleted)
+    );
+    assert_eq!(
+        h.send("jury.judge-scores", &close("c1", "s9")),
+        Outcome::Rejected(ErrorCode::DuplicateEventId)
+    );
+}
+
+#[test]
+fn watermark_times_sessions_out() {
+    let mut h = Harness::new();
+    h.send(
+        "jury.judge-scores",
+        &ballot("e1", "old", 0, "j1", r#", "scores": {"A": 5}"#),
+    );
+    // 300 s later exactly: not yet past the timeout.
+    h.send(
+        "jury.judge-scores",
+        &ballot("e2", "new", 300, "j1", r#", "scores": {"A": 5}"#),
+    );
+    assert!(h.out.is_empty());
+    h.send(
+        "jury.judge-scores",
+        &ballot("e3", "new", 301, "j2", r#", "scores": {"A": 6}"#),
+    );
+    let c = consensus_of(&h);
+    assert_eq!(
+        (c["session_id"].as_str(), c["completed_by"].as_str()),
+        (Some("old"), Some("timeout"))
+    );
+    assert_eq!(c["last_event_at"], "2026-11-20T10:05:01Z");
+    assert_eq!(h.state.sessions.open_sessions(), 1);
+}
+
+#[test]
+fn open_session_bounds_evict_the_oldest() {
+    let mut config = Config::default();
+    config.sessions.max_open_per_project = 2;
+    let mut h = Harness {
+        engine: Engine::new(config),
+        ..Harness::new()
+    };
+    for (i, s) in ["s1", "s2", "s3"].iter().enumerate() {
+        h.send(
+            "jury.judge-scores",
+            &ballot(
+                &format!("e{i}"),
+                s,
+                i as i64,
+                "j1",
+                r#", "scores": {"A": 5}"#,
+            ),
+        );
+    }
+    let c = consensus_of(&h);
+    assert_eq!(
+        (c["session_id"].as_str(), c["completed_by"].as_str()),
+        (Some("s1"), Some("evicted"))
+    );
+    assert_eq!(h.state.sessions.open_sessions(), 2);
+}
+
+#[test]
+fn judge_score_rejections_leave_state_unchanged() {
+    let mut h = Harness::new();
+    h.send(
+        "jury.judge-scores",
+        &ballot("e1", "s1", 0, "j1", r#", "scores": {"A": 5}"#),
+    );
+    let before = h.state.clone();
+    for (payload, code) in [
+        (
+            ballot("e2", "s1", 1, "j2", r#", "scores": {"A": 50}"#),
+            ErrorCode::ScoreOutOfScale,
+        ),
+        (
+            ballot("e2", "s1", 1, "j2", r#", "status": "asleep""#),
+            ErrorCode::UnknownStatus,
+        ),
+        (
+            ballot("e2", "s1", 1, "j2", r#", "type": "judge_vote""#),
+            ErrorCode::UnknownType,
+        ),
+        (
+            ballot(
+                "e2",
+                "s1",
+                1,
+                "j2",
+                r#", "scores": {"A": 5}, "scale": {"min": 3, "max": 2}"#,
+            ),
+            ErrorCode::InvalidScale,
+        ),
+        (
+            ballot("e1", "s1", 1, "j2", r#", "scores": {"A": 5}"#),
+            ErrorCode::DuplicateEventId,
+        ),
+    ] {
+        assert_eq!(
+            h.send("jury.judge-scores", &payload),
+            Outcome::Rejected(code),
+            "{payload}"
+        );
+        assert_eq!(h.state, before);
+    }
+}
+
+#[test]
+fn biased_session_emits_alerts_after_consensus() {
+    let mut h = Harness::new();
+    // Longer answers score higher for every judge; positions favour the first slot.
+    let meta = r#", "expected_judges": 3, "candidates": {"A": {"words": 100, "position": 2}, "B": {"words": 200, "position": 1}, "C": {"words": 300, "position": 0}, "D": {"words": 400, "position": 3}}"#;
+    h.send(
+        "jury.judge-scores",
+        &ballot(
+            "e1",
+            "s",
+            0,
+            "j1",
+            &format!(r#", "scores": {{"A": 1, "B": 4, "C": 7, "D": 10}}{meta}"#),
+        ),
+    );
+    h.send(
+        "jury.judge-scores",
+        &ballot(
+            "e2",
+            "s",
+            1,
+            "j2",
+            r#", "scores": {"A": 2, "B": 4, "C": 7, "D": 9}"#,
+        ),
+    );
+    h.send(
+        "jury.judge-scores",
+        &ballot(
+            "e3",
+            "s",
+            2,
+            "j3",
+            r#", "scores": {"A": 1, "B": 5, "C": 6, "D": 10}"#,
+        ),
+    );
+    assert_eq!(h.out[0].topic, OutputTopic::Consensus);
+    let kinds: Vec<String> = h
+        .out
+        .iter()
+        .filter(|o| o.topic == OutputTopic::BiasAlerts)
+        .map(|o| {
+            serde_json::from_str::<Value>(&o.render()).unwrap()["kind"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    assert!(kinds.contains(&"length_bias".to_owned()), "{kinds:?}");
+    assert!(kinds.contains(&"position_bias".to_owned()), "{kinds:?}");
+    let c = consensus_of(&h);
+    assert!(c["bias"]["length_r"].as_f64().unwrap() > 0.95);
+    assert_eq!(c["bias"]["risk"], "medium");
+}

@@ -31,6 +31,12 @@ pub enum TimeError {
 }
 
 impl EventTime {
+    /// The earliest representable instant.
+    pub const MIN: EventTime = EventTime {
+        secs: MIN_SECS,
+        nanos: 0,
+    };
+
     /// Builds a time from seconds and nanoseconds since the Unix epoch.
     pub fn new(secs: i64, nanos: u32) -> Result<Self, TimeError> {
         if nanos >= 1_000_000_000 || !(MIN_SECS..=MAX_SECS).contains(&secs) {

@@ -1,0 +1,569 @@
+//! The bias audit: per session (length, position, calibration, self-votes, agreement) and rolled
+//! up per project across sessions, where evidence accumulates until it is statistically sound.
+//!
+//! Session findings alert at once (a session is its own sample). Project findings pool every
+//! session of the project and alert only with enough evidence and a 95% confidence interval that
+//! excludes the healthy range; they alert when a finding *becomes* true and re-arm once it is no
+//! longer true (hysteresis), so a persistent bias is one alert, not one per session.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::consensus::Analysis;
+use super::stats::{self, Running};
+use crate::config::Bias;
+
+const Z95: f64 = 1.96;
+
+/// One judge's calibration in a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Calibration {
+    pub judge: String,
+    pub mean: f64,
+    pub std: f64,
+    pub reviews: usize,
+}
+
+/// The session audit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionAudit {
+    pub length_r: f64,
+    pub length_p: f64,
+    /// Candidates with both `words` and a mean score.
+    pub length_n: usize,
+    /// Whether r was computable (>= 3 pairs, neither variable constant).
+    pub length_defined: bool,
+    pub position_variance: Option<f64>,
+    /// Per display position: the counted scores of candidates shown there.
+    pub position_scores: BTreeMap<u64, Vec<f64>>,
+    pub calibration: Vec<Calibration>,
+    /// median and population std of the judges' means (None below two judges).
+    pub calibration_center: Option<(f64, f64)>,
+    /// (judge, candidate, own score - others' mean).
+    pub self_inflation: Vec<(String, String, f64)>,
+    pub length_bias: bool,
+    pub position_bias: bool,
+    pub harsh: Vec<String>,
+    pub generous: Vec<String>,
+    pub risk: &'static str,
+}
+
+/// A `jury.bias-alerts` record.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BiasAlert {
+    pub project_id: String,
+    pub session_id: String,
+    pub scope: &'static str,
+    pub kind: &'static str,
+    pub subject: Option<String>,
+    pub value: f64,
+    pub threshold: f64,
+    pub p_value: Option<f64>,
+    pub sample_size: u64,
+    pub risk: &'static str,
+    pub detail: String,
+}
+
+/// low / medium / high from the number of findings among length, position, harsh, generous.
+pub fn risk_level(findings: usize) -> &'static str {
+    match findings {
+        0 => "low",
+        1 | 2 => "medium",
+        _ => "high",
+    }
+}
+
+/// Audits one analyzed session.
+pub fn audit_session(a: &Analysis, cfg: &Bias) -> SessionAudit {
+    let (mut words, mut means) = (Vec::new(), Vec::new());
+    for r in &a.rankings {
+        if let (Some(w), Some(m)) = (
+            a.candidates.get(&r.candidate).and_then(|c| c.words),
+            r.mean_score,
+        ) {
+            words.push(w);
+            means.push(m);
+        }
+    }
+    let (length_r, length_p) = stats::pearson(&words, &means);
+    let length_defined = words.len() >= 3 && (length_r, length_p) != (0.0, 1.0);
+    let length_bias = length_r.abs() > cfg.length_r && length_p < cfg.length_p;
+
+    let mut position_scores: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    for (c, scores) in &a.scores {
+        if let Some(pos) = a.candidates.get(c).and_then(|m| m.position)
+            && !scores.is_empty()
+        {
+            position_scores
+                .entry(pos)
+                .or_default()
+                .extend(scores.iter().map(|(_, n)| *n));
+        }
+    }
+    let position_means: Vec<f64> = position_scores
+        .values()
+        .filter_map(|v| stats::mean(v))
+        .collect();
+    let position_variance = stats::var_pop(&position_means);
+    let position_bias = position_variance.is_some_and(|v| v > cfg.position_variance);
+
+    let mut per_judge: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for scores in a.scores.values() {
+        for (j, n) in scores {
+            per_judge.entry(j.as_str()).or_default().push(*n);
+        }
+    }
+    let calibration: Vec<Calibration> = per_judge
+        .iter()
+        .map(|(j, v)| Calibration {
+            judge: j.to_string(),
+            mean: stats::mean(v).unwrap_or(0.0),
+            std: stats::std_pop(v).unwrap_or(0.0),
+            reviews: v.len(),
+        })
+        .collect();
+    let judge_means: Vec<f64> = calibration.iter().map(|c| c.mean).collect();
+    let calibration_center = (judge_means.len() >= 2).then(|| {
+        (
+            stats::median(&judge_means).unwrap_or(0.0),
+            stats::std_pop(&judge_means).unwrap_or(0.0),
+        )
+    });
+    let (mut harsh, mut generous) = (Vec::new(), Vec::new());
+    if let Some((med, sd)) = calibration_center {
+        for c in &calibration {
+            if c.mean < med - sd {
+                harsh.push(c.judge.clone());
+            } else if c.mean > med + sd {
+                generous.push(c.judge.clone());
+            }
+        }
+    }
+
+    let self_inflation = a
+        .self_scores
+        .iter()
+        .filter_map(|(judge, c, own)| {
+            let others: Vec<f64> = a
+                .scores
+                .get(c)?
+                .iter()
+                .filter(|(j, _)| j != judge)
+                .map(|(_, n)| *n)
+                .collect();
+            stats::mean(&others).map(|m| (judge.clone(), c.clone(), own - m))
+        })
+        .collect();
+
+    let findings = [
+        length_bias,
+        position_bias,
+        !harsh.is_empty(),
+        !generous.is_empty(),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
+    SessionAudit {
+        length_r,
+        length_p,
+        length_n: words.len(),
+        length_defined,
+        position_variance,
+        position_scores,
+        calibration,
+        calibration_center,
+        self_inflation,
+        length_bias,
+        position_bias,
+        harsh,
+        generous,
+        risk: risk_level(findings),
+    }
+}
+
+/// The session-scope alerts of an audit.
+pub fn session_alerts(
+    project: &str,
+    session: &str,
+    a: &Analysis,
+    audit: &SessionAudit,
+    cfg: &Bias,
+) -> Vec<BiasAlert> {
+    let alert = |kind: &'static str,
+                 subject: Option<String>,
+                 value: f64,
+                 threshold: f64,
+                 p: Option<f64>,
+                 n: usize,
+                 detail: String| {
+        BiasAlert {
+            project_id: project.to_owned(),
+            session_id: session.to_owned(),
+            scope: "session",
+            kind,
+            subject,
+            value,
+            threshold,
+            p_value: p,
+            sample_size: n as u64,
+            risk: audit.risk,
+            detail,
+        }
+    };
+    let mut out = Vec::new();
+    if audit.length_bias {
+        out.push(alert(
+            "length_bias",
+            None,
+            audit.length_r,
+            cfg.length_r,
+            Some(audit.length_p),
+            audit.length_n,
+            format!(
+                "scores correlate with answer length (r = {:.3}, p = {:.4})",
+                audit.length_r, audit.length_p
+            ),
+        ));
+    }
+    if let (true, Some(v)) = (audit.position_bias, audit.position_variance) {
+        out.push(alert(
+            "position_bias",
+            None,
+            v,
+            cfg.position_variance,
+            None,
+            audit.position_scores.len(),
+            format!("mean scores differ by display position (variance {v:.5})"),
+        ));
+    }
+    if let Some((med, sd)) = audit.calibration_center {
+        for c in &audit.calibration {
+            if audit.harsh.contains(&c.judge) {
+                out.push(alert(
+                    "harsh_reviewer",
+                    Some(c.judge.clone()),
+                    c.mean,
+                    med - sd,
+                    None,
+                    c.reviews,
+                    format!(
+                        "{} scores below the other judges (mean {:.3} < {:.3})",
+                        c.judge,
+                        c.mean,
+                        med - sd
+                    ),
+                ));
+            } else if audit.generous.contains(&c.judge) {
+                out.push(alert(
+                    "generous_reviewer",
+                    Some(c.judge.clone()),
+                    c.mean,
+                    med + sd,
+                    None,
+                    c.reviews,
+                    format!(
+                        "{} scores above the other judges (mean {:.3} > {:.3})",
+                        c.judge,
+                        c.mean,
+                        med + sd
+                    ),
+                ));
+            }
+        }
+    }
+    for (judge, c, inflation) in &audit.self_inflation {
+        if *inflation > cfg.self_vote_inflation {
+            let n = a.scores.get(c).map_or(0, Vec::len) + 1;
+            out.push(alert(
+                "self_vote_inflation",
+                Some(judge.clone()),
+                *inflation,
+                cfg.self_vote_inflation,
+                None,
+                n,
+                format!(
+                    "{judge} rated its own candidate {c} {inflation:.3} above the other judges"
+                ),
+            ));
+        }
+    }
+    if let Some(agreement) = a.agreement
+        && agreement < cfg.low_agreement
+    {
+        out.push(alert(
+            "low_agreement",
+            None,
+            agreement,
+            cfg.low_agreement,
+            None,
+            a.judges.ok,
+            format!("judges agree weakly (agreement {agreement:.3})"),
+        ));
+    }
+    out
+}
+
+/// Fisher-z pooling of per-session correlations, weighted by n - 3.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct FisherPool {
+    pub weight: f64,
+    pub weighted_z: f64,
+    pub pairs: u64,
+}
+
+impl FisherPool {
+    pub fn add(&mut self, r: f64, n: usize) {
+        if n < 4 {
+            return;
+        }
+        let w = (n - 3) as f64;
+        self.weight += w;
+        self.weighted_z += w * r.clamp(-0.999_999, 0.999_999).atanh();
+        self.pairs += n as u64;
+    }
+
+    /// Pooled r with its 95% CI and two-sided p (normal approximation of z).
+    pub fn pooled(&self) -> Option<(f64, f64, f64, f64)> {
+        if self.weight <= 0.0 {
+            return None;
+        }
+        let z = self.weighted_z / self.weight;
+        let se = 1.0 / self.weight.sqrt();
+        Some((
+            z.tanh(),
+            (z - Z95 * se).tanh(),
+            (z + Z95 * se).tanh(),
+            stats::normal_two_sided_p(z / se),
+        ))
+    }
+}
+
+/// A project's pooled audit state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProjectAudit {
+    pub length: FisherPool,
+    pub reviews: Running,
+    pub judges: BTreeMap<String, Running>,
+    pub positions: BTreeMap<u64, Running>,
+    pub position_sessions: u64,
+    pub self_inflation: BTreeMap<String, Running>,
+    /// Findings currently true ("kind" or "kind/subject"): alerts fire on entering this set.
+    pub active: BTreeSet<String>,
+}
+
+impl ProjectAudit {
+    /// Adds a session's evidence and returns the project alerts whose findings just became true.
+    pub fn update(
+        &mut self,
+        project: &str,
+        session: &str,
+        a: &Analysis,
+        audit: &SessionAudit,
+        cfg: &Bias,
+    ) -> Vec<BiasAlert> {
+        if audit.length_defined {
+            self.length.add(audit.length_r, audit.length_n);
+        }
+        for scores in a.scores.values() {
+            for (judge, n) in scores {
+                self.judges.entry(judge.clone()).or_default().push(*n);
+                self.reviews.push(*n);
+            }
+        }
+        if !audit.position_scores.is_empty() {
+            self.position_sessions += 1;
+            for (pos, scores) in &audit.position_scores {
+                let r = self.positions.entry(*pos).or_default();
+                scores.iter().for_each(|n| r.push(*n));
+            }
+        }
+        for (judge, _, inflation) in &audit.self_inflation {
+            self.self_inflation
+                .entry(judge.clone())
+                .or_default()
+                .push(*inflation);
+        }
+        self.findings(project, session, cfg)
+    }
+
+    fn findings(&mut self, project: &str, session: &str, cfg: &Bias) -> Vec<BiasAlert> {
+        // Each finding now true, keyed "kind" or "kind/subject"; risk is filled in at the end.
+        let mut now: Vec<(String, BiasAlert)> = Vec::new();
+        let mut push = |key: String,
+                        kind: &'static str,
+                        subject: Option<String>,
+                        value: f64,
+                        threshold: f64,
+                        p_value: Option<f64>,
+                        sample_size: u64,
+                        detail: String| {
+            now.push((
+                key,
+                BiasAlert {
+                    project_id: project.to_owned(),
+                    session_id: session.to_owned(),
+                    scope: "project",
+                    kind,
+                    subject,
+                    value,
+                    threshold,
+                    p_value,
+                    sample_size,
+                    risk: "low",
+                    detail,
+                },
+            ));
+        };
+        if self.length.pairs >= cfg.project_min_length_pairs
+            && let Some((r, lo, hi, p)) = self.length.pooled()
+            && (lo > cfg.length_r || hi < -cfg.length_r)
+        {
+            push(
+                "length_bias".into(),
+                "length_bias",
+                None,
+                r,
+                cfg.length_r,
+                Some(p),
+                self.length.pairs,
+                format!(
+                    "pooled r = {r:.3}, 95% CI [{lo:.3}, {hi:.3}] over {} length pairs",
+                    self.length.pairs
+                ),
+            );
+        }
+        let center = self.reviews.mean;
+        for (judge, r) in &self.judges {
+            if r.n < cfg.project_min_judge_reviews {
+                continue;
+            }
+            let (lo, hi) = (r.mean - Z95 * r.std_error(), r.mean + Z95 * r.std_error());
+            let margin = cfg.project_calibration_margin;
+            if hi < center - margin {
+                push(
+                    format!("harsh_reviewer/{judge}"),
+                    "harsh_reviewer",
+                    Some(judge.clone()),
+                    r.mean,
+                    center - margin,
+                    None,
+                    r.n,
+                    format!(
+                        "{judge} mean {:.3}, 95% CI [{lo:.3}, {hi:.3}], project mean {center:.3}",
+                        r.mean
+                    ),
+                );
+            } else if lo > center + margin {
+                push(
+                    format!("generous_reviewer/{judge}"),
+                    "generous_reviewer",
+                    Some(judge.clone()),
+                    r.mean,
+                    center + margin,
+                    None,
+                    r.n,
+                    format!(
+                        "{judge} mean {:.3}, 95% CI [{lo:.3}, {hi:.3}], project mean {center:.3}",
+                        r.mean
+                    ),
+                );
+            }
+        }
+        if self.position_sessions >= cfg.project_min_position_sessions {
+            let pos: Vec<&Running> = self.positions.values().filter(|r| r.n >= 2).collect();
+            let means: Vec<f64> = pos.iter().map(|r| r.mean).collect();
+            if let (Some(var), Some(hi), Some(lo)) = (
+                stats::var_pop(&means),
+                pos.iter().max_by(|a, b| a.mean.total_cmp(&b.mean)),
+                pos.iter().min_by(|a, b| a.mean.total_cmp(&b.mean)),
+            ) {
+                let gap = hi.mean
+                    - lo.mean
+                    - Z95 * (hi.std_error().powi(2) + lo.std_error().powi(2)).sqrt();
+                if var > cfg.position_variance && gap > 0.0 {
+                    push(
+                        "position_bias".into(),
+                        "position_bias",
+                        None,
+                        var,
+                        cfg.position_variance,
+                        None,
+                        self.position_sessions,
+                        format!(
+                            "per-position means differ (variance {var:.5}) over {} sessions",
+                            self.position_sessions
+                        ),
+                    );
+                }
+            }
+        }
+        for (judge, r) in &self.self_inflation {
+            if r.n >= cfg.project_min_self_votes
+                && r.mean - Z95 * r.std_error() > cfg.self_vote_inflation
+            {
+                push(
+                    format!("self_vote_inflation/{judge}"),
+                    "self_vote_inflation",
+                    Some(judge.clone()),
+                    r.mean,
+                    cfg.self_vote_inflation,
+                    None,
+                    r.n,
+                    format!(
+                        "{judge} inflates its own candidates by {:.3} on average over {} self-votes",
+                        r.mean, r.n
+                    ),
+                );
+            }
+        }
+        let current: BTreeSet<String> = now.iter().map(|f| f.0.clone()).collect();
+        let findings = [
+            "length_bias",
+            "position_bias",
+            "harsh_reviewer/",
+            "generous_reviewer/",
+        ]
+        .iter()
+        .filter(|k| {
+            current
+                .iter()
+                .any(|c| c == *k || (k.ends_with('/') && c.starts_with(*k)))
+        })
+        .count();
+        let risk = risk_level(findings);
+        let fresh: Vec<BiasAlert> = now
+            .into_iter()
+            .filter(|(key, _)| !self.active.contains(key))
+            .map(|(_, alert)| BiasAlert { risk, ..alert })
+            .collect();
+        self.active = current;
+        fresh
+    }
+}
+
+#[cfg(test)]
+impl ProjectAudit {
+    /// Test helper: feeds `session` up to `limit` times and counts length alerts until the first.
+    fn findings_after(
+        &mut self,
+        a: &Analysis,
+        audit: &SessionAudit,
+        cfg: &Bias,
+        limit: usize,
+    ) -> usize {
+        (0..limit)
+            .map(|i| {
+                self.update("p", &format!("again{i}"), a, audit, cfg)
+                    .iter()
+                    .filter(|x| x.kind == "length_bias")
+                    .count()
+            })
+            .find(|n| *n > 0)
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests;

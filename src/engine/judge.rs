@@ -1,0 +1,510 @@
+//! `jury.judge-scores`: LLM-judge ballots and session closes.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::fields::{Fields, check_id, wrong_type};
+use super::json::Json;
+use super::rejection::{ErrorCode, Rejection};
+use super::time::EventTime;
+
+/// A judge's status for a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    Failed,
+    Abstained,
+}
+
+/// A score scale; scores are normalized to `(s - min) / (max - min)`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Scale {
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Candidate metadata; a later value of each field wins when ballots are merged.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CandidateMeta {
+    pub author: Option<String>,
+    pub words: Option<f64>,
+    pub position: Option<u64>,
+}
+
+impl CandidateMeta {
+    /// Overwrites the fields `newer` sets.
+    pub fn merge(&mut self, newer: &CandidateMeta) {
+        if newer.author.is_some() {
+            self.author.clone_from(&newer.author);
+        }
+        if newer.words.is_some() {
+            self.words = newer.words;
+        }
+        if newer.position.is_some() {
+            self.position = newer.position;
+        }
+    }
+}
+
+/// A validated judge ballot, scores already normalized to 0..=1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BallotEvent<'d> {
+    pub judge: &'d str,
+    pub status: Status,
+    /// Normalized scores by candidate (only for `ok` ballots).
+    pub scores: BTreeMap<String, f64>,
+    pub ranking: Option<Vec<String>>,
+    pub candidates: BTreeMap<String, CandidateMeta>,
+    pub expected_judges: Option<u32>,
+    pub category: Option<&'d str>,
+}
+
+/// What a `jury.judge-scores` event asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JudgeAction<'d> {
+    Ballot(BallotEvent<'d>),
+    Close,
+}
+
+/// A validated `jury.judge-scores` event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JudgeEvent<'d> {
+    pub event_id: &'d str,
+    pub project_id: &'d str,
+    pub session_id: &'d str,
+    pub occurred_at: Option<EventTime>,
+    pub action: JudgeAction<'d>,
+}
+
+/// Limits and defaults that apply while reading.
+#[derive(Debug, Clone, Copy)]
+pub struct JudgeLimits {
+    pub max_id_bytes: usize,
+    pub reject_unknown_fields: bool,
+    pub default_scale: Scale,
+}
+
+const BALLOT_FIELDS: [&str; 13] = [
+    "type",
+    "event_id",
+    "project_id",
+    "session_id",
+    "occurred_at",
+    "judge",
+    "status",
+    "scores",
+    "scale",
+    "ranking",
+    "candidates",
+    "expected_judges",
+    "category",
+];
+const CLOSE_FIELDS: [&str; 5] = [
+    "type",
+    "event_id",
+    "project_id",
+    "session_id",
+    "occurred_at",
+];
+
+impl<'d> JudgeEvent<'d> {
+    /// Validates a parsed payload against the `jury.judge-scores` contract.
+    pub fn from_json(doc: &'d Json<'_>, limits: JudgeLimits) -> Result<JudgeEvent<'d>, Rejection> {
+        // Read `type` first: it decides which fields exist.
+        let loose = Fields::of(doc, "", &BALLOT_FIELDS, false)?;
+        let kind = loose.opt_str("type")?.unwrap_or("judge_score");
+        let known: &[&str] = match kind {
+            "judge_score" => &BALLOT_FIELDS,
+            "session_close" => &CLOSE_FIELDS,
+            other => {
+                return Err(Rejection::new(
+                    ErrorCode::UnknownType,
+                    format!("`type` is {other:?}; expected \"judge_score\" or \"session_close\""),
+                ));
+            }
+        };
+        let f = Fields::of(doc, "", known, limits.reject_unknown_fields)?;
+        let event_id = f.id("event_id", limits.max_id_bytes)?;
+        let project_id = f.id("project_id", limits.max_id_bytes)?;
+        let session_id = f.id("session_id", limits.max_id_bytes)?;
+        let occurred_at = f.opt_time("occurred_at")?;
+        let action = if kind == "session_close" {
+            JudgeAction::Close
+        } else {
+            JudgeAction::Ballot(read_ballot(&f, limits)?)
+        };
+        Ok(JudgeEvent {
+            event_id,
+            project_id,
+            session_id,
+            occurred_at,
+            action,
+        })
+    }
+}
+
+fn read_ballot<'d>(
+    f: &Fields<'d, '_, '_>,
+    limits: JudgeLimits,
+) -> Result<BallotEvent<'d>, Rejection> {
+    let judge = f.id("judge", limits.max_id_bytes)?;
+    let status = match f.opt_str("status")?.unwrap_or("ok") {
+        "ok" => Status::Ok,
+        "failed" => Status::Failed,
+        "abstained" => Status::Abstained,
+        other => {
+            return Err(Rejection::new(
+                ErrorCode::UnknownStatus,
+                format!("`status` is {other:?}; expected \"ok\", \"failed\" or \"abstained\""),
+            ));
+        }
+    };
+    let scale = read_scale(f, limits.default_scale)?;
+    let scores = match (status, f.get("scores")) {
+        (Status::Ok, None) => {
+            return Err(Rejection::new(
+                ErrorCode::MissingField,
+                "`scores` is required when `status` is \"ok\"",
+            ));
+        }
+        (Status::Ok, Some(value)) => read_scores(value, scale, limits.max_id_bytes)?,
+        // A failed or abstaining judge carries no scores; any it sent are not used.
+        _ => BTreeMap::new(),
+    };
+    let ranking = match f.get("ranking") {
+        None => None,
+        Some(Json::Array(items)) => Some(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Json::Str(s) => Ok(s.to_string()),
+                    other => Err(wrong_type(&format!("ranking[{i}]"), "a string", other)),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        Some(other) => return Err(wrong_type("ranking", "an array of candidate ids", other)),
+    };
+    let candidates = match f.get("candidates") {
+        None => BTreeMap::new(),
+        Some(value) => read_candidates(value, limits)?,
+    };
+    let expected_judges = match f.get("expected_judges") {
+        None => None,
+        Some(Json::Int(n)) if (1..=100_000).contains(n) => Some(*n as u32),
+        Some(Json::Int(_) | Json::UInt(_)) => {
+            return Err(Rejection::new(
+                ErrorCode::ValueOutOfRange,
+                "`expected_judges` must be within 1..=100000",
+            ));
+        }
+        Some(other) => return Err(wrong_type("expected_judges", "an integer", other)),
+    };
+    let category = f.opt_id("category", limits.max_id_bytes)?;
+    Ok(BallotEvent {
+        judge,
+        status,
+        scores,
+        ranking,
+        candidates,
+        expected_judges,
+        category,
+    })
+}
+
+fn read_scale(f: &Fields<'_, '_, '_>, default: Scale) -> Result<Scale, Rejection> {
+    let Some(value) = f.get("scale") else {
+        return Ok(default);
+    };
+    let s = Fields::of(value, "scale", &["min", "max"], false)?;
+    let min = s.opt_number("min")?.unwrap_or(default.min);
+    let max = s.opt_number("max")?.unwrap_or(default.max);
+    if min >= max {
+        return Err(Rejection::new(
+            ErrorCode::InvalidScale,
+            format!("`scale` min {min} must be below max {max}"),
+        ));
+    }
+    Ok(Scale { min, max })
+}
+
+fn read_scores(
+    value: &Json<'_>,
+    scale: Scale,
+    max_id_bytes: usize,
+) -> Result<BTreeMap<String, f64>, Rejection> {
+    let Json::Object(members) = value else {
+        return Err(wrong_type(
+            "scores",
+            "an object of candidate id -> score",
+            value,
+        ));
+    };
+    if members.is_empty() {
+        return Err(Rejection::new(
+            ErrorCode::EmptyField,
+            "`scores` needs at least one score when `status` is \"ok\"",
+        ));
+    }
+    let mut scores = BTreeMap::new();
+    for (id, v) in members {
+        let path = format!("scores.{id}");
+        check_id(id, max_id_bytes).map_err(|e| e.at(&path))?;
+        let s = v.as_f64().ok_or_else(|| wrong_type(&path, "a number", v))?;
+        if !(scale.min..=scale.max).contains(&s) {
+            return Err(Rejection::new(
+                ErrorCode::ScoreOutOfScale,
+                format!(
+                    "`{path}` is {s}; the scale is {}..={}",
+                    scale.min, scale.max
+                ),
+            ));
+        }
+        let n = ((s - scale.min) / (scale.max - scale.min)).clamp(0.0, 1.0);
+        if scores.insert(id.to_string(), n).is_some() {
+            return Err(Rejection::new(
+                ErrorCode::DuplicateField,
+                format!("`{path}` appears more than once"),
+            ));
+        }
+    }
+    Ok(scores)
+}
+
+fn read_candidates(
+    value: &Json<'_>,
+    limits: JudgeLimits,
+) -> Result<BTreeMap<String, CandidateMeta>, Rejection> {
+    let Json::Object(members) = value else {
+        return Err(wrong_type(
+            "candidates",
+            "an object of candidate id -> metadata",
+            value,
+        ));
+    };
+    let mut out = BTreeMap::new();
+    for (id, meta) in members {
+        let path = format!("candidates.{id}");
+        check_id(id, limits.max_id_bytes).map_err(|e| e.at(&path))?;
+        let m = Fields::of(
+            meta,
+            &path,
+            &["author", "words", "position"],
+            limits.reject_unknown_fields,
+        )?;
+        let author = m.opt_id("author", limits.max_id_bytes)?.map(str::to_owned);
+        let words = m.opt_number("words")?;
+        if let Some(w) = words
+            && w < 0.0
+        {
+            return Err(Rejection::new(
+                ErrorCode::ValueOutOfRange,
+                format!("`{path}.words` is {w}; must be >= 0"),
+            ));
+        }
+        let position = match m.get("position") {
+            None => None,
+            Some(Json::Int(p)) if *p >= 0 => Some(*p as u64),
+            Some(Json::Int(p)) => {
+                return Err(Rejection::new(
+                    ErrorCode::ValueOutOfRange,
+                    format!("`{path}.position` is {p}; must be >= 0"),
+                ));
+            }
+            Some(other) => {
+                return Err(wrong_type(
+                    &m.path("position"),
+                    "a non-negative integer",
+                    other,
+                ));
+            }
+        };
+        if out
+            .insert(
+                id.to_string(),
+                CandidateMeta {
+                    author,
+                    words,
+                    position,
+                },
+            )
+            .is_some()
+        {
+            return Err(Rejection::new(
+                ErrorCode::DuplicateField,
+                format!("`{path}` appears more than once"),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::json::parse;
+
+    const LIMITS: JudgeLimits = JudgeLimits {
+        max_id_bytes: 64,
+        reject_unknown_fields: false,
+        default_scale: Scale {
+            min: 1.0,
+            max: 10.0,
+        },
+    };
+
+    fn read(payload: &str) -> Result<JudgeEvent<'static>, Rejection> {
+        let doc: &'static Json<'static> = Box::leak(Box::new(
+            parse(Box::leak(payload.to_owned().into_boxed_str()).as_bytes()).unwrap(),
+        ));
+        JudgeEvent::from_json(doc, LIMITS)
+    }
+
+    fn code(payload: &str) -> ErrorCode {
+        read(payload).unwrap_err().code
+    }
+
+    #[test]
+    fn reads_the_contract_example() {
+        let e = read(
+            r#"{"type": "judge_score", "event_id": "js-0001", "project_id": "proj-42", "session_id": "council-981",
+                "occurred_at": "2026-11-20T10:00:09Z", "judge": "openai/gpt-4o", "status": "ok",
+                "scores": {"resp-A": 8, "resp-B": 6.5}, "scale": {"min": 1, "max": 10},
+                "ranking": ["resp-A", "resp-B"],
+                "candidates": {"resp-A": {"author": "anthropic/claude", "words": 312, "position": 0}},
+                "expected_judges": 4, "category": "coding"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (e.event_id, e.project_id, e.session_id),
+            ("js-0001", "proj-42", "council-981")
+        );
+        let JudgeAction::Ballot(b) = e.action else {
+            panic!("not a ballot")
+        };
+        assert_eq!(b.judge, "openai/gpt-4o");
+        assert_eq!(b.scores["resp-A"], 7.0 / 9.0);
+        assert_eq!(b.scores["resp-B"], 5.5 / 9.0);
+        assert_eq!(
+            b.ranking.as_deref(),
+            Some(&["resp-A".to_owned(), "resp-B".to_owned()][..])
+        );
+        assert_eq!(
+            b.candidates["resp-A"],
+            CandidateMeta {
+                author: Some("anthropic/claude".into()),
+                words: Some(312.0),
+                position: Some(0)
+            }
+        );
+        assert_eq!((b.expected_judges, b.category), (Some(4), Some("coding")));
+    }
+
+    #[test]
+    fn defaults_and_close() {
+        let e = read(r#"{"event_id": "e", "project_id": "p", "session_id": "s", "judge": "j", "scores": {"a": 10}}"#).unwrap();
+        let JudgeAction::Ballot(b) = e.action else {
+            panic!()
+        };
+        assert_eq!((b.status, b.scores["a"]), (Status::Ok, 1.0));
+        let e = read(
+            r#"{"type": "session_close", "event_id": "e", "project_id": "p", "session_id": "s"}"#,
+        )
+        .unwrap();
+        assert_eq!(e.action, JudgeAction::Close);
+        let e = read(r#"{"event_id": "e", "project_id": "p", "session_id": "s", "judge": "j", "status": "failed"}"#).unwrap();
+        let JudgeAction::Ballot(b) = e.action else {
+            panic!()
+        };
+        assert!(b.scores.is_empty());
+    }
+
+    #[test]
+    fn rejections() {
+        let base = r#""event_id": "e", "project_id": "p", "session_id": "s", "judge": "j""#;
+        let with = |rest: &str| format!("{{{base}, {rest}}}");
+        assert_eq!(code(&with(r#""type": "vote""#)), ErrorCode::UnknownType);
+        assert_eq!(
+            code(&with(r#""status": "sleepy", "scores": {"a": 1}"#)),
+            ErrorCode::UnknownStatus
+        );
+        assert_eq!(code(&format!("{{{base}}}")), ErrorCode::MissingField);
+        assert_eq!(code(&with(r#""scores": {}"#)), ErrorCode::EmptyField);
+        assert_eq!(
+            code(&with(r#""scores": {"a": 11}"#)),
+            ErrorCode::ScoreOutOfScale
+        );
+        assert_eq!(
+            code(&with(r#""scores": {"a": 0.5}"#)),
+            ErrorCode::ScoreOutOfScale
+        );
+        assert_eq!(
+            code(&with(
+                r#""scores": {"a": 5}, "scale": {"min": 5, "max": 5}"#
+            )),
+            ErrorCode::InvalidScale
+        );
+        assert_eq!(
+            code(&with(r#""scores": {"a": "high"}"#)),
+            ErrorCode::WrongType
+        );
+        assert_eq!(code(&with(r#""scores": [1, 2]"#)), ErrorCode::WrongType);
+        assert_eq!(
+            code(&with(r#""scores": {"a": 1, "a": 2}"#)),
+            ErrorCode::DuplicateField
+        );
+        assert_eq!(
+            code(&with(r#""scores": {"a": 1}, "ranking": [1]"#)),
+            ErrorCode::WrongType
+        );
+        assert_eq!(
+            code(&with(r#""scores": {"a": 1}, "expected_judges": 0"#)),
+            ErrorCode::ValueOutOfRange
+        );
+        assert_eq!(
+            code(&with(r#""scores": {"a": 1}, "expected_judges": 2.5"#)),
+            ErrorCode::WrongType
+        );
+        assert_eq!(
+            code(&with(
+                r#""scores": {"a": 1}, "candidates": {"a": {"words": -1}}"#
+            )),
+            ErrorCode::ValueOutOfRange
+        );
+        assert_eq!(
+            code(&with(
+                r#""scores": {"a": 1}, "candidates": {"a": {"position": "top"}}"#
+            )),
+            ErrorCode::WrongType
+        );
+        assert_eq!(code(&with(r#""scores": {"": 1}"#)), ErrorCode::EmptyField);
+        assert_eq!(
+            code(r#"{"event_id": "e", "project_id": "p", "judge": "j", "scores": {"a": 1}}"#),
+            ErrorCode::MissingField
+        );
+    }
+
+    #[test]
+    fn merge_keeps_later_values() {
+        let mut m = CandidateMeta {
+            author: Some("a".into()),
+            words: Some(1.0),
+            position: None,
+        };
+        m.merge(&CandidateMeta {
+            author: None,
+            words: Some(2.0),
+            position: Some(3),
+        });
+        assert_eq!(
+            m,
+            CandidateMeta {
+                author: Some("a".into()),
+                words: Some(2.0),
+                position: Some(3)
+            }
+        );
+    }
+}

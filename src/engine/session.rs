@@ -1,0 +1,327 @@
+//! Open judge sessions of one input partition: ballots, completion and bounds.
+//!
+//! A session completes when its expected judges have all reported, on `session_close`, when the
+//! partition's event-time watermark passes its last activity plus the timeout, or when it is
+//! evicted to respect the open-session bounds. Every choice here depends only on the records
+//! processed, so replay and the Kafka service complete the same sessions in the same order.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use super::dedupe::RecentIds;
+use super::judge::{BallotEvent, CandidateMeta, Status};
+use super::time::EventTime;
+
+/// One judge's latest ballot in a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ballot {
+    pub status: Status,
+    /// Normalized scores by candidate.
+    pub scores: BTreeMap<String, f64>,
+    pub ranking: Option<Vec<String>>,
+}
+
+/// An open session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    /// Creation order within the partition (eviction takes the smallest).
+    pub seq: u64,
+    pub last_activity: EventTime,
+    /// Latest ballot per judge; a later ballot from the same judge replaces the earlier one.
+    pub ballots: BTreeMap<String, Ballot>,
+    /// Candidate metadata merged over all ballots (a later value wins).
+    pub candidates: BTreeMap<String, CandidateMeta>,
+    pub expected_judges: Option<u32>,
+    pub category: Option<String>,
+}
+
+impl Session {
+    fn new(seq: u64, at: EventTime) -> Self {
+        Session {
+            seq,
+            last_activity: at,
+            ballots: BTreeMap::new(),
+            candidates: BTreeMap::new(),
+            expected_judges: None,
+            category: None,
+        }
+    }
+
+    /// Records a ballot; the session's last activity becomes the latest event time seen.
+    pub fn add(&mut self, ballot: &BallotEvent<'_>, at: EventTime) {
+        self.last_activity = self.last_activity.max(at);
+        for (id, meta) in &ballot.candidates {
+            self.candidates.entry(id.clone()).or_default().merge(meta);
+        }
+        if ballot.expected_judges.is_some() {
+            self.expected_judges = ballot.expected_judges;
+        }
+        if let Some(c) = ballot.category {
+            self.category = Some(c.to_owned());
+        }
+        self.ballots.insert(
+            ballot.judge.to_owned(),
+            Ballot {
+                status: ballot.status,
+                scores: ballot.scores.clone(),
+                ranking: ballot.ranking.clone(),
+            },
+        );
+    }
+
+    /// All expected judges have reported.
+    pub fn is_full(&self) -> bool {
+        self.expected_judges
+            .is_some_and(|n| self.ballots.len() >= n as usize)
+    }
+}
+
+/// Why a session completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompletedBy {
+    AllJudges,
+    SessionClose,
+    Timeout,
+    Evicted,
+}
+
+impl CompletedBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompletedBy::AllJudges => "all_judges",
+            CompletedBy::SessionClose => "session_close",
+            CompletedBy::Timeout => "timeout",
+            CompletedBy::Evicted => "evicted",
+        }
+    }
+}
+
+/// A session that has just completed, handed to consensus and the audits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completed {
+    pub project_id: String,
+    pub session_id: String,
+    pub by: CompletedBy,
+    /// The event time the completion is attributed to (the session's last activity, or the
+    /// watermark for a timeout).
+    pub at: EventTime,
+    pub session: Session,
+}
+
+/// The session ids of one project that are open or recently completed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProjectSessions {
+    pub open: BTreeMap<String, Session>,
+    pub completed: RecentIds,
+}
+
+/// All sessions of one input partition.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionBook {
+    pub projects: HashMap<String, ProjectSessions>,
+    /// The latest event time of an accepted judge-scores event on this partition.
+    pub watermark: Option<EventTime>,
+    next_seq: u64,
+    /// (last activity, seq) -> (project, session): timeout order.
+    by_activity: BTreeMap<(EventTime, u64), (String, String)>,
+    /// seq -> (project, session): age order, for eviction.
+    by_age: BTreeMap<u64, (String, String)>,
+}
+
+/// Bounds and windows the book enforces.
+#[derive(Debug, Clone, Copy)]
+pub struct BookLimits {
+    pub timeout_secs: u64,
+    pub max_open_per_project: usize,
+    pub max_open_total: usize,
+    pub completed_window: usize,
+}
+
+impl SessionBook {
+    /// Whether the session has already completed (a ballot for it is rejected).
+    pub fn is_completed(&self, project: &str, session: &str) -> bool {
+        self.projects
+            .get(project)
+            .is_some_and(|p| p.completed.contains(session) && !p.open.contains_key(session))
+    }
+
+    /// Open sessions on this partition.
+    pub fn open_sessions(&self) -> usize {
+        self.by_age.len()
+    }
+
+    /// Adds a ballot, then completes what it causes: the session itself when all its judges have
+    /// reported, the oldest sessions beyond the bounds, and every session the advanced watermark
+    /// times out. Completed sessions are appended to `done` in completion order.
+    pub fn ballot(
+        &mut self,
+        project: &str,
+        session_id: &str,
+        ballot: &BallotEvent<'_>,
+        at: EventTime,
+        limits: BookLimits,
+        done: &mut Vec<Completed>,
+    ) {
+        let existing = self
+            .projects
+            .get(project)
+            .and_then(|p| p.open.get(session_id))
+            .map(|s| (s.last_activity, s.seq));
+        let seq = match existing {
+            Some((last, seq)) => {
+                self.by_activity.remove(&(last, seq));
+                seq
+            }
+            None => {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                self.by_age
+                    .insert(seq, (project.to_owned(), session_id.to_owned()));
+                let p = self.projects.entry(project.to_owned()).or_default();
+                p.open.insert(session_id.to_owned(), Session::new(seq, at));
+                seq
+            }
+        };
+        let Some(s) = self
+            .projects
+            .get_mut(project)
+            .and_then(|p| p.open.get_mut(session_id))
+        else {
+            return;
+        };
+        s.add(ballot, at);
+        let (last, full) = (s.last_activity, s.is_full());
+        self.by_activity
+            .insert((last, seq), (project.to_owned(), session_id.to_owned()));
+        if full {
+            self.complete(
+                project,
+                session_id,
+                CompletedBy::AllJudges,
+                last,
+                limits,
+                done,
+            );
+        }
+        self.enforce_bounds(project, limits, done);
+        self.advance(at, limits, done);
+    }
+
+    /// Completes a session on `session_close` (an empty one if no ballot arrived yet).
+    pub fn close(
+        &mut self,
+        project: &str,
+        session_id: &str,
+        at: EventTime,
+        limits: BookLimits,
+        done: &mut Vec<Completed>,
+    ) {
+        let open = self
+            .projects
+            .get(project)
+            .is_some_and(|p| p.open.contains_key(session_id));
+        if open {
+            self.complete(
+                project,
+                session_id,
+                CompletedBy::SessionClose,
+                at,
+                limits,
+                done,
+            );
+        } else {
+            let p = self.projects.entry(project.to_owned()).or_default();
+            p.completed.insert(session_id, limits.completed_window);
+            done.push(Completed {
+                project_id: project.to_owned(),
+                session_id: session_id.to_owned(),
+                by: CompletedBy::SessionClose,
+                at,
+                session: Session::new(u64::MAX, at),
+            });
+        }
+        self.advance(at, limits, done);
+    }
+
+    fn complete(
+        &mut self,
+        project: &str,
+        session_id: &str,
+        by: CompletedBy,
+        at: EventTime,
+        limits: BookLimits,
+        done: &mut Vec<Completed>,
+    ) {
+        let Some(p) = self.projects.get_mut(project) else {
+            return;
+        };
+        let Some(session) = p.open.remove(session_id) else {
+            return;
+        };
+        p.completed.insert(session_id, limits.completed_window);
+        self.by_activity
+            .remove(&(session.last_activity, session.seq));
+        self.by_age.remove(&session.seq);
+        let at = if by == CompletedBy::SessionClose {
+            at.max(session.last_activity)
+        } else {
+            at
+        };
+        done.push(Completed {
+            project_id: project.to_owned(),
+            session_id: session_id.to_owned(),
+            by,
+            at,
+            session,
+        });
+    }
+
+    fn enforce_bounds(&mut self, project: &str, limits: BookLimits, done: &mut Vec<Completed>) {
+        let over_project = |b: &SessionBook| {
+            b.projects.get(project).map_or(0, |p| p.open.len()) > limits.max_open_per_project
+        };
+        while over_project(self) {
+            let oldest = self
+                .projects
+                .get(project)
+                .and_then(|p| p.open.iter().min_by_key(|(_, s)| s.seq))
+                .map(|(id, s)| (id.clone(), s.last_activity));
+            let Some((id, last)) = oldest else { break };
+            self.complete(project, &id, CompletedBy::Evicted, last, limits, done);
+        }
+        while self.by_age.len() > limits.max_open_total {
+            let Some((_, (p, s))) = self.by_age.first_key_value().map(|(k, v)| (*k, v.clone()))
+            else {
+                break;
+            };
+            let last = self
+                .projects
+                .get(&p)
+                .and_then(|x| x.open.get(&s))
+                .map_or(EventTime::MIN, |x| x.last_activity);
+            self.complete(&p, &s, CompletedBy::Evicted, last, limits, done);
+        }
+    }
+
+    /// Moves the watermark to `at` (never back) and times out sessions idle for longer than the
+    /// timeout: those whose last activity + timeout is before the watermark.
+    fn advance(&mut self, at: EventTime, limits: BookLimits, done: &mut Vec<Completed>) {
+        let wm = self.watermark.map_or(at, |w| w.max(at));
+        self.watermark = Some(wm);
+        let timeout = i64::try_from(limits.timeout_secs).unwrap_or(i64::MAX);
+        while let Some((&(last, _), (p, s))) = self.by_activity.first_key_value() {
+            if last.plus_seconds(timeout) >= wm {
+                break;
+            }
+            let (p, s) = (p.clone(), s.clone());
+            self.complete(&p, &s, CompletedBy::Timeout, wm, limits, done);
+        }
+    }
+
+    /// Keys of open sessions, for bounded-cardinality views.
+    pub fn open_keys(&self) -> BTreeSet<(String, String)> {
+        self.by_age.values().cloned().collect()
+    }
+}
