@@ -4,9 +4,15 @@
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 
+use std::collections::BTreeMap;
+
 use jurystream::config::Config;
+use jurystream::engine::bias::{audit_session, session_alerts};
+use jurystream::engine::consensus::{analyze, interpretation};
+use jurystream::engine::judge::{BallotEvent, CandidateMeta, Status};
 use jurystream::engine::output::Output;
 use jurystream::engine::reputation::ReputationTable;
+use jurystream::engine::session::Session;
 use jurystream::engine::time::EventTime;
 use jurystream::engine::vote::{Vote, VoteBatch};
 use jurystream::engine::{Engine, PartitionState, Record};
@@ -105,5 +111,67 @@ fn bench_parse_validate_apply(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_apply_prepared, bench_parse_validate_apply);
+/// A 5-judge x 5-candidate session with metadata, as `Session::add` builds it.
+pub fn five_by_five() -> Session {
+    let mut s = Session {
+        seq: 0,
+        last_activity: EventTime::from_epoch_millis(0).unwrap(),
+        ballots: BTreeMap::new(),
+        candidates: BTreeMap::new(),
+        expected_judges: Some(5),
+        category: Some("coding".into()),
+    };
+    let candidates: BTreeMap<String, CandidateMeta> = (0..5)
+        .map(|c| {
+            let meta = CandidateMeta {
+                author: Some(format!("model-{c}")),
+                words: Some(100.0 + 50.0 * c as f64),
+                position: Some(c as u64),
+            };
+            (format!("resp-{c}"), meta)
+        })
+        .collect();
+    for j in 0..5 {
+        let scores = (0..5)
+            .map(|c| (format!("resp-{c}"), ((j * 7 + c * 3) % 10) as f64 / 10.0))
+            .collect();
+        let ballot = BallotEvent {
+            judge: &format!("model-{j}"),
+            status: Status::Ok,
+            scores,
+            ranking: None,
+            candidates: candidates.clone(),
+            expected_judges: Some(5),
+            category: Some("coding"),
+        };
+        s.add(
+            &ballot,
+            EventTime::from_epoch_millis(j as i64 * 1000).unwrap(),
+        );
+    }
+    s
+}
+
+fn bench_complete_session(c: &mut Criterion) {
+    let config = Config::default();
+    let session = five_by_five();
+    let mut group = c.benchmark_group("sessions");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("complete_5_judges_x_5_candidates_with_bias_audit", |b| {
+        b.iter(|| {
+            let a = analyze(black_box(&session), &config.sessions);
+            let audit = audit_session(&a, &config.bias);
+            let alerts = session_alerts("proj", "sess", &a, &audit, &config.bias);
+            black_box((interpretation(&a), alerts.len()))
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_apply_prepared,
+    bench_parse_validate_apply,
+    bench_complete_session
+);
 criterion_main!(benches);

@@ -18,8 +18,8 @@ const Z95: f64 = 1.96;
 
 /// One judge's calibration in a session.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Calibration {
-    pub judge: String,
+pub struct Calibration<'s> {
+    pub judge: &'s str,
     pub mean: f64,
     pub std: f64,
     pub reviews: usize,
@@ -27,7 +27,7 @@ pub struct Calibration {
 
 /// The session audit.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SessionAudit {
+pub struct SessionAudit<'s> {
     pub length_r: f64,
     pub length_p: f64,
     /// Candidates with both `words` and a mean score.
@@ -36,16 +36,16 @@ pub struct SessionAudit {
     pub length_defined: bool,
     pub position_variance: Option<f64>,
     /// Per display position: the counted scores of candidates shown there.
-    pub position_scores: BTreeMap<u64, Vec<f64>>,
-    pub calibration: Vec<Calibration>,
+    pub position_scores: BTreeMap<u64, Running>,
+    pub calibration: Vec<Calibration<'s>>,
     /// median and population std of the judges' means (None below two judges).
     pub calibration_center: Option<(f64, f64)>,
     /// (judge, candidate, own score - others' mean).
-    pub self_inflation: Vec<(String, String, f64)>,
+    pub self_inflation: Vec<(&'s str, &'s str, f64)>,
     pub length_bias: bool,
     pub position_bias: bool,
-    pub harsh: Vec<String>,
-    pub generous: Vec<String>,
+    pub harsh: Vec<&'s str>,
+    pub generous: Vec<&'s str>,
     pub risk: &'static str,
 }
 
@@ -75,11 +75,11 @@ pub fn risk_level(findings: usize) -> &'static str {
 }
 
 /// Audits one analyzed session.
-pub fn audit_session(a: &Analysis, cfg: &Bias) -> SessionAudit {
+pub fn audit_session<'s>(a: &Analysis<'s>, cfg: &Bias) -> SessionAudit<'s> {
     let (mut words, mut means) = (Vec::new(), Vec::new());
     for r in &a.rankings {
         if let (Some(w), Some(m)) = (
-            a.candidates.get(&r.candidate).and_then(|c| c.words),
+            a.candidates.get(r.candidate).and_then(|c| c.words),
             r.mean_score,
         ) {
             words.push(w);
@@ -90,37 +90,32 @@ pub fn audit_session(a: &Analysis, cfg: &Bias) -> SessionAudit {
     let length_defined = words.len() >= 3 && (length_r, length_p) != (0.0, 1.0);
     let length_bias = length_r.abs() > cfg.length_r && length_p < cfg.length_p;
 
-    let mut position_scores: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    let mut position_scores: BTreeMap<u64, Running> = BTreeMap::new();
     for (c, scores) in &a.scores {
-        if let Some(pos) = a.candidates.get(c).and_then(|m| m.position)
+        if let Some(pos) = a.candidates.get(*c).and_then(|m| m.position)
             && !scores.is_empty()
         {
-            position_scores
-                .entry(pos)
-                .or_default()
-                .extend(scores.iter().map(|(_, n)| *n));
+            let r = position_scores.entry(pos).or_default();
+            scores.iter().for_each(|(_, n)| r.push(*n));
         }
     }
-    let position_means: Vec<f64> = position_scores
-        .values()
-        .filter_map(|v| stats::mean(v))
-        .collect();
+    let position_means: Vec<f64> = position_scores.values().map(|r| r.mean).collect();
     let position_variance = stats::var_pop(&position_means);
     let position_bias = position_variance.is_some_and(|v| v > cfg.position_variance);
 
-    let mut per_judge: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut per_judge: BTreeMap<&str, Running> = BTreeMap::new();
     for scores in a.scores.values() {
         for (j, n) in scores {
-            per_judge.entry(j.as_str()).or_default().push(*n);
+            per_judge.entry(*j).or_default().push(*n);
         }
     }
     let calibration: Vec<Calibration> = per_judge
         .iter()
-        .map(|(j, v)| Calibration {
-            judge: j.to_string(),
-            mean: stats::mean(v).unwrap_or(0.0),
-            std: stats::std_pop(v).unwrap_or(0.0),
-            reviews: v.len(),
+        .map(|(j, r)| Calibration {
+            judge: j,
+            mean: r.mean,
+            std: r.std_pop(),
+            reviews: r.n as usize,
         })
         .collect();
     let judge_means: Vec<f64> = calibration.iter().map(|c| c.mean).collect();
@@ -134,9 +129,9 @@ pub fn audit_session(a: &Analysis, cfg: &Bias) -> SessionAudit {
     if let Some((med, sd)) = calibration_center {
         for c in &calibration {
             if c.mean < med - sd {
-                harsh.push(c.judge.clone());
+                harsh.push(c.judge);
             } else if c.mean > med + sd {
-                generous.push(c.judge.clone());
+                generous.push(c.judge);
             }
         }
     }
@@ -147,12 +142,12 @@ pub fn audit_session(a: &Analysis, cfg: &Bias) -> SessionAudit {
         .filter_map(|(judge, c, own)| {
             let others: Vec<f64> = a
                 .scores
-                .get(c)?
+                .get(*c)?
                 .iter()
                 .filter(|(j, _)| j != judge)
                 .map(|(_, n)| *n)
                 .collect();
-            stats::mean(&others).map(|m| (judge.clone(), c.clone(), own - m))
+            stats::mean(&others).map(|m| (*judge, *c, own - m))
         })
         .collect();
 
@@ -183,7 +178,8 @@ pub fn audit_session(a: &Analysis, cfg: &Bias) -> SessionAudit {
     }
 }
 
-/// The session-scope alerts of an audit.
+/// The session-scope alerts of an audit. The numbers are in the typed fields; `detail` says in
+/// words what was found.
 pub fn session_alerts(
     project: &str,
     session: &str,
@@ -192,25 +188,23 @@ pub fn session_alerts(
     cfg: &Bias,
 ) -> Vec<BiasAlert> {
     let alert = |kind: &'static str,
-                 subject: Option<String>,
+                 subject: Option<&str>,
                  value: f64,
                  threshold: f64,
-                 p: Option<f64>,
+                 p_value: Option<f64>,
                  n: usize,
-                 detail: String| {
-        BiasAlert {
-            project_id: project.to_owned(),
-            session_id: session.to_owned(),
-            scope: "session",
-            kind,
-            subject,
-            value,
-            threshold,
-            p_value: p,
-            sample_size: n as u64,
-            risk: audit.risk,
-            detail,
-        }
+                 detail: String| BiasAlert {
+        project_id: project.to_owned(),
+        session_id: session.to_owned(),
+        scope: "session",
+        kind,
+        subject: subject.map(str::to_owned),
+        value,
+        threshold,
+        p_value,
+        sample_size: n as u64,
+        risk: audit.risk,
+        detail,
     };
     let mut out = Vec::new();
     if audit.length_bias {
@@ -221,10 +215,8 @@ pub fn session_alerts(
             cfg.length_r,
             Some(audit.length_p),
             audit.length_n,
-            format!(
-                "scores correlate with answer length (r = {:.3}, p = {:.4})",
-                audit.length_r, audit.length_p
-            ),
+            "scores correlate with answer length (value: Pearson r of words vs mean score)"
+                .to_owned(),
         ));
     }
     if let (true, Some(v)) = (audit.position_bias, audit.position_variance) {
@@ -235,58 +227,26 @@ pub fn session_alerts(
             cfg.position_variance,
             None,
             audit.position_scores.len(),
-            format!("mean scores differ by display position (variance {v:.5})"),
+            "mean scores differ by display position (value: variance of per-position means)"
+                .to_owned(),
         ));
     }
     if let Some((med, sd)) = audit.calibration_center {
         for c in &audit.calibration {
             if audit.harsh.contains(&c.judge) {
-                out.push(alert(
-                    "harsh_reviewer",
-                    Some(c.judge.clone()),
-                    c.mean,
-                    med - sd,
-                    None,
-                    c.reviews,
-                    format!(
-                        "{} scores below the other judges (mean {:.3} < {:.3})",
-                        c.judge,
-                        c.mean,
-                        med - sd
-                    ),
-                ));
+                out.push(alert("harsh_reviewer", Some(c.judge), c.mean, med - sd, None, c.reviews,
+                    format!("{} scores below the other judges (value: its mean; threshold: median - std of judge means)", c.judge)));
             } else if audit.generous.contains(&c.judge) {
-                out.push(alert(
-                    "generous_reviewer",
-                    Some(c.judge.clone()),
-                    c.mean,
-                    med + sd,
-                    None,
-                    c.reviews,
-                    format!(
-                        "{} scores above the other judges (mean {:.3} > {:.3})",
-                        c.judge,
-                        c.mean,
-                        med + sd
-                    ),
-                ));
+                out.push(alert("generous_reviewer", Some(c.judge), c.mean, med + sd, None, c.reviews,
+                    format!("{} scores above the other judges (value: its mean; threshold: median + std of judge means)", c.judge)));
             }
         }
     }
     for (judge, c, inflation) in &audit.self_inflation {
         if *inflation > cfg.self_vote_inflation {
-            let n = a.scores.get(c).map_or(0, Vec::len) + 1;
-            out.push(alert(
-                "self_vote_inflation",
-                Some(judge.clone()),
-                *inflation,
-                cfg.self_vote_inflation,
-                None,
-                n,
-                format!(
-                    "{judge} rated its own candidate {c} {inflation:.3} above the other judges"
-                ),
-            ));
+            let n = a.scores.get(*c).map_or(0, Vec::len) + 1;
+            out.push(alert("self_vote_inflation", Some(judge), *inflation, cfg.self_vote_inflation, None, n,
+                format!("{judge} rated its own candidate {c} above the other judges (value: own score - their mean)")));
         }
     }
     if let Some(agreement) = a.agreement
@@ -299,7 +259,7 @@ pub fn session_alerts(
             cfg.low_agreement,
             None,
             a.judges.ok,
-            format!("judges agree weakly (agreement {agreement:.3})"),
+            "the judges agree weakly (value: session agreement)".to_owned(),
         ));
     }
     out
@@ -368,20 +328,19 @@ impl ProjectAudit {
         }
         for scores in a.scores.values() {
             for (judge, n) in scores {
-                self.judges.entry(judge.clone()).or_default().push(*n);
+                self.judges.entry(judge.to_string()).or_default().push(*n);
                 self.reviews.push(*n);
             }
         }
         if !audit.position_scores.is_empty() {
             self.position_sessions += 1;
             for (pos, scores) in &audit.position_scores {
-                let r = self.positions.entry(*pos).or_default();
-                scores.iter().for_each(|n| r.push(*n));
+                self.positions.entry(*pos).or_default().merge(scores);
             }
         }
         for (judge, _, inflation) in &audit.self_inflation {
             self.self_inflation
-                .entry(judge.clone())
+                .entry(judge.to_string())
                 .or_default()
                 .push(*inflation);
         }

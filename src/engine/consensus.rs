@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::judge::{CandidateMeta, Status};
-use super::session::Session;
+use super::session::{Ballot, Session};
 use super::stats;
 use crate::config::{Method, Sessions, Strategy};
 
@@ -32,8 +32,8 @@ pub struct Consensus {
 
 /// One ranked candidate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Ranked {
-    pub candidate: String,
+pub struct Ranked<'s> {
+    pub candidate: &'s str,
     pub rank: usize,
     pub mean_z: Option<f64>,
     pub std_error: f64,
@@ -53,23 +53,24 @@ pub struct JudgeCounts {
     pub abstained: usize,
 }
 
-/// Everything computed about a completed session, before the bias audit.
+/// Everything computed about a completed session, before the bias audit. Borrows its ids from
+/// the session, so analysing one allocates little.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Analysis {
+pub struct Analysis<'s> {
     pub judges: JudgeCounts,
     pub consensus: Option<Consensus>,
     pub agreement: Option<f64>,
     pub krippendorff_alpha: Option<f64>,
-    pub rankings: Vec<Ranked>,
-    /// Non-self normalized scores: candidate -> [(judge, score)], in judge order.
-    pub scores: BTreeMap<String, Vec<(String, f64)>>,
+    pub rankings: Vec<Ranked<'s>>,
+    /// Counted (non-self) normalized scores: candidate -> [(judge, score)], in judge order.
+    pub scores: BTreeMap<&'s str, Vec<(&'s str, f64)>>,
     /// Self-scores: (judge, candidate, score) where the judge authored the candidate.
-    pub self_scores: Vec<(String, String, f64)>,
-    pub candidates: BTreeMap<String, CandidateMeta>,
+    pub self_scores: Vec<(&'s str, &'s str, f64)>,
+    pub candidates: &'s BTreeMap<String, CandidateMeta>,
 }
 
 /// Computes consensus and rankings for `session`.
-pub fn analyze(session: &Session, cfg: &Sessions) -> Analysis {
+pub fn analyze<'s>(session: &'s Session, cfg: &Sessions) -> Analysis<'s> {
     let mut judges = JudgeCounts::default();
     for b in session.ballots.values() {
         match b.status {
@@ -78,106 +79,99 @@ pub fn analyze(session: &Session, cfg: &Sessions) -> Analysis {
             Status::Abstained => judges.abstained += 1,
         }
     }
-    let ok: Vec<(&String, &super::session::Ballot)> = session
+    let ok: Vec<(&'s str, &'s Ballot)> = session
         .ballots
         .iter()
         .filter(|(_, b)| b.status == Status::Ok)
+        .map(|(j, b)| (j.as_str(), b))
         .collect();
-    let author = |c: &str| session.candidates.get(c).and_then(|m| m.author.as_deref());
-    let is_self = |judge: &str, c: &str| author(c) == Some(judge);
-    let excluded = |judge: &str, c: &str| cfg.exclude_self_votes && is_self(judge, c);
-
-    // The candidate set: ids scored in ok ballots plus ids with metadata.
-    let mut all: BTreeSet<&str> = session.candidates.keys().map(String::as_str).collect();
+    // The candidate set, sorted: ids scored in ok ballots plus ids with metadata.
+    let mut set: BTreeSet<&'s str> = session.candidates.keys().map(String::as_str).collect();
     for (_, b) in &ok {
-        all.extend(b.scores.keys().map(String::as_str));
+        set.extend(b.scores.keys().map(String::as_str));
     }
-    let mut scores: BTreeMap<String, Vec<(String, f64)>> =
-        all.iter().map(|c| (c.to_string(), Vec::new())).collect();
-    let mut self_scores = Vec::new();
-    for (judge, b) in &ok {
-        for (c, n) in &b.scores {
-            if is_self(judge, c) {
-                self_scores.push((judge.to_string(), c.clone(), *n));
-            }
-            if !excluded(judge, c)
-                && let Some(v) = scores.get_mut(c)
-            {
-                v.push((judge.to_string(), *n));
-            }
-        }
-    }
+    let all: Vec<&'s str> = set.into_iter().collect();
+    let n_all = all.len();
+    let authors: Vec<Option<&str>> = all
+        .iter()
+        .map(|c| session.candidates.get(*c).and_then(|m| m.author.as_deref()))
+        .collect();
+    // Each ok judge's scores as (candidate index, score, is the judge its author).
+    let ballots: Vec<Vec<(usize, f64, bool)>> = ok
+        .iter()
+        .map(|(judge, b)| {
+            b.scores
+                .iter()
+                .filter_map(|(c, n)| {
+                    let i = all.binary_search(&c.as_str()).ok()?;
+                    Some((i, *n, authors[i] == Some(*judge)))
+                })
+                .collect()
+        })
+        .collect();
+    let excluded = |is_self: bool| cfg.exclude_self_votes && is_self;
 
-    // z-scores per judge over its counted scores.
-    let mut zs: BTreeMap<&str, Vec<f64>> = all.iter().map(|c| (*c, Vec::new())).collect();
+    // Counted scores and z-scores per candidate (index-aligned with `all`).
+    let mut counted: Vec<Vec<(&'s str, f64)>> = vec![Vec::new(); n_all];
+    let mut zs: Vec<Vec<f64>> = vec![Vec::new(); n_all];
+    let mut self_scores = Vec::new();
     let mut any_nonzero_z = false;
-    for (judge, b) in &ok {
-        let own: Vec<(&str, f64)> = b
-            .scores
-            .iter()
-            .filter(|(c, _)| !excluded(judge, c))
-            .map(|(c, n)| (c.as_str(), *n))
-            .collect();
-        let values: Vec<f64> = own.iter().map(|(_, n)| *n).collect();
-        let (m, sd) = (
-            stats::mean(&values).unwrap_or(0.0),
-            stats::std_pop(&values).unwrap_or(0.0),
-        );
-        for (c, n) in own {
+    for ((judge, _), scores) in ok.iter().zip(&ballots) {
+        let own = scores.iter().filter(|(_, _, is_self)| !excluded(*is_self));
+        let k = own.clone().count() as f64;
+        let m = own.clone().map(|(_, n, _)| n).sum::<f64>() / k.max(1.0);
+        let sd = (own.clone().map(|(_, n, _)| (n - m) * (n - m)).sum::<f64>() / k.max(1.0)).sqrt();
+        for (i, n, _) in own {
             let z = if sd < FLAT_JUDGE_STD {
                 0.0
             } else {
                 (n - m) / sd
             };
             any_nonzero_z |= z != 0.0;
-            if let Some(v) = zs.get_mut(c) {
-                v.push(z);
-            }
+            zs[*i].push(z);
+            counted[*i].push((*judge, *n));
+        }
+        for (i, n, _) in scores.iter().filter(|(_, _, is_self)| *is_self) {
+            self_scores.push((*judge, all[*i], *n));
         }
     }
 
     // Borda: each ok judge's ballot order, points (N-1-position)/(N-1), self-votes skipped.
-    let n_all = all.len();
-    let mut points: BTreeMap<&str, Vec<f64>> = all.iter().map(|c| (*c, Vec::new())).collect();
-    let mut wins: BTreeMap<&str, usize> = all.iter().map(|c| (*c, 0)).collect();
-    for (judge, b) in &ok {
-        for (position, c) in ballot_order(b, &all).into_iter().enumerate() {
-            if excluded(judge, c) {
+    let mut points: Vec<Vec<f64>> = vec![Vec::new(); n_all];
+    let mut wins = vec![0usize; n_all];
+    let mut order = Vec::with_capacity(n_all);
+    for ((judge, b), scores) in ok.iter().zip(&ballots) {
+        ballot_order(b, scores, &all, &mut order);
+        for (position, i) in order.iter().enumerate() {
+            if excluded(authors[*i] == Some(*judge)) {
                 continue;
             }
-            let p = if n_all <= 1 {
+            points[*i].push(if n_all <= 1 {
                 1.0
             } else {
                 (n_all - 1 - position) as f64 / (n_all - 1) as f64
-            };
-            if let Some(v) = points.get_mut(c) {
-                v.push(p);
-            }
+            });
             if position == 0 {
-                *wins.entry(c).or_default() += 1;
+                wins[*i] += 1;
             }
         }
     }
 
-    let mut rankings: Vec<Ranked> = all
+    let mut rankings: Vec<Ranked<'s>> = all
         .iter()
-        .map(|c| {
-            let z = &zs[c];
-            let k = z.len();
-            let weighted: Vec<(f64, f64)> = scores[*c]
-                .iter()
-                .map(|(j, n)| (cfg.weight(j), *n))
-                .collect();
+        .enumerate()
+        .map(|(i, c)| {
+            let k = zs[i].len();
             let possible = ok
                 .iter()
-                .filter(|(j, _)| !(cfg.exclude_self_votes && author(c) == Some(j.as_str())))
+                .filter(|(j, _)| !excluded(authors[i] == Some(*j)))
                 .count();
             Ranked {
-                candidate: c.to_string(),
+                candidate: c,
                 rank: 0,
-                mean_z: stats::mean(z),
+                mean_z: stats::mean(&zs[i]),
                 std_error: if k > 1 {
-                    stats::std_pop(z).unwrap_or(0.0) / (k as f64).sqrt()
+                    stats::std_pop(&zs[i]).unwrap_or(0.0) / (k as f64).sqrt()
                 } else {
                     0.0
                 },
@@ -186,10 +180,10 @@ pub fn analyze(session: &Session, cfg: &Sessions) -> Analysis {
                 borda: if k == 0 {
                     None
                 } else {
-                    stats::mean(&points[c])
+                    stats::mean(&points[i])
                 },
-                wins: wins[c],
-                mean_score: stats::weighted_mean(&weighted),
+                wins: wins[i],
+                mean_score: weighted_mean(&counted[i], cfg),
                 confidence: confidence(k, possible, judges.ok),
             }
         })
@@ -199,21 +193,20 @@ pub fn analyze(session: &Session, cfg: &Sessions) -> Analysis {
         key(b)
             .total_cmp(&key(a))
             .then(b.wins.cmp(&a.wins))
-            .then(a.candidate.cmp(&b.candidate))
+            .then(a.candidate.cmp(b.candidate))
     };
-    let (mut scored, unscored): (Vec<Ranked>, Vec<Ranked>) =
-        rankings.drain(..).partition(|r| r.votes > 0);
-    match cfg.method {
-        Method::NormalizedScores if any_nonzero_z => scored.sort_by(|a, b| {
+    // Scored candidates by mean_z (or Borda), then the unscored ones by id.
+    let use_z = cfg.method == Method::NormalizedScores && any_nonzero_z;
+    rankings.sort_by(|a, b| match (a.votes > 0, b.votes > 0) {
+        (true, false) => std::cmp::Ordering::Less,
+        (false, true) => std::cmp::Ordering::Greater,
+        (false, false) => a.candidate.cmp(b.candidate),
+        (true, true) if use_z => {
             let key = |r: &Ranked| r.mean_z.unwrap_or(f64::NEG_INFINITY);
-            key(b)
-                .total_cmp(&key(a))
-                .then(a.candidate.cmp(&b.candidate))
-        }),
-        _ => scored.sort_by(by_borda),
-    }
-    rankings = scored;
-    rankings.extend(unscored);
+            key(b).total_cmp(&key(a)).then(a.candidate.cmp(b.candidate))
+        }
+        (true, true) => by_borda(a, b),
+    });
     for i in 0..rankings.len() {
         rankings[i].rank = i + 1;
         if let (Some(a), Some(b)) = (
@@ -225,20 +218,17 @@ pub fn analyze(session: &Session, cfg: &Sessions) -> Analysis {
         }
     }
 
-    let agreements: Vec<f64> = scores
-        .values()
-        .map(|v| agreement(&v.iter().map(|(_, n)| *n).collect::<Vec<_>>()))
-        .collect();
-    let units: Vec<Vec<f64>> = scores
-        .values()
+    let units: Vec<Vec<f64>> = counted
+        .iter()
         .map(|v| v.iter().map(|(_, n)| *n).collect())
         .collect();
+    let agreements: Vec<f64> = units.iter().map(|u| agreement(u)).collect();
     let consensus = (n_all <= 1).then(|| {
-        let only: Vec<(f64, f64)> = scores
-            .values()
-            .next()
+        let only: Vec<(f64, f64)> = counted
+            .first()
             .map(|v| v.iter().map(|(j, n)| (cfg.weight(j), *n)).collect())
             .unwrap_or_default();
+
         single_consensus(&only, cfg.strategy, judges.failed > 0)
     });
     Analysis {
@@ -247,29 +237,43 @@ pub fn analyze(session: &Session, cfg: &Sessions) -> Analysis {
         agreement: stats::mean(&agreements),
         krippendorff_alpha: stats::krippendorff_alpha_interval(&units),
         rankings,
-        scores,
+        scores: all.iter().copied().zip(counted).collect(),
         self_scores,
-        candidates: session.candidates.clone(),
+        candidates: &session.candidates,
     }
 }
 
-/// A judge's ballot order: its explicit ranking (known candidates, first occurrence) if that
-/// names any known candidate, else its scores descending with ties by id.
-fn ballot_order<'a>(b: &'a super::session::Ballot, known: &BTreeSet<&'a str>) -> Vec<&'a str> {
+/// A judge's ballot order as candidate indices: its explicit ranking (known candidates, first
+/// occurrence) if that names any known candidate, else its scores descending with ties by id.
+fn ballot_order(b: &Ballot, scores: &[(usize, f64, bool)], all: &[&str], order: &mut Vec<usize>) {
+    order.clear();
     if let Some(ranking) = &b.ranking {
-        let mut seen = BTreeSet::new();
-        let order: Vec<&str> = ranking
-            .iter()
-            .map(String::as_str)
-            .filter(|c| known.contains(c) && seen.insert(*c))
-            .collect();
+        for c in ranking {
+            if let Ok(i) = all.binary_search(&c.as_str())
+                && !order.contains(&i)
+            {
+                order.push(i);
+            }
+        }
         if !order.is_empty() {
-            return order;
+            return;
         }
     }
-    let mut by_score: Vec<(&str, f64)> = b.scores.iter().map(|(c, n)| (c.as_str(), *n)).collect();
-    by_score.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
-    by_score.into_iter().map(|(c, _)| c).collect()
+    // `scores` is in id order, so a stable sort by score keeps ties by id.
+    let mut by_score: Vec<(usize, f64)> = scores.iter().map(|(i, n, _)| (*i, *n)).collect();
+    by_score.sort_by(|a, b| b.1.total_cmp(&a.1));
+    order.extend(by_score.into_iter().map(|(i, _)| i));
+}
+
+/// The judge-weighted mean of counted scores; `None` without scores.
+fn weighted_mean(scores: &[(&str, f64)], cfg: &Sessions) -> Option<f64> {
+    let (mut num, mut den) = (0.0, 0.0);
+    for (judge, n) in scores {
+        let w = cfg.weight(judge);
+        num += w * n;
+        den += w;
+    }
+    if den > 0.0 { Some(num / den) } else { None }
 }
 
 /// Agreement of one candidate's scores: 1 with fewer than two, else 1 - min(var/0.0625, 1).
@@ -336,10 +340,7 @@ pub fn single_consensus(scores: &[(f64, f64)], strategy: Strategy, any_failed: b
 /// are statistically tied."
 pub fn interpretation(a: &Analysis) -> String {
     if let Some(c) = &a.consensus {
-        let who = a
-            .rankings
-            .first()
-            .map_or("the candidate", |r| r.candidate.as_str());
+        let who = a.rankings.first().map_or("the candidate", |r| r.candidate);
         return match (c.value, c.needs_review) {
             (_, true) => format!("The judges disagree on {who}; it needs human review."),
             (Some(v), _) => format!(
@@ -354,12 +355,12 @@ pub fn interpretation(a: &Analysis) -> String {
         return "No judge returned a score.".to_owned();
     }
     // Chain tied_with_next into groups.
-    let mut groups: Vec<Vec<&str>> = vec![vec![scored[0].candidate.as_str()]];
+    let mut groups: Vec<Vec<&str>> = vec![vec![scored[0].candidate]];
     for w in scored.windows(2) {
         if let (true, Some(group)) = (w[0].tied_with_next, groups.last_mut()) {
-            group.push(w[1].candidate.as_str());
+            group.push(w[1].candidate);
         } else {
-            groups.push(vec![w[1].candidate.as_str()]);
+            groups.push(vec![w[1].candidate]);
         }
     }
     let list = |g: &[&str]| match g {

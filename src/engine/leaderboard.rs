@@ -72,11 +72,7 @@ impl Board {
         let from = at.plus_seconds(-window);
         let mut touched = BTreeSet::new();
         for r in &a.rankings {
-            let Some(model) = a
-                .candidates
-                .get(&r.candidate)
-                .and_then(|c| c.author.clone())
-            else {
+            let Some(model) = a.candidates.get(r.candidate).and_then(|c| c.author.clone()) else {
                 continue;
             };
             let key = (category.unwrap_or("").to_owned(), model);

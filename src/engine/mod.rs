@@ -509,7 +509,7 @@ struct ConsensusRecord<'a> {
     consensus: Option<&'a Consensus>,
     agreement: Option<f64>,
     krippendorff_alpha: Option<f64>,
-    rankings: &'a [Ranked],
+    rankings: &'a [Ranked<'a>],
     bias: SessionBias,
     interpretation: String,
 }

@@ -203,28 +203,31 @@ pub fn erfc(x: f64) -> f64 {
 /// unit u (missing values simply absent). `None` when undefined: fewer than two pairable values
 /// (values in units with at least two), or no expected disagreement.
 pub fn krippendorff_alpha_interval(units: &[Vec<f64>]) -> Option<f64> {
-    let pairable: Vec<&Vec<f64>> = units.iter().filter(|u| u.len() >= 2).collect();
-    let n: usize = pairable.iter().map(|u| u.len()).sum();
+    let pairable = || units.iter().filter(|u| u.len() >= 2);
+    let n: usize = pairable().map(Vec::len).sum();
     if n < 2 {
         return None;
     }
-    // Observed disagreement: within units, each pair weighted 1/(m_u - 1).
+    let nf = n as f64;
+    // Observed disagreement: within units, each ordered pair weighted 1/(m_u - 1).
+    // sum over ordered pairs of (a - b)^2 within a unit = 2 m Σ(v - mean_u)^2.
     let mut d_o = 0.0;
-    for u in &pairable {
-        let mut s = 0.0;
-        for (i, a) in u.iter().enumerate() {
-            for b in &u[i + 1..] {
-                s += 2.0 * (a - b) * (a - b);
-            }
-        }
-        d_o += s / (u.len() - 1) as f64;
+    let mut total = 0.0;
+    for u in pairable() {
+        let m = u.len() as f64;
+        let mean = u.iter().sum::<f64>() / m;
+        let ss: f64 = u.iter().map(|v| (v - mean) * (v - mean)).sum();
+        d_o += 2.0 * m * ss / (m - 1.0);
+        total += u.iter().sum::<f64>();
     }
-    d_o /= n as f64;
-    // Expected disagreement: all pairs of pairable values. sum_{i != j} (v_i - v_j)^2 = 2n·Σ(v - mean)^2.
-    let all: Vec<f64> = pairable.iter().flat_map(|u| u.iter().copied()).collect();
-    let m = all.iter().sum::<f64>() / n as f64;
-    let ss: f64 = all.iter().map(|v| (v - m) * (v - m)).sum();
-    let d_e = 2.0 * n as f64 * ss / (n as f64 * (n as f64 - 1.0));
+    d_o /= nf;
+    // Expected disagreement: all ordered pairs of pairable values, 2n Σ(v - mean)^2 / (n(n-1)).
+    let mean = total / nf;
+    let ss: f64 = pairable()
+        .flat_map(|u| u.iter())
+        .map(|v| (v - mean) * (v - mean))
+        .sum();
+    let d_e = 2.0 * ss / (nf - 1.0);
     if d_e <= 0.0 {
         return None;
     }
@@ -246,6 +249,27 @@ impl Running {
         let d = x - self.mean;
         self.mean += d / self.n as f64;
         self.m2 += d * (x - self.mean);
+    }
+
+    /// Folds another summary in (Chan et al.'s parallel update), as if its values were pushed.
+    pub fn merge(&mut self, other: &Running) {
+        if other.n == 0 {
+            return;
+        }
+        let n = self.n + other.n;
+        let d = other.mean - self.mean;
+        self.mean += d * other.n as f64 / n as f64;
+        self.m2 += other.m2 + d * d * (self.n as f64) * (other.n as f64) / n as f64;
+        self.n = n;
+    }
+
+    /// Population standard deviation; 0 without values.
+    pub fn std_pop(&self) -> f64 {
+        if self.n == 0 {
+            0.0
+        } else {
+            (self.m2 / self.n as f64).max(0.0).sqrt()
+        }
     }
 
     /// Sample variance; 0 below two values.
@@ -423,6 +447,23 @@ mod tests {
         xs.iter().for_each(|x| r.push(*x));
         assert!(close(r.mean, mean(&xs).unwrap(), 1e-15));
         assert!(close(r.var_sample(), var_sample(&xs).unwrap(), 1e-15));
+    }
+
+    #[test]
+    fn merge_equals_pushing_everything() {
+        let (xs, ys) = ([0.1, 0.5, 0.9], [0.3, 0.2]);
+        let (mut a, mut b, mut all) = (Running::default(), Running::default(), Running::default());
+        xs.iter().for_each(|x| a.push(*x));
+        ys.iter().for_each(|y| b.push(*y));
+        xs.iter().chain(&ys).for_each(|v| all.push(*v));
+        a.merge(&b);
+        assert_eq!(a.n, all.n);
+        assert!(close(a.mean, all.mean, 1e-15) && close(a.m2, all.m2, 1e-15));
+        assert!(close(
+            all.std_pop(),
+            std_pop(&[0.1, 0.5, 0.9, 0.3, 0.2]).unwrap(),
+            1e-15
+        ));
     }
 
     proptest! {

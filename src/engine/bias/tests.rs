@@ -8,22 +8,15 @@ use crate::engine::judge::CandidateMeta;
 
 /// An analysis with the given counted scores (candidate -> [(judge, score)]) and metadata.
 fn analysis(
-    scores: &[(&str, &[(&str, f64)])],
+    scores: &[(&'static str, &'static [(&'static str, f64)])],
     meta: &[(&str, Option<f64>, Option<u64>)],
-) -> Analysis {
-    let scores: BTreeMap<String, Vec<(String, f64)>> = scores
-        .iter()
-        .map(|(c, v)| {
-            (
-                c.to_string(),
-                v.iter().map(|(j, n)| (j.to_string(), *n)).collect(),
-            )
-        })
-        .collect();
+) -> Analysis<'static> {
+    let scores: BTreeMap<&'static str, Vec<(&'static str, f64)>> =
+        scores.iter().map(|(c, v)| (*c, v.to_vec())).collect();
     let rankings = scores
         .iter()
         .map(|(c, v)| Ranked {
-            candidate: c.clone(),
+            candidate: c,
             rank: 1,
             mean_z: Some(0.0),
             std_error: 0.0,
@@ -33,6 +26,19 @@ fn analysis(
             wins: 0,
             mean_score: stats::mean(&v.iter().map(|(_, n)| *n).collect::<Vec<_>>()),
             confidence: "high",
+        })
+        .collect();
+    let candidates: BTreeMap<String, CandidateMeta> = meta
+        .iter()
+        .map(|(c, w, p)| {
+            (
+                c.to_string(),
+                CandidateMeta {
+                    author: None,
+                    words: *w,
+                    position: *p,
+                },
+            )
         })
         .collect();
     Analysis {
@@ -47,19 +53,7 @@ fn analysis(
         rankings,
         scores,
         self_scores: vec![],
-        candidates: meta
-            .iter()
-            .map(|(c, w, p)| {
-                (
-                    c.to_string(),
-                    CandidateMeta {
-                        author: None,
-                        words: *w,
-                        position: *p,
-                    },
-                )
-            })
-            .collect(),
+        candidates: Box::leak(Box::new(candidates)),
     }
 }
 
@@ -150,7 +144,7 @@ fn calibration_flags_harsh_and_generous_judges() {
     ));
     assert_eq!(
         (audit.harsh.clone(), audit.generous.clone()),
-        (vec!["j1".to_string()], vec!["j4".to_string()])
+        (vec!["j1"], vec!["j4"])
     );
     // length none, position none, harsh, generous -> 2 findings -> medium
     assert_eq!(audit.risk, "medium");
@@ -171,7 +165,7 @@ fn single_judge_has_no_calibration() {
 #[test]
 fn self_vote_inflation_is_own_minus_others_mean() {
     let mut a = analysis(&[("A", &[("j2", 0.5), ("j3", 0.7)])], &[]);
-    a.self_scores = vec![("j1".into(), "A".into(), 0.9)];
+    a.self_scores = vec![("j1", "A", 0.9)];
     let audit = audit_session(&a, &Bias::default());
     assert_eq!(audit.self_inflation.len(), 1);
     assert!(close(audit.self_inflation[0].2, 0.3, 1e-12));

@@ -1,0 +1,77 @@
+//! Memory per open judge session: opens sessions through the engine (3 ballots of 5 scored
+//! candidates each, with metadata) and reports the heap bytes they hold. Run:
+//! `cargo bench --bench session_memory`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use jurystream::config::Config;
+use jurystream::engine::output::Output;
+use jurystream::engine::reputation::ReputationTable;
+use jurystream::engine::{Engine, PartitionState, Record};
+
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn main() {
+    const SESSIONS: usize = 10_000;
+    let engine = Engine::new(Config::default());
+    let reps = ReputationTable::default();
+    let payloads: Vec<String> = (0..SESSIONS)
+        .flat_map(|s| {
+            (0..3).map(move |j| {
+                format!(
+                    r#"{{"event_id":"e-{s}-{j}","project_id":"proj-{}","session_id":"sess-{s}","occurred_at":{},"judge":"judge-{j}","scores":{{"a":7,"b":5,"c":8,"d":3,"e":6}},"candidates":{{"a":{{"author":"m-a","words":120,"position":0}},"b":{{"author":"m-b","words":300,"position":1}}}},"category":"coding"}}"#,
+                    s % 100,
+                    1_795_168_800_000 + s as i64
+                )
+            })
+        })
+        .collect();
+    let mut state = PartitionState::default();
+    let mut out: Vec<Output> = Vec::new();
+    let before = LIVE.load(Ordering::Relaxed);
+    for (i, p) in payloads.iter().enumerate() {
+        out.clear();
+        let r = Record {
+            topic: "jury.judge-scores",
+            partition: Some(0),
+            offset: Some(i as i64),
+            key: None,
+            timestamp_ms: None,
+            payload: Some(p.as_bytes()),
+        };
+        engine.process(&mut state, &reps, &r, &mut out);
+    }
+    drop(out);
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    assert_eq!(state.sessions.open_sessions(), SESSIONS);
+    println!(
+        "sessions/open_session_memory: {} open sessions (3 judges x 5 candidates) hold {} bytes = {} bytes per session (incl. dedupe ids)",
+        SESSIONS,
+        held,
+        held / SESSIONS as isize
+    );
+}
