@@ -4,6 +4,7 @@
 //! file of records. Both feed the core the same [`engine::Record`]s, so what replay computes is
 //! what the service computes.
 
+pub mod changelog;
 pub mod config;
 pub mod engine;
 pub mod replay;

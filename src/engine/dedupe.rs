@@ -11,8 +11,6 @@
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use serde::{Deserialize, Serialize};
-
 /// The fingerprint of an event id.
 pub fn fingerprint(id: &str) -> u128 {
     xxhash_rust::xxh3::xxh3_128(id.as_bytes())
@@ -39,11 +37,23 @@ impl Hasher for PassThrough {
 }
 
 /// The most recently accepted event ids of one project, at most `capacity` of them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(from = "VecDeque<u128>", into = "VecDeque<u128>")]
+///
+/// Each accepted id gets a sequence number; the Kafka runtime writes `(seq, fingerprint)` to the
+/// changelog and [`RecentIds::restore`] rebuilds the window from them in the same order.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RecentIds {
-    order: VecDeque<u128>,
+    order: VecDeque<(u64, u128)>,
     set: HashSet<u128, BuildHasherDefault<PassThrough>>,
+    next_seq: u64,
+}
+
+/// What remembering one id did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remembered {
+    pub fingerprint: u128,
+    pub seq: u64,
+    /// Fingerprints forgotten to stay within capacity.
+    pub evicted: Vec<u128>,
 }
 
 impl RecentIds {
@@ -52,19 +62,39 @@ impl RecentIds {
         self.set.contains(&fingerprint(id))
     }
 
-    /// Remembers `id`, forgetting the oldest ids beyond `capacity`. Returns false if it was known.
-    pub fn insert(&mut self, id: &str, capacity: usize) -> bool {
+    /// Remembers `id`, forgetting the oldest ids beyond `capacity`. `None` if it was known.
+    pub fn insert(&mut self, id: &str, capacity: usize) -> Option<Remembered> {
         let fp = fingerprint(id);
         if !self.set.insert(fp) {
-            return false;
+            return None;
         }
-        self.order.push_back(fp);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.order.push_back((seq, fp));
+        let mut evicted = Vec::new();
         while self.order.len() > capacity.max(1) {
-            if let Some(old) = self.order.pop_front() {
+            if let Some((_, old)) = self.order.pop_front() {
                 self.set.remove(&old);
+                evicted.push(old);
             }
         }
-        true
+        Some(Remembered {
+            fingerprint: fp,
+            seq,
+            evicted,
+        })
+    }
+
+    /// Rebuilds a window from `(seq, fingerprint)` pairs in any order.
+    pub fn restore(mut entries: Vec<(u64, u128)>) -> Self {
+        entries.sort_unstable();
+        let next_seq = entries.last().map_or(0, |(s, _)| s + 1);
+        let set = entries.iter().map(|(_, fp)| *fp).collect();
+        RecentIds {
+            order: entries.into(),
+            set,
+            next_seq,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -76,19 +106,6 @@ impl RecentIds {
     }
 }
 
-impl From<VecDeque<u128>> for RecentIds {
-    fn from(order: VecDeque<u128>) -> Self {
-        let set = order.iter().copied().collect();
-        RecentIds { order, set }
-    }
-}
-
-impl From<RecentIds> for VecDeque<u128> {
-    fn from(ids: RecentIds) -> Self {
-        ids.order
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,10 +113,13 @@ mod tests {
     #[test]
     fn forgets_oldest_beyond_capacity() {
         let mut ids = RecentIds::default();
-        assert!(ids.insert("a", 2));
-        assert!(!ids.insert("a", 2));
-        assert!(ids.insert("b", 2));
-        assert!(ids.insert("c", 2));
+        assert_eq!(ids.insert("a", 2).map(|r| r.seq), Some(0));
+        assert!(ids.insert("a", 2).is_none());
+        assert!(ids.insert("b", 2).is_some());
+        assert_eq!(
+            ids.insert("c", 2).map(|r| r.evicted),
+            Some(vec![fingerprint("a")])
+        );
         assert!(!ids.contains("a"));
         assert!(ids.contains("b") && ids.contains("c"));
         assert_eq!(ids.len(), 2);
@@ -114,21 +134,18 @@ mod tests {
     }
 
     #[test]
-    fn round_trips_through_json() {
+    fn restores_in_sequence_order() {
         let mut ids = RecentIds::default();
+        let mut entries = Vec::new();
         for id in ["x", "y", "z"] {
-            ids.insert(id, 10);
+            let r = ids.insert(id, 10).unwrap();
+            entries.push((r.seq, r.fingerprint));
         }
-        let text = serde_json::to_string(&ids).unwrap();
-        assert_eq!(
-            text,
-            format!(
-                "[{},{},{}]",
-                fingerprint("x"),
-                fingerprint("y"),
-                fingerprint("z")
-            )
-        );
-        assert_eq!(serde_json::from_str::<RecentIds>(&text).unwrap(), ids);
+        entries.reverse();
+        let restored = RecentIds::restore(entries);
+        assert_eq!(restored, ids);
+        let mut a = restored.clone();
+        let mut b = ids.clone();
+        assert_eq!(a.insert("w", 3), b.insert("w", 3));
     }
 }

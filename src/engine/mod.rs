@@ -23,12 +23,12 @@ pub mod vote;
 
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::config::{Config, Method};
 use bias::{ProjectAudit, audit_session, session_alerts};
 use consensus::{Consensus, JudgeCounts, Ranked, analyze, interpretation};
-use dedupe::RecentIds;
+use dedupe::{RecentIds, Remembered};
 use json::ParseFailure;
 use judge::{JudgeAction, JudgeEvent, JudgeLimits, Scale};
 use leaderboard::Board;
@@ -77,7 +77,7 @@ pub enum Outcome {
 }
 
 /// Which input a topic name is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum InputTopic {
     Votes,
     JudgeScores,
@@ -85,7 +85,7 @@ pub enum InputTopic {
 }
 
 /// The state of one project's votes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct VoteProject {
     pub score: ProjectScore,
     /// Accepted `event_id`s, for duplicate detection.
@@ -93,7 +93,7 @@ pub struct VoteProject {
 }
 
 /// A project's judge-session state besides its open sessions.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct JudgeProject {
     /// Accepted judge-scores `event_id`s, for duplicate detection.
     pub seen: RecentIds,
@@ -111,6 +111,99 @@ pub struct PartitionState {
     pub sessions: SessionBook,
     /// `jury.judge-scores`: per-project dedupe, bias roll-up and leaderboard.
     pub judge_projects: HashMap<String, JudgeProject>,
+    /// When set, every state change is noted here for the runtime's changelog.
+    pub journal: Option<Vec<Change>>,
+}
+
+/// One piece of partition state that changed. The Kafka runtime writes the current value of
+/// each (or a tombstone, if it is gone) to the changelog; replay does not journal.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Change {
+    /// A project's vote score.
+    Score { project: String },
+    /// An event id entered the project's dedupe window (`seq` orders the window).
+    Seen {
+        project: String,
+        fingerprint: u128,
+        seq: u64,
+    },
+    /// An event id left the dedupe window.
+    Forgot { project: String, fingerprint: u128 },
+    /// An open session changed, opened or completed.
+    Session { project: String, session: String },
+    /// A session id entered the completed window.
+    Completed {
+        project: String,
+        fingerprint: u128,
+        seq: u64,
+    },
+    /// A session id left the completed window.
+    Uncompleted { project: String, fingerprint: u128 },
+    /// A project's bias roll-up.
+    Audit { project: String },
+    /// A leaderboard row.
+    Board {
+        project: String,
+        category: String,
+        model: String,
+    },
+    /// The session book's watermark and creation counter.
+    Book,
+}
+
+impl PartitionState {
+    /// A state that journals its changes.
+    pub fn journaled() -> Self {
+        PartitionState {
+            journal: Some(Vec::new()),
+            ..PartitionState::default()
+        }
+    }
+
+    fn note(&mut self, change: impl FnOnce() -> Change) {
+        if let Some(j) = &mut self.journal {
+            j.push(change());
+        }
+    }
+
+    fn note_window(&mut self, project: &str, r: &Remembered, completed: bool) {
+        if self.journal.is_none() {
+            return;
+        }
+        let project = project.to_owned();
+        let (fingerprint, seq) = (r.fingerprint, r.seq);
+        self.note(|| {
+            if completed {
+                Change::Completed {
+                    project: project.clone(),
+                    fingerprint,
+                    seq,
+                }
+            } else {
+                Change::Seen {
+                    project: project.clone(),
+                    fingerprint,
+                    seq,
+                }
+            }
+        });
+        for fp in &r.evicted {
+            let fingerprint = *fp;
+            self.note(|| {
+                if completed {
+                    Change::Uncompleted {
+                        project: project.clone(),
+                        fingerprint,
+                    }
+                } else {
+                    Change::Forgot {
+                        project: project.clone(),
+                        fingerprint,
+                    }
+                }
+            });
+        }
+    }
 }
 
 /// The stateless processor: configuration plus the code that applies records to state.
@@ -333,7 +426,7 @@ impl Engine {
         let step = project
             .score
             .apply(at, mean, batch.votes.len() as u64, lambda);
-        project
+        let remembered = project
             .seen
             .insert(batch.event_id, self.config.limits.dedupe_window);
         let value = ScoreValue {
@@ -350,6 +443,14 @@ impl Engine {
             key: Some(batch.project_id.to_owned()),
             value: OutputValue::Score(value),
         });
+        if state.journal.is_some() {
+            state.note(|| Change::Score {
+                project: batch.project_id.to_owned(),
+            });
+            if let Some(r) = &remembered {
+                state.note_window(batch.project_id, r, false);
+            }
+        }
         Ok(if step.late {
             Outcome::Late
         } else {
@@ -410,12 +511,15 @@ impl Engine {
                 format!("session {session:?} of project {project:?} has already completed"),
             ));
         }
-        state
+        let remembered = state
             .judge_projects
             .entry(project.to_owned())
             .or_default()
             .seen
             .insert(event.event_id, self.config.limits.dedupe_window);
+        if let Some(r) = &remembered {
+            state.note_window(project, r, false);
+        }
         let mut done = Vec::new();
         match &event.action {
             JudgeAction::Ballot(ballot) => {
@@ -429,6 +533,11 @@ impl Engine {
                     .close(project, session, at, self.book_limits(), &mut done)
             }
         }
+        state.note(|| Change::Session {
+            project: project.to_owned(),
+            session: session.to_owned(),
+        });
+        state.note(|| Change::Book);
         for completed in done {
             self.finish_session(state, completed, out);
         }
@@ -438,6 +547,16 @@ impl Engine {
     /// Publishes a completed session: consensus, session and project bias alerts, leaderboard.
     fn finish_session(&self, state: &mut PartitionState, c: Completed, out: &mut Vec<Output>) {
         let cfg = &self.config;
+        state.note(|| Change::Session {
+            project: c.project_id.clone(),
+            session: c.session_id.clone(),
+        });
+        if let Some(r) = &c.remembered {
+            state.note_window(&c.project_id, r, true);
+        }
+        state.note(|| Change::Audit {
+            project: c.project_id.clone(),
+        });
         let analysis = analyze(&c.session, &cfg.sessions);
         let audit = audit_session(&analysis, &cfg.bias);
         let key = Some(c.project_id.clone());
@@ -480,13 +599,19 @@ impl Engine {
             out.push(Output::json(OutputTopic::BiasAlerts, key.clone(), &alert));
         }
         let category = c.session.category.as_deref();
-        for standing in project.board.add(
+        let standings = project.board.add(
             &c.project_id,
             category,
             c.at,
             &analysis,
             cfg.leaderboard.window_days,
-        ) {
+        );
+        for standing in standings {
+            state.note(|| Change::Board {
+                project: standing.project_id.clone(),
+                category: standing.category.clone().unwrap_or_default(),
+                model: standing.model.clone(),
+            });
             out.push(Output::json(
                 OutputTopic::Leaderboard,
                 Some(standing.key()),

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::dedupe::RecentIds;
+use super::dedupe::{RecentIds, Remembered};
 use super::judge::{BallotEvent, CandidateMeta, Status};
 use super::time::EventTime;
 
@@ -108,17 +108,19 @@ pub struct Completed {
     /// watermark for a timeout).
     pub at: EventTime,
     pub session: Session,
+    /// How the completed-session window changed (for the changelog).
+    pub remembered: Option<Remembered>,
 }
 
 /// The session ids of one project that are open or recently completed.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProjectSessions {
     pub open: BTreeMap<String, Session>,
     pub completed: RecentIds,
 }
 
 /// All sessions of one input partition.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionBook {
     pub projects: HashMap<String, ProjectSessions>,
     /// The latest event time of an accepted judge-scores event on this partition.
@@ -233,13 +235,14 @@ impl SessionBook {
             );
         } else {
             let p = self.projects.entry(project.to_owned()).or_default();
-            p.completed.insert(session_id, limits.completed_window);
+            let remembered = p.completed.insert(session_id, limits.completed_window);
             done.push(Completed {
                 project_id: project.to_owned(),
                 session_id: session_id.to_owned(),
                 by: CompletedBy::SessionClose,
                 at,
                 session: Session::new(u64::MAX, at),
+                remembered,
             });
         }
         self.advance(at, limits, done);
@@ -260,7 +263,7 @@ impl SessionBook {
         let Some(session) = p.open.remove(session_id) else {
             return;
         };
-        p.completed.insert(session_id, limits.completed_window);
+        let remembered = p.completed.insert(session_id, limits.completed_window);
         self.by_activity
             .remove(&(session.last_activity, session.seq));
         self.by_age.remove(&session.seq);
@@ -275,6 +278,7 @@ impl SessionBook {
             by,
             at,
             session,
+            remembered,
         });
     }
 
@@ -318,6 +322,35 @@ impl SessionBook {
             let (p, s) = (p.clone(), s.clone());
             self.complete(&p, &s, CompletedBy::Timeout, wm, limits, done);
         }
+    }
+
+    /// The creation counter, for the changelog.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Rebuilds a book from its parts (the changelog's view of it): open sessions, completed
+    /// windows, watermark and creation counter. The indexes are derived from the sessions.
+    pub fn restore(
+        projects: HashMap<String, ProjectSessions>,
+        watermark: Option<EventTime>,
+        next_seq: u64,
+    ) -> Self {
+        let mut book = SessionBook {
+            projects,
+            watermark,
+            next_seq,
+            by_activity: BTreeMap::new(),
+            by_age: BTreeMap::new(),
+        };
+        for (project, p) in &book.projects {
+            for (id, s) in &p.open {
+                book.by_activity
+                    .insert((s.last_activity, s.seq), (project.clone(), id.clone()));
+                book.by_age.insert(s.seq, (project.clone(), id.clone()));
+            }
+        }
+        book
     }
 
     /// Keys of open sessions, for bounded-cardinality views.
