@@ -19,7 +19,7 @@ use crate::engine::leaderboard::Entry;
 use crate::engine::score::ProjectScore;
 use crate::engine::session::{ProjectSessions, Session, SessionBook};
 use crate::engine::time::EventTime;
-use crate::engine::{Change, InputTopic, JudgeProject, PartitionState, VoteProject};
+use crate::engine::{Change, InputTopic, PartitionState, VoteProject};
 
 /// One changelog record; `value: None` is a tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -297,7 +297,7 @@ impl Restorer {
                     state
                         .judge_projects
                         .entry(project)
-                        .or_insert_with(JudgeProject::default)
+                        .or_default()
                         .seen = window
                 }
             }
