@@ -36,6 +36,133 @@ pub struct Config {
     pub sessions: Sessions,
     pub bias: Bias,
     pub leaderboard: Leaderboard,
+    pub kafka: Kafka,
+    pub output: OutputSettings,
+    pub http: Http,
+    pub log: Log,
+    pub metrics: Metrics,
+}
+
+/// The Kafka service (`jurystream run`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Kafka {
+    pub bootstrap_servers: String,
+    pub group_id: String,
+    pub client_id: String,
+    /// Create missing topics at start (with `partitions`, `replication_factor`, and
+    /// `cleanup.policy=compact` for the tables); when false, a missing topic stops the service.
+    pub create_topics: bool,
+    pub partitions: i32,
+    pub replication_factor: i32,
+    /// How long the broker may hold a fetch; tansu holds every fetch this long, so keep it small.
+    pub fetch_wait_max_ms: u64,
+    /// Work is committed in cycles: outputs and changelog are flushed and acknowledged, then the
+    /// input offsets are committed. This is the cycle length.
+    pub commit_interval_ms: u64,
+    /// Seconds to finish in-flight work, flush and commit after SIGTERM/SIGINT.
+    pub shutdown_timeout_secs: u64,
+    pub security_protocol: String,
+    pub sasl_mechanism: String,
+    pub sasl_username: String,
+    /// Name of the environment variable holding the SASL password (never logged).
+    pub sasl_password_env: String,
+    /// File holding the SASL password (never logged).
+    pub sasl_password_file: String,
+    pub ssl_ca_location: String,
+    pub ssl_certificate_location: String,
+    pub ssl_key_location: String,
+    /// Any librdkafka property for the consumers, e.g. `"session.timeout.ms" = "10000"`.
+    pub consumer: BTreeMap<String, String>,
+    /// Any librdkafka property for the producer.
+    pub producer: BTreeMap<String, String>,
+}
+
+impl Default for Kafka {
+    fn default() -> Self {
+        Kafka {
+            bootstrap_servers: "127.0.0.1:9092".into(),
+            group_id: "jurystream".into(),
+            client_id: "jurystream".into(),
+            create_topics: true,
+            partitions: 6,
+            replication_factor: 1,
+            fetch_wait_max_ms: 20,
+            commit_interval_ms: 100,
+            shutdown_timeout_secs: 30,
+            security_protocol: "plaintext".into(),
+            sasl_mechanism: String::new(),
+            sasl_username: String::new(),
+            sasl_password_env: String::new(),
+            sasl_password_file: String::new(),
+            ssl_ca_location: String::new(),
+            ssl_certificate_location: String::new(),
+            ssl_key_location: String::new(),
+            consumer: BTreeMap::new(),
+            producer: BTreeMap::new(),
+        }
+    }
+}
+
+/// What the service publishes and how often.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputSettings {
+    /// `jury.scores` is a table: a project's updates within this many milliseconds are coalesced
+    /// (the first is published at once, the latest at the end of the interval); 0 publishes every
+    /// update. Replay always publishes every update.
+    pub scores_coalesce_ms: u64,
+}
+
+impl Default for OutputSettings {
+    fn default() -> Self {
+        OutputSettings { scores_coalesce_ms: 100 }
+    }
+}
+
+/// The HTTP server for /metrics, /healthz and /readyz.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Http {
+    pub bind: String,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Http { bind: "127.0.0.1:9464".into() }
+    }
+}
+
+/// Logging.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    /// `text` or `json`.
+    pub format: String,
+    /// A tracing filter, e.g. `info` or `jurystream=debug,rdkafka=warn`; `RUST_LOG` overrides it.
+    pub level: String,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log { format: "text".into(), level: "info".into() }
+    }
+}
+
+/// Metrics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Metrics {
+    /// Projects whose score is exported as `jurystream_project_score`; empty = the top
+    /// `score_top_n` projects by evaluations. Never one series per project by default.
+    pub score_projects: Vec<String>,
+    pub score_top_n: usize,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics { score_projects: Vec::new(), score_top_n: 20 }
+    }
 }
 
 /// Topic names, input and output.
@@ -369,6 +496,22 @@ impl Config {
             "leaderboard.window_days",
             self.leaderboard.window_days as usize,
         )?;
+        let k = &self.kafka;
+        if k.bootstrap_servers.is_empty() {
+            return Err(invalid("kafka.bootstrap_servers", "must not be empty"));
+        }
+        if k.group_id.is_empty() {
+            return Err(invalid("kafka.group_id", "must not be empty"));
+        }
+        positive("kafka.partitions", k.partitions.max(0) as usize)?;
+        positive("kafka.replication_factor", k.replication_factor.max(0) as usize)?;
+        positive("kafka.commit_interval_ms", k.commit_interval_ms as usize)?;
+        if !["text", "json"].contains(&self.log.format.as_str()) {
+            return Err(invalid("log.format", "must be \"text\" or \"json\""));
+        }
+        if self.http.bind.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid("http.bind", format!("{:?} is not an address like 127.0.0.1:9464", self.http.bind)));
+        }
         Ok(())
     }
 }

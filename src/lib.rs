@@ -7,4 +7,7 @@
 pub mod changelog;
 pub mod config;
 pub mod engine;
+pub mod http;
+pub mod kafka;
+pub mod metrics;
 pub mod replay;

@@ -3,13 +3,18 @@
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 use jurystream::config::Config;
 use jurystream::engine::Engine;
+use jurystream::http::Health;
+use jurystream::metrics::Metrics;
 use jurystream::replay;
 
 #[derive(Parser)]
@@ -36,6 +41,8 @@ enum Command {
         #[arg(long, default_value = "-")]
         output: String,
     },
+    /// Runs the Kafka service until SIGTERM or SIGINT.
+    Run,
 }
 
 fn main() -> Result<()> {
@@ -43,7 +50,60 @@ fn main() -> Result<()> {
     let config = Config::load(cli.config.as_deref())?;
     match cli.command {
         Command::Replay { input, output } => run_replay(config, &input, &output),
+        Command::Run => run_service(config),
     }
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr);
+    if config.log.format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// The service: the HTTP endpoints and signal handling on a small tokio runtime, the processing
+/// loop on this thread.
+fn run_service(config: Config) -> Result<()> {
+    init_logging(&config);
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let bind: SocketAddr = config.http.bind.parse().context("http.bind")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    {
+        let stop = Arc::clone(&stop);
+        runtime.spawn(async move {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for SIGTERM");
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+    let server = runtime.spawn(jurystream::http::serve(bind, Arc::clone(&metrics), Arc::clone(&health), async {
+        let _ = done_rx.await;
+    }));
+    let result = jurystream::kafka::run(config, metrics, health, stop);
+    let _ = done_tx.send(());
+    let _ = runtime.block_on(server);
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    match &result {
+        Ok(()) => tracing::info!("stopped cleanly"),
+        Err(e) => tracing::error!(error = %e, "stopped with an error"),
+    }
+    result.map_err(Into::into)
 }
 
 fn run_replay(config: Config, input: &str, output: &str) -> Result<()> {

@@ -442,6 +442,7 @@ impl Engine {
             topic: OutputTopic::Scores,
             key: Some(batch.project_id.to_owned()),
             value: OutputValue::Score(value),
+            alert: None,
         });
         if state.journal.is_some() {
             state.note(|| Change::Score {
@@ -585,7 +586,7 @@ impl Engine {
         };
         out.push(Output::json(OutputTopic::Consensus, key.clone(), &record));
         for alert in session_alerts(&c.project_id, &c.session_id, &analysis, &audit, &cfg.bias) {
-            out.push(Output::json(OutputTopic::BiasAlerts, key.clone(), &alert));
+            out.push(Output::alert(key.clone(), &alert));
         }
         let project = state
             .judge_projects
@@ -596,7 +597,7 @@ impl Engine {
                 .audit
                 .update(&c.project_id, &c.session_id, &analysis, &audit, &cfg.bias)
         {
-            out.push(Output::json(OutputTopic::BiasAlerts, key.clone(), &alert));
+            out.push(Output::alert(key.clone(), &alert));
         }
         let category = c.session.category.as_deref();
         let standings = project.board.add(

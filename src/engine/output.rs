@@ -26,6 +26,8 @@ pub struct Output {
     pub topic: OutputTopic,
     pub key: Option<String>,
     pub value: OutputValue,
+    /// For bias alerts: (scope, kind), so runtimes can count alerts without parsing them.
+    pub alert: Option<(&'static str, &'static str)>,
 }
 
 /// An output value. Scores stay typed until rendered, because the Kafka runtime coalesces them
@@ -44,7 +46,13 @@ impl Output {
             topic,
             key,
             value: OutputValue::Json(render(value)),
+            alert: None,
         }
+    }
+
+    /// A `jury.bias-alerts` record.
+    pub fn alert(key: Option<String>, alert: &super::bias::BiasAlert) -> Output {
+        Output { alert: Some((alert.scope, alert.kind)), ..Output::json(OutputTopic::BiasAlerts, key, alert) }
     }
 
     /// The value as JSON text.

@@ -1,0 +1,181 @@
+//! librdkafka client configuration and topic management.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::ServiceError;
+use crate::config::Config;
+
+/// Settings every client shares: brokers, identity and security (the password is read from its
+/// environment variable or file here and never logged).
+pub fn base_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
+    let k = &cfg.kafka;
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &k.bootstrap_servers)
+        .set("client.id", &k.client_id)
+        .set("security.protocol", &k.security_protocol);
+    if !k.sasl_mechanism.is_empty() {
+        c.set("sasl.mechanism", &k.sasl_mechanism).set("sasl.username", &k.sasl_username);
+        let password = if !k.sasl_password_env.is_empty() {
+            std::env::var(&k.sasl_password_env).map_err(|_| {
+                ServiceError::Config(format!("kafka.sasl_password_env: variable {} is not set", k.sasl_password_env))
+            })?
+        } else if !k.sasl_password_file.is_empty() {
+            std::fs::read_to_string(&k.sasl_password_file)
+                .map_err(|e| ServiceError::Config(format!("kafka.sasl_password_file: {e}")))?
+                .trim_end()
+                .to_owned()
+        } else {
+            String::new()
+        };
+        c.set("sasl.password", password);
+    }
+    for (key, value) in [
+        ("ssl.ca.location", &k.ssl_ca_location),
+        ("ssl.certificate.location", &k.ssl_certificate_location),
+        ("ssl.key.location", &k.ssl_key_location),
+    ] {
+        if !value.is_empty() {
+            c.set(key, value);
+        }
+    }
+    Ok(c)
+}
+
+/// librdkafka's limit for a message must cover the largest accepted payload plus its envelope.
+fn message_max(cfg: &Config) -> String {
+    (cfg.limits.max_message_bytes + 64 * 1024).min(1_000_000_000).to_string()
+}
+
+/// The group consumer of the input topics.
+pub fn consumer_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
+    let mut c = base_config(cfg)?;
+    c.set("group.id", &cfg.kafka.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        // With `range`, tansu never hands a killed member's partitions to the survivors.
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("fetch.wait.max.ms", cfg.kafka.fetch_wait_max_ms.to_string())
+        .set("message.max.bytes", message_max(cfg))
+        .set("fetch.message.max.bytes", message_max(cfg))
+        .set("statistics.interval.ms", "5000");
+    for (k, v) in &cfg.kafka.consumer {
+        c.set(k, v);
+    }
+    Ok(c)
+}
+
+/// A consumer that reads assigned partitions to their end (state restore, the reputation table).
+pub fn reader_config(cfg: &Config, purpose: &str) -> Result<ClientConfig, ServiceError> {
+    let mut c = base_config(cfg)?;
+    c.set("group.id", format!("{}-{purpose}", cfg.kafka.group_id))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", cfg.kafka.fetch_wait_max_ms.to_string())
+        .set("message.max.bytes", message_max(cfg))
+        .set("fetch.message.max.bytes", message_max(cfg));
+    for (k, v) in &cfg.kafka.consumer {
+        if k != "group.id" && k != "partition.assignment.strategy" {
+            c.set(k, v);
+        }
+    }
+    Ok(c)
+}
+
+/// The idempotent producer of outputs and changelog. Delivery never times out: during a broker
+/// outage librdkafka keeps retrying, and the cycle that waits for it does not commit.
+pub fn producer_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
+    let mut c = base_config(cfg)?;
+    c.set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "2")
+        .set("message.timeout.ms", "0")
+        .set("message.max.bytes", message_max(cfg))
+        .set("statistics.interval.ms", "5000");
+    for (k, v) in &cfg.kafka.producer {
+        c.set(k, v);
+    }
+    Ok(c)
+}
+
+/// Topics and whether they are compacted tables.
+fn topics(cfg: &Config) -> Vec<(&str, bool)> {
+    let t = &cfg.topics;
+    vec![
+        (t.votes.as_str(), false),
+        (t.judge_scores.as_str(), false),
+        (t.reputations.as_str(), true),
+        (t.scores.as_str(), true),
+        (t.consensus.as_str(), false),
+        (t.bias_alerts.as_str(), false),
+        (t.leaderboard.as_str(), true),
+        (t.dead_letters.as_str(), false),
+        (t.state.as_str(), true),
+    ]
+}
+
+/// Creates missing topics (when configured) and checks that every topic exists and that the
+/// changelog has a partition for every input partition.
+pub fn ensure_topics(cfg: &Config) -> Result<(), ServiceError> {
+    let wanted = topics(cfg);
+    if cfg.kafka.create_topics {
+        let admin: AdminClient<DefaultClientContext> = base_config(cfg)?.create()?;
+        let new: Vec<NewTopic> = wanted
+            .iter()
+            .map(|(name, compact)| {
+                let t = NewTopic::new(name, cfg.kafka.partitions, TopicReplication::Fixed(cfg.kafka.replication_factor));
+                if *compact { t.set("cleanup.policy", "compact") } else { t }
+            })
+            .collect();
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        let results = futures_block(admin.create_topics(&new, &opts))??;
+        for result in results {
+            match result {
+                Ok(name) => tracing::info!(topic = %name, "created topic"),
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((name, code)) => return Err(ServiceError::Topic(format!("creating {name}: {code}"))),
+            }
+        }
+    }
+    let probe: BaseConsumer = reader_config(cfg, "probe")?.create()?;
+    let mut partitions = std::collections::HashMap::new();
+    for (name, _) in &wanted {
+        let mut found = 0;
+        for attempt in 0..20 {
+            let md = probe.fetch_metadata(Some(name), Duration::from_secs(10))?;
+            found = md.topics().first().filter(|t| t.error().is_none()).map_or(0, |t| t.partitions().len());
+            if found > 0 || !cfg.kafka.create_topics || attempt == 19 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        if found == 0 {
+            return Err(ServiceError::Topic(format!(
+                "topic {name} does not exist (create it, or set kafka.create_topics = true)"
+            )));
+        }
+        partitions.insert(*name, found);
+    }
+    let inputs = partitions[cfg.topics.votes.as_str()].max(partitions[cfg.topics.judge_scores.as_str()]);
+    let state = partitions[cfg.topics.state.as_str()];
+    if state < inputs {
+        return Err(ServiceError::Topic(format!(
+            "changelog {} has {state} partitions but the inputs have {inputs}; it needs at least as many",
+            cfg.topics.state
+        )));
+    }
+    Ok(())
+}
+
+/// Waits for a future on a small runtime of its own (the admin API is async; the service loop is not).
+fn futures_block<F: std::future::Future>(f: F) -> Result<F::Output, ServiceError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    Ok(rt.block_on(f))
+}

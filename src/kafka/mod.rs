@@ -1,0 +1,575 @@
+//! The Kafka runtime: consumes the inputs in one consumer group, drives the engine, publishes the
+//! outputs, keeps state durable in the changelog, and commits only what is safely published.
+//!
+//! Work proceeds in **cycles** of `kafka.commit_interval_ms`:
+//! 1. records are processed as they arrive; outputs are produced at once (scores coalesced per
+//!    project within `output.scores_coalesce_ms`);
+//! 2. at the end of a cycle the remaining scores are produced and the producer is flushed until
+//!    the broker has acknowledged every output;
+//! 3. then the changed state of each partition, with the last input offset it includes, is
+//!    written to the changelog and acknowledged;
+//! 4. only then are the input offsets committed.
+//!
+//! After a crash the consumer resumes at the last commit; a partition's state is restored from
+//! the changelog the first time one of its records arrives, and records at or below the offset
+//! the changelog holds are skipped, so state changes exactly once while outputs are published at
+//! least once (a re-published output is identical). A partition taken away by a rebalance is
+//! flushed, committed and dropped inside the revoke callback, before another instance owns it.
+
+pub mod clients;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::statistics::Statistics;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::changelog::{self, ChangelogError, Restorer, Unit};
+use crate::config::Config;
+use crate::engine::output::{Output, OutputTopic, OutputValue};
+use crate::engine::reputation::ReputationTable;
+use crate::engine::{Engine, InputTopic, PartitionState, Record};
+use crate::http::Health;
+use crate::metrics::Metrics;
+
+/// Why the service stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("topics: {0}")]
+    Topic(String),
+    #[error("delivery failed, nothing committed: {0}")]
+    Delivery(String),
+    #[error("restoring {unit:?}: {source}")]
+    Restore {
+        unit: Unit,
+        #[source]
+        source: ChangelogError,
+    },
+    #[error("restoring {0:?}: the changelog did not reach its end in time")]
+    RestoreTimeout(Unit),
+    #[error("shutdown did not finish within {0} s")]
+    ShutdownTimeout(u64),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Which output a delivery report is for, and the event time it carries.
+struct Tag {
+    topic: &'static str,
+    event_ms: Option<i64>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Delivery reports: acknowledged outputs, latency, and failures (which stop the service before
+/// anything is committed).
+struct Delivery {
+    metrics: Arc<Metrics>,
+    failures: AtomicU64,
+    last_failure: Mutex<Option<String>>,
+}
+
+impl ClientContext for Delivery {
+    fn stats(&self, stats: Statistics) {
+        let retries: u64 = stats.brokers.values().map(|b| b.txretries).sum();
+        self.metrics.producer_retries.set(retries as i64);
+    }
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(%error, reason, "producer");
+    }
+}
+
+impl ProducerContext for Delivery {
+    type DeliveryOpaque = Box<Tag>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, tag: Box<Tag>) {
+        match result {
+            Ok(_) => {
+                self.metrics.outputs.with_label_values(&[tag.topic]).inc();
+                if let Some(ms) = tag.event_ms {
+                    let secs = (now_ms() - ms).max(0) as f64 / 1000.0;
+                    self.metrics.event_to_publish.with_label_values(&[tag.topic]).observe(secs);
+                }
+            }
+            Err((e, _)) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                self.metrics.producer_errors.inc();
+                tracing::error!(error = %e, topic = tag.topic, "delivery failed");
+                if let Ok(mut last) = self.last_failure.lock() {
+                    *last = Some(e.to_string());
+                }
+            }
+        }
+    }
+}
+
+/// The state of one owned input partition.
+struct Owned {
+    state: PartitionState,
+    topic: String,
+    /// Records at or below this offset are already in the restored state.
+    skip_through: Option<i64>,
+    /// The last offset processed (or skipped) and not yet committed.
+    pending: Option<i64>,
+}
+
+/// Score coalescing: a project's first update in an interval is published at once, later ones
+/// are held and the latest is published when the interval (or the cycle) ends.
+#[derive(Default)]
+struct Coalescer {
+    last: HashMap<String, Instant>,
+    held: HashMap<String, Output>,
+}
+
+/// Everything the processing loop and the rebalance callback share.
+struct Core {
+    engine: Engine,
+    producer: BaseProducer<Delivery>,
+    units: HashMap<(InputTopic, i32), Owned>,
+    reputations: ReputationTable,
+    coalescer: Coalescer,
+    out: Vec<Output>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    stop: Arc<AtomicBool>,
+    last_gauges: Instant,
+}
+
+/// The consumer context: lag from statistics, and the revoke callback.
+struct GroupContext {
+    core: Arc<Mutex<Core>>,
+    metrics: Arc<Metrics>,
+    failed: Mutex<Option<ServiceError>>,
+}
+
+impl ClientContext for GroupContext {
+    fn stats(&self, stats: Statistics) {
+        for (topic, t) in &stats.topics {
+            for (partition, p) in &t.partitions {
+                if *partition >= 0 && p.consumer_lag >= 0 {
+                    self.metrics
+                        .consumer_lag
+                        .with_label_values(&[topic, &partition.to_string()])
+                        .set(p.consumer_lag);
+                }
+            }
+        }
+    }
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(%error, reason, "consumer");
+    }
+}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(tpl) = rebalance else { return };
+        let mut core = lock(&self.core);
+        let revoked: Vec<(String, i32)> =
+            tpl.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect();
+        tracing::info!(?revoked, "partitions revoked: flushing and committing them");
+        if let Err(e) = core.end_cycle(consumer) {
+            tracing::error!(error = %e, "could not finish the cycle before revocation");
+            if let Ok(mut f) = self.failed.lock() {
+                f.get_or_insert(e);
+            }
+        }
+        for (topic, partition) in revoked {
+            if let Some(t) = core.engine.input_topic(&topic) {
+                core.units.remove(&(t, partition));
+            }
+        }
+        core.metrics.partitions_owned.set(core.units.len() as i64);
+    }
+
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            let assigned: Vec<(String, i32)> =
+                tpl.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect();
+            tracing::info!(?assigned, "partitions assigned");
+        }
+    }
+}
+
+fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
+    core.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Core {
+    fn config(&self) -> &Config {
+        self.engine.config()
+    }
+
+    /// Produces one record, waiting for queue space if the local queue is full.
+    fn send(&self, topic: &str, partition: Option<i32>, key: Option<&[u8]>, payload: Option<&[u8]>, tag: Tag) -> Result<(), ServiceError> {
+        let mut record: BaseRecord<'_, [u8], [u8], Box<Tag>> = BaseRecord::with_opaque_to(topic, Box::new(tag));
+        if let Some(k) = key {
+            record = record.key(k);
+        }
+        if let Some(p) = payload {
+            record = record.payload(p);
+        }
+        if let Some(p) = partition {
+            record = record.partition(p);
+        }
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    self.producer.poll(Duration::from_millis(10));
+                    record = r;
+                }
+                Err((e, _)) => return Err(ServiceError::Delivery(e.to_string())),
+            }
+        }
+    }
+
+    fn publish(&self, out: &Output) -> Result<(), ServiceError> {
+        let event_ms = match &out.value {
+            OutputValue::Score(v) => Some(v.last_event_at.epoch_millis()),
+            OutputValue::Json(_) => None,
+        };
+        if let Some((scope, kind)) = out.alert {
+            self.metrics.alerts.with_label_values(&[scope, kind]).inc();
+        }
+        let value = out.render();
+        let topic = self.engine.topic_name(out.topic);
+        self.send(topic, None, out.key.as_deref().map(str::as_bytes), Some(value.as_bytes()), Tag { topic: label(out.topic), event_ms })
+    }
+
+    /// Processes one input record of an owned partition, restoring its state first if needed.
+    fn process(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), ServiceError> {
+        let Some(topic) = self.engine.input_topic(msg.topic()) else { return Ok(()) };
+        let key = (topic, msg.partition());
+        if !self.units.contains_key(&key) {
+            let owned = self.restore(Unit { topic, partition: msg.partition() }, msg.topic())?;
+            self.units.insert(key, owned);
+            self.metrics.partitions_owned.set(self.units.len() as i64);
+        }
+        let Some(unit) = self.units.get_mut(&key) else { return Ok(()) };
+        let offset = msg.offset();
+        unit.pending = Some(offset);
+        if unit.skip_through.is_some_and(|s| offset <= s) {
+            self.metrics.records.with_label_values(&[msg.topic(), "replayed"]).inc();
+            return Ok(());
+        }
+        let record = Record {
+            topic: msg.topic(),
+            partition: Some(msg.partition()),
+            offset: Some(offset),
+            key: msg.key(),
+            timestamp_ms: msg.timestamp().to_millis(),
+            payload: msg.payload(),
+        };
+        let started = Instant::now();
+        self.out.clear();
+        let outcome = self.engine.process(&mut unit.state, &self.reputations, &record, &mut self.out);
+        self.metrics.processing.observe(started.elapsed().as_secs_f64());
+        self.metrics.record(msg.topic(), outcome);
+        let outs = std::mem::take(&mut self.out);
+        let result = self.route(&outs);
+        self.out = outs;
+        result
+    }
+
+    /// Publishes outputs, holding back scores that fall inside their project's coalescing interval.
+    fn route(&mut self, outs: &[Output]) -> Result<(), ServiceError> {
+        let interval = Duration::from_millis(self.config().output.scores_coalesce_ms);
+        for out in outs {
+            if out.topic == OutputTopic::Scores && !interval.is_zero() {
+                let key = out.key.clone().unwrap_or_default();
+                let now = Instant::now();
+                let recent = self.coalescer.last.get(&key).is_some_and(|t| now.duration_since(*t) < interval);
+                if recent {
+                    self.coalescer.held.insert(key, out.clone());
+                    continue;
+                }
+                self.coalescer.held.remove(&key);
+                self.coalescer.last.insert(key, now);
+            }
+            self.publish(out)?;
+        }
+        Ok(())
+    }
+
+    /// Applies a `jury.reputations` record to the global table.
+    fn reputation(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), ServiceError> {
+        let record = Record {
+            topic: msg.topic(),
+            partition: Some(msg.partition()),
+            offset: Some(msg.offset()),
+            key: msg.key(),
+            timestamp_ms: msg.timestamp().to_millis(),
+            payload: msg.payload(),
+        };
+        self.out.clear();
+        let mut scratch = PartitionState::default();
+        let outcome = self.engine.process(&mut scratch, &self.reputations, &record, &mut self.out);
+        self.metrics.record(msg.topic(), outcome);
+        self.metrics.reputations.set(self.reputations.len() as i64);
+        let outs = std::mem::take(&mut self.out);
+        let result = outs.iter().try_for_each(|o| self.publish(o));
+        self.out = outs;
+        result
+    }
+
+    /// Reads a partition's changelog to its end and rebuilds its state.
+    fn restore(&self, unit: Unit, topic: &str) -> Result<Owned, ServiceError> {
+        let started = Instant::now();
+        let cfg = self.config();
+        let reader: BaseConsumer = clients::reader_config(cfg, "restore")?.create()?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&cfg.topics.state, unit.partition, Offset::Beginning)?;
+        reader.assign(&tpl)?;
+        let mut restorer = Restorer::new(unit);
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            if Instant::now() > deadline {
+                return Err(ServiceError::RestoreTimeout(unit));
+            }
+            match reader.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => restorer.accept(m.key().unwrap_or_default(), m.payload()),
+                Some(Err(KafkaError::PartitionEOF(_))) => break,
+                Some(Err(e)) => tracing::warn!(error = %e, "restore read"),
+                None => {}
+            }
+        }
+        let (records, bytes) = (restorer.records, restorer.bytes);
+        let (state, offset) = restorer.finish().map_err(|source| ServiceError::Restore { unit, source })?;
+        let secs = started.elapsed().as_secs_f64();
+        self.metrics.restore_duration.observe(secs);
+        self.metrics.restore_records.inc_by(records);
+        self.metrics.restore_bytes.inc_by(bytes);
+        tracing::info!(?unit, records, bytes, offset, secs, "restored partition state");
+        Ok(Owned { state, topic: topic.to_owned(), skip_through: offset, pending: None })
+    }
+
+    /// Waits until the broker has acknowledged everything produced, then fails if anything was
+    /// not delivered. During an outage this keeps waiting (and reports not ready).
+    fn flush(&self) -> Result<(), ServiceError> {
+        let started = Instant::now();
+        let shutdown_limit = Duration::from_secs(self.config().kafka.shutdown_timeout_secs);
+        loop {
+            match self.producer.flush(Duration::from_millis(500)) {
+                Ok(()) => break,
+                Err(KafkaError::Flush(_)) => {
+                    if started.elapsed() > Duration::from_secs(2) {
+                        self.health.set_ready(false, &self.metrics);
+                    }
+                    if self.stop.load(Ordering::Relaxed) && started.elapsed() > shutdown_limit {
+                        return Err(ServiceError::ShutdownTimeout(shutdown_limit.as_secs()));
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let ctx = self.producer.context();
+        if ctx.failures.load(Ordering::Relaxed) > 0 {
+            let last = ctx.last_failure.lock().ok().and_then(|l| l.clone()).unwrap_or_default();
+            return Err(ServiceError::Delivery(last));
+        }
+        Ok(())
+    }
+
+    /// Ends a cycle: publish held scores, wait for every output, write and wait for the
+    /// changelog, then commit the offsets those cover.
+    fn end_cycle<C: ConsumerContext>(&mut self, consumer: &BaseConsumer<C>) -> Result<(), ServiceError> {
+        let started = Instant::now();
+        let held: Vec<Output> = self.coalescer.held.drain().map(|(_, o)| o).collect();
+        for out in &held {
+            self.publish(out)?;
+        }
+        let interval = Duration::from_millis(self.config().output.scores_coalesce_ms);
+        self.coalescer.last.retain(|_, t| t.elapsed() < interval);
+        self.flush()?;
+        let state_topic = self.config().topics.state.clone();
+        let mut commits = TopicPartitionList::new();
+        let mut written = 0u64;
+        let mut keys: Vec<(InputTopic, i32)> = self.units.keys().copied().collect();
+        keys.sort();
+        for key in keys {
+            let Some(owned) = self.units.get_mut(&key) else { continue };
+            let Some(offset) = owned.pending.take() else { continue };
+            let unit = Unit { topic: key.0, partition: key.1 };
+            let changes = owned.state.journal.as_mut().map(std::mem::take).unwrap_or_default();
+            let mut records = changelog::records(unit, &owned.state, changes);
+            if owned.skip_through.is_none_or(|s| offset > s) {
+                records.push(unit.offset_record(offset));
+            }
+            commits.add_partition_offset(&owned.topic, key.1, Offset::Offset(offset + 1))?;
+            let owned_topic = owned.topic.clone();
+            for r in &records {
+                self.send(&state_topic, Some(key.1), Some(r.key.as_bytes()), r.value.as_deref().map(str::as_bytes), Tag { topic: "state", event_ms: None })?;
+            }
+            written += records.len() as u64;
+            tracing::trace!(topic = %owned_topic, partition = key.1, offset, records = records.len(), "changelog");
+        }
+        if written > 0 {
+            self.flush()?;
+            self.metrics.changelog_records.inc_by(written);
+        }
+        if commits.count() > 0 {
+            match consumer.commit(&commits, CommitMode::Sync) {
+                Ok(()) => self.metrics.commits.with_label_values(&["ok"]).inc(),
+                Err(e) => {
+                    // The changelog already holds these offsets: a later commit or a restart
+                    // skips the work instead of repeating it.
+                    self.metrics.commits.with_label_values(&["error"]).inc();
+                    tracing::warn!(error = %e, "offset commit failed; will retry next cycle");
+                }
+            }
+        }
+        self.metrics.cycles.inc();
+        self.metrics.cycle_duration.observe(started.elapsed().as_secs_f64());
+        self.health.set_ready(true, &self.metrics);
+        if self.last_gauges.elapsed() > Duration::from_secs(1) {
+            self.update_gauges();
+        }
+        Ok(())
+    }
+
+    /// Open sessions, projects, and the bounded project-score view.
+    fn update_gauges(&mut self) {
+        self.last_gauges = Instant::now();
+        let mut open = 0;
+        let mut scores: Vec<(&str, u64, f64)> = Vec::new();
+        for owned in self.units.values() {
+            open += owned.state.sessions.open_sessions();
+            scores.extend(owned.state.projects.iter().map(|(p, v)| (p.as_str(), v.score.evaluations, v.score.score)));
+        }
+        self.metrics.open_sessions.set(open as i64);
+        self.metrics.projects.set(scores.len() as i64);
+        let m = &self.config().metrics;
+        let shown: Vec<(&str, u64, f64)> = if m.score_projects.is_empty() {
+            scores.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+            scores.into_iter().take(m.score_top_n).collect()
+        } else {
+            scores.into_iter().filter(|(p, _, _)| m.score_projects.iter().any(|x| x == p)).collect()
+        };
+        self.metrics.project_score.reset();
+        for (p, _, s) in shown {
+            self.metrics.project_score.with_label_values(&[p]).set(s);
+        }
+    }
+}
+
+fn label(topic: OutputTopic) -> &'static str {
+    match topic {
+        OutputTopic::Scores => "scores",
+        OutputTopic::Consensus => "consensus",
+        OutputTopic::BiasAlerts => "bias_alerts",
+        OutputTopic::Leaderboard => "leaderboard",
+        OutputTopic::DeadLetters => "dead_letters",
+    }
+}
+
+/// Reads the whole reputation table (every partition to its end) before processing starts, like
+/// a Kafka Streams GlobalKTable; afterwards the same consumer keeps the table current.
+fn bootstrap_reputations(core: &Arc<Mutex<Core>>, reader: &BaseConsumer, cfg: &Config) -> Result<(), ServiceError> {
+    let md = reader.fetch_metadata(Some(&cfg.topics.reputations), Duration::from_secs(10))?;
+    let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+    let mut tpl = TopicPartitionList::new();
+    for p in &partitions {
+        tpl.add_partition_offset(&cfg.topics.reputations, *p, Offset::Beginning)?;
+    }
+    reader.assign(&tpl)?;
+    let mut at_end = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while at_end.len() < partitions.len() && Instant::now() < deadline {
+        match reader.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => lock(core).reputation(&m)?,
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => tracing::warn!(error = %e, "reputation bootstrap"),
+            None => {}
+        }
+    }
+    tracing::info!(entries = lock(core).reputations.len(), "reputation table loaded");
+    Ok(())
+}
+
+/// Runs the service until `stop` is set, then finishes the cycle, commits and returns.
+pub fn run(config: Config, metrics: Arc<Metrics>, health: Arc<Health>, stop: Arc<AtomicBool>) -> Result<(), ServiceError> {
+    clients::ensure_topics(&config)?;
+    let producer: BaseProducer<Delivery> = clients::producer_config(&config)?.create_with_context(Delivery {
+        metrics: Arc::clone(&metrics),
+        failures: AtomicU64::new(0),
+        last_failure: Mutex::new(None),
+    })?;
+    let core = Arc::new(Mutex::new(Core {
+        engine: Engine::new(config.clone()),
+        producer,
+        units: HashMap::new(),
+        reputations: ReputationTable::default(),
+        coalescer: Coalescer::default(),
+        out: Vec::new(),
+        metrics: Arc::clone(&metrics),
+        health: Arc::clone(&health),
+        stop: Arc::clone(&stop),
+        last_gauges: Instant::now(),
+    }));
+    let reputations: BaseConsumer = clients::reader_config(&config, "reputations")?.create()?;
+    bootstrap_reputations(&core, &reputations, &config)?;
+    let consumer: BaseConsumer<GroupContext> = clients::consumer_config(&config)?.create_with_context(GroupContext {
+        core: Arc::clone(&core),
+        metrics: Arc::clone(&metrics),
+        failed: Mutex::new(None),
+    })?;
+    consumer.subscribe(&[&config.topics.votes, &config.topics.judge_scores])?;
+    health.set_ready(true, &metrics);
+    metrics.up.set(1.0);
+    tracing::info!(group = %config.kafka.group_id, "consuming");
+    let cycle = Duration::from_millis(config.kafka.commit_interval_ms);
+    let mut cycle_started = Instant::now();
+    let result = (|| -> Result<(), ServiceError> {
+        while !stop.load(Ordering::Relaxed) {
+            let wait = cycle.saturating_sub(cycle_started.elapsed()).min(Duration::from_millis(50));
+            match consumer.poll(wait) {
+                Some(Ok(msg)) => lock(&core).process(&msg)?,
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "consumer");
+                    health.set_ready(false, &metrics);
+                }
+                None => {}
+            }
+            if let Some(e) = consumer.context().failed.lock().ok().and_then(|mut f| f.take()) {
+                return Err(e);
+            }
+            for _ in 0..256 {
+                match reputations.poll(Duration::ZERO) {
+                    Some(Ok(m)) => lock(&core).reputation(&m)?,
+                    Some(Err(KafkaError::PartitionEOF(_))) | None => break,
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "reputations");
+                        break;
+                    }
+                }
+            }
+            if cycle_started.elapsed() >= cycle {
+                let mut c = lock(&core);
+                c.producer.poll(Duration::ZERO);
+                c.end_cycle(&consumer)?;
+                cycle_started = Instant::now();
+            }
+        }
+        tracing::info!("stopping: finishing the cycle");
+        lock(&core).end_cycle(&consumer)?;
+        Ok(())
+    })();
+    health.set_ready(false, &metrics);
+    metrics.up.set(0.0);
+    consumer.unsubscribe();
+    result
+}
