@@ -193,6 +193,11 @@ impl Restorer {
         }
     }
 
+    /// The unit being restored.
+    pub fn unit(&self) -> Unit {
+        self.unit
+    }
+
     /// Takes one changelog record in log order; records of other units are ignored.
     pub fn accept(&mut self, key: &[u8], value: Option<&[u8]>) {
         self.records += 1;

@@ -145,7 +145,22 @@ struct Core {
     health: Arc<Health>,
     stop: Arc<AtomicBool>,
     last_gauges: Instant,
+    /// Partitions assigned but not restored yet.
+    assigned: Vec<(InputTopic, i32, String)>,
 }
+
+/// Readers poll to the end of partitions, so end-of-partition is expected, not an error.
+struct QuietReader;
+
+impl ClientContext for QuietReader {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            tracing::warn!(%error, reason, "reader");
+        }
+    }
+}
+
+impl ConsumerContext for QuietReader {}
 
 /// The consumer context: lag from statistics, and the revoke callback.
 struct GroupContext {
@@ -195,9 +210,15 @@ impl ConsumerContext for GroupContext {
 
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
+            let mut core = lock(&self.core);
             let assigned: Vec<(String, i32)> =
                 tpl.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect();
             tracing::info!(?assigned, "partitions assigned");
+            for (topic, partition) in assigned {
+                if let Some(t) = core.engine.input_topic(&topic) {
+                    core.assigned.push((t, partition, topic));
+                }
+            }
         }
     }
 }
@@ -253,9 +274,8 @@ impl Core {
         let Some(topic) = self.engine.input_topic(msg.topic()) else { return Ok(()) };
         let key = (topic, msg.partition());
         if !self.units.contains_key(&key) {
-            let owned = self.restore(Unit { topic, partition: msg.partition() }, msg.topic())?;
-            self.units.insert(key, owned);
-            self.metrics.partitions_owned.set(self.units.len() as i64);
+            self.assigned.push((topic, msg.partition(), msg.topic().to_owned()));
+            self.restore_assigned()?;
         }
         let Some(unit) = self.units.get_mut(&key) else { return Ok(()) };
         let offset = msg.offset();
@@ -324,35 +344,57 @@ impl Core {
         result
     }
 
-    /// Reads a partition's changelog to its end and rebuilds its state.
-    fn restore(&self, unit: Unit, topic: &str) -> Result<Owned, ServiceError> {
+    /// Restores every assigned partition not restored yet, reading all the changelog partitions
+    /// they need in one pass (votes and judge-scores partition p share changelog partition p).
+    fn restore_assigned(&mut self) -> Result<(), ServiceError> {
+        let wanted: Vec<(InputTopic, i32, String)> = std::mem::take(&mut self.assigned)
+            .into_iter()
+            .filter(|(t, p, _)| !self.units.contains_key(&(*t, *p)))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
         let started = Instant::now();
         let cfg = self.config();
-        let reader: BaseConsumer = clients::reader_config(cfg, "restore")?.create()?;
+        let reader: BaseConsumer<QuietReader> = clients::reader_config(cfg, "restore")?.create_with_context(QuietReader)?;
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&cfg.topics.state, unit.partition, Offset::Beginning)?;
+        let partitions: std::collections::BTreeSet<i32> = wanted.iter().map(|(_, p, _)| *p).collect();
+        for p in &partitions {
+            tpl.add_partition_offset(&cfg.topics.state, *p, Offset::Beginning)?;
+        }
         reader.assign(&tpl)?;
-        let mut restorer = Restorer::new(unit);
+        let mut restorers: Vec<Restorer> = wanted.iter().map(|(t, p, _)| Restorer::new(Unit { topic: *t, partition: *p })).collect();
+        let mut at_end = std::collections::BTreeSet::new();
         let deadline = Instant::now() + Duration::from_secs(300);
-        loop {
+        while at_end.len() < partitions.len() {
             if Instant::now() > deadline {
-                return Err(ServiceError::RestoreTimeout(unit));
+                return Err(ServiceError::RestoreTimeout(restorers[0].unit()));
             }
             match reader.poll(Duration::from_millis(100)) {
-                Some(Ok(m)) => restorer.accept(m.key().unwrap_or_default(), m.payload()),
-                Some(Err(KafkaError::PartitionEOF(_))) => break,
+                Some(Ok(m)) => {
+                    for r in restorers.iter_mut().filter(|r| r.unit().partition == m.partition()) {
+                        r.accept(m.key().unwrap_or_default(), m.payload());
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(p))) => {
+                    at_end.insert(p);
+                }
                 Some(Err(e)) => tracing::warn!(error = %e, "restore read"),
                 None => {}
             }
         }
-        let (records, bytes) = (restorer.records, restorer.bytes);
-        let (state, offset) = restorer.finish().map_err(|source| ServiceError::Restore { unit, source })?;
-        let secs = started.elapsed().as_secs_f64();
-        self.metrics.restore_duration.observe(secs);
-        self.metrics.restore_records.inc_by(records);
-        self.metrics.restore_bytes.inc_by(bytes);
-        tracing::info!(?unit, records, bytes, offset, secs, "restored partition state");
-        Ok(Owned { state, topic: topic.to_owned(), skip_through: offset, pending: None })
+        for (restorer, (topic, partition, name)) in restorers.into_iter().zip(wanted) {
+            let unit = restorer.unit();
+            let (records, bytes) = (restorer.records, restorer.bytes);
+            let (state, offset) = restorer.finish().map_err(|source| ServiceError::Restore { unit, source })?;
+            self.metrics.restore_records.inc_by(records);
+            self.metrics.restore_bytes.inc_by(bytes);
+            tracing::info!(?unit, records, bytes, offset, "restored partition state");
+            self.units.insert((topic, partition), Owned { state, topic: name, skip_through: offset, pending: None });
+        }
+        self.metrics.restore_duration.observe(started.elapsed().as_secs_f64());
+        self.metrics.partitions_owned.set(self.units.len() as i64);
+        Ok(())
     }
 
     /// Waits until the broker has acknowledged everything produced, then fails if anything was
@@ -476,7 +518,7 @@ fn label(topic: OutputTopic) -> &'static str {
 
 /// Reads the whole reputation table (every partition to its end) before processing starts, like
 /// a Kafka Streams GlobalKTable; afterwards the same consumer keeps the table current.
-fn bootstrap_reputations(core: &Arc<Mutex<Core>>, reader: &BaseConsumer, cfg: &Config) -> Result<(), ServiceError> {
+fn bootstrap_reputations(core: &Arc<Mutex<Core>>, reader: &BaseConsumer<QuietReader>, cfg: &Config) -> Result<(), ServiceError> {
     let md = reader.fetch_metadata(Some(&cfg.topics.reputations), Duration::from_secs(10))?;
     let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
     let mut tpl = TopicPartitionList::new();
@@ -519,8 +561,10 @@ pub fn run(config: Config, metrics: Arc<Metrics>, health: Arc<Health>, stop: Arc
         health: Arc::clone(&health),
         stop: Arc::clone(&stop),
         last_gauges: Instant::now(),
+        assigned: Vec::new(),
     }));
-    let reputations: BaseConsumer = clients::reader_config(&config, "reputations")?.create()?;
+    let reputations: BaseConsumer<QuietReader> =
+        clients::reader_config(&config, "reputations")?.create_with_context(QuietReader)?;
     bootstrap_reputations(&core, &reputations, &config)?;
     let consumer: BaseConsumer<GroupContext> = clients::consumer_config(&config)?.create_with_context(GroupContext {
         core: Arc::clone(&core),
@@ -536,7 +580,14 @@ pub fn run(config: Config, metrics: Arc<Metrics>, health: Arc<Health>, stop: Arc
     let result = (|| -> Result<(), ServiceError> {
         while !stop.load(Ordering::Relaxed) {
             let wait = cycle.saturating_sub(cycle_started.elapsed()).min(Duration::from_millis(50));
-            match consumer.poll(wait) {
+            let msg = consumer.poll(wait);
+            {
+                let mut c = lock(&core);
+                if !c.assigned.is_empty() {
+                    c.restore_assigned()?;
+                }
+            }
+            match msg {
                 Some(Ok(msg)) => lock(&core).process(&msg)?,
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "consumer");

@@ -1,0 +1,266 @@
+//! The Kafka service against a real broker (see tests/support): its outputs equal replay's,
+//! a kill -9 at any point ends in the same tables, SIGTERM is clean, a missing topic is a clear
+//! error, an outage is reported by /readyz, and an independent client interoperates.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use jurystream::config::Config;
+use jurystream::engine::Engine;
+use support::stream::{self, Shape};
+use support::{Broker, Rec, Service, create_topics, free_port, produce, read_all, topics, write_config};
+
+/// What a run published: tables (latest value per key) and event topics (distinct records).
+#[derive(Debug, PartialEq)]
+struct Published {
+    scores: BTreeMap<String, String>,
+    leaderboard: BTreeMap<String, String>,
+    consensus: BTreeSet<String>,
+    alerts: BTreeSet<String>,
+    dead_letters: BTreeSet<String>,
+}
+
+fn table(records: &[(Option<String>, Option<String>)]) -> BTreeMap<String, String> {
+    let mut t = BTreeMap::new();
+    for (k, v) in records {
+        if let (Some(k), Some(v)) = (k, v) {
+            t.insert(k.clone(), v.clone());
+        }
+    }
+    t
+}
+
+fn set(records: &[(Option<String>, Option<String>)]) -> BTreeSet<String> {
+    records.iter().filter_map(|(_, v)| v.clone()).collect()
+}
+
+/// What replay publishes for the same records and configuration.
+fn replayed(config_path: &std::path::Path, records: &[Rec]) -> Published {
+    let text = std::fs::read_to_string(config_path).expect("config");
+    let config = Config::from_toml(&text).expect("valid config");
+    let engine = Engine::new(config);
+    let mut out = Vec::new();
+    jurystream::replay::replay(&engine, stream::replay_lines(records).as_bytes(), &mut out).expect("replay");
+    let mut by_topic: BTreeMap<String, Vec<(Option<String>, Option<String>)>> = BTreeMap::new();
+    for line in String::from_utf8(out).expect("utf8").lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("json");
+        let topic = v["topic"].as_str().unwrap_or_default().to_owned();
+        let key = v["key"].as_str().map(str::to_owned);
+        by_topic.entry(topic).or_default().push((key, Some(v["value"].to_string())));
+    }
+    let get = |suffix: &str| by_topic.iter().find(|(t, _)| t.ends_with(suffix)).map(|(_, v)| v.clone()).unwrap_or_default();
+    Published {
+        scores: table(&get(".scores")),
+        leaderboard: table(&get(".leaderboard")),
+        consensus: set(&get(".consensus")),
+        alerts: set(&get(".bias-alerts")),
+        dead_letters: set(&get(".dead-letters")),
+    }
+}
+
+/// Reads what the service published (JSON re-rendered like replay's, so bytes compare).
+fn published(bootstrap: &str, prefix: &str, expect: &Published) -> Published {
+    let t = topics(prefix);
+    let normalize = |rs: Vec<(Option<String>, Option<String>)>| -> Vec<(Option<String>, Option<String>)> {
+        rs.into_iter()
+            .map(|(k, v)| (k, v.map(|v| serde_json::from_str::<serde_json::Value>(&v).map(|j| j.to_string()).unwrap_or(v))))
+            .collect()
+    };
+    let read = |key: &str, min: usize| normalize(read_all(bootstrap, &t[key], min, Duration::from_secs(30)));
+    Published {
+        scores: table(&read("scores", expect.scores.len())),
+        leaderboard: table(&read("leaderboard", expect.leaderboard.len())),
+        consensus: set(&read("consensus", expect.consensus.len())),
+        alerts: set(&read("bias_alerts", expect.alerts.len())),
+        dead_letters: set(&read("dead_letters", expect.dead_letters.len())),
+    }
+}
+
+fn assert_same(actual: &Published, expect: &Published) {
+    assert_eq!(actual.scores, expect.scores, "final jury.scores table");
+    assert_eq!(actual.leaderboard, expect.leaderboard, "final jury.leaderboard table");
+    assert_eq!(actual.consensus, expect.consensus, "jury.consensus records");
+    assert_eq!(actual.alerts, expect.alerts, "jury.bias-alerts records");
+    assert_eq!(actual.dead_letters, expect.dead_letters, "jury.dead-letters records");
+}
+
+fn sample_shape() -> Shape {
+    Shape { partitions: 3, projects: 9, batches_per_project: 12, sessions_per_project: 6 }
+}
+
+fn inputs(records: &[Rec]) -> u64 {
+    records.len() as u64
+}
+
+#[test]
+fn end_to_end_outputs_equal_replay() {
+    let broker = Broker::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "e2e";
+    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
+    create_topics(&broker.bootstrap, prefix, 3);
+    let records = stream::generate(prefix, &sample_shape());
+    produce(&broker.bootstrap, &records);
+    let expect = replayed(&config, &records);
+    assert!(expect.consensus.len() >= 40 && expect.dead_letters.len() >= 10 && !expect.alerts.is_empty());
+
+    let service = Service::start(&config, dir.path().join("service.log"));
+    assert!(service.wait_ready(Duration::from_secs(60)), "{}", service.log_text());
+    let handled = service.wait_handled(inputs(&records), Duration::from_secs(120));
+    assert_eq!(handled, inputs(&records), "{}", service.metrics());
+    let log = service.log.clone();
+    let status = service.terminate();
+    assert!(status.success(), "exit {status:?}: {}", std::fs::read_to_string(log).unwrap_or_default());
+    assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
+}
+
+#[test]
+fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
+    let broker = Broker::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "crash";
+    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "[output]\nscores_coalesce_ms = 0\n");
+    create_topics(&broker.bootstrap, prefix, 3);
+    let records = stream::generate(prefix, &sample_shape());
+    produce(&broker.bootstrap, &records);
+    let expect = replayed(&config, &records);
+    let total = inputs(&records);
+    // Kill after roughly 15%, 40% and 70% of the records of each incarnation's view.
+    for fraction in [0.15, 0.4, 0.7] {
+        let service = Service::start(&config, dir.path().join("service.log"));
+        assert!(service.wait_ready(Duration::from_secs(60)), "{}", service.log_text());
+        let target = (total as f64 * fraction) as u64;
+        service.wait_handled(target.min(total), Duration::from_secs(120));
+        service.kill();
+    }
+    let service = Service::start(&config, dir.path().join("service.log"));
+    assert!(service.wait_ready(Duration::from_secs(60)));
+    // After restarts the service skips what the changelog already holds; wait until the
+    // consumer has no lag left on any input partition and nothing moves anymore.
+    let mut last = u64::MAX;
+    for _ in 0..600 {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = service.records_handled();
+        let lag = support::metric_sum(&service.metrics(), "jurystream_consumer_lag_records");
+        if now == last && lag == 0 && now > 0 {
+            break;
+        }
+        last = now;
+    }
+    let metrics = service.metrics();
+    let log = service.log.clone();
+    assert!(service.terminate().success(), "{}", std::fs::read_to_string(log).unwrap_or_default());
+    assert!(support::metric_sum(&metrics, "jurystream_state_restore_records_total") > 0, "{metrics}");
+    assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
+}
+
+#[test]
+fn sigterm_finishes_commits_and_a_restart_redoes_nothing() {
+    let broker = Broker::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "term";
+    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
+    create_topics(&broker.bootstrap, prefix, 3);
+    let records = stream::generate(prefix, &Shape { partitions: 3, projects: 3, batches_per_project: 4, sessions_per_project: 2 });
+    produce(&broker.bootstrap, &records);
+    let service = Service::start(&config, dir.path().join("a.log"));
+    assert_eq!(service.wait_handled(inputs(&records), Duration::from_secs(90)), inputs(&records));
+    let started = std::time::Instant::now();
+    assert!(service.terminate().success());
+    assert!(started.elapsed() < Duration::from_secs(20));
+    // Everything was committed: a restart only re-reads the reputation table.
+    let again = Service::start(&config, dir.path().join("b.log"));
+    assert!(again.wait_ready(Duration::from_secs(60)));
+    std::thread::sleep(Duration::from_secs(3));
+    let m = again.metrics();
+    let reps = records.iter().filter(|r| r.topic.ends_with(".reputations")).count() as u64;
+    assert_eq!(support::metric_sum(&m, "jurystream_records_total"), reps, "{m}");
+    assert!(again.terminate().success());
+}
+
+#[test]
+fn a_missing_topic_is_a_clear_error_when_creation_is_off() {
+    let broker = Broker::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "missing", &broker.bootstrap, free_port(), "");
+    let text = std::fs::read_to_string(&config).unwrap().replace("[kafka]\n", "[kafka]\ncreate_topics = false\n");
+    std::fs::write(&config, text).unwrap();
+    let out = std::process::Command::new(support::BIN)
+        .args(["--config", &config.to_string_lossy(), "run"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("missing.votes") && stderr.contains("create_topics"), "{stderr}");
+}
+
+#[test]
+fn broker_outage_is_reported_by_readyz_and_does_not_crash() {
+    let port = free_port();
+    let broker = Broker::tansu_on(port).expect("tansu");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "outage", &broker.bootstrap, free_port(), "");
+    let records = stream::generate("outage", &Shape { partitions: 3, projects: 3, batches_per_project: 3, sessions_per_project: 1 });
+    create_topics(&broker.bootstrap, "outage", 3);
+    let service = Service::start(&config, dir.path().join("s.log"));
+    assert!(service.wait_ready(Duration::from_secs(60)), "{}", service.log_text());
+    broker.stop();
+    // Records produced meanwhile cannot be delivered, and the consumer loses its broker.
+    let mut not_ready = false;
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(200));
+        if support::http_get(service.http_port, "/readyz").is_some_and(|b| !b.starts_with("ready")) {
+            not_ready = true;
+            break;
+        }
+    }
+    assert!(not_ready, "/readyz stayed ready during the outage: {}", service.log_text());
+    let restarted = Broker::tansu_on(port).expect("tansu again");
+    create_topics(&restarted.bootstrap, "outage", 3);
+    produce(&restarted.bootstrap, &records);
+    assert!(service.wait_ready(Duration::from_secs(60)), "not ready after the broker came back: {}", service.log_text());
+    assert!(service.wait_handled(1, Duration::from_secs(60)) > 0);
+    assert!(service.terminate().success());
+}
+
+#[test]
+fn an_independent_python_client_produces_inputs_and_reads_outputs() {
+    let python = std::path::Path::new(".venv/bin/python");
+    if !python.exists() {
+        panic!(".venv is missing: run scripts/install-python.sh (scripts/test.sh does)");
+    }
+    let broker = Broker::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "interop";
+    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
+    let records = stream::generate(prefix, &Shape { partitions: 3, projects: 4, batches_per_project: 5, sessions_per_project: 3 });
+    let input = dir.path().join("input.jsonl");
+    std::fs::write(&input, stream::replay_lines(&records)).unwrap();
+    create_topics(&broker.bootstrap, prefix, 3);
+    let status = std::process::Command::new(python)
+        .args(["tests/python/interop.py", "produce", &broker.bootstrap, &input.to_string_lossy()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let expect = replayed(&config, &records);
+    let service = Service::start(&config, dir.path().join("s.log"));
+    assert_eq!(service.wait_handled(inputs(&records), Duration::from_secs(90)), inputs(&records));
+    assert!(service.terminate().success());
+    let out = std::process::Command::new(python)
+        .args(["tests/python/interop.py", "consume", &broker.bootstrap, prefix])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let scores: BTreeMap<String, String> = got["scores"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect();
+    assert_eq!(scores, expect.scores);
+    assert_eq!(got["consensus"].as_u64(), Some(expect.consensus.len() as u64));
+    assert_eq!(got["dead_letters"].as_u64(), Some(expect.dead_letters.len() as u64));
+}

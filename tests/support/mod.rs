@@ -1,0 +1,363 @@
+//! Shared harness for the Kafka tests: a real broker, the jurystream binary, and helpers to
+//! produce inputs and read outputs. Never a mocked Kafka.
+//!
+//! The broker is, in order of preference: `KAFKA_BOOTSTRAP_SERVERS` if set; an Apache Kafka
+//! container via testcontainers when a Docker engine is reachable; else a local `tansu` broker
+//! (memory storage) on a free port, stopped when the test process exits.
+
+#![allow(dead_code)]
+
+pub mod stream;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_jurystream");
+
+/// A running broker.
+pub struct Broker {
+    pub bootstrap: String,
+    _guard: Guard,
+}
+
+enum Guard {
+    External,
+    /// `read` in this shell returns when our end of its stdin closes (the test process exits),
+    /// and then it kills tansu.
+    Tansu(Child, tempfile::TempDir),
+    Container(Box<dyn std::any::Any + Send + Sync>),
+}
+
+impl Broker {
+    /// The broker shared by all tests of one test binary.
+    pub fn shared() -> &'static Broker {
+        static BROKER: OnceLock<Broker> = OnceLock::new();
+        BROKER.get_or_init(|| Broker::start().unwrap_or_else(|e| panic!("no Kafka broker for the tests: {e}")))
+    }
+
+    fn start() -> Result<Broker, String> {
+        if let Ok(b) = std::env::var("KAFKA_BOOTSTRAP_SERVERS")
+            && !b.is_empty()
+        {
+            return Ok(Broker { bootstrap: b, _guard: Guard::External });
+        }
+        if docker_reachable() {
+            match container() {
+                Ok(b) => return Ok(b),
+                Err(e) => eprintln!("Kafka container unavailable ({e}); falling back to tansu"),
+            }
+        }
+        Broker::tansu()
+    }
+
+    /// A broker of its own (tansu), for tests that stop and restart it.
+    pub fn tansu() -> Result<Broker, String> {
+        let port = free_port();
+        Broker::tansu_on(port)
+    }
+
+    pub fn tansu_on(port: u16) -> Result<Broker, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let url = format!("tcp://127.0.0.1:{port}");
+        let script = format!(
+            "tansu broker --listener-url {url} --advertised-listener-url {url} --storage-engine memory://tansu/ >tansu.log 2>&1 & t=$!; read _; kill $t"
+        );
+        let child = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("starting tansu: {e}"))?;
+        let bootstrap = format!("127.0.0.1:{port}");
+        wait_for_port(port, Duration::from_secs(20))?;
+        Ok(Broker { bootstrap, _guard: Guard::Tansu(child, dir) })
+    }
+
+    /// Stops a dedicated tansu broker.
+    pub fn stop(self) {
+        if let Guard::Tansu(mut child, _dir) = self._guard {
+            drop(child.stdin.take());
+            let _ = child.wait();
+        }
+    }
+}
+
+fn docker_reachable() -> bool {
+    std::env::var("DOCKER_HOST").is_ok_and(|h| !h.is_empty()) || Path::new("/var/run/docker.sock").exists()
+}
+
+/// An Apache Kafka container; errors (no engine, no image) are returned, never a panic.
+fn container() -> Result<Broker, String> {
+    use testcontainers_modules::kafka::apache;
+    use testcontainers_modules::testcontainers::runners::AsyncRunner;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let node = apache::Kafka::default().start().await.map_err(|e| e.to_string())?;
+        let port = node.get_host_port_ipv4(apache::KAFKA_PORT).await.map_err(|e| e.to_string())?;
+        Ok(Broker { bootstrap: format!("127.0.0.1:{port}"), _guard: Guard::Container(Box::new(node)) })
+    })
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(19_092)
+}
+
+fn wait_for_port(port: u16, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("nothing listens on port {port}"))
+}
+
+/// One Kafka record, as in a replay file.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Rec {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<String>,
+    pub timestamp_ms: i64,
+    /// The payload bytes as text; `None` is a tombstone.
+    pub value: Option<String>,
+}
+
+/// Topic names unique to one test, so tests can share a broker.
+pub fn topics(prefix: &str) -> BTreeMap<&'static str, String> {
+    [
+        ("votes", "votes"),
+        ("judge_scores", "judge-scores"),
+        ("reputations", "reputations"),
+        ("scores", "scores"),
+        ("consensus", "consensus"),
+        ("bias_alerts", "bias-alerts"),
+        ("leaderboard", "leaderboard"),
+        ("dead_letters", "dead-letters"),
+        ("state", "state"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, format!("{prefix}.{v}")))
+    .collect()
+}
+
+/// Writes a configuration for a test service.
+pub fn write_config(dir: &Path, prefix: &str, bootstrap: &str, http_port: u16, extra: &str) -> PathBuf {
+    let t = topics(prefix);
+    let mut text = String::from("[topics]\n");
+    for (k, v) in &t {
+        text.push_str(&format!("{k} = \"{v}\"\n"));
+    }
+    text.push_str(&format!(
+        "\n[kafka]\nbootstrap_servers = \"{bootstrap}\"\ngroup_id = \"{prefix}-group\"\npartitions = 3\nfetch_wait_max_ms = 10\ncommit_interval_ms = 50\nshutdown_timeout_secs = 20\n\n[kafka.consumer]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n\n[http]\nbind = \"127.0.0.1:{http_port}\"\n\n{extra}\n"
+    ));
+    let path = dir.join(format!("{prefix}.toml"));
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+/// A running `jurystream run`.
+pub struct Service {
+    pub child: Child,
+    pub http_port: u16,
+    pub log: PathBuf,
+}
+
+impl Service {
+    pub fn start(config: &Path, log: PathBuf) -> Service {
+        let text = std::fs::read_to_string(config).unwrap_or_default();
+        let http_port = text
+            .lines()
+            .find_map(|l| l.strip_prefix("bind = \"127.0.0.1:"))
+            .and_then(|p| p.trim_end_matches('"').parse().ok())
+            .unwrap_or(9464);
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log file");
+        let child = Command::new(BIN)
+            .args(["--config", &config.to_string_lossy(), "run"])
+            .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .expect("start jurystream");
+        Service { child, http_port, log }
+    }
+
+    pub fn metrics(&self) -> String {
+        http_get(self.http_port, "/metrics").unwrap_or_default()
+    }
+
+    /// Sum of `jurystream_records_total` (every result), i.e. input records handled.
+    pub fn records_handled(&self) -> u64 {
+        metric_sum(&self.metrics(), "jurystream_records_total")
+    }
+
+    pub fn wait_ready(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if http_get(self.http_port, "/readyz").is_some_and(|b| b.starts_with("ready")) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    /// Waits until at least `n` input records were handled.
+    pub fn wait_handled(&self, n: u64, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let got = self.records_handled();
+            if got >= n || Instant::now() > deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM, then wait for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        self.child.wait().expect("wait for jurystream")
+    }
+
+    /// kill -9.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+pub fn metric_sum(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && (l.as_bytes().get(name.len()) == Some(&b'{') || l.as_bytes().get(name.len()) == Some(&b' ')))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// A minimal HTTP/1.0 GET on localhost; the body, or None if nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") {
+        Some(body.to_owned())
+    } else {
+        Some(format!("status: {}", head.lines().next().unwrap_or_default()))
+    }
+}
+
+/// Creates topics with `partitions` partitions through jurystream's own start-up path is not
+/// needed: the service creates them. Producers here write to explicit partitions, so topics must
+/// exist first: this creates them with the admin API.
+pub fn create_topics(bootstrap: &str, prefix: &str, partitions: i32) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin client");
+    let names = topics(prefix);
+    let compact = ["reputations", "scores", "leaderboard", "state"];
+    let new: Vec<NewTopic> = names
+        .iter()
+        .map(|(k, v)| {
+            let t = NewTopic::new(v, partitions, TopicReplication::Fixed(1));
+            if compact.contains(k) { t.set("cleanup.policy", "compact") } else { t }
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let _ = rt.block_on(admin.create_topics(&new, &AdminOptions::new()));
+}
+
+/// Produces records to their explicit partitions, in order, and waits for every acknowledgement.
+pub fn produce(bootstrap: &str, records: &[Rec]) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for r in records {
+        let mut rec: BaseRecord<'_, str, str> = BaseRecord::to(&r.topic).partition(r.partition).timestamp(r.timestamp_ms);
+        if let Some(k) = &r.key {
+            rec = rec.key(k.as_str());
+        }
+        if let Some(v) = &r.value {
+            rec = rec.payload(v.as_str());
+        }
+        let mut rec = rec;
+        loop {
+            match producer.send(rec) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    producer.poll(Duration::from_millis(20));
+                    rec = back;
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+}
+
+/// Reads every record of `topic` (all partitions) from the beginning until at least `min`
+/// records arrived and the partitions are at their end, or `timeout` passed.
+pub fn read_all(bootstrap: &str, topic: &str, min: usize, timeout: Duration) -> Vec<(Option<String>, Option<String>)> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("reader-{topic}-{}", free_port()))
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .expect("consumer");
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
+    let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+    let mut tpl = TopicPartitionList::new();
+    for p in &partitions {
+        tpl.add_partition_offset(topic, *p, Offset::Beginning).expect("partition");
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    let mut eof: HashMap<i32, bool> = HashMap::new();
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                eof.insert(m.partition(), false);
+                out.push((
+                    m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                    m.payload().map(|v| String::from_utf8_lossy(v).into_owned()),
+                ));
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                eof.insert(p, true);
+            }
+            _ => {}
+        }
+        let all_eof = partitions.iter().all(|p| eof.get(p).copied().unwrap_or(false));
+        if all_eof && out.len() >= min {
+            break;
+        }
+    }
+    out
+}
