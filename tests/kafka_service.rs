@@ -124,35 +124,77 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
     let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "[output]\nscores_coalesce_ms = 0\n");
     create_topics(&broker.bootstrap, prefix, 3);
     let records = stream::generate(prefix, &sample_shape());
-    produce(&broker.bootstrap, &records);
     let expect = replayed(&config, &records);
-    let total = inputs(&records);
-    // Kill after roughly 15%, 40% and 70% of the records of each incarnation's view.
-    for fraction in [0.15, 0.4, 0.7] {
-        let service = Service::start(&config, dir.path().join("service.log"));
+    // The stream arrives in four parts; an incarnation is killed (-9) in each of the first three:
+    // after its work was committed, in the middle of processing, and right after start-up.
+    let cut = |f: f64| (records.len() as f64 * f) as usize;
+    let parts = [&records[..cut(0.3)], &records[cut(0.3)..cut(0.6)], &records[cut(0.6)..cut(0.85)], &records[cut(0.85)..]];
+    let log = dir.path().join("service.log");
+    let mut produced = 0;
+    for (i, part) in parts.iter().take(3).enumerate() {
+        produce(&broker.bootstrap, part);
+        produced += part.len();
+        let service = Service::start(&config, log.clone());
         assert!(service.wait_ready(Duration::from_secs(60)), "{}", service.log_text());
-        let target = (total as f64 * fraction) as u64;
-        service.wait_handled(target.min(total), Duration::from_secs(120));
+        match i {
+            0 => {
+                service.wait_handled(produced as u64, Duration::from_secs(60));
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while support::metric_sum(&service.metrics(), "jurystream_changelog_records_total") == 0 && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            1 => {
+                service.wait_handled(20, Duration::from_secs(60));
+            }
+            _ => std::thread::sleep(Duration::from_millis(300)),
+        }
         service.kill();
     }
-    let service = Service::start(&config, dir.path().join("service.log"));
+    produce(&broker.bootstrap, parts[3]);
+    let service = Service::start(&config, log.clone());
     assert!(service.wait_ready(Duration::from_secs(60)));
-    // After restarts the service skips what the changelog already holds; wait until the
-    // consumer has no lag left on any input partition and nothing moves anymore.
+    // The last incarnation owns all six input partitions once the killed members' sessions
+    // expire; then it skips what the changelog holds and processes the rest.
     let mut last = u64::MAX;
-    for _ in 0..600 {
-        std::thread::sleep(Duration::from_millis(300));
-        let now = service.records_handled();
-        let lag = support::metric_sum(&service.metrics(), "jurystream_consumer_lag_records");
-        if now == last && lag == 0 && now > 0 {
+    for _ in 0..300 {
+        std::thread::sleep(Duration::from_millis(500));
+        let m = service.metrics();
+        let now = support::metric_sum(&m, "jurystream_records_total");
+        let owned = support::metric_sum(&m, "jurystream_partitions_owned");
+        if owned == 6 && now == last {
             break;
         }
         last = now;
     }
     let metrics = service.metrics();
-    let log = service.log.clone();
-    assert!(service.terminate().success(), "{}", std::fs::read_to_string(log).unwrap_or_default());
+    assert!(service.terminate().success(), "{}", std::fs::read_to_string(&log).unwrap_or_default());
     assert!(support::metric_sum(&metrics, "jurystream_state_restore_records_total") > 0, "{metrics}");
+    assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
+}
+
+#[test]
+fn a_crash_between_changelog_and_commit_is_not_counted_twice() {
+    let broker = Broker::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "window";
+    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
+    create_topics(&broker.bootstrap, prefix, 3);
+    let records = stream::generate(prefix, &Shape { partitions: 3, projects: 6, batches_per_project: 6, sessions_per_project: 3 });
+    produce(&broker.bootstrap, &records);
+    let expect = replayed(&config, &records);
+    let log = dir.path().join("service.log");
+    // This incarnation aborts right after its first changelog write, before committing offsets:
+    // the restart re-reads those records and must skip them (not re-apply, not dead-letter them
+    // as duplicates).
+    let mut crashing = Service::start_with(&config, log.clone(), &[("JURYSTREAM_CRASH_AFTER_CHANGELOG", "1")]);
+    let status = crashing.child.wait().unwrap();
+    assert!(!status.success());
+    let service = Service::start(&config, log.clone());
+    assert_eq!(service.wait_handled(inputs(&records), Duration::from_secs(120)), inputs(&records));
+    let metrics = service.metrics();
+    assert!(service.terminate().success());
+    assert!(metrics.contains("jurystream_records_total{result=\"replayed\""), "{metrics}");
     assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
 }
 

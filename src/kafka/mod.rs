@@ -147,6 +147,8 @@ struct Core {
     last_gauges: Instant,
     /// Partitions assigned but not restored yet.
     assigned: Vec<(InputTopic, i32, String)>,
+    /// Set by the environment variable `JURYSTREAM_CRASH_AFTER_CHANGELOG` (tests only).
+    crash_after_changelog: bool,
 }
 
 /// Readers poll to the end of partitions, so end-of-partition is expected, not an error.
@@ -460,6 +462,12 @@ impl Core {
         if written > 0 {
             self.flush()?;
             self.metrics.changelog_records.inc_by(written);
+            if self.crash_after_changelog {
+                // Fault injection for the recovery tests: die in the window where the changelog
+                // is ahead of the committed offsets.
+                tracing::warn!("JURYSTREAM_CRASH_AFTER_CHANGELOG: aborting before the commit");
+                std::process::abort();
+            }
         }
         if commits.count() > 0 {
             match consumer.commit(&commits, CommitMode::Sync) {
@@ -562,6 +570,7 @@ pub fn run(config: Config, metrics: Arc<Metrics>, health: Arc<Health>, stop: Arc
         stop: Arc::clone(&stop),
         last_gauges: Instant::now(),
         assigned: Vec::new(),
+        crash_after_changelog: std::env::var_os("JURYSTREAM_CRASH_AFTER_CHANGELOG").is_some(),
     }));
     let reputations: BaseConsumer<QuietReader> =
         clients::reader_config(&config, "reputations")?.create_with_context(QuietReader)?;

@@ -179,6 +179,10 @@ pub struct Service {
 
 impl Service {
     pub fn start(config: &Path, log: PathBuf) -> Service {
+        Service::start_with(config, log, &[])
+    }
+
+    pub fn start_with(config: &Path, log: PathBuf, env: &[(&str, &str)]) -> Service {
         let text = std::fs::read_to_string(config).unwrap_or_default();
         let http_port = text
             .lines()
@@ -189,6 +193,7 @@ impl Service {
         let child = Command::new(BIN)
             .args(["--config", &config.to_string_lossy(), "run"])
             .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()
