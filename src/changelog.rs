@@ -298,13 +298,7 @@ impl Restorer {
                         p.seen = window;
                     }
                 }
-                _ => {
-                    state
-                        .judge_projects
-                        .entry(project)
-                        .or_default()
-                        .seen = window
-                }
+                _ => state.judge_projects.entry(project).or_default().seen = window,
             }
         }
         for (project, entries) in completed {

@@ -116,7 +116,9 @@ pub struct OutputSettings {
 
 impl Default for OutputSettings {
     fn default() -> Self {
-        OutputSettings { scores_coalesce_ms: 100 }
+        OutputSettings {
+            scores_coalesce_ms: 100,
+        }
     }
 }
 
@@ -129,7 +131,9 @@ pub struct Http {
 
 impl Default for Http {
     fn default() -> Self {
-        Http { bind: "127.0.0.1:9464".into() }
+        Http {
+            bind: "127.0.0.1:9464".into(),
+        }
     }
 }
 
@@ -145,7 +149,10 @@ pub struct Log {
 
 impl Default for Log {
     fn default() -> Self {
-        Log { format: "text".into(), level: "info".into() }
+        Log {
+            format: "text".into(),
+            level: "info".into(),
+        }
     }
 }
 
@@ -161,7 +168,10 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Metrics { score_projects: Vec::new(), score_top_n: 20 }
+        Metrics {
+            score_projects: Vec::new(),
+            score_top_n: 20,
+        }
     }
 }
 
@@ -504,13 +514,19 @@ impl Config {
             return Err(invalid("kafka.group_id", "must not be empty"));
         }
         positive("kafka.partitions", k.partitions.max(0) as usize)?;
-        positive("kafka.replication_factor", k.replication_factor.max(0) as usize)?;
+        positive(
+            "kafka.replication_factor",
+            k.replication_factor.max(0) as usize,
+        )?;
         positive("kafka.commit_interval_ms", k.commit_interval_ms as usize)?;
         if !["text", "json"].contains(&self.log.format.as_str()) {
             return Err(invalid("log.format", "must be \"text\" or \"json\""));
         }
         if self.http.bind.parse::<std::net::SocketAddr>().is_err() {
-            return Err(invalid("http.bind", format!("{:?} is not an address like 127.0.0.1:9464", self.http.bind)));
+            return Err(invalid(
+                "http.bind",
+                format!("{:?} is not an address like 127.0.0.1:9464", self.http.bind),
+            ));
         }
         Ok(())
     }

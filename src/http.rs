@@ -46,11 +46,16 @@ pub async fn serve(
         .with_state(AppState { metrics, health });
     let listener = tokio::net::TcpListener::bind(bind).await?;
     tracing::info!(%bind, "serving /metrics, /healthz, /readyz");
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 async fn render_metrics(State(s): State<AppState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.metrics.render())
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        s.metrics.render(),
+    )
 }
 
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {

@@ -2,8 +2,8 @@
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::path::PathBuf;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -57,7 +57,9 @@ fn main() -> Result<()> {
 fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr);
     if config.log.format == "json" {
         builder.json().init();
     } else {
@@ -73,18 +75,22 @@ fn run_service(config: Config) -> Result<()> {
     let health = Arc::new(Health::default());
     let stop = Arc::new(AtomicBool::new(false));
     let bind: SocketAddr = config.http.bind.parse().context("http.bind")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     {
         let stop = Arc::clone(&stop);
         runtime.spawn(async move {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot listen for SIGTERM");
-                    return;
-                }
-            };
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot listen for SIGTERM");
+                        return;
+                    }
+                };
             tokio::select! {
                 _ = term.recv() => tracing::info!("SIGTERM"),
                 _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
@@ -92,9 +98,14 @@ fn run_service(config: Config) -> Result<()> {
             stop.store(true, Ordering::Relaxed);
         });
     }
-    let server = runtime.spawn(jurystream::http::serve(bind, Arc::clone(&metrics), Arc::clone(&health), async {
-        let _ = done_rx.await;
-    }));
+    let server = runtime.spawn(jurystream::http::serve(
+        bind,
+        Arc::clone(&metrics),
+        Arc::clone(&health),
+        async {
+            let _ = done_rx.await;
+        },
+    ));
     let result = jurystream::kafka::run(config, metrics, health, stop);
     let _ = done_tx.send(());
     let _ = runtime.block_on(server);

@@ -4,8 +4,8 @@
 //! never collide; `/metrics` renders it in the text exposition format.
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::engine::Outcome;
@@ -64,7 +64,8 @@ fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
 }
 
 fn histogram(r: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
-    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid metric definition");
+    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
+        .expect("valid metric definition");
     r.register(Box::new(h.clone())).expect("unique metric name");
     h
 }
@@ -97,44 +98,139 @@ impl Metrics {
             &["topic"],
         )
         .expect("valid metric definition");
-        r.register(Box::new(event_to_publish.clone())).expect("unique metric name");
+        r.register(Box::new(event_to_publish.clone()))
+            .expect("unique metric name");
         let consumer_lag = IntGaugeVec::new(
-            Opts::new("jurystream_consumer_lag_records", "Records behind the partition's high watermark (never negative)"),
+            Opts::new(
+                "jurystream_consumer_lag_records",
+                "Records behind the partition's high watermark (never negative)",
+            ),
             &["topic", "partition"],
         )
         .expect("valid metric definition");
-        r.register(Box::new(consumer_lag.clone())).expect("unique metric name");
+        r.register(Box::new(consumer_lag.clone()))
+            .expect("unique metric name");
         let project_score = GaugeVec::new(
-            Opts::new("jurystream_project_score", "Current HumanJudge score of allow-listed or top-N projects"),
+            Opts::new(
+                "jurystream_project_score",
+                "Current HumanJudge score of allow-listed or top-N projects",
+            ),
             &["project"],
         )
         .expect("valid metric definition");
-        r.register(Box::new(project_score.clone())).expect("unique metric name");
-        let up = Gauge::new("jurystream_up", "1 while the service runs").expect("valid metric definition");
-        r.register(Box::new(up.clone())).expect("unique metric name");
+        r.register(Box::new(project_score.clone()))
+            .expect("unique metric name");
+        let up = Gauge::new("jurystream_up", "1 while the service runs")
+            .expect("valid metric definition");
+        r.register(Box::new(up.clone()))
+            .expect("unique metric name");
         Metrics {
-            records: counter_vec(&r, "jurystream_records_total", "Input records by topic and result", &["topic", "result"]),
-            dead_letters: counter_vec(&r, "jurystream_dead_letters_total", "Dead letters by input topic and error code", &["topic", "error"]),
-            outputs: counter_vec(&r, "jurystream_output_records_total", "Output records acknowledged, by topic", &["topic"]),
-            processing: histogram(&r, "jurystream_processing_seconds", "Time to process one input record", fast_buckets()),
+            records: counter_vec(
+                &r,
+                "jurystream_records_total",
+                "Input records by topic and result",
+                &["topic", "result"],
+            ),
+            dead_letters: counter_vec(
+                &r,
+                "jurystream_dead_letters_total",
+                "Dead letters by input topic and error code",
+                &["topic", "error"],
+            ),
+            outputs: counter_vec(
+                &r,
+                "jurystream_output_records_total",
+                "Output records acknowledged, by topic",
+                &["topic"],
+            ),
+            processing: histogram(
+                &r,
+                "jurystream_processing_seconds",
+                "Time to process one input record",
+                fast_buckets(),
+            ),
             event_to_publish,
             consumer_lag,
-            cycles: counter(&r, "jurystream_commit_cycles_total", "Commit cycles (flush, changelog, commit)"),
-            cycle_duration: histogram(&r, "jurystream_commit_cycle_seconds", "Time to flush outputs and changelog and commit", slow_buckets()),
-            commits: counter_vec(&r, "jurystream_commits_total", "Offset commits by result", &["result"]),
-            producer_errors: counter(&r, "jurystream_producer_errors_total", "Records the producer failed to deliver"),
-            producer_retries: gauge(&r, "jurystream_producer_retries", "Produce requests retried by librdkafka since start"),
-            open_sessions: gauge(&r, "jurystream_open_sessions", "Open judge sessions in owned partitions"),
-            projects: gauge(&r, "jurystream_projects", "Projects with a score in owned partitions"),
-            partitions_owned: gauge(&r, "jurystream_partitions_owned", "Input partitions whose state this instance holds"),
-            restore_duration: histogram(&r, "jurystream_state_restore_seconds", "Time to restore one partition's state from the changelog", slow_buckets()),
-            restore_records: counter(&r, "jurystream_state_restore_records_total", "Changelog records read while restoring"),
-            restore_bytes: counter(&r, "jurystream_state_restore_bytes_total", "Changelog bytes read while restoring"),
-            changelog_records: counter(&r, "jurystream_changelog_records_total", "State changelog records written"),
-            alerts: counter_vec(&r, "jurystream_bias_alerts_total", "Bias alerts by scope and kind", &["scope", "kind"]),
-            reputations: gauge(&r, "jurystream_reputations", "Entries in the reputation table"),
+            cycles: counter(
+                &r,
+                "jurystream_commit_cycles_total",
+                "Commit cycles (flush, changelog, commit)",
+            ),
+            cycle_duration: histogram(
+                &r,
+                "jurystream_commit_cycle_seconds",
+                "Time to flush outputs and changelog and commit",
+                slow_buckets(),
+            ),
+            commits: counter_vec(
+                &r,
+                "jurystream_commits_total",
+                "Offset commits by result",
+                &["result"],
+            ),
+            producer_errors: counter(
+                &r,
+                "jurystream_producer_errors_total",
+                "Records the producer failed to deliver",
+            ),
+            producer_retries: gauge(
+                &r,
+                "jurystream_producer_retries",
+                "Produce requests retried by librdkafka since start",
+            ),
+            open_sessions: gauge(
+                &r,
+                "jurystream_open_sessions",
+                "Open judge sessions in owned partitions",
+            ),
+            projects: gauge(
+                &r,
+                "jurystream_projects",
+                "Projects with a score in owned partitions",
+            ),
+            partitions_owned: gauge(
+                &r,
+                "jurystream_partitions_owned",
+                "Input partitions whose state this instance holds",
+            ),
+            restore_duration: histogram(
+                &r,
+                "jurystream_state_restore_seconds",
+                "Time to restore one partition's state from the changelog",
+                slow_buckets(),
+            ),
+            restore_records: counter(
+                &r,
+                "jurystream_state_restore_records_total",
+                "Changelog records read while restoring",
+            ),
+            restore_bytes: counter(
+                &r,
+                "jurystream_state_restore_bytes_total",
+                "Changelog bytes read while restoring",
+            ),
+            changelog_records: counter(
+                &r,
+                "jurystream_changelog_records_total",
+                "State changelog records written",
+            ),
+            alerts: counter_vec(
+                &r,
+                "jurystream_bias_alerts_total",
+                "Bias alerts by scope and kind",
+                &["scope", "kind"],
+            ),
+            reputations: gauge(
+                &r,
+                "jurystream_reputations",
+                "Entries in the reputation table",
+            ),
             project_score,
-            ready: gauge(&r, "jurystream_ready", "1 when the service is ready (bootstrapped, broker reachable)"),
+            ready: gauge(
+                &r,
+                "jurystream_ready",
+                "1 when the service is ready (bootstrapped, broker reachable)",
+            ),
             up,
             registry: r,
         }
@@ -146,9 +242,15 @@ impl Metrics {
             Outcome::Applied => self.records.with_label_values(&[topic, "applied"]).inc(),
             Outcome::Late => self.records.with_label_values(&[topic, "late"]).inc(),
             Outcome::Rejected(code) => {
-                let result = if code == ErrorCode::DuplicateEventId { "duplicate" } else { "dead_lettered" };
+                let result = if code == ErrorCode::DuplicateEventId {
+                    "duplicate"
+                } else {
+                    "dead_lettered"
+                };
                 self.records.with_label_values(&[topic, result]).inc();
-                self.dead_letters.with_label_values(&[topic, code.as_str()]).inc();
+                self.dead_letters
+                    .with_label_values(&[topic, code.as_str()])
+                    .inc();
             }
         }
     }
@@ -175,8 +277,15 @@ mod tests {
         m.record("jury.votes", Outcome::Rejected(ErrorCode::DuplicateEventId));
         m.record("jury.votes", Outcome::Rejected(ErrorCode::InvalidJson));
         let text = m.render();
-        assert!(text.contains(r#"jurystream_records_total{result="applied",topic="jury.votes"} 1"#), "{text}");
-        assert!(text.contains(r#"jurystream_records_total{result="duplicate",topic="jury.votes"} 1"#));
-        assert!(text.contains(r#"jurystream_dead_letters_total{error="invalid_json",topic="jury.votes"} 1"#));
+        assert!(
+            text.contains(r#"jurystream_records_total{result="applied",topic="jury.votes"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"jurystream_records_total{result="duplicate",topic="jury.votes"} 1"#)
+        );
+        assert!(text.contains(
+            r#"jurystream_dead_letters_total{error="invalid_json",topic="jury.votes"} 1"#
+        ));
     }
 }

@@ -10,7 +10,12 @@ use std::time::Duration;
 use jurystream::config::Config;
 use jurystream::engine::Engine;
 use support::stream::{self, Shape};
-use support::{Broker, Rec, Service, create_topics, free_port, produce, read_all, topics, write_config};
+use support::{
+    Broker, Proxy, Rec, Service, create_topics, free_port, produce, read_all, topics, write_config,
+};
+
+/// A record's key and value as text.
+type KeyValue = (Option<String>, Option<String>);
 
 /// What a run published: tables (latest value per key) and event topics (distinct records).
 #[derive(Debug, PartialEq)]
@@ -22,7 +27,7 @@ struct Published {
     dead_letters: BTreeSet<String>,
 }
 
-fn table(records: &[(Option<String>, Option<String>)]) -> BTreeMap<String, String> {
+fn table(records: &[KeyValue]) -> BTreeMap<String, String> {
     let mut t = BTreeMap::new();
     for (k, v) in records {
         if let (Some(k), Some(v)) = (k, v) {
@@ -32,7 +37,7 @@ fn table(records: &[(Option<String>, Option<String>)]) -> BTreeMap<String, Strin
     t
 }
 
-fn set(records: &[(Option<String>, Option<String>)]) -> BTreeSet<String> {
+fn set(records: &[KeyValue]) -> BTreeSet<String> {
     records.iter().filter_map(|(_, v)| v.clone()).collect()
 }
 
@@ -42,15 +47,25 @@ fn replayed(config_path: &std::path::Path, records: &[Rec]) -> Published {
     let config = Config::from_toml(&text).expect("valid config");
     let engine = Engine::new(config);
     let mut out = Vec::new();
-    jurystream::replay::replay(&engine, stream::replay_lines(records).as_bytes(), &mut out).expect("replay");
-    let mut by_topic: BTreeMap<String, Vec<(Option<String>, Option<String>)>> = BTreeMap::new();
+    jurystream::replay::replay(&engine, stream::replay_lines(records).as_bytes(), &mut out)
+        .expect("replay");
+    let mut by_topic: BTreeMap<String, Vec<KeyValue>> = BTreeMap::new();
     for line in String::from_utf8(out).expect("utf8").lines() {
         let v: serde_json::Value = serde_json::from_str(line).expect("json");
         let topic = v["topic"].as_str().unwrap_or_default().to_owned();
         let key = v["key"].as_str().map(str::to_owned);
-        by_topic.entry(topic).or_default().push((key, Some(v["value"].to_string())));
+        by_topic
+            .entry(topic)
+            .or_default()
+            .push((key, Some(v["value"].to_string())));
     }
-    let get = |suffix: &str| by_topic.iter().find(|(t, _)| t.ends_with(suffix)).map(|(_, v)| v.clone()).unwrap_or_default();
+    let get = |suffix: &str| {
+        by_topic
+            .iter()
+            .find(|(t, _)| t.ends_with(suffix))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
     Published {
         scores: table(&get(".scores")),
         leaderboard: table(&get(".leaderboard")),
@@ -63,12 +78,24 @@ fn replayed(config_path: &std::path::Path, records: &[Rec]) -> Published {
 /// Reads what the service published (JSON re-rendered like replay's, so bytes compare).
 fn published(bootstrap: &str, prefix: &str, expect: &Published) -> Published {
     let t = topics(prefix);
-    let normalize = |rs: Vec<(Option<String>, Option<String>)>| -> Vec<(Option<String>, Option<String>)> {
-        rs.into_iter()
-            .map(|(k, v)| (k, v.map(|v| serde_json::from_str::<serde_json::Value>(&v).map(|j| j.to_string()).unwrap_or(v))))
-            .collect()
+    let normalize =
+        |rs: Vec<(Option<String>, Option<String>)>| -> Vec<(Option<String>, Option<String>)> {
+            rs.into_iter()
+                .map(|(k, v)| {
+                    (
+                        k,
+                        v.map(|v| {
+                            serde_json::from_str::<serde_json::Value>(&v)
+                                .map(|j| j.to_string())
+                                .unwrap_or(v)
+                        }),
+                    )
+                })
+                .collect()
+        };
+    let read = |key: &str, min: usize| {
+        normalize(read_all(bootstrap, &t[key], min, Duration::from_secs(30)))
     };
-    let read = |key: &str, min: usize| normalize(read_all(bootstrap, &t[key], min, Duration::from_secs(30)));
     Published {
         scores: table(&read("scores", expect.scores.len())),
         leaderboard: table(&read("leaderboard", expect.leaderboard.len())),
@@ -80,14 +107,25 @@ fn published(bootstrap: &str, prefix: &str, expect: &Published) -> Published {
 
 fn assert_same(actual: &Published, expect: &Published) {
     assert_eq!(actual.scores, expect.scores, "final jury.scores table");
-    assert_eq!(actual.leaderboard, expect.leaderboard, "final jury.leaderboard table");
+    assert_eq!(
+        actual.leaderboard, expect.leaderboard,
+        "final jury.leaderboard table"
+    );
     assert_eq!(actual.consensus, expect.consensus, "jury.consensus records");
     assert_eq!(actual.alerts, expect.alerts, "jury.bias-alerts records");
-    assert_eq!(actual.dead_letters, expect.dead_letters, "jury.dead-letters records");
+    assert_eq!(
+        actual.dead_letters, expect.dead_letters,
+        "jury.dead-letters records"
+    );
 }
 
 fn sample_shape() -> Shape {
-    Shape { partitions: 3, projects: 9, batches_per_project: 12, sessions_per_project: 6 }
+    Shape {
+        partitions: 3,
+        projects: 9,
+        batches_per_project: 12,
+        sessions_per_project: 6,
+    }
 }
 
 fn inputs(records: &[Rec]) -> u64 {
@@ -104,15 +142,27 @@ fn end_to_end_outputs_equal_replay() {
     let records = stream::generate(prefix, &sample_shape());
     produce(&broker.bootstrap, &records);
     let expect = replayed(&config, &records);
-    assert!(expect.consensus.len() >= 40 && expect.dead_letters.len() >= 10 && !expect.alerts.is_empty());
+    assert!(
+        expect.consensus.len() >= 40
+            && expect.dead_letters.len() >= 10
+            && !expect.alerts.is_empty()
+    );
 
     let service = Service::start(&config, dir.path().join("service.log"));
-    assert!(service.wait_ready(Duration::from_secs(60)), "{}", service.log_text());
+    assert!(
+        service.wait_ready(Duration::from_secs(60)),
+        "{}",
+        service.log_text()
+    );
     let handled = service.wait_handled(inputs(&records), Duration::from_secs(120));
     assert_eq!(handled, inputs(&records), "{}", service.metrics());
     let log = service.log.clone();
     let status = service.terminate();
-    assert!(status.success(), "exit {status:?}: {}", std::fs::read_to_string(log).unwrap_or_default());
+    assert!(
+        status.success(),
+        "exit {status:?}: {}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
     assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
 }
 
@@ -121,26 +171,44 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
     let broker = Broker::shared();
     let dir = tempfile::tempdir().unwrap();
     let prefix = "crash";
-    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "[output]\nscores_coalesce_ms = 0\n");
+    let config = write_config(
+        dir.path(),
+        prefix,
+        &broker.bootstrap,
+        free_port(),
+        "[output]\nscores_coalesce_ms = 0\n",
+    );
     create_topics(&broker.bootstrap, prefix, 3);
     let records = stream::generate(prefix, &sample_shape());
     let expect = replayed(&config, &records);
     // The stream arrives in four parts; an incarnation is killed (-9) in each of the first three:
     // after its work was committed, in the middle of processing, and right after start-up.
     let cut = |f: f64| (records.len() as f64 * f) as usize;
-    let parts = [&records[..cut(0.3)], &records[cut(0.3)..cut(0.6)], &records[cut(0.6)..cut(0.85)], &records[cut(0.85)..]];
+    let parts = [
+        &records[..cut(0.3)],
+        &records[cut(0.3)..cut(0.6)],
+        &records[cut(0.6)..cut(0.85)],
+        &records[cut(0.85)..],
+    ];
     let log = dir.path().join("service.log");
     let mut produced = 0;
     for (i, part) in parts.iter().take(3).enumerate() {
         produce(&broker.bootstrap, part);
         produced += part.len();
         let service = Service::start(&config, log.clone());
-        assert!(service.wait_ready(Duration::from_secs(60)), "{}", service.log_text());
+        assert!(
+            service.wait_ready(Duration::from_secs(60)),
+            "{}",
+            service.log_text()
+        );
         match i {
             0 => {
                 service.wait_handled(produced as u64, Duration::from_secs(60));
                 let deadline = std::time::Instant::now() + Duration::from_secs(30);
-                while support::metric_sum(&service.metrics(), "jurystream_changelog_records_total") == 0 && std::time::Instant::now() < deadline {
+                while support::metric_sum(&service.metrics(), "jurystream_changelog_records_total")
+                    == 0
+                    && std::time::Instant::now() < deadline
+                {
                     std::thread::sleep(Duration::from_millis(50));
                 }
             }
@@ -168,8 +236,15 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
         last = now;
     }
     let metrics = service.metrics();
-    assert!(service.terminate().success(), "{}", std::fs::read_to_string(&log).unwrap_or_default());
-    assert!(support::metric_sum(&metrics, "jurystream_state_restore_records_total") > 0, "{metrics}");
+    assert!(
+        service.terminate().success(),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert!(
+        support::metric_sum(&metrics, "jurystream_state_restore_records_total") > 0,
+        "{metrics}"
+    );
     assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
 }
 
@@ -180,21 +255,39 @@ fn a_crash_between_changelog_and_commit_is_not_counted_twice() {
     let prefix = "window";
     let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
     create_topics(&broker.bootstrap, prefix, 3);
-    let records = stream::generate(prefix, &Shape { partitions: 3, projects: 6, batches_per_project: 6, sessions_per_project: 3 });
+    let records = stream::generate(
+        prefix,
+        &Shape {
+            partitions: 3,
+            projects: 6,
+            batches_per_project: 6,
+            sessions_per_project: 3,
+        },
+    );
     produce(&broker.bootstrap, &records);
     let expect = replayed(&config, &records);
     let log = dir.path().join("service.log");
     // This incarnation aborts right after its first changelog write, before committing offsets:
     // the restart re-reads those records and must skip them (not re-apply, not dead-letter them
     // as duplicates).
-    let mut crashing = Service::start_with(&config, log.clone(), &[("JURYSTREAM_CRASH_AFTER_CHANGELOG", "1")]);
+    let mut crashing = Service::start_with(
+        &config,
+        log.clone(),
+        &[("JURYSTREAM_CRASH_AFTER_CHANGELOG", "1")],
+    );
     let status = crashing.child.wait().unwrap();
     assert!(!status.success());
     let service = Service::start(&config, log.clone());
-    assert_eq!(service.wait_handled(inputs(&records), Duration::from_secs(120)), inputs(&records));
+    assert_eq!(
+        service.wait_handled(inputs(&records), Duration::from_secs(120)),
+        inputs(&records)
+    );
     let metrics = service.metrics();
     assert!(service.terminate().success());
-    assert!(metrics.contains("jurystream_records_total{result=\"replayed\""), "{metrics}");
+    assert!(
+        metrics.contains("jurystream_records_total{result=\"replayed\""),
+        "{metrics}"
+    );
     assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
 }
 
@@ -205,10 +298,21 @@ fn sigterm_finishes_commits_and_a_restart_redoes_nothing() {
     let prefix = "term";
     let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
     create_topics(&broker.bootstrap, prefix, 3);
-    let records = stream::generate(prefix, &Shape { partitions: 3, projects: 3, batches_per_project: 4, sessions_per_project: 2 });
+    let records = stream::generate(
+        prefix,
+        &Shape {
+            partitions: 3,
+            projects: 3,
+            batches_per_project: 4,
+            sessions_per_project: 2,
+        },
+    );
     produce(&broker.bootstrap, &records);
     let service = Service::start(&config, dir.path().join("a.log"));
-    assert_eq!(service.wait_handled(inputs(&records), Duration::from_secs(90)), inputs(&records));
+    assert_eq!(
+        service.wait_handled(inputs(&records), Duration::from_secs(90)),
+        inputs(&records)
+    );
     let started = std::time::Instant::now();
     assert!(service.terminate().success());
     assert!(started.elapsed() < Duration::from_secs(20));
@@ -217,8 +321,15 @@ fn sigterm_finishes_commits_and_a_restart_redoes_nothing() {
     assert!(again.wait_ready(Duration::from_secs(60)));
     std::thread::sleep(Duration::from_secs(3));
     let m = again.metrics();
-    let reps = records.iter().filter(|r| r.topic.ends_with(".reputations")).count() as u64;
-    assert_eq!(support::metric_sum(&m, "jurystream_records_total"), reps, "{m}");
+    let reps = records
+        .iter()
+        .filter(|r| r.topic.ends_with(".reputations"))
+        .count() as u64;
+    assert_eq!(
+        support::metric_sum(&m, "jurystream_records_total"),
+        reps,
+        "{m}"
+    );
     assert!(again.terminate().success());
 }
 
@@ -227,7 +338,9 @@ fn a_missing_topic_is_a_clear_error_when_creation_is_off() {
     let broker = Broker::shared();
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "missing", &broker.bootstrap, free_port(), "");
-    let text = std::fs::read_to_string(&config).unwrap().replace("[kafka]\n", "[kafka]\ncreate_topics = false\n");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("[kafka]\n", "[kafka]\ncreate_topics = false\n");
     std::fs::write(&config, text).unwrap();
     let out = std::process::Command::new(support::BIN)
         .args(["--config", &config.to_string_lossy(), "run"])
@@ -235,36 +348,75 @@ fn a_missing_topic_is_a_clear_error_when_creation_is_off() {
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("missing.votes") && stderr.contains("create_topics"), "{stderr}");
+    assert!(
+        stderr.contains("missing.votes") && stderr.contains("create_topics"),
+        "{stderr}"
+    );
 }
 
 #[test]
-fn broker_outage_is_reported_by_readyz_and_does_not_crash() {
-    let port = free_port();
-    let broker = Broker::tansu_on(port).expect("tansu");
+fn broker_outage_is_reported_by_readyz_and_loses_nothing() {
+    // The service reaches the broker only through a proxy; stopping the proxy is the outage.
+    let (broker_port, proxy_port) = (free_port(), free_port());
+    let broker = Broker::tansu_advertising(broker_port, proxy_port).expect("tansu");
+    let proxy = Proxy::start(proxy_port, broker_port);
+    let bootstrap = format!("127.0.0.1:{proxy_port}");
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), "outage", &broker.bootstrap, free_port(), "");
-    let records = stream::generate("outage", &Shape { partitions: 3, projects: 3, batches_per_project: 3, sessions_per_project: 1 });
-    create_topics(&broker.bootstrap, "outage", 3);
+    let prefix = "outage";
+    let config = write_config(dir.path(), prefix, &bootstrap, free_port(), "");
+    create_topics(&bootstrap, prefix, 3);
+    let records = stream::generate(
+        prefix,
+        &Shape {
+            partitions: 3,
+            projects: 3,
+            batches_per_project: 6,
+            sessions_per_project: 2,
+        },
+    );
+    let expect = replayed(&config, &records);
+    let half = records.len() / 2;
+    produce(&bootstrap, &records[..half]);
     let service = Service::start(&config, dir.path().join("s.log"));
-    assert!(service.wait_ready(Duration::from_secs(60)), "{}", service.log_text());
-    broker.stop();
-    // Records produced meanwhile cannot be delivered, and the consumer loses its broker.
+    assert!(
+        service.wait_ready(Duration::from_secs(60)),
+        "{}",
+        service.log_text()
+    );
+    assert_eq!(
+        service.wait_handled(half as u64, Duration::from_secs(60)),
+        half as u64
+    );
+    proxy.stop();
     let mut not_ready = false;
-    for _ in 0..100 {
+    for _ in 0..150 {
         std::thread::sleep(Duration::from_millis(200));
-        if support::http_get(service.http_port, "/readyz").is_some_and(|b| !b.starts_with("ready")) {
+        if support::http_get(service.http_port, "/readyz").is_some_and(|b| !b.starts_with("ready"))
+        {
             not_ready = true;
             break;
         }
     }
-    assert!(not_ready, "/readyz stayed ready during the outage: {}", service.log_text());
-    let restarted = Broker::tansu_on(port).expect("tansu again");
-    create_topics(&restarted.bootstrap, "outage", 3);
-    produce(&restarted.bootstrap, &records);
-    assert!(service.wait_ready(Duration::from_secs(60)), "not ready after the broker came back: {}", service.log_text());
-    assert!(service.wait_handled(1, Duration::from_secs(60)) > 0);
+    assert!(
+        not_ready,
+        "/readyz stayed ready during the outage: {}",
+        service.log_text()
+    );
+    let proxy = Proxy::start(proxy_port, broker_port);
+    assert!(
+        service.wait_ready(Duration::from_secs(60)),
+        "not ready after the broker came back: {}",
+        service.log_text()
+    );
+    produce(&bootstrap, &records[half..]);
+    assert_eq!(
+        service.wait_handled(records.len() as u64, Duration::from_secs(60)),
+        records.len() as u64
+    );
     assert!(service.terminate().success());
+    assert_same(&published(&bootstrap, prefix, &expect), &expect);
+    proxy.stop();
+    broker.stop();
 }
 
 #[test]
@@ -277,24 +429,49 @@ fn an_independent_python_client_produces_inputs_and_reads_outputs() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = "interop";
     let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
-    let records = stream::generate(prefix, &Shape { partitions: 3, projects: 4, batches_per_project: 5, sessions_per_project: 3 });
+    let records = stream::generate(
+        prefix,
+        &Shape {
+            partitions: 3,
+            projects: 4,
+            batches_per_project: 5,
+            sessions_per_project: 3,
+        },
+    );
     let input = dir.path().join("input.jsonl");
     std::fs::write(&input, stream::replay_lines(&records)).unwrap();
     create_topics(&broker.bootstrap, prefix, 3);
     let status = std::process::Command::new(python)
-        .args(["tests/python/interop.py", "produce", &broker.bootstrap, &input.to_string_lossy()])
+        .args([
+            "tests/python/interop.py",
+            "produce",
+            &broker.bootstrap,
+            &input.to_string_lossy(),
+        ])
         .status()
         .unwrap();
     assert!(status.success());
     let expect = replayed(&config, &records);
     let service = Service::start(&config, dir.path().join("s.log"));
-    assert_eq!(service.wait_handled(inputs(&records), Duration::from_secs(90)), inputs(&records));
+    assert_eq!(
+        service.wait_handled(inputs(&records), Duration::from_secs(90)),
+        inputs(&records)
+    );
     assert!(service.terminate().success());
     let out = std::process::Command::new(python)
-        .args(["tests/python/interop.py", "consume", &broker.bootstrap, prefix])
+        .args([
+            "tests/python/interop.py",
+            "consume",
+            &broker.bootstrap,
+            prefix,
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let scores: BTreeMap<String, String> = got["scores"]
         .as_object()
@@ -303,6 +480,12 @@ fn an_independent_python_client_produces_inputs_and_reads_outputs() {
         .map(|(k, v)| (k.clone(), v.to_string()))
         .collect();
     assert_eq!(scores, expect.scores);
-    assert_eq!(got["consensus"].as_u64(), Some(expect.consensus.len() as u64));
-    assert_eq!(got["dead_letters"].as_u64(), Some(expect.dead_letters.len() as u64));
+    assert_eq!(
+        got["consensus"].as_u64(),
+        Some(expect.consensus.len() as u64)
+    );
+    assert_eq!(
+        got["dead_letters"].as_u64(),
+        Some(expect.dead_letters.len() as u64)
+    );
 }

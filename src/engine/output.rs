@@ -52,7 +52,10 @@ impl Output {
 
     /// A `jury.bias-alerts` record.
     pub fn alert(key: Option<String>, alert: &super::bias::BiasAlert) -> Output {
-        Output { alert: Some((alert.scope, alert.kind)), ..Output::json(OutputTopic::BiasAlerts, key, alert) }
+        Output {
+            alert: Some((alert.scope, alert.kind)),
+            ..Output::json(OutputTopic::BiasAlerts, key, alert)
+        }
     }
 
     /// The value as JSON text.

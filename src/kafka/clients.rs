@@ -20,10 +20,14 @@ pub fn base_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
         .set("client.id", &k.client_id)
         .set("security.protocol", &k.security_protocol);
     if !k.sasl_mechanism.is_empty() {
-        c.set("sasl.mechanism", &k.sasl_mechanism).set("sasl.username", &k.sasl_username);
+        c.set("sasl.mechanism", &k.sasl_mechanism)
+            .set("sasl.username", &k.sasl_username);
         let password = if !k.sasl_password_env.is_empty() {
             std::env::var(&k.sasl_password_env).map_err(|_| {
-                ServiceError::Config(format!("kafka.sasl_password_env: variable {} is not set", k.sasl_password_env))
+                ServiceError::Config(format!(
+                    "kafka.sasl_password_env: variable {} is not set",
+                    k.sasl_password_env
+                ))
             })?
         } else if !k.sasl_password_file.is_empty() {
             std::fs::read_to_string(&k.sasl_password_file)
@@ -49,7 +53,9 @@ pub fn base_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
 
 /// librdkafka's limit for a message must cover the largest accepted payload plus its envelope.
 fn message_max(cfg: &Config) -> String {
-    (cfg.limits.max_message_bytes + 64 * 1024).min(1_000_000_000).to_string()
+    (cfg.limits.max_message_bytes + 64 * 1024)
+        .min(1_000_000_000)
+        .to_string()
 }
 
 /// The group consumer of the input topics.
@@ -130,8 +136,16 @@ pub fn ensure_topics(cfg: &Config) -> Result<(), ServiceError> {
         let new: Vec<NewTopic> = wanted
             .iter()
             .map(|(name, compact)| {
-                let t = NewTopic::new(name, cfg.kafka.partitions, TopicReplication::Fixed(cfg.kafka.replication_factor));
-                if *compact { t.set("cleanup.policy", "compact") } else { t }
+                let t = NewTopic::new(
+                    name,
+                    cfg.kafka.partitions,
+                    TopicReplication::Fixed(cfg.kafka.replication_factor),
+                );
+                if *compact {
+                    t.set("cleanup.policy", "compact")
+                } else {
+                    t
+                }
             })
             .collect();
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
@@ -140,7 +154,9 @@ pub fn ensure_topics(cfg: &Config) -> Result<(), ServiceError> {
             match result {
                 Ok(name) => tracing::info!(topic = %name, "created topic"),
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((name, code)) => return Err(ServiceError::Topic(format!("creating {name}: {code}"))),
+                Err((name, code)) => {
+                    return Err(ServiceError::Topic(format!("creating {name}: {code}")));
+                }
             }
         }
     }
@@ -150,7 +166,11 @@ pub fn ensure_topics(cfg: &Config) -> Result<(), ServiceError> {
         let mut found = 0;
         for attempt in 0..20 {
             let md = probe.fetch_metadata(Some(name), Duration::from_secs(10))?;
-            found = md.topics().first().filter(|t| t.error().is_none()).map_or(0, |t| t.partitions().len());
+            found = md
+                .topics()
+                .first()
+                .filter(|t| t.error().is_none())
+                .map_or(0, |t| t.partitions().len());
             if found > 0 || !cfg.kafka.create_topics || attempt == 19 {
                 break;
             }
@@ -163,7 +183,8 @@ pub fn ensure_topics(cfg: &Config) -> Result<(), ServiceError> {
         }
         partitions.insert(*name, found);
     }
-    let inputs = partitions[cfg.topics.votes.as_str()].max(partitions[cfg.topics.judge_scores.as_str()]);
+    let inputs =
+        partitions[cfg.topics.votes.as_str()].max(partitions[cfg.topics.judge_scores.as_str()]);
     let state = partitions[cfg.topics.state.as_str()];
     if state < inputs {
         return Err(ServiceError::Topic(format!(
@@ -176,6 +197,8 @@ pub fn ensure_topics(cfg: &Config) -> Result<(), ServiceError> {
 
 /// Waits for a future on a small runtime of its own (the admin API is async; the service loop is not).
 fn futures_block<F: std::future::Future>(f: F) -> Result<F::Output, ServiceError> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     Ok(rt.block_on(f))
 }

@@ -70,7 +70,9 @@ struct Tag {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Delivery reports: acknowledged outputs, latency, and failures (which stop the service before
@@ -100,7 +102,10 @@ impl ProducerContext for Delivery {
                 self.metrics.outputs.with_label_values(&[tag.topic]).inc();
                 if let Some(ms) = tag.event_ms {
                     let secs = (now_ms() - ms).max(0) as f64 / 1000.0;
-                    self.metrics.event_to_publish.with_label_values(&[tag.topic]).observe(secs);
+                    self.metrics
+                        .event_to_publish
+                        .with_label_values(&[tag.topic])
+                        .observe(secs);
                 }
             }
             Err((e, _)) => {
@@ -191,10 +196,15 @@ impl ClientContext for GroupContext {
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let Rebalance::Revoke(tpl) = rebalance else { return };
+        let Rebalance::Revoke(tpl) = rebalance else {
+            return;
+        };
         let mut core = lock(&self.core);
-        let revoked: Vec<(String, i32)> =
-            tpl.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect();
+        let revoked: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_owned(), e.partition()))
+            .collect();
         tracing::info!(?revoked, "partitions revoked: flushing and committing them");
         if let Err(e) = core.end_cycle(consumer) {
             tracing::error!(error = %e, "could not finish the cycle before revocation");
@@ -213,8 +223,11 @@ impl ConsumerContext for GroupContext {
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
             let mut core = lock(&self.core);
-            let assigned: Vec<(String, i32)> =
-                tpl.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect();
+            let assigned: Vec<(String, i32)> = tpl
+                .elements()
+                .iter()
+                .map(|e| (e.topic().to_owned(), e.partition()))
+                .collect();
             tracing::info!(?assigned, "partitions assigned");
             for (topic, partition) in assigned {
                 if let Some(t) = core.engine.input_topic(&topic) {
@@ -235,8 +248,16 @@ impl Core {
     }
 
     /// Produces one record, waiting for queue space if the local queue is full.
-    fn send(&self, topic: &str, partition: Option<i32>, key: Option<&[u8]>, payload: Option<&[u8]>, tag: Tag) -> Result<(), ServiceError> {
-        let mut record: BaseRecord<'_, [u8], [u8], Box<Tag>> = BaseRecord::with_opaque_to(topic, Box::new(tag));
+    fn send(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+        tag: Tag,
+    ) -> Result<(), ServiceError> {
+        let mut record: BaseRecord<'_, [u8], [u8], Box<Tag>> =
+            BaseRecord::with_opaque_to(topic, Box::new(tag));
         if let Some(k) = key {
             record = record.key(k);
         }
@@ -268,22 +289,39 @@ impl Core {
         }
         let value = out.render();
         let topic = self.engine.topic_name(out.topic);
-        self.send(topic, None, out.key.as_deref().map(str::as_bytes), Some(value.as_bytes()), Tag { topic: label(out.topic), event_ms })
+        self.send(
+            topic,
+            None,
+            out.key.as_deref().map(str::as_bytes),
+            Some(value.as_bytes()),
+            Tag {
+                topic: label(out.topic),
+                event_ms,
+            },
+        )
     }
 
     /// Processes one input record of an owned partition, restoring its state first if needed.
     fn process(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), ServiceError> {
-        let Some(topic) = self.engine.input_topic(msg.topic()) else { return Ok(()) };
+        let Some(topic) = self.engine.input_topic(msg.topic()) else {
+            return Ok(());
+        };
         let key = (topic, msg.partition());
         if !self.units.contains_key(&key) {
-            self.assigned.push((topic, msg.partition(), msg.topic().to_owned()));
+            self.assigned
+                .push((topic, msg.partition(), msg.topic().to_owned()));
             self.restore_assigned()?;
         }
-        let Some(unit) = self.units.get_mut(&key) else { return Ok(()) };
+        let Some(unit) = self.units.get_mut(&key) else {
+            return Ok(());
+        };
         let offset = msg.offset();
         unit.pending = Some(offset);
         if unit.skip_through.is_some_and(|s| offset <= s) {
-            self.metrics.records.with_label_values(&[msg.topic(), "replayed"]).inc();
+            self.metrics
+                .records
+                .with_label_values(&[msg.topic(), "replayed"])
+                .inc();
             return Ok(());
         }
         let record = Record {
@@ -296,8 +334,12 @@ impl Core {
         };
         let started = Instant::now();
         self.out.clear();
-        let outcome = self.engine.process(&mut unit.state, &self.reputations, &record, &mut self.out);
-        self.metrics.processing.observe(started.elapsed().as_secs_f64());
+        let outcome =
+            self.engine
+                .process(&mut unit.state, &self.reputations, &record, &mut self.out);
+        self.metrics
+            .processing
+            .observe(started.elapsed().as_secs_f64());
         self.metrics.record(msg.topic(), outcome);
         let outs = std::mem::take(&mut self.out);
         let result = self.route(&outs);
@@ -312,7 +354,11 @@ impl Core {
             if out.topic == OutputTopic::Scores && !interval.is_zero() {
                 let key = out.key.clone().unwrap_or_default();
                 let now = Instant::now();
-                let recent = self.coalescer.last.get(&key).is_some_and(|t| now.duration_since(*t) < interval);
+                let recent = self
+                    .coalescer
+                    .last
+                    .get(&key)
+                    .is_some_and(|t| now.duration_since(*t) < interval);
                 if recent {
                     self.coalescer.held.insert(key, out.clone());
                     continue;
@@ -337,7 +383,9 @@ impl Core {
         };
         self.out.clear();
         let mut scratch = PartitionState::default();
-        let outcome = self.engine.process(&mut scratch, &self.reputations, &record, &mut self.out);
+        let outcome = self
+            .engine
+            .process(&mut scratch, &self.reputations, &record, &mut self.out);
         self.metrics.record(msg.topic(), outcome);
         self.metrics.reputations.set(self.reputations.len() as i64);
         let outs = std::mem::take(&mut self.out);
@@ -358,14 +406,24 @@ impl Core {
         }
         let started = Instant::now();
         let cfg = self.config();
-        let reader: BaseConsumer<QuietReader> = clients::reader_config(cfg, "restore")?.create_with_context(QuietReader)?;
+        let reader: BaseConsumer<QuietReader> =
+            clients::reader_config(cfg, "restore")?.create_with_context(QuietReader)?;
         let mut tpl = TopicPartitionList::new();
-        let partitions: std::collections::BTreeSet<i32> = wanted.iter().map(|(_, p, _)| *p).collect();
+        let partitions: std::collections::BTreeSet<i32> =
+            wanted.iter().map(|(_, p, _)| *p).collect();
         for p in &partitions {
             tpl.add_partition_offset(&cfg.topics.state, *p, Offset::Beginning)?;
         }
         reader.assign(&tpl)?;
-        let mut restorers: Vec<Restorer> = wanted.iter().map(|(t, p, _)| Restorer::new(Unit { topic: *t, partition: *p })).collect();
+        let mut restorers: Vec<Restorer> = wanted
+            .iter()
+            .map(|(t, p, _)| {
+                Restorer::new(Unit {
+                    topic: *t,
+                    partition: *p,
+                })
+            })
+            .collect();
         let mut at_end = std::collections::BTreeSet::new();
         let deadline = Instant::now() + Duration::from_secs(300);
         while at_end.len() < partitions.len() {
@@ -374,7 +432,10 @@ impl Core {
             }
             match reader.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
-                    for r in restorers.iter_mut().filter(|r| r.unit().partition == m.partition()) {
+                    for r in restorers
+                        .iter_mut()
+                        .filter(|r| r.unit().partition == m.partition())
+                    {
                         r.accept(m.key().unwrap_or_default(), m.payload());
                     }
                 }
@@ -388,13 +449,25 @@ impl Core {
         for (restorer, (topic, partition, name)) in restorers.into_iter().zip(wanted) {
             let unit = restorer.unit();
             let (records, bytes) = (restorer.records, restorer.bytes);
-            let (state, offset) = restorer.finish().map_err(|source| ServiceError::Restore { unit, source })?;
+            let (state, offset) = restorer
+                .finish()
+                .map_err(|source| ServiceError::Restore { unit, source })?;
             self.metrics.restore_records.inc_by(records);
             self.metrics.restore_bytes.inc_by(bytes);
             tracing::info!(?unit, records, bytes, offset, "restored partition state");
-            self.units.insert((topic, partition), Owned { state, topic: name, skip_through: offset, pending: None });
+            self.units.insert(
+                (topic, partition),
+                Owned {
+                    state,
+                    topic: name,
+                    skip_through: offset,
+                    pending: None,
+                },
+            );
         }
-        self.metrics.restore_duration.observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .restore_duration
+            .observe(started.elapsed().as_secs_f64());
         self.metrics.partitions_owned.set(self.units.len() as i64);
         Ok(())
     }
@@ -420,7 +493,12 @@ impl Core {
         }
         let ctx = self.producer.context();
         if ctx.failures.load(Ordering::Relaxed) > 0 {
-            let last = ctx.last_failure.lock().ok().and_then(|l| l.clone()).unwrap_or_default();
+            let last = ctx
+                .last_failure
+                .lock()
+                .ok()
+                .and_then(|l| l.clone())
+                .unwrap_or_default();
             return Err(ServiceError::Delivery(last));
         }
         Ok(())
@@ -428,7 +506,10 @@ impl Core {
 
     /// Ends a cycle: publish held scores, wait for every output, write and wait for the
     /// changelog, then commit the offsets those cover.
-    fn end_cycle<C: ConsumerContext>(&mut self, consumer: &BaseConsumer<C>) -> Result<(), ServiceError> {
+    fn end_cycle<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+    ) -> Result<(), ServiceError> {
         let started = Instant::now();
         let held: Vec<Output> = self.coalescer.held.drain().map(|(_, o)| o).collect();
         for out in &held {
@@ -443,10 +524,22 @@ impl Core {
         let mut keys: Vec<(InputTopic, i32)> = self.units.keys().copied().collect();
         keys.sort();
         for key in keys {
-            let Some(owned) = self.units.get_mut(&key) else { continue };
-            let Some(offset) = owned.pending.take() else { continue };
-            let unit = Unit { topic: key.0, partition: key.1 };
-            let changes = owned.state.journal.as_mut().map(std::mem::take).unwrap_or_default();
+            let Some(owned) = self.units.get_mut(&key) else {
+                continue;
+            };
+            let Some(offset) = owned.pending.take() else {
+                continue;
+            };
+            let unit = Unit {
+                topic: key.0,
+                partition: key.1,
+            };
+            let changes = owned
+                .state
+                .journal
+                .as_mut()
+                .map(std::mem::take)
+                .unwrap_or_default();
             let mut records = changelog::records(unit, &owned.state, changes);
             if owned.skip_through.is_none_or(|s| offset > s) {
                 records.push(unit.offset_record(offset));
@@ -454,7 +547,16 @@ impl Core {
             commits.add_partition_offset(&owned.topic, key.1, Offset::Offset(offset + 1))?;
             let owned_topic = owned.topic.clone();
             for r in &records {
-                self.send(&state_topic, Some(key.1), Some(r.key.as_bytes()), r.value.as_deref().map(str::as_bytes), Tag { topic: "state", event_ms: None })?;
+                self.send(
+                    &state_topic,
+                    Some(key.1),
+                    Some(r.key.as_bytes()),
+                    r.value.as_deref().map(str::as_bytes),
+                    Tag {
+                        topic: "state",
+                        event_ms: None,
+                    },
+                )?;
             }
             written += records.len() as u64;
             tracing::trace!(topic = %owned_topic, partition = key.1, offset, records = records.len(), "changelog");
@@ -481,7 +583,9 @@ impl Core {
             }
         }
         self.metrics.cycles.inc();
-        self.metrics.cycle_duration.observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .cycle_duration
+            .observe(started.elapsed().as_secs_f64());
         self.health.set_ready(true, &self.metrics);
         if self.last_gauges.elapsed() > Duration::from_secs(1) {
             self.update_gauges();
@@ -496,7 +600,13 @@ impl Core {
         let mut scores: Vec<(&str, u64, f64)> = Vec::new();
         for owned in self.units.values() {
             open += owned.state.sessions.open_sessions();
-            scores.extend(owned.state.projects.iter().map(|(p, v)| (p.as_str(), v.score.evaluations, v.score.score)));
+            scores.extend(
+                owned
+                    .state
+                    .projects
+                    .iter()
+                    .map(|(p, v)| (p.as_str(), v.score.evaluations, v.score.score)),
+            );
         }
         self.metrics.open_sessions.set(open as i64);
         self.metrics.projects.set(scores.len() as i64);
@@ -505,7 +615,10 @@ impl Core {
             scores.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
             scores.into_iter().take(m.score_top_n).collect()
         } else {
-            scores.into_iter().filter(|(p, _, _)| m.score_projects.iter().any(|x| x == p)).collect()
+            scores
+                .into_iter()
+                .filter(|(p, _, _)| m.score_projects.iter().any(|x| x == p))
+                .collect()
         };
         self.metrics.project_score.reset();
         for (p, _, s) in shown {
@@ -526,9 +639,17 @@ fn label(topic: OutputTopic) -> &'static str {
 
 /// Reads the whole reputation table (every partition to its end) before processing starts, like
 /// a Kafka Streams GlobalKTable; afterwards the same consumer keeps the table current.
-fn bootstrap_reputations(core: &Arc<Mutex<Core>>, reader: &BaseConsumer<QuietReader>, cfg: &Config) -> Result<(), ServiceError> {
+fn bootstrap_reputations(
+    core: &Arc<Mutex<Core>>,
+    reader: &BaseConsumer<QuietReader>,
+    cfg: &Config,
+) -> Result<(), ServiceError> {
     let md = reader.fetch_metadata(Some(&cfg.topics.reputations), Duration::from_secs(10))?;
-    let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+    let partitions: Vec<i32> = md
+        .topics()
+        .first()
+        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+        .unwrap_or_default();
     let mut tpl = TopicPartitionList::new();
     for p in &partitions {
         tpl.add_partition_offset(&cfg.topics.reputations, *p, Offset::Beginning)?;
@@ -546,18 +667,27 @@ fn bootstrap_reputations(core: &Arc<Mutex<Core>>, reader: &BaseConsumer<QuietRea
             None => {}
         }
     }
-    tracing::info!(entries = lock(core).reputations.len(), "reputation table loaded");
+    tracing::info!(
+        entries = lock(core).reputations.len(),
+        "reputation table loaded"
+    );
     Ok(())
 }
 
 /// Runs the service until `stop` is set, then finishes the cycle, commits and returns.
-pub fn run(config: Config, metrics: Arc<Metrics>, health: Arc<Health>, stop: Arc<AtomicBool>) -> Result<(), ServiceError> {
+pub fn run(
+    config: Config,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), ServiceError> {
     clients::ensure_topics(&config)?;
-    let producer: BaseProducer<Delivery> = clients::producer_config(&config)?.create_with_context(Delivery {
-        metrics: Arc::clone(&metrics),
-        failures: AtomicU64::new(0),
-        last_failure: Mutex::new(None),
-    })?;
+    let producer: BaseProducer<Delivery> =
+        clients::producer_config(&config)?.create_with_context(Delivery {
+            metrics: Arc::clone(&metrics),
+            failures: AtomicU64::new(0),
+            last_failure: Mutex::new(None),
+        })?;
     let core = Arc::new(Mutex::new(Core {
         engine: Engine::new(config.clone()),
         producer,
@@ -575,11 +705,12 @@ pub fn run(config: Config, metrics: Arc<Metrics>, health: Arc<Health>, stop: Arc
     let reputations: BaseConsumer<QuietReader> =
         clients::reader_config(&config, "reputations")?.create_with_context(QuietReader)?;
     bootstrap_reputations(&core, &reputations, &config)?;
-    let consumer: BaseConsumer<GroupContext> = clients::consumer_config(&config)?.create_with_context(GroupContext {
-        core: Arc::clone(&core),
-        metrics: Arc::clone(&metrics),
-        failed: Mutex::new(None),
-    })?;
+    let consumer: BaseConsumer<GroupContext> = clients::consumer_config(&config)?
+        .create_with_context(GroupContext {
+            core: Arc::clone(&core),
+            metrics: Arc::clone(&metrics),
+            failed: Mutex::new(None),
+        })?;
     consumer.subscribe(&[&config.topics.votes, &config.topics.judge_scores])?;
     health.set_ready(true, &metrics);
     metrics.up.set(1.0);
@@ -588,7 +719,9 @@ pub fn run(config: Config, metrics: Arc<Metrics>, health: Arc<Health>, stop: Arc
     let mut cycle_started = Instant::now();
     let result = (|| -> Result<(), ServiceError> {
         while !stop.load(Ordering::Relaxed) {
-            let wait = cycle.saturating_sub(cycle_started.elapsed()).min(Duration::from_millis(50));
+            let wait = cycle
+                .saturating_sub(cycle_started.elapsed())
+                .min(Duration::from_millis(50));
             let msg = consumer.poll(wait);
             {
                 let mut c = lock(&core);
@@ -604,7 +737,13 @@ pub fn run(config: Config, metrics: Arc<Metrics>, health: Arc<Health>, stop: Arc
                 }
                 None => {}
             }
-            if let Some(e) = consumer.context().failed.lock().ok().and_then(|mut f| f.take()) {
+            if let Some(e) = consumer
+                .context()
+                .failed
+                .lock()
+                .ok()
+                .and_then(|mut f| f.take())
+            {
                 return Err(e);
             }
             for _ in 0..256 {

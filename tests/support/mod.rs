@@ -43,14 +43,19 @@ impl Broker {
     /// The broker shared by all tests of one test binary.
     pub fn shared() -> &'static Broker {
         static BROKER: OnceLock<Broker> = OnceLock::new();
-        BROKER.get_or_init(|| Broker::start().unwrap_or_else(|e| panic!("no Kafka broker for the tests: {e}")))
+        BROKER.get_or_init(|| {
+            Broker::start().unwrap_or_else(|e| panic!("no Kafka broker for the tests: {e}"))
+        })
     }
 
     fn start() -> Result<Broker, String> {
         if let Ok(b) = std::env::var("KAFKA_BOOTSTRAP_SERVERS")
             && !b.is_empty()
         {
-            return Ok(Broker { bootstrap: b, _guard: Guard::External });
+            return Ok(Broker {
+                bootstrap: b,
+                _guard: Guard::External,
+            });
         }
         if docker_reachable() {
             match container() {
@@ -68,10 +73,16 @@ impl Broker {
     }
 
     pub fn tansu_on(port: u16) -> Result<Broker, String> {
+        Broker::tansu_advertising(port, port)
+    }
+
+    /// A tansu broker listening on `port` that tells clients to connect to `advertised` (a proxy).
+    pub fn tansu_advertising(port: u16, advertised: u16) -> Result<Broker, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let url = format!("tcp://127.0.0.1:{port}");
+        let adv = format!("tcp://127.0.0.1:{advertised}");
         let script = format!(
-            "tansu broker --listener-url {url} --advertised-listener-url {url} --storage-engine memory://tansu/ >tansu.log 2>&1 & t=$!; read _; kill $t"
+            "tansu broker --listener-url {url} --advertised-listener-url {adv} --storage-engine memory://tansu/ >tansu.log 2>&1 & t=$!; read _; kill $t"
         );
         let child = Command::new("bash")
             .arg("-c")
@@ -82,7 +93,10 @@ impl Broker {
             .map_err(|e| format!("starting tansu: {e}"))?;
         let bootstrap = format!("127.0.0.1:{port}");
         wait_for_port(port, Duration::from_secs(20))?;
-        Ok(Broker { bootstrap, _guard: Guard::Tansu(child, dir) })
+        Ok(Broker {
+            bootstrap,
+            _guard: Guard::Tansu(child, dir),
+        })
     }
 
     /// Stops a dedicated tansu broker.
@@ -94,24 +108,111 @@ impl Broker {
     }
 }
 
+/// A TCP proxy in front of a broker: stopping it is a broker outage that keeps the broker's data.
+pub struct Proxy {
+    pub port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Proxy {
+    pub fn start(port: u16, upstream: u16) -> Proxy {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::<std::net::TcpStream>::new()));
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("proxy port");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let (s, c) = (stop.clone(), conns.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream))
+                        else {
+                            continue;
+                        };
+                        let _ = client.set_nonblocking(false);
+                        for (mut from, mut to) in [
+                            (
+                                client.try_clone().expect("clone"),
+                                server.try_clone().expect("clone"),
+                            ),
+                            (
+                                server.try_clone().expect("clone"),
+                                client.try_clone().expect("clone"),
+                            ),
+                        ] {
+                            std::thread::spawn(move || {
+                                let _ = std::io::copy(&mut from, &mut to);
+                                let _ = to.shutdown(std::net::Shutdown::Both);
+                            });
+                        }
+                        if let Ok(mut list) = c.lock() {
+                            list.push(client);
+                            list.push(server);
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Proxy {
+            port,
+            stop,
+            conns,
+            thread: Some(thread),
+        }
+    }
+
+    /// Closes the listener and every connection.
+    pub fn stop(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Ok(list) = self.conns.lock() {
+            for s in list.iter() {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
 fn docker_reachable() -> bool {
-    std::env::var("DOCKER_HOST").is_ok_and(|h| !h.is_empty()) || Path::new("/var/run/docker.sock").exists()
+    std::env::var("DOCKER_HOST").is_ok_and(|h| !h.is_empty())
+        || Path::new("/var/run/docker.sock").exists()
 }
 
 /// An Apache Kafka container; errors (no engine, no image) are returned, never a panic.
 fn container() -> Result<Broker, String> {
     use testcontainers_modules::kafka::apache;
     use testcontainers_modules::testcontainers::runners::AsyncRunner;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let node = apache::Kafka::default().start().await.map_err(|e| e.to_string())?;
-        let port = node.get_host_port_ipv4(apache::KAFKA_PORT).await.map_err(|e| e.to_string())?;
-        Ok(Broker { bootstrap: format!("127.0.0.1:{port}"), _guard: Guard::Container(Box::new(node)) })
+        let node = apache::Kafka::default()
+            .start()
+            .await
+            .map_err(|e| e.to_string())?;
+        let port = node
+            .get_host_port_ipv4(apache::KAFKA_PORT)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Broker {
+            bootstrap: format!("127.0.0.1:{port}"),
+            _guard: Guard::Container(Box::new(node)),
+        })
     })
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(19_092)
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(19_092)
 }
 
 fn wait_for_port(port: u16, timeout: Duration) -> Result<(), String> {
@@ -156,7 +257,13 @@ pub fn topics(prefix: &str) -> BTreeMap<&'static str, String> {
 }
 
 /// Writes a configuration for a test service.
-pub fn write_config(dir: &Path, prefix: &str, bootstrap: &str, http_port: u16, extra: &str) -> PathBuf {
+pub fn write_config(
+    dir: &Path,
+    prefix: &str,
+    bootstrap: &str,
+    http_port: u16,
+    extra: &str,
+) -> PathBuf {
     let t = topics(prefix);
     let mut text = String::from("[topics]\n");
     for (k, v) in &t {
@@ -189,7 +296,11 @@ impl Service {
             .find_map(|l| l.strip_prefix("bind = \"127.0.0.1:"))
             .and_then(|p| p.trim_end_matches('"').parse().ok())
             .unwrap_or(9464);
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log file");
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log file");
         let child = Command::new(BIN)
             .args(["--config", &config.to_string_lossy(), "run"])
             .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
@@ -198,7 +309,11 @@ impl Service {
             .stderr(out)
             .spawn()
             .expect("start jurystream");
-        Service { child, http_port, log }
+        Service {
+            child,
+            http_port,
+            log,
+        }
     }
 
     pub fn metrics(&self) -> String {
@@ -235,7 +350,9 @@ impl Service {
 
     /// SIGTERM, then wait for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
         self.child.wait().expect("wait for jurystream")
     }
 
@@ -252,7 +369,11 @@ impl Service {
 
 pub fn metric_sum(text: &str, name: &str) -> u64 {
     text.lines()
-        .filter(|l| l.starts_with(name) && (l.as_bytes().get(name.len()) == Some(&b'{') || l.as_bytes().get(name.len()) == Some(&b' ')))
+        .filter(|l| {
+            l.starts_with(name)
+                && (l.as_bytes().get(name.len()) == Some(&b'{')
+                    || l.as_bytes().get(name.len()) == Some(&b' '))
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }
@@ -269,7 +390,10 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
     if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") {
         Some(body.to_owned())
     } else {
-        Some(format!("status: {}", head.lines().next().unwrap_or_default()))
+        Some(format!(
+            "status: {}",
+            head.lines().next().unwrap_or_default()
+        ))
     }
 }
 
@@ -279,18 +403,27 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
 pub fn create_topics(bootstrap: &str, prefix: &str, partitions: i32) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin client");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
     let names = topics(prefix);
     let compact = ["reputations", "scores", "leaderboard", "state"];
     let new: Vec<NewTopic> = names
         .iter()
         .map(|(k, v)| {
             let t = NewTopic::new(v, partitions, TopicReplication::Fixed(1));
-            if compact.contains(k) { t.set("cleanup.policy", "compact") } else { t }
+            if compact.contains(k) {
+                t.set("cleanup.policy", "compact")
+            } else {
+                t
+            }
         })
         .collect();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let _ = rt.block_on(admin.create_topics(&new, &AdminOptions::new()));
 }
 
@@ -303,7 +436,9 @@ pub fn produce(bootstrap: &str, records: &[Rec]) {
         .create()
         .expect("producer");
     for r in records {
-        let mut rec: BaseRecord<'_, str, str> = BaseRecord::to(&r.topic).partition(r.partition).timestamp(r.timestamp_ms);
+        let mut rec: BaseRecord<'_, str, str> = BaseRecord::to(&r.topic)
+            .partition(r.partition)
+            .timestamp(r.timestamp_ms);
         if let Some(k) = &r.key {
             rec = rec.key(k.as_str());
         }
@@ -326,7 +461,12 @@ pub fn produce(bootstrap: &str, records: &[Rec]) {
 
 /// Reads every record of `topic` (all partitions) from the beginning until at least `min`
 /// records arrived and the partitions are at their end, or `timeout` passed.
-pub fn read_all(bootstrap: &str, topic: &str, min: usize, timeout: Duration) -> Vec<(Option<String>, Option<String>)> {
+pub fn read_all(
+    bootstrap: &str,
+    topic: &str,
+    min: usize,
+    timeout: Duration,
+) -> Vec<(Option<String>, Option<String>)> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", format!("reader-{topic}-{}", free_port()))
@@ -335,11 +475,18 @@ pub fn read_all(bootstrap: &str, topic: &str, min: usize, timeout: Duration) -> 
         .set("fetch.wait.max.ms", "10")
         .create()
         .expect("consumer");
-    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
-    let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    let partitions: Vec<i32> = md
+        .topics()
+        .first()
+        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+        .unwrap_or_default();
     let mut tpl = TopicPartitionList::new();
     for p in &partitions {
-        tpl.add_partition_offset(topic, *p, Offset::Beginning).expect("partition");
+        tpl.add_partition_offset(topic, *p, Offset::Beginning)
+            .expect("partition");
     }
     consumer.assign(&tpl).expect("assign");
     let mut out = Vec::new();
@@ -359,7 +506,9 @@ pub fn read_all(bootstrap: &str, topic: &str, min: usize, timeout: Duration) -> 
             }
             _ => {}
         }
-        let all_eof = partitions.iter().all(|p| eof.get(p).copied().unwrap_or(false));
+        let all_eof = partitions
+            .iter()
+            .all(|p| eof.get(p).copied().unwrap_or(false));
         if all_eof && out.len() >= min {
             break;
         }
