@@ -83,6 +83,9 @@ struct BookMeta {
     next_seq: u64,
 }
 
+/// Ids per dedupe-window changelog record.
+const SEEN_BUCKET: u64 = 32;
+
 fn hex(fp: u128) -> String {
     format!("{fp:032x}")
 }
@@ -106,18 +109,24 @@ pub fn records(
                 let v = state.projects.get(&project).and_then(|p| render(&p.score));
                 (unit.key("score", &[&project]), v)
             }
-            Change::Seen {
-                project,
-                fingerprint,
-                seq,
-            } => (
-                unit.key("seen", &[&project, &hex(fingerprint)]),
-                render(&Seq { seq }),
-            ),
-            Change::Forgot {
-                project,
-                fingerprint,
-            } => (unit.key("seen", &[&project, &hex(fingerprint)]), None),
+            Change::Seen { project, seq } | Change::Forgot { project, seq } => {
+                // Dedupe windows are stored in buckets of SEEN_BUCKET consecutive ids, rewritten
+                // whole when they change and deleted once every id in them was forgotten.
+                let bucket = seq / SEEN_BUCKET;
+                let window = match unit.topic {
+                    InputTopic::Votes => state.projects.get(&project).map(|p| &p.seen),
+                    _ => state.judge_projects.get(&project).map(|p| &p.seen),
+                };
+                let ids: Vec<(u64, String)> = window
+                    .map(|w| {
+                        w.range(bucket * SEEN_BUCKET, (bucket + 1) * SEEN_BUCKET)
+                            .map(|(s, fp)| (s, hex(fp)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let value = if ids.is_empty() { None } else { render(&ids) };
+                (unit.key("seen", &[&project, &bucket.to_string()]), value)
+            }
             Change::Session { project, session } => {
                 let v = state
                     .sessions
@@ -247,11 +256,12 @@ impl Restorer {
                         },
                     );
                 }
-                ("seen", [project, f]) => {
-                    let s: Seq = from_value(&key, v)?;
-                    seen.entry(project.to_string())
-                        .or_default()
-                        .push((s.seq, fp(f)?));
+                ("seen", [project, _bucket]) => {
+                    let ids: Vec<(u64, String)> = from_value(&key, v)?;
+                    let entries = seen.entry(project.to_string()).or_default();
+                    for (seq, f) in ids {
+                        entries.push((seq, fp(&f)?));
+                    }
                 }
                 ("completed", [project, f]) => {
                     let s: Seq = from_value(&key, v)?;

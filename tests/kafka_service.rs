@@ -205,8 +205,7 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
             0 => {
                 service.wait_handled(produced as u64, Duration::from_secs(60));
                 let deadline = std::time::Instant::now() + Duration::from_secs(30);
-                while support::metric_sum(&service.metrics(), "jurystream_changelog_records_total")
-                    == 0
+                while support::metric_sum(&service.metrics(), "jurystream_commits_total") == 0
                     && std::time::Instant::now() < deadline
                 {
                     std::thread::sleep(Duration::from_millis(50));

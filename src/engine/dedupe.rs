@@ -52,8 +52,8 @@ pub struct RecentIds {
 pub struct Remembered {
     pub fingerprint: u128,
     pub seq: u64,
-    /// Fingerprints forgotten to stay within capacity.
-    pub evicted: Vec<u128>,
+    /// (seq, fingerprint) of the ids forgotten to stay within capacity.
+    pub evicted: Vec<(u64, u128)>,
 }
 
 impl RecentIds {
@@ -73,9 +73,9 @@ impl RecentIds {
         self.order.push_back((seq, fp));
         let mut evicted = Vec::new();
         while self.order.len() > capacity.max(1) {
-            if let Some((_, old)) = self.order.pop_front() {
+            if let Some((seq, old)) = self.order.pop_front() {
                 self.set.remove(&old);
-                evicted.push(old);
+                evicted.push((seq, old));
             }
         }
         Some(Remembered {
@@ -95,6 +95,15 @@ impl RecentIds {
             set,
             next_seq,
         }
+    }
+
+    /// The remembered ids with `lo <= seq < hi`, in order (the window is sorted by seq).
+    pub fn range(&self, lo: u64, hi: u64) -> impl Iterator<Item = (u64, u128)> + '_ {
+        let start = self.order.partition_point(|(s, _)| *s < lo);
+        self.order
+            .range(start..)
+            .take_while(move |(s, _)| *s < hi)
+            .copied()
     }
 
     pub fn len(&self) -> usize {
@@ -118,8 +127,10 @@ mod tests {
         assert!(ids.insert("b", 2).is_some());
         assert_eq!(
             ids.insert("c", 2).map(|r| r.evicted),
-            Some(vec![fingerprint("a")])
+            Some(vec![(0, fingerprint("a"))])
         );
+        assert_eq!(ids.range(0, 10).map(|(s, _)| s).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(ids.range(2, 3).collect::<Vec<_>>(), [(2, fingerprint("c"))]);
         assert!(!ids.contains("a"));
         assert!(ids.contains("b") && ids.contains("c"));
         assert_eq!(ids.len(), 2);

@@ -122,13 +122,9 @@ pub enum Change {
     /// A project's vote score.
     Score { project: String },
     /// An event id entered the project's dedupe window (`seq` orders the window).
-    Seen {
-        project: String,
-        fingerprint: u128,
-        seq: u64,
-    },
+    Seen { project: String, seq: u64 },
     /// An event id left the dedupe window.
-    Forgot { project: String, fingerprint: u128 },
+    Forgot { project: String, seq: u64 },
     /// An open session changed, opened or completed.
     Session { project: String, session: String },
     /// A session id entered the completed window.
@@ -182,13 +178,11 @@ impl PartitionState {
             } else {
                 Change::Seen {
                     project: project.clone(),
-                    fingerprint,
                     seq,
                 }
             }
         });
-        for fp in &r.evicted {
-            let fingerprint = *fp;
+        for &(seq, fingerprint) in &r.evicted {
             self.note(|| {
                 if completed {
                     Change::Uncompleted {
@@ -198,7 +192,7 @@ impl PartitionState {
                 } else {
                     Change::Forgot {
                         project: project.clone(),
-                        fingerprint,
+                        seq,
                     }
                 }
             });

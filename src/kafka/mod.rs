@@ -38,6 +38,9 @@ use crate::engine::{Engine, InputTopic, PartitionState, Record};
 use crate::http::Health;
 use crate::metrics::Metrics;
 
+/// Sealed epochs allowed in flight before processing waits for acknowledgements.
+const MAX_EPOCHS_IN_FLIGHT: usize = 50;
+
 /// Why the service stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -67,6 +70,8 @@ pub enum ServiceError {
 struct Tag {
     topic: &'static str,
     event_ms: Option<i64>,
+    /// The epoch the record belongs to (see [`Epoch`]).
+    epoch: u64,
 }
 
 fn now_ms() -> i64 {
@@ -81,6 +86,8 @@ struct Delivery {
     metrics: Arc<Metrics>,
     failures: AtomicU64,
     last_failure: Mutex<Option<String>>,
+    /// Acknowledged records per epoch.
+    acked: Mutex<HashMap<u64, u64>>,
 }
 
 impl ClientContext for Delivery {
@@ -99,6 +106,9 @@ impl ProducerContext for Delivery {
     fn delivery(&self, result: &DeliveryResult<'_>, tag: Box<Tag>) {
         match result {
             Ok(_) => {
+                if let Ok(mut acked) = self.acked.lock() {
+                    *acked.entry(tag.epoch).or_default() += 1;
+                }
                 self.metrics.outputs.with_label_values(&[tag.topic]).inc();
                 if let Some(ms) = tag.event_ms {
                     let secs = (now_ms() - ms).max(0) as f64 / 1000.0;
@@ -154,6 +164,24 @@ struct Core {
     assigned: Vec<(InputTopic, i32, String)>,
     /// Set by the environment variable `JURYSTREAM_CRASH_AFTER_CHANGELOG` (tests only).
     crash_after_changelog: bool,
+    /// The epoch being filled, and how many outputs it has sent.
+    epoch: u64,
+    epoch_outputs: u64,
+    /// Sealed epochs waiting for acknowledgements, oldest first.
+    sealed: std::collections::VecDeque<Epoch>,
+}
+
+/// The work of one cycle on its way to being committed. Epochs move strictly in order: an
+/// epoch's changelog is sent once all its outputs are acknowledged (and every earlier epoch is
+/// committed), and its offsets are committed once its changelog is acknowledged. Consumption
+/// never waits for this unless too many epochs are in flight.
+struct Epoch {
+    id: u64,
+    outputs: u64,
+    changelog: Vec<(i32, changelog::StateRecord)>,
+    changelog_sent: bool,
+    commits: TopicPartitionList,
+    sealed_at: Instant,
 }
 
 /// Readers poll to the end of partitions, so end-of-partition is expected, not an error.
@@ -206,7 +234,7 @@ impl ConsumerContext for GroupContext {
             .map(|e| (e.topic().to_owned(), e.partition()))
             .collect();
         tracing::info!(?revoked, "partitions revoked: flushing and committing them");
-        if let Err(e) = core.end_cycle(consumer) {
+        if let Err(e) = core.drain(consumer, CommitMode::Sync) {
             tracing::error!(error = %e, "could not finish the cycle before revocation");
             if let Ok(mut f) = self.failed.lock() {
                 f.get_or_insert(e);
@@ -279,7 +307,7 @@ impl Core {
         }
     }
 
-    fn publish(&self, out: &Output) -> Result<(), ServiceError> {
+    fn publish(&mut self, out: &Output) -> Result<(), ServiceError> {
         let event_ms = match &out.value {
             OutputValue::Score(v) => Some(v.last_event_at.epoch_millis()),
             OutputValue::Json(_) => None,
@@ -289,6 +317,7 @@ impl Core {
         }
         let value = out.render();
         let topic = self.engine.topic_name(out.topic);
+        self.epoch_outputs += 1;
         self.send(
             topic,
             None,
@@ -297,6 +326,7 @@ impl Core {
             Tag {
                 topic: label(out.topic),
                 event_ms,
+                epoch: self.epoch,
             },
         )
     }
@@ -472,25 +502,8 @@ impl Core {
         Ok(())
     }
 
-    /// Waits until the broker has acknowledged everything produced, then fails if anything was
-    /// not delivered. During an outage this keeps waiting (and reports not ready).
-    fn flush(&self) -> Result<(), ServiceError> {
-        let started = Instant::now();
-        let shutdown_limit = Duration::from_secs(self.config().kafka.shutdown_timeout_secs);
-        loop {
-            match self.producer.flush(Duration::from_millis(500)) {
-                Ok(()) => break,
-                Err(KafkaError::Flush(_)) => {
-                    if started.elapsed() > Duration::from_secs(2) {
-                        self.health.set_ready(false, &self.metrics);
-                    }
-                    if self.stop.load(Ordering::Relaxed) && started.elapsed() > shutdown_limit {
-                        return Err(ServiceError::ShutdownTimeout(shutdown_limit.as_secs()));
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+    /// Fails if the producer reported an undeliverable record: nothing after it may be committed.
+    fn check_delivery(&self) -> Result<(), ServiceError> {
         let ctx = self.producer.context();
         if ctx.failures.load(Ordering::Relaxed) > 0 {
             let last = ctx
@@ -504,23 +517,28 @@ impl Core {
         Ok(())
     }
 
-    /// Ends a cycle: publish held scores, wait for every output, write and wait for the
-    /// changelog, then commit the offsets those cover.
-    fn end_cycle<C: ConsumerContext>(
-        &mut self,
-        consumer: &BaseConsumer<C>,
-    ) -> Result<(), ServiceError> {
-        let started = Instant::now();
+    fn acked(&self, epoch: u64) -> u64 {
+        self.producer
+            .context()
+            .acked
+            .lock()
+            .ok()
+            .and_then(|a| a.get(&epoch).copied())
+            .unwrap_or(0)
+    }
+
+    /// Ends the current epoch: publishes held scores, renders the changelog of every partition
+    /// that processed records (to be sent once the outputs are acknowledged) and notes the
+    /// offsets to commit after that.
+    fn seal(&mut self) -> Result<(), ServiceError> {
         let held: Vec<Output> = self.coalescer.held.drain().map(|(_, o)| o).collect();
         for out in &held {
             self.publish(out)?;
         }
         let interval = Duration::from_millis(self.config().output.scores_coalesce_ms);
         self.coalescer.last.retain(|_, t| t.elapsed() < interval);
-        self.flush()?;
-        let state_topic = self.config().topics.state.clone();
+        let mut changelog = Vec::new();
         let mut commits = TopicPartitionList::new();
-        let mut written = 0u64;
         let mut keys: Vec<(InputTopic, i32)> = self.units.keys().copied().collect();
         keys.sort();
         for key in keys {
@@ -545,50 +563,119 @@ impl Core {
                 records.push(unit.offset_record(offset));
             }
             commits.add_partition_offset(&owned.topic, key.1, Offset::Offset(offset + 1))?;
-            let owned_topic = owned.topic.clone();
-            for r in &records {
-                self.send(
-                    &state_topic,
-                    Some(key.1),
-                    Some(r.key.as_bytes()),
-                    r.value.as_deref().map(str::as_bytes),
-                    Tag {
-                        topic: "state",
-                        event_ms: None,
-                    },
-                )?;
-            }
-            written += records.len() as u64;
-            tracing::trace!(topic = %owned_topic, partition = key.1, offset, records = records.len(), "changelog");
+            changelog.extend(records.into_iter().map(|r| (key.1, r)));
         }
-        if written > 0 {
-            self.flush()?;
-            self.metrics.changelog_records.inc_by(written);
-            if self.crash_after_changelog {
+        if self.epoch_outputs > 0 || commits.count() > 0 {
+            self.sealed.push_back(Epoch {
+                id: self.epoch,
+                outputs: self.epoch_outputs,
+                changelog,
+                changelog_sent: false,
+                commits,
+                sealed_at: Instant::now(),
+            });
+            self.epoch += 1;
+            self.epoch_outputs = 0;
+        }
+        if self.last_gauges.elapsed() > Duration::from_secs(1) {
+            self.update_gauges();
+        }
+        Ok(())
+    }
+
+    /// Moves sealed epochs forward as far as acknowledgements allow: sends the changelog of the
+    /// oldest epoch whose outputs are all acknowledged, commits the offsets of the oldest epoch
+    /// whose changelog is acknowledged.
+    fn advance<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+        mode: CommitMode,
+    ) -> Result<(), ServiceError> {
+        self.producer.poll(Duration::ZERO);
+        self.check_delivery()?;
+        let state_topic = self.config().topics.state.clone();
+        while let Some(front) = self.sealed.front() {
+            let (id, outputs) = (front.id, front.outputs);
+            let acked = self.acked(id);
+            if !front.changelog_sent {
+                if acked < outputs {
+                    break;
+                }
+                let records = std::mem::take(&mut self.sealed[0].changelog);
+                for (partition, r) in &records {
+                    self.send(
+                        &state_topic,
+                        Some(*partition),
+                        Some(r.key.as_bytes()),
+                        r.value.as_deref().map(str::as_bytes),
+                        Tag {
+                            topic: "state",
+                            event_ms: None,
+                            epoch: id,
+                        },
+                    )?;
+                }
+                self.metrics.changelog_records.inc_by(records.len() as u64);
+                let front = &mut self.sealed[0];
+                front.changelog_sent = true;
+                front.outputs += records.len() as u64;
+                continue;
+            }
+            if acked < outputs {
+                break;
+            }
+            let Some(done) = self.sealed.pop_front() else {
+                break;
+            };
+            if self.crash_after_changelog && done.commits.count() > 0 {
                 // Fault injection for the recovery tests: die in the window where the changelog
                 // is ahead of the committed offsets.
                 tracing::warn!("JURYSTREAM_CRASH_AFTER_CHANGELOG: aborting before the commit");
                 std::process::abort();
             }
-        }
-        if commits.count() > 0 {
-            match consumer.commit(&commits, CommitMode::Sync) {
-                Ok(()) => self.metrics.commits.with_label_values(&["ok"]).inc(),
-                Err(e) => {
-                    // The changelog already holds these offsets: a later commit or a restart
-                    // skips the work instead of repeating it.
-                    self.metrics.commits.with_label_values(&["error"]).inc();
-                    tracing::warn!(error = %e, "offset commit failed; will retry next cycle");
+            if done.commits.count() > 0 {
+                match consumer.commit(&done.commits, mode) {
+                    Ok(()) => self.metrics.commits.with_label_values(&["ok"]).inc(),
+                    Err(e) => {
+                        // The changelog holds these offsets: a restart skips the work instead of
+                        // repeating it, and the next commit supersedes this one.
+                        self.metrics.commits.with_label_values(&["error"]).inc();
+                        tracing::warn!(error = %e, "offset commit failed");
+                    }
                 }
             }
+            if let Ok(mut a) = self.producer.context().acked.lock() {
+                a.remove(&id);
+            }
+            self.metrics.cycles.inc();
+            self.metrics
+                .cycle_duration
+                .observe(done.sealed_at.elapsed().as_secs_f64());
         }
-        self.metrics.cycles.inc();
-        self.metrics
-            .cycle_duration
-            .observe(started.elapsed().as_secs_f64());
-        self.health.set_ready(true, &self.metrics);
-        if self.last_gauges.elapsed() > Duration::from_secs(1) {
-            self.update_gauges();
+        let stalled = self
+            .sealed
+            .front()
+            .is_some_and(|e| e.sealed_at.elapsed() > Duration::from_secs(5));
+        self.health.set_ready(!stalled, &self.metrics);
+        Ok(())
+    }
+
+    /// Seals the current epoch and waits until every epoch is committed (revocation, shutdown,
+    /// or too many epochs in flight). During a broker outage this keeps waiting, not ready.
+    fn drain<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+        mode: CommitMode,
+    ) -> Result<(), ServiceError> {
+        self.seal()?;
+        let started = Instant::now();
+        let limit = Duration::from_secs(self.config().kafka.shutdown_timeout_secs);
+        while !self.sealed.is_empty() {
+            self.producer.poll(Duration::from_millis(10));
+            self.advance(consumer, mode)?;
+            if self.stop.load(Ordering::Relaxed) && started.elapsed() > limit {
+                return Err(ServiceError::ShutdownTimeout(limit.as_secs()));
+            }
         }
         Ok(())
     }
@@ -687,6 +774,7 @@ pub fn run(
             metrics: Arc::clone(&metrics),
             failures: AtomicU64::new(0),
             last_failure: Mutex::new(None),
+            acked: Mutex::new(HashMap::new()),
         })?;
     let core = Arc::new(Mutex::new(Core {
         engine: Engine::new(config.clone()),
@@ -701,6 +789,9 @@ pub fn run(
         last_gauges: Instant::now(),
         assigned: Vec::new(),
         crash_after_changelog: std::env::var_os("JURYSTREAM_CRASH_AFTER_CHANGELOG").is_some(),
+        epoch: 0,
+        epoch_outputs: 0,
+        sealed: std::collections::VecDeque::new(),
     }));
     let reputations: BaseConsumer<QuietReader> =
         clients::reader_config(&config, "reputations")?.create_with_context(QuietReader)?;
@@ -717,6 +808,7 @@ pub fn run(
     tracing::info!(group = %config.kafka.group_id, "consuming");
     let cycle = Duration::from_millis(config.kafka.commit_interval_ms);
     let mut cycle_started = Instant::now();
+    let mut last_reputations = Instant::now();
     let result = (|| -> Result<(), ServiceError> {
         while !stop.load(Ordering::Relaxed) {
             let wait = cycle
@@ -746,25 +838,32 @@ pub fn run(
             {
                 return Err(e);
             }
-            for _ in 0..256 {
-                match reputations.poll(Duration::ZERO) {
-                    Some(Ok(m)) => lock(&core).reputation(&m)?,
-                    Some(Err(KafkaError::PartitionEOF(_))) | None => break,
-                    Some(Err(e)) => {
-                        tracing::warn!(error = %e, "reputations");
-                        break;
+            if last_reputations.elapsed() >= Duration::from_millis(10) {
+                last_reputations = Instant::now();
+                for _ in 0..1024 {
+                    match reputations.poll(Duration::ZERO) {
+                        Some(Ok(m)) => lock(&core).reputation(&m)?,
+                        Some(Err(KafkaError::PartitionEOF(_))) | None => break,
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, "reputations");
+                            break;
+                        }
                     }
                 }
             }
+            let mut c = lock(&core);
             if cycle_started.elapsed() >= cycle {
-                let mut c = lock(&core);
-                c.producer.poll(Duration::ZERO);
-                c.end_cycle(&consumer)?;
+                c.seal()?;
                 cycle_started = Instant::now();
+            }
+            if c.sealed.len() > MAX_EPOCHS_IN_FLIGHT {
+                c.drain(&consumer, CommitMode::Async)?;
+            } else if !c.sealed.is_empty() {
+                c.advance(&consumer, CommitMode::Async)?;
             }
         }
         tracing::info!("stopping: finishing the cycle");
-        lock(&core).end_cycle(&consumer)?;
+        lock(&core).drain(&consumer, CommitMode::Sync)?;
         Ok(())
     })();
     health.set_ready(false, &metrics);

@@ -1,0 +1,267 @@
+//! Service load benchmark: in one run, against one broker, for 1, 10,000 and 100,000 projects:
+//! (a) a raw rdkafka consume loop that only counts messages, and (b) jurystream end to end
+//! (consume, parse, apply, produce outputs and changelog, commit), each over the same preloaded
+//! ~200-byte events; then event-to-publish latency at a fixed offered rate of 10,000 events/s.
+//!
+//! Run: `cargo bench --bench load` (uses `KAFKA_BOOTSTRAP_SERVERS`, else starts tansu). Set
+//! `LOAD_EVENTS` to change the number of preloaded events per scenario (default 200000).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Message, Timestamp};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use support::{Broker, Service, create_topics, free_port, write_config};
+
+const PARTITIONS: i32 = 3;
+
+fn event(i: usize, projects: usize, at_ms: i64) -> (String, String) {
+    let project = format!("proj-{:06}", i % projects);
+    let payload = format!(
+        r#"{{"event_id":"ev-{i:010}","project_id":"{project}","occurred_at":{at_ms},"item_id":"trace-{i:08}","votes":[{{"voter_id":"u-{:04}","verdict":"pass","reputation":0.9}},{{"voter_id":"u-8","value":0.75}}]}}"#,
+        i % 1000
+    );
+    (project, payload)
+}
+
+fn producer(bootstrap: &str) -> BaseProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .expect("producer")
+}
+
+fn send(p: &BaseProducer, topic: &str, key: &str, payload: &str) {
+    let partition = (xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % PARTITIONS as u64) as i32;
+    let mut rec = BaseRecord::<str, str>::to(topic)
+        .key(key)
+        .payload(payload)
+        .partition(partition);
+    loop {
+        match p.send(rec) {
+            Ok(()) => return,
+            Err((_, back)) => {
+                p.poll(Duration::from_millis(5));
+                rec = back;
+            }
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// (a): assign every partition from the beginning and count messages until `n` arrived.
+fn raw_consume(bootstrap: &str, topic: &str, n: usize) -> f64 {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("raw-{}", free_port()))
+        .set("fetch.wait.max.ms", "10")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("tpl");
+    }
+    c.assign(&tpl).expect("assign");
+    let mut count = 0;
+    let mut started = None;
+    while count < n {
+        if let Some(Ok(_)) = c.poll(Duration::from_millis(100)) {
+            started.get_or_insert_with(Instant::now);
+            count += 1;
+        }
+    }
+    count as f64 / started.map_or(1.0, |s| s.elapsed().as_secs_f64())
+}
+
+/// (b): jurystream from its first handled record until all `n` are handled and committed.
+fn service_throughput(bootstrap: &str, dir: &std::path::Path, prefix: &str, n: usize) -> f64 {
+    let config = write_config(
+        dir,
+        prefix,
+        bootstrap,
+        free_port(),
+        "[log]\nlevel = \"warn\"\n",
+    );
+    let service = Service::start(&config, dir.join(format!("{prefix}.log")));
+    assert!(
+        service.wait_ready(Duration::from_secs(120)),
+        "{}",
+        service.log_text()
+    );
+    let mut first = None;
+    loop {
+        let m = service.metrics();
+        let handled = support::metric_sum(&m, "jurystream_records_total");
+        if handled > 0 {
+            first.get_or_insert_with(Instant::now);
+        }
+        if handled >= n as u64 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ... and the cycle covering the last record committed.
+    let commits = support::metric_sum(&service.metrics(), "jurystream_commits_total");
+    while support::metric_sum(&service.metrics(), "jurystream_commits_total") <= commits {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let secs = first.map_or(1.0, |f| f.elapsed().as_secs_f64());
+    let _ = service.terminate();
+    n as f64 / secs
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Offered rate: `rate` events/s for `secs` seconds over `projects` projects while the service
+/// runs; latency = the output record's publish timestamp minus the event's occurred_at.
+fn latency(
+    bootstrap: &str,
+    dir: &std::path::Path,
+    prefix: &str,
+    rate: usize,
+    secs: usize,
+    projects: usize,
+) -> (i64, i64, i64, usize) {
+    create_topics(bootstrap, prefix, PARTITIONS);
+    let config = write_config(
+        dir,
+        prefix,
+        bootstrap,
+        free_port(),
+        "[log]\nlevel = \"warn\"\n",
+    );
+    let service = Service::start(&config, dir.join(format!("{prefix}.log")));
+    assert!(service.wait_ready(Duration::from_secs(120)));
+    let p = producer(bootstrap);
+    let topic = format!("{prefix}.votes");
+    let total = rate * secs;
+    let started = Instant::now();
+    for i in 0..total {
+        let due = Duration::from_secs_f64(i as f64 / rate as f64);
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        let (key, payload) = event(i, projects, now_ms());
+        send(&p, &topic, &key, &payload);
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(30)).expect("flush");
+    let _ = service.wait_handled(total as u64, Duration::from_secs(120));
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = service.terminate();
+    // Read the published scores with their timestamps.
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("lat-{}", free_port()))
+        .set("enable.partition.eof", "true")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .expect("consumer");
+    let out_topic = format!("{prefix}.scores");
+    let md = c
+        .fetch_metadata(Some(&out_topic), Duration::from_secs(10))
+        .expect("metadata");
+    let parts = md.topics().first().map_or(0, |t| t.partitions().len()) as i32;
+    let mut tpl = TopicPartitionList::new();
+    for q in 0..parts {
+        tpl.add_partition_offset(&out_topic, q, Offset::Beginning)
+            .expect("tpl");
+    }
+    c.assign(&tpl).expect("assign");
+    let mut lat = Vec::new();
+    let mut eof = 0;
+    while eof < parts {
+        match c.poll(Duration::from_secs(2)) {
+            Some(Ok(m)) => {
+                let published = match m.timestamp() {
+                    Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) => t,
+                    Timestamp::NotAvailable => continue,
+                };
+                let v: serde_json::Value =
+                    serde_json::from_slice(m.payload().unwrap_or_default()).unwrap_or_default();
+                let at = v["last_event_at"].as_str().and_then(|s| chrono_ms(s));
+                if let Some(at) = at {
+                    lat.push(published - at);
+                }
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => eof += 1,
+            Some(Err(_)) => {}
+            None => break,
+        }
+    }
+    lat.sort_unstable();
+    (
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        *lat.last().unwrap_or(&0),
+        lat.len(),
+    )
+}
+
+fn chrono_ms(s: &str) -> Option<i64> {
+    jurystream::engine::time::EventTime::parse_rfc3339(s)
+        .ok()
+        .map(|t| t.epoch_millis())
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list" || a.starts_with("--format")) {
+        return; // `cargo test --all-targets` lists benches; nothing to list here.
+    }
+    let n: usize = std::env::var("LOAD_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    let broker = Broker::shared();
+    let dir = tempfile::tempdir().expect("tempdir");
+    println!(
+        "load: {n} events of ~200 bytes per scenario, {PARTITIONS} partitions, broker {}",
+        broker.bootstrap
+    );
+    println!("| projects | raw consume (msg/s) | jurystream end to end (events/s) | ratio |");
+    println!("|---:|---:|---:|---:|");
+    for projects in [1usize, 10_000, 100_000] {
+        let prefix = format!("load{projects}");
+        create_topics(&broker.bootstrap, &prefix, PARTITIONS);
+        let p = producer(&broker.bootstrap);
+        let topic = format!("{prefix}.votes");
+        let base = 1_795_168_800_000;
+        for i in 0..n {
+            let (key, payload) = event(i, projects, base + i as i64);
+            send(&p, &topic, &key, &payload);
+        }
+        p.flush(Duration::from_secs(120)).expect("flush");
+        let raw = raw_consume(&broker.bootstrap, &topic, n);
+        let svc = service_throughput(&broker.bootstrap, dir.path(), &prefix, n);
+        println!(
+            "| {projects} | {raw:.0} | {svc:.0} | {:.0}% |",
+            100.0 * svc / raw
+        );
+    }
+    let (p50, p99, max, samples) =
+        latency(&broker.bootstrap, dir.path(), "latency", 10_000, 10, 10_000);
+    println!(
+        "\nevent-to-publish latency at 10,000 events/s offered for 10 s over 10,000 projects: p50 {p50} ms, p99 {p99} ms, max {max} ms ({samples} published scores)"
+    );
+}
