@@ -200,7 +200,7 @@ fn latency(
                 };
                 let v: serde_json::Value =
                     serde_json::from_slice(m.payload().unwrap_or_default()).unwrap_or_default();
-                let at = v["last_event_at"].as_str().and_then(|s| chrono_ms(s));
+                let at = v["last_event_at"].as_str().and_then(chrono_ms);
                 if let Some(at) = at {
                     lat.push(published - at);
                 }
@@ -216,6 +216,63 @@ fn latency(
         percentile(&lat, 0.99),
         *lat.last().unwrap_or(&0),
         lat.len(),
+    )
+}
+
+/// The broker's own latency for comparison: the same offered rate, consumed by a raw loop;
+/// latency = receive time minus the time the event was produced.
+fn raw_latency(bootstrap: &str, prefix: &str, rate: usize, secs: usize) -> (i64, i64, i64) {
+    create_topics(bootstrap, prefix, PARTITIONS);
+    let topic = format!("{prefix}.votes");
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("rawlat-{}", free_port()))
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition_offset(&topic, p, Offset::Beginning)
+            .expect("tpl");
+    }
+    c.assign(&tpl).expect("assign");
+    let total = rate * secs;
+    let reader = std::thread::spawn(move || {
+        let mut lat = Vec::with_capacity(total);
+        let deadline = Instant::now() + Duration::from_secs(secs as u64 + 30);
+        while lat.len() < total && Instant::now() < deadline {
+            if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+                let sent: i64 = std::str::from_utf8(m.payload().unwrap_or_default())
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+                lat.push(now_ms() - sent);
+            }
+        }
+        lat
+    });
+    let p = producer(bootstrap);
+    let started = Instant::now();
+    for i in 0..total {
+        let due = Duration::from_secs_f64(i as f64 / rate as f64);
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        send(
+            &p,
+            &topic,
+            &format!("k{}", i % 10_000),
+            &now_ms().to_string(),
+        );
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(30)).expect("flush");
+    let mut lat = reader.join().unwrap_or_default();
+    lat.sort_unstable();
+    (
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        *lat.last().unwrap_or(&0),
     )
 }
 
@@ -259,9 +316,14 @@ fn main() {
             100.0 * svc / raw
         );
     }
+    let (r50, r99, rmax) = raw_latency(&broker.bootstrap, "rawlatency", 10_000, 10);
     let (p50, p99, max, samples) =
         latency(&broker.bootstrap, dir.path(), "latency", 10_000, 10, 10_000);
+    println!("\nlatency at 10,000 events/s offered for 10 s (10,000 projects):");
+    println!("| path | p50 (ms) | p99 (ms) | max (ms) |");
+    println!("|---|---:|---:|---:|");
+    println!("| raw: produce -> consume loop | {r50} | {r99} | {rmax} |");
     println!(
-        "\nevent-to-publish latency at 10,000 events/s offered for 10 s over 10,000 projects: p50 {p50} ms, p99 {p99} ms, max {max} ms ({samples} published scores)"
+        "| jurystream: event time -> score published ({samples} scores) | {p50} | {p99} | {max} |"
     );
 }
