@@ -493,7 +493,9 @@ fn an_independent_python_client_produces_inputs_and_reads_outputs() {
 fn encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -505,14 +507,26 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
         .args(["check", "rules", "deploy/jurystream.rules.yml"])
         .output()
         .expect("promtool (scripts/test.sh installs Debian's prometheus)");
-    assert!(promtool.status.success(), "{}", String::from_utf8_lossy(&promtool.stdout));
+    assert!(
+        promtool.status.success(),
+        "{}",
+        String::from_utf8_lossy(&promtool.stdout)
+    );
     let broker = Broker::shared();
     let dir = tempfile::tempdir().unwrap();
     let prefix = "dash";
     let http_port = free_port();
     let config = write_config(dir.path(), prefix, &broker.bootstrap, http_port, "");
     create_topics(&broker.bootstrap, prefix, 3);
-    let records = stream::generate(prefix, &Shape { partitions: 3, projects: 4, batches_per_project: 5, sessions_per_project: 3 });
+    let records = stream::generate(
+        prefix,
+        &Shape {
+            partitions: 3,
+            projects: 4,
+            batches_per_project: 5,
+            sessions_per_project: 3,
+        },
+    );
     let service = Service::start(&config, dir.path().join("s.log"));
     assert!(service.wait_ready(Duration::from_secs(60)));
     let prom_port = free_port();
@@ -524,7 +538,10 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
     .unwrap();
     let mut prometheus = std::process::Command::new("prometheus")
         .arg(format!("--config.file={}", prom_cfg.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("tsdb").display()
+        ))
         .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -537,14 +554,18 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
     produce(&broker.bootstrap, &records[half..]);
     service.wait_handled(records.len() as u64, Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(4));
-    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string("grafana/jurystream.json").unwrap()).unwrap();
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string("grafana/jurystream.json").unwrap()).unwrap();
     let mut checked = 0;
     let mut empty = Vec::new();
     for panel in dashboard["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {
             let expr = target["expr"].as_str().unwrap();
-            let body = support::http_get(prom_port, &format!("/api/v1/query?query={}", encode(expr))).unwrap_or_default();
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{expr}: {body}"));
+            let body =
+                support::http_get(prom_port, &format!("/api/v1/query?query={}", encode(expr)))
+                    .unwrap_or_default();
+            let v: serde_json::Value =
+                serde_json::from_str(&body).unwrap_or_else(|_| panic!("{expr}: {body}"));
             assert_eq!(v["status"], "success", "{expr}: {body}");
             if v["data"]["result"].as_array().is_none_or(|r| r.is_empty()) {
                 empty.push(expr.to_owned());
@@ -559,7 +580,17 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
     // Every series the dashboard plots exists once the service has seen traffic; the lag and
     // the latency histograms need librdkafka statistics and score deliveries, which a short run
     // may not have yet, so at most a few panels may still be empty.
-    for must in ["jurystream_records_total", "jurystream_output_records_total", "jurystream_projects", "jurystream_ready", "jurystream_bias_alerts_total", "jurystream_project_score"] {
-        assert!(!empty.iter().any(|e| e.contains(must)), "no data for {must}; empty: {empty:?}");
+    for must in [
+        "jurystream_records_total",
+        "jurystream_output_records_total",
+        "jurystream_projects",
+        "jurystream_ready",
+        "jurystream_bias_alerts_total",
+        "jurystream_project_score",
+    ] {
+        assert!(
+            !empty.iter().any(|e| e.contains(must)),
+            "no data for {must}; empty: {empty:?}"
+        );
     }
 }

@@ -367,6 +367,14 @@ impl Service {
     }
 }
 
+impl Drop for Service {
+    /// A failing test must not leave a service running.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 pub fn metric_sum(text: &str, name: &str) -> u64 {
     text.lines()
         .filter(|l| {
