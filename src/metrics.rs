@@ -25,6 +25,8 @@ pub struct Metrics {
     /// Event time of a published score or consensus to the broker's acknowledgement.
     pub event_to_publish: HistogramVec,
     pub consumer_lag: IntGaugeVec,
+    /// The next input offset to process per partition, as of the last sealed epoch.
+    pub input_position: IntGaugeVec,
     /// Commit cycles (flush outputs, write changelog, commit offsets).
     pub cycles: IntCounter,
     pub cycle_duration: Histogram,
@@ -110,6 +112,16 @@ impl Metrics {
         .expect("valid metric definition");
         r.register(Box::new(consumer_lag.clone()))
             .expect("unique metric name");
+        let input_position = IntGaugeVec::new(
+            Opts::new(
+                "jurystream_input_position",
+                "Next input offset to process, per partition (as of the last epoch)",
+            ),
+            &["topic", "partition"],
+        )
+        .expect("valid metric definition");
+        r.register(Box::new(input_position.clone()))
+            .expect("unique metric name");
         let project_score = GaugeVec::new(
             Opts::new(
                 "jurystream_project_score",
@@ -151,6 +163,7 @@ impl Metrics {
             ),
             event_to_publish,
             consumer_lag,
+            input_position,
             cycles: counter(
                 &r,
                 "jurystream_commit_cycles_total",
@@ -238,19 +251,27 @@ impl Metrics {
 
     /// Counts one processed input record.
     pub fn record(&self, topic: &str, outcome: Outcome) {
+        self.record_n(topic, outcome, 1);
+    }
+
+    /// Counts `n` input records with the same outcome.
+    pub fn record_n(&self, topic: &str, outcome: Outcome, n: u64) {
         match outcome {
-            Outcome::Applied => self.records.with_label_values(&[topic, "applied"]).inc(),
-            Outcome::Late => self.records.with_label_values(&[topic, "late"]).inc(),
+            Outcome::Applied => self
+                .records
+                .with_label_values(&[topic, "applied"])
+                .inc_by(n),
+            Outcome::Late => self.records.with_label_values(&[topic, "late"]).inc_by(n),
             Outcome::Rejected(code) => {
                 let result = if code == ErrorCode::DuplicateEventId {
                     "duplicate"
                 } else {
                     "dead_lettered"
                 };
-                self.records.with_label_values(&[topic, result]).inc();
+                self.records.with_label_values(&[topic, result]).inc_by(n);
                 self.dead_letters
                     .with_label_values(&[topic, code.as_str()])
-                    .inc();
+                    .inc_by(n);
             }
         }
     }

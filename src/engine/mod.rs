@@ -66,7 +66,7 @@ impl<'a> Record<'a> {
 }
 
 /// What became of one record; runtimes count these in metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Outcome {
     /// The record changed state (a vote batch, a reputation change).
     Applied,
@@ -226,6 +226,16 @@ impl Engine {
             Some(InputTopic::Reputations)
         } else {
             None
+        }
+    }
+
+    /// The configured name of an input topic.
+    pub fn input_topic_name(&self, topic: InputTopic) -> &str {
+        let t = &self.config.topics;
+        match topic {
+            InputTopic::Votes => &t.votes,
+            InputTopic::JudgeScores => &t.judge_scores,
+            InputTopic::Reputations => &t.reputations,
         }
     }
 

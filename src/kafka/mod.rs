@@ -34,7 +34,7 @@ use crate::changelog::{self, ChangelogError, Restorer, Unit};
 use crate::config::Config;
 use crate::engine::output::{Output, OutputTopic, OutputValue};
 use crate::engine::reputation::ReputationTable;
-use crate::engine::{Engine, InputTopic, PartitionState, Record};
+use crate::engine::{Engine, InputTopic, Outcome, PartitionState, Record};
 use crate::http::Health;
 use crate::metrics::Metrics;
 
@@ -169,6 +169,28 @@ struct Core {
     epoch_outputs: u64,
     /// Sealed epochs waiting for acknowledgements, oldest first.
     sealed: std::collections::VecDeque<Epoch>,
+    /// Records processed, and their outcomes not yet added to the metrics.
+    processed: u64,
+    tally: Tally,
+}
+
+/// Outcome counts kept locally and added to the Prometheus counters once per epoch: a labelled
+/// counter lookup per record would cost more than parsing some records.
+#[derive(Default)]
+struct Tally {
+    counts: HashMap<(InputTopic, Outcome), u64>,
+}
+
+impl Tally {
+    fn count(&mut self, topic: InputTopic, outcome: Outcome) {
+        *self.counts.entry((topic, outcome)).or_default() += 1;
+    }
+
+    fn flush(&mut self, engine: &Engine, metrics: &Metrics) {
+        for ((topic, outcome), n) in self.counts.drain() {
+            metrics.record_n(engine.input_topic_name(topic), outcome, n);
+        }
+    }
 }
 
 /// The work of one cycle on its way to being committed. Epochs move strictly in order: an
@@ -362,15 +384,19 @@ impl Core {
             timestamp_ms: msg.timestamp().to_millis(),
             payload: msg.payload(),
         };
-        let started = Instant::now();
+        // Timing every record would cost more than some records take: sample one in 16.
+        self.processed += 1;
+        let started = self.processed.is_multiple_of(16).then(Instant::now);
         self.out.clear();
         let outcome =
             self.engine
                 .process(&mut unit.state, &self.reputations, &record, &mut self.out);
-        self.metrics
-            .processing
-            .observe(started.elapsed().as_secs_f64());
-        self.metrics.record(msg.topic(), outcome);
+        if let Some(started) = started {
+            self.metrics
+                .processing
+                .observe(started.elapsed().as_secs_f64());
+        }
+        self.tally.count(topic, outcome);
         let outs = std::mem::take(&mut self.out);
         let result = self.route(&outs);
         self.out = outs;
@@ -531,6 +557,7 @@ impl Core {
     /// that processed records (to be sent once the outputs are acknowledged) and notes the
     /// offsets to commit after that.
     fn seal(&mut self) -> Result<(), ServiceError> {
+        self.tally.flush(&self.engine, &self.metrics);
         let held: Vec<Output> = self.coalescer.held.drain().map(|(_, o)| o).collect();
         for out in &held {
             self.publish(out)?;
@@ -563,6 +590,10 @@ impl Core {
                 records.push(unit.offset_record(offset));
             }
             commits.add_partition_offset(&owned.topic, key.1, Offset::Offset(offset + 1))?;
+            self.metrics
+                .input_position
+                .with_label_values(&[&owned.topic, &key.1.to_string()])
+                .set(offset + 1);
             changelog.extend(records.into_iter().map(|r| (key.1, r)));
         }
         if self.epoch_outputs > 0 || commits.count() > 0 {
@@ -792,6 +823,8 @@ pub fn run(
         epoch: 0,
         epoch_outputs: 0,
         sealed: std::collections::VecDeque::new(),
+        processed: 0,
+        tally: Tally::default(),
     }));
     let reputations: BaseConsumer<QuietReader> =
         clients::reader_config(&config, "reputations")?.create_with_context(QuietReader)?;

@@ -362,6 +362,37 @@ impl Service {
         let _ = self.child.wait();
     }
 
+    /// Waits until `jurystream_input_position` reached, for every (topic, partition) of
+    /// `records`, the offset after its last record: everything was processed or skipped.
+    pub fn wait_caught_up(&self, records: &[Rec], timeout: Duration) -> bool {
+        let mut want: HashMap<(String, i32), i64> = HashMap::new();
+        for r in records
+            .iter()
+            .filter(|r| !r.topic.ends_with(".reputations"))
+        {
+            let e = want.entry((r.topic.clone(), r.partition)).or_insert(0);
+            *e = (*e).max(r.offset + 1);
+        }
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            let m = self.metrics();
+            let done = want.iter().all(|((topic, partition), next)| {
+                let prefix = format!(
+                    "jurystream_input_position{{partition=\"{partition}\",topic=\"{topic}\"}} "
+                );
+                m.lines()
+                    .find_map(|l| l.strip_prefix(&prefix))
+                    .and_then(|v| v.trim().parse::<i64>().ok())
+                    .is_some_and(|v| v >= *next)
+            });
+            if done {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
