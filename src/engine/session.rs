@@ -5,7 +5,7 @@
 //! evicted to respect the open-session bounds. Every choice here depends only on the records
 //! processed, so replay and the Kafka service complete the same sessions in the same order.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -351,10 +351,5 @@ impl SessionBook {
             }
         }
         book
-    }
-
-    /// Keys of open sessions, for bounded-cardinality views.
-    pub fn open_keys(&self) -> BTreeSet<(String, String)> {
-        self.by_age.values().cloned().collect()
     }
 }

@@ -133,7 +133,6 @@ impl ProducerContext for Delivery {
 /// The state of one owned input partition.
 struct Owned {
     state: PartitionState,
-    topic: String,
     /// Records at or below this offset are already in the restored state.
     skip_through: Option<i64>,
     /// The last offset processed (or skipped) and not yet committed.
@@ -161,7 +160,7 @@ struct Core {
     stop: Arc<AtomicBool>,
     last_gauges: Instant,
     /// Partitions assigned but not restored yet.
-    assigned: Vec<(InputTopic, i32, String)>,
+    assigned: Vec<(InputTopic, i32)>,
     /// Set by the environment variable `JURYSTREAM_CRASH_AFTER_CHANGELOG` (tests only).
     crash_after_changelog: bool,
     /// The epoch being filled, and how many outputs it has sent.
@@ -281,7 +280,7 @@ impl ConsumerContext for GroupContext {
             tracing::info!(?assigned, "partitions assigned");
             for (topic, partition) in assigned {
                 if let Some(t) = core.engine.input_topic(&topic) {
-                    core.assigned.push((t, partition, topic));
+                    core.assigned.push((t, partition));
                 }
             }
         }
@@ -360,8 +359,7 @@ impl Core {
         };
         let key = (topic, msg.partition());
         if !self.units.contains_key(&key) {
-            self.assigned
-                .push((topic, msg.partition(), msg.topic().to_owned()));
+            self.assigned.push(key);
             self.restore_assigned()?;
         }
         let Some(unit) = self.units.get_mut(&key) else {
@@ -453,9 +451,9 @@ impl Core {
     /// Restores every assigned partition not restored yet, reading all the changelog partitions
     /// they need in one pass (votes and judge-scores partition p share changelog partition p).
     fn restore_assigned(&mut self) -> Result<(), ServiceError> {
-        let wanted: Vec<(InputTopic, i32, String)> = std::mem::take(&mut self.assigned)
+        let wanted: Vec<(InputTopic, i32)> = std::mem::take(&mut self.assigned)
             .into_iter()
-            .filter(|(t, p, _)| !self.units.contains_key(&(*t, *p)))
+            .filter(|key| !self.units.contains_key(key))
             .collect();
         if wanted.is_empty() {
             return Ok(());
@@ -465,15 +463,14 @@ impl Core {
         let reader: BaseConsumer<QuietReader> =
             clients::reader_config(cfg, "restore")?.create_with_context(QuietReader)?;
         let mut tpl = TopicPartitionList::new();
-        let partitions: std::collections::BTreeSet<i32> =
-            wanted.iter().map(|(_, p, _)| *p).collect();
+        let partitions: std::collections::BTreeSet<i32> = wanted.iter().map(|(_, p)| *p).collect();
         for p in &partitions {
             tpl.add_partition_offset(&cfg.topics.state, *p, Offset::Beginning)?;
         }
         reader.assign(&tpl)?;
         let mut restorers: Vec<Restorer> = wanted
             .iter()
-            .map(|(t, p, _)| {
+            .map(|(t, p)| {
                 Restorer::new(Unit {
                     topic: *t,
                     partition: *p,
@@ -502,7 +499,7 @@ impl Core {
                 None => {}
             }
         }
-        for (restorer, (topic, partition, name)) in restorers.into_iter().zip(wanted) {
+        for (restorer, key) in restorers.into_iter().zip(wanted) {
             let unit = restorer.unit();
             let (records, bytes) = (restorer.records, restorer.bytes);
             let (state, offset) = restorer
@@ -512,10 +509,9 @@ impl Core {
             self.metrics.restore_bytes.inc_by(bytes);
             tracing::info!(?unit, records, bytes, offset, "restored partition state");
             self.units.insert(
-                (topic, partition),
+                key,
                 Owned {
                     state,
-                    topic: name,
                     skip_through: offset,
                     pending: None,
                 },
@@ -589,10 +585,11 @@ impl Core {
             if owned.skip_through.is_none_or(|s| offset > s) {
                 records.push(unit.offset_record(offset));
             }
-            commits.add_partition_offset(&owned.topic, key.1, Offset::Offset(offset + 1))?;
+            let topic = self.engine.input_topic_name(key.0);
+            commits.add_partition_offset(topic, key.1, Offset::Offset(offset + 1))?;
             self.metrics
                 .input_position
-                .with_label_values(&[&owned.topic, &key.1.to_string()])
+                .with_label_values(&[topic, &key.1.to_string()])
                 .set(offset + 1);
             changelog.extend(records.into_iter().map(|r| (key.1, r)));
         }
@@ -848,19 +845,9 @@ pub fn run(
                 .saturating_sub(cycle_started.elapsed())
                 .min(Duration::from_millis(50));
             let msg = consumer.poll(wait);
-            {
-                let mut c = lock(&core);
-                if !c.assigned.is_empty() {
-                    c.restore_assigned()?;
-                }
-            }
-            match msg {
-                Some(Ok(msg)) => lock(&core).process(&msg)?,
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "consumer");
-                    health.set_ready(false, &metrics);
-                }
-                None => {}
+            if let Some(Err(e)) = &msg {
+                tracing::warn!(error = %e, "consumer");
+                health.set_ready(false, &metrics);
             }
             if let Some(e) = consumer
                 .context()
@@ -884,7 +871,14 @@ pub fn run(
                     }
                 }
             }
+            // One lock per record: restore newly assigned partitions, process, move epochs on.
             let mut c = lock(&core);
+            if !c.assigned.is_empty() {
+                c.restore_assigned()?;
+            }
+            if let Some(Ok(msg)) = &msg {
+                c.process(msg)?;
+            }
             if cycle_started.elapsed() >= cycle {
                 c.seal()?;
                 cycle_started = Instant::now();
