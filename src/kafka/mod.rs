@@ -845,9 +845,19 @@ pub fn run(
                 .saturating_sub(cycle_started.elapsed())
                 .min(Duration::from_millis(50));
             let msg = consumer.poll(wait);
-            if let Some(Err(e)) = &msg {
-                tracing::warn!(error = %e, "consumer");
-                health.set_ready(false, &metrics);
+            {
+                let mut c = lock(&core);
+                if !c.assigned.is_empty() {
+                    c.restore_assigned()?;
+                }
+            }
+            match msg {
+                Some(Ok(msg)) => lock(&core).process(&msg)?,
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "consumer");
+                    health.set_ready(false, &metrics);
+                }
+                None => {}
             }
             if let Some(e) = consumer
                 .context()
@@ -871,14 +881,7 @@ pub fn run(
                     }
                 }
             }
-            // One lock per record: restore newly assigned partitions, process, move epochs on.
             let mut c = lock(&core);
-            if !c.assigned.is_empty() {
-                c.restore_assigned()?;
-            }
-            if let Some(Ok(msg)) = &msg {
-                c.process(msg)?;
-            }
             if cycle_started.elapsed() >= cycle {
                 c.seal()?;
                 cycle_started = Instant::now();
