@@ -89,8 +89,8 @@ fn raw_consume(bootstrap: &str, topic: &str, n: usize) -> f64 {
     count as f64 / started.map_or(1.0, |s| s.elapsed().as_secs_f64())
 }
 
-/// (b): jurystream from its first handled record until all `n` are handled and committed.
-fn service_throughput(bootstrap: &str, dir: &std::path::Path, prefix: &str, n: usize) -> f64 {
+/// A release-built service on `prefix`'s topics, logging warnings only, once it is ready.
+fn start_service(bootstrap: &str, dir: &std::path::Path, prefix: &str) -> Service {
     let config = write_config(
         dir,
         prefix,
@@ -104,6 +104,12 @@ fn service_throughput(bootstrap: &str, dir: &std::path::Path, prefix: &str, n: u
         "{}",
         service.log_text()
     );
+    service
+}
+
+/// (b): jurystream from its first handled record until all `n` are handled and committed.
+fn service_throughput(bootstrap: &str, dir: &std::path::Path, prefix: &str, n: usize) -> f64 {
+    let service = start_service(bootstrap, dir, prefix);
     let mut first = None;
     loop {
         let m = service.metrics();
@@ -144,15 +150,7 @@ fn latency(
     projects: usize,
 ) -> (i64, i64, i64, usize) {
     create_topics(bootstrap, prefix, PARTITIONS);
-    let config = write_config(
-        dir,
-        prefix,
-        bootstrap,
-        free_port(),
-        "[log]\nlevel = \"warn\"\n",
-    );
-    let service = Service::start(&config, dir.join(format!("{prefix}.log")));
-    assert!(service.wait_ready(Duration::from_secs(120)));
+    let service = start_service(bootstrap, dir, prefix);
     let p = producer(bootstrap);
     let topic = format!("{prefix}.votes");
     let total = rate * secs;
