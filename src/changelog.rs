@@ -8,7 +8,7 @@
 //! keeps the latest value per key, exactly as compaction would. This module is pure: the Kafka
 //! runtime does the reading and writing.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -19,7 +19,7 @@ use crate::engine::leaderboard::Entry;
 use crate::engine::score::ProjectScore;
 use crate::engine::session::{ProjectSessions, Session, SessionBook};
 use crate::engine::time::EventTime;
-use crate::engine::{Change, InputTopic, PartitionState, VoteProject};
+use crate::engine::{Change, IdMap, InputTopic, PartitionState, VoteProject};
 
 /// One changelog record; `value: None` is a tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,10 +57,18 @@ impl Unit {
         }
     }
 
+    /// `["v",3,"score","proj-42"]`: written by hand because it is built for every changed key
+    /// in every flush; ids are escaped by serde_json.
     fn key(self, kind: &str, ids: &[&str]) -> String {
-        let mut parts: Vec<Value> = vec![self.tag().into(), self.partition.into(), kind.into()];
-        parts.extend(ids.iter().map(|s| Value::from(*s)));
-        Value::Array(parts).to_string()
+        use std::fmt::Write;
+        let mut key = String::with_capacity(32 + ids.iter().map(|s| s.len() + 3).sum::<usize>());
+        let _ = write!(key, "[\"{}\",{},\"{kind}\"", self.tag(), self.partition);
+        for id in ids {
+            key.push(',');
+            push_json_str(&mut key, id);
+        }
+        key.push(']');
+        key
     }
 
     /// The record holding the last input offset applied to this unit's state.
@@ -87,7 +95,91 @@ struct BookMeta {
 const SEEN_BUCKET: u64 = 32;
 
 fn hex(fp: u128) -> String {
-    format!("{fp:032x}")
+    let mut s = String::with_capacity(32);
+    push_hex(&mut s, fp);
+    s
+}
+
+/// Appends the 32 lowercase hex digits of `fp` (`format!("{fp:032x}")` costs several times more,
+/// and dedupe buckets hold 32 fingerprints each).
+fn push_hex(s: &mut String, fp: u128) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for shift in (0..32).rev() {
+        s.push(char::from(DIGITS[((fp >> (shift * 4)) & 0xf) as usize]));
+    }
+}
+
+/// Appends `id` as a JSON string.
+fn push_json_str(s: &mut String, id: &str) {
+    if id
+        .bytes()
+        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f)
+    {
+        s.push('"');
+        s.push_str(id);
+        s.push('"');
+    } else if let Ok(quoted) = serde_json::to_string(id) {
+        s.push_str(&quoted);
+    }
+}
+
+/// `[[seq,"fingerprint"],...]` for the ids of one dedupe bucket, or `None` when it is empty.
+fn render_bucket(ids: impl Iterator<Item = (u64, u128)>) -> Option<String> {
+    use std::fmt::Write;
+    let mut s = String::from("[");
+    for (seq, fp) in ids {
+        if s.len() > 1 {
+            s.push(',');
+        }
+        let _ = write!(s, "[{seq},\"");
+        push_hex(&mut s, fp);
+        s.push_str("\"]");
+    }
+    if s.len() == 1 {
+        return None;
+    }
+    s.push(']');
+    Some(s)
+}
+
+/// What a change rewrites: changes with the same slot in one flush produce one record.
+#[derive(PartialEq, Eq, Hash)]
+enum Slot<'a> {
+    Score(&'a str),
+    Seen(&'a str, u64),
+    Session(&'a str, &'a str),
+    Completed(&'a str, u128),
+    Audit(&'a str),
+    Board(&'a str, &'a str, &'a str),
+    Book,
+}
+
+impl Change {
+    fn slot(&self) -> Slot<'_> {
+        match self {
+            Change::Score { project } => Slot::Score(project),
+            Change::Seen { project, seq } | Change::Forgot { project, seq } => {
+                Slot::Seen(project, seq / SEEN_BUCKET)
+            }
+            Change::Session { project, session } => Slot::Session(project, session),
+            Change::Completed {
+                project,
+                fingerprint,
+                ..
+            }
+            | Change::Uncompleted {
+                project,
+                fingerprint,
+            } => Slot::Completed(project, *fingerprint),
+            Change::Audit { project } => Slot::Audit(project),
+            Change::Board {
+                project,
+                category,
+                model,
+            } => Slot::Board(project, category, model),
+            Change::Book => Slot::Book,
+        }
+    }
 }
 
 fn render(value: &impl Serialize) -> Option<String> {
@@ -96,64 +188,72 @@ fn render(value: &impl Serialize) -> Option<String> {
 
 /// The changelog records for `changes` to `state`, one per key (the last change wins), in key
 /// order. Values are read from the current state, so several changes to one project in a
-/// flush interval cost one record.
-pub fn records(
-    unit: Unit,
-    state: &PartitionState,
-    changes: impl IntoIterator<Item = Change>,
-) -> Vec<StateRecord> {
-    let mut out: BTreeMap<String, Option<String>> = BTreeMap::new();
-    for change in changes {
+/// flush interval cost one record, rendered once.
+pub fn records(unit: Unit, state: &PartitionState, changes: &[Change]) -> Vec<StateRecord> {
+    // The last change of each slot, in first-seen order.
+    let mut last: IdMap<Slot<'_>, usize> = IdMap::default();
+    last.reserve(changes.len().min(1 << 16));
+    for (i, change) in changes.iter().enumerate() {
+        last.insert(change.slot(), i);
+    }
+    let mut latest: Vec<usize> = last.into_values().collect();
+    latest.sort_unstable();
+    let mut out: Vec<StateRecord> = latest
+        .into_iter()
+        .map(|i| record(unit, state, &changes[i]))
+        .collect();
+    out.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    out
+}
+
+/// The record for one change, its value read from the current state.
+fn record(unit: Unit, state: &PartitionState, change: &Change) -> StateRecord {
+    {
         let (key, value) = match change {
             Change::Score { project } => {
-                let v = state.projects.get(&project).and_then(|p| render(&p.score));
-                (unit.key("score", &[&project]), v)
+                let v = state.projects.get(project).and_then(|p| render(&p.score));
+                (unit.key("score", &[project]), v)
             }
             Change::Seen { project, seq } | Change::Forgot { project, seq } => {
                 // Dedupe windows are stored in buckets of SEEN_BUCKET consecutive ids, rewritten
                 // whole when they change and deleted once every id in them was forgotten.
                 let bucket = seq / SEEN_BUCKET;
                 let window = match unit.topic {
-                    InputTopic::Votes => state.projects.get(&project).map(|p| &p.seen),
-                    _ => state.judge_projects.get(&project).map(|p| &p.seen),
+                    InputTopic::Votes => state.projects.get(project).map(|p| &p.seen),
+                    _ => state.judge_projects.get(project).map(|p| &p.seen),
                 };
-                let ids: Vec<(u64, String)> = window
-                    .map(|w| {
-                        w.range(bucket * SEEN_BUCKET, (bucket + 1) * SEEN_BUCKET)
-                            .map(|(s, fp)| (s, hex(fp)))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let value = if ids.is_empty() { None } else { render(&ids) };
-                (unit.key("seen", &[&project, &bucket.to_string()]), value)
+                let value = window.and_then(|w| {
+                    render_bucket(w.range(bucket * SEEN_BUCKET, (bucket + 1) * SEEN_BUCKET))
+                });
+                (unit.key("seen", &[project, &bucket.to_string()]), value)
             }
             Change::Session { project, session } => {
                 let v = state
                     .sessions
                     .projects
-                    .get(&project)
-                    .and_then(|p| p.open.get(&session))
+                    .get(project)
+                    .and_then(|p| p.open.get(session))
                     .and_then(render);
-                (unit.key("session", &[&project, &session]), v)
+                (unit.key("session", &[project, session]), v)
             }
             Change::Completed {
                 project,
                 fingerprint,
                 seq,
             } => (
-                unit.key("completed", &[&project, &hex(fingerprint)]),
-                render(&Seq { seq }),
+                unit.key("completed", &[project, &hex(*fingerprint)]),
+                render(&Seq { seq: *seq }),
             ),
             Change::Uncompleted {
                 project,
                 fingerprint,
-            } => (unit.key("completed", &[&project, &hex(fingerprint)]), None),
+            } => (unit.key("completed", &[project, &hex(*fingerprint)]), None),
             Change::Audit { project } => {
                 let v = state
                     .judge_projects
-                    .get(&project)
+                    .get(project)
                     .and_then(|p| render(&p.audit));
-                (unit.key("audit", &[&project]), v)
+                (unit.key("audit", &[project]), v)
             }
             Change::Board {
                 project,
@@ -162,10 +262,10 @@ pub fn records(
             } => {
                 let row = state
                     .judge_projects
-                    .get(&project)
+                    .get(project)
                     .and_then(|p| p.board.rows.get(&(category.clone(), model.clone())))
                     .and_then(render);
-                (unit.key("board", &[&project, &category, &model]), row)
+                (unit.key("board", &[project, category, model]), row)
             }
             Change::Book => {
                 let meta = BookMeta {
@@ -175,11 +275,8 @@ pub fn records(
                 (unit.key("book", &[]), render(&meta))
             }
         };
-        out.insert(key, value);
+        StateRecord { key, value }
     }
-    out.into_iter()
-        .map(|(key, value)| StateRecord { key, value })
-        .collect()
 }
 
 /// Rebuilds a unit's state from its changelog partition.
@@ -224,9 +321,9 @@ impl Restorer {
     pub fn finish(self) -> Result<(PartitionState, Option<i64>), ChangelogError> {
         let mut state = PartitionState::journaled();
         let mut offset = None;
-        let mut seen: HashMap<String, Vec<(u64, u128)>> = HashMap::new();
-        let mut completed: HashMap<String, Vec<(u64, u128)>> = HashMap::new();
-        let mut sessions: HashMap<String, ProjectSessions> = HashMap::new();
+        let mut seen: IdMap<String, Vec<(u64, u128)>> = IdMap::default();
+        let mut completed: IdMap<String, Vec<(u64, u128)>> = IdMap::default();
+        let mut sessions: IdMap<String, ProjectSessions> = IdMap::default();
         let (mut watermark, mut next_seq) = (None, 0);
         for (key, value) in self.latest {
             let Some(value) = value else { continue };

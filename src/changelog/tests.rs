@@ -65,7 +65,7 @@ fn run(
                 .as_mut()
                 .map(std::mem::take)
                 .unwrap_or_default();
-            log.extend(records(unit, state, changes));
+            log.extend(records(unit, state, &changes));
             log.push(unit.offset_record(offset));
         }
     }
@@ -150,13 +150,25 @@ fn keys_are_json_arrays_that_survive_slashes() {
     let recs = records(
         unit,
         &state,
-        [Change::Board {
+        &[Change::Board {
             project: "p/1".into(),
             category: "".into(),
             model: "openai/gpt-4o".into(),
         }],
     );
     assert_eq!(recs[0].key, r#"["j",3,"board","p/1","","openai/gpt-4o"]"#);
+    // Keys with characters JSON escapes read back as the same ids.
+    let odd = "p\"1\\\u{1}é";
+    let key = &records(
+        unit,
+        &state,
+        &[Change::Audit {
+            project: odd.into(),
+        }],
+    )[0]
+    .key;
+    let parts: Vec<serde_json::Value> = serde_json::from_str(key).expect("json key");
+    assert_eq!(parts[3], serde_json::Value::from(odd));
     assert_eq!(recs[0].value, None);
     assert_eq!(
         unit.offset_record(7).value.as_deref(),
@@ -211,5 +223,18 @@ proptest! {
         let cut = ((events.len() as f64) * cut_frac) as usize;
         check_round_trip(Unit { topic: InputTopic::JudgeScores, partition: 1 }, &judges, cut, flush);
         check_round_trip(Unit { topic: InputTopic::Votes, partition: 1 }, &votes, cut, flush);
+    }
+}
+
+#[test]
+fn hand_written_hex_matches_format() {
+    for fp in [
+        0u128,
+        1,
+        0xdead_beef,
+        u128::MAX,
+        0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
+    ] {
+        assert_eq!(super::hex(fp), format!("{fp:032x}"));
     }
 }

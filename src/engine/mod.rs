@@ -101,16 +101,21 @@ pub struct JudgeProject {
     pub board: Board,
 }
 
+/// The hash map for ids that arrive from outside (projects, sessions, fingerprints of them):
+/// foldhash is several times faster than std's SipHash on short keys and still seeded per
+/// process, so crafted ids cannot force collisions. Nothing may depend on its iteration order.
+pub type IdMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// The state behind one input partition: everything a record can change, so that a partition's
 /// state moves between instances as a unit (and replay keeps one per partition, like Kafka).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PartitionState {
     /// `jury.votes`: project scores.
-    pub projects: HashMap<String, VoteProject>,
+    pub projects: IdMap<String, VoteProject>,
     /// `jury.judge-scores`: open sessions and the partition's watermark.
     pub sessions: SessionBook,
     /// `jury.judge-scores`: per-project dedupe, bias roll-up and leaderboard.
-    pub judge_projects: HashMap<String, JudgeProject>,
+    pub judge_projects: IdMap<String, JudgeProject>,
     /// When set, every state change is noted here for the runtime's changelog.
     pub journal: Option<Vec<Change>>,
 }

@@ -5,7 +5,9 @@
 //! evicted to respect the open-session bounds. Every choice here depends only on the records
 //! processed, so replay and the Kafka service complete the same sessions in the same order.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use super::IdMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -122,7 +124,7 @@ pub struct ProjectSessions {
 /// All sessions of one input partition.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionBook {
-    pub projects: HashMap<String, ProjectSessions>,
+    pub projects: IdMap<String, ProjectSessions>,
     /// The latest event time of an accepted judge-scores event on this partition.
     pub watermark: Option<EventTime>,
     next_seq: u64,
@@ -332,7 +334,7 @@ impl SessionBook {
     /// Rebuilds a book from its parts (the changelog's view of it): open sessions, completed
     /// windows, watermark and creation counter. The indexes are derived from the sessions.
     pub fn restore(
-        projects: HashMap<String, ProjectSessions>,
+        projects: IdMap<String, ProjectSessions>,
         watermark: Option<EventTime>,
         next_seq: u64,
     ) -> Self {

@@ -34,12 +34,17 @@ use crate::changelog::{self, ChangelogError, Restorer, Unit};
 use crate::config::Config;
 use crate::engine::output::{Output, OutputTopic, OutputValue};
 use crate::engine::reputation::ReputationTable;
-use crate::engine::{Engine, InputTopic, Outcome, PartitionState, Record};
+use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState, Record};
 use crate::http::Health;
 use crate::metrics::Metrics;
 
 /// Sealed epochs allowed in flight before processing waits for acknowledgements.
 const MAX_EPOCHS_IN_FLIGHT: usize = 50;
+
+/// Records handled per pass of the loop, back to back, before the periodic work (sealing,
+/// acknowledgements, the reputation table, clocks) runs again: doing that work per record cost
+/// more than processing the record.
+const PASS_RECORDS: usize = 512;
 
 /// Why the service stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -66,9 +71,31 @@ pub enum ServiceError {
     Io(#[from] std::io::Error),
 }
 
+/// The metric label of every topic the service produces to, indexed by [`Tag::destination`].
+const DESTINATIONS: [&str; 6] = [
+    "scores",
+    "consensus",
+    "bias_alerts",
+    "leaderboard",
+    "dead_letters",
+    "state",
+];
+const STATE_DESTINATION: usize = 5;
+
+fn destination(topic: OutputTopic) -> usize {
+    match topic {
+        OutputTopic::Scores => 0,
+        OutputTopic::Consensus => 1,
+        OutputTopic::BiasAlerts => 2,
+        OutputTopic::Leaderboard => 3,
+        OutputTopic::DeadLetters => 4,
+    }
+}
+
 /// Which output a delivery report is for, and the event time it carries.
 struct Tag {
-    topic: &'static str,
+    /// Index into [`DESTINATIONS`].
+    destination: usize,
     event_ms: Option<i64>,
     /// The epoch the record belongs to (see [`Epoch`]).
     epoch: u64,
@@ -84,10 +111,15 @@ fn now_ms() -> i64 {
 /// anything is committed).
 struct Delivery {
     metrics: Arc<Metrics>,
+    /// Per destination: records acknowledged, event-to-publish latency. Resolved once: a
+    /// labelled lookup per delivery report cost more than producing the record.
+    per_destination: Vec<(prometheus::IntCounter, prometheus::Histogram)>,
     failures: AtomicU64,
     last_failure: Mutex<Option<String>>,
     /// Acknowledged records per epoch.
     acked: Mutex<HashMap<u64, u64>>,
+    /// Delivery reports served so far, acknowledged or failed.
+    reports: AtomicU64,
 }
 
 impl ClientContext for Delivery {
@@ -104,24 +136,24 @@ impl ProducerContext for Delivery {
     type DeliveryOpaque = Box<Tag>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, tag: Box<Tag>) {
+        self.reports.fetch_add(1, Ordering::Relaxed);
         match result {
             Ok(_) => {
                 if let Ok(mut acked) = self.acked.lock() {
                     *acked.entry(tag.epoch).or_default() += 1;
                 }
-                self.metrics.outputs.with_label_values(&[tag.topic]).inc();
-                if let Some(ms) = tag.event_ms {
-                    let secs = (now_ms() - ms).max(0) as f64 / 1000.0;
-                    self.metrics
-                        .event_to_publish
-                        .with_label_values(&[tag.topic])
-                        .observe(secs);
+                if let Some((outputs, latency)) = self.per_destination.get(tag.destination) {
+                    outputs.inc();
+                    if let Some(ms) = tag.event_ms {
+                        latency.observe((now_ms() - ms).max(0) as f64 / 1000.0);
+                    }
                 }
             }
             Err((e, _)) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
                 self.metrics.producer_errors.inc();
-                tracing::error!(error = %e, topic = tag.topic, "delivery failed");
+                let topic = DESTINATIONS.get(tag.destination).copied().unwrap_or("?");
+                tracing::error!(error = %e, topic, "delivery failed");
                 if let Ok(mut last) = self.last_failure.lock() {
                     *last = Some(e.to_string());
                 }
@@ -143,8 +175,8 @@ struct Owned {
 /// are held and the latest is published when the interval (or the cycle) ends.
 #[derive(Default)]
 struct Coalescer {
-    last: HashMap<String, Instant>,
-    held: HashMap<String, Output>,
+    last: IdMap<String, Instant>,
+    held: IdMap<String, Output>,
 }
 
 /// Everything the processing loop and the rebalance callback share.
@@ -159,6 +191,8 @@ struct Core {
     health: Arc<Health>,
     stop: Arc<AtomicBool>,
     last_gauges: Instant,
+    /// The time at the start of the current pass (one clock read per pass, not per record).
+    now: Instant,
     /// Partitions assigned but not restored yet.
     assigned: Vec<(InputTopic, i32)>,
     /// Set by the environment variable `JURYSTREAM_CRASH_AFTER_CHANGELOG` (tests only).
@@ -210,7 +244,9 @@ struct QuietReader;
 
 impl ClientContext for QuietReader {
     fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::PartitionEOF(_)) {
+        let eof = matches!(error, KafkaError::PartitionEOF(_))
+            || matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF));
+        if !eof {
             tracing::warn!(%error, reason, "reader");
         }
     }
@@ -345,7 +381,7 @@ impl Core {
             out.key.as_deref().map(str::as_bytes),
             Some(value.as_bytes()),
             Tag {
-                topic: label(out.topic),
+                destination: destination(out.topic),
                 event_ms,
                 epoch: self.epoch,
             },
@@ -407,7 +443,7 @@ impl Core {
         for out in outs {
             if out.topic == OutputTopic::Scores && !interval.is_zero() {
                 let key = out.key.clone().unwrap_or_default();
-                let now = Instant::now();
+                let now = self.now;
                 let recent = self
                     .coalescer
                     .last
@@ -524,6 +560,21 @@ impl Core {
         Ok(())
     }
 
+    /// Serves every delivery report that has arrived. A zero-timeout poll serves at most one
+    /// report event (one produce response): polling once per pass let acknowledgements pile up
+    /// in the queue, and an idle service took seconds to commit what the broker had long
+    /// acknowledged.
+    fn serve_delivery_reports(&self) {
+        let reports = &self.producer.context().reports;
+        loop {
+            let before = reports.load(Ordering::Relaxed);
+            self.producer.poll(Duration::ZERO);
+            if reports.load(Ordering::Relaxed) == before {
+                return;
+            }
+        }
+    }
+
     /// Fails if the producer reported an undeliverable record: nothing after it may be committed.
     fn check_delivery(&self) -> Result<(), ServiceError> {
         let ctx = self.producer.context();
@@ -575,13 +626,18 @@ impl Core {
                 topic: key.0,
                 partition: key.1,
             };
-            let changes = owned
+            let mut changes = owned
                 .state
                 .journal
                 .as_mut()
                 .map(std::mem::take)
                 .unwrap_or_default();
-            let mut records = changelog::records(unit, &owned.state, changes);
+            let mut records = changelog::records(unit, &owned.state, &changes);
+            // Hand the journal's allocation back for the next epoch.
+            changes.clear();
+            if let Some(j) = owned.state.journal.as_mut() {
+                *j = changes;
+            }
             if owned.skip_through.is_none_or(|s| offset > s) {
                 records.push(unit.offset_record(offset));
             }
@@ -619,7 +675,7 @@ impl Core {
         consumer: &BaseConsumer<C>,
         mode: CommitMode,
     ) -> Result<(), ServiceError> {
-        self.producer.poll(Duration::ZERO);
+        self.serve_delivery_reports();
         self.check_delivery()?;
         let state_topic = self.config().topics.state.clone();
         while let Some(front) = self.sealed.front() {
@@ -637,7 +693,7 @@ impl Core {
                         Some(r.key.as_bytes()),
                         r.value.as_deref().map(str::as_bytes),
                         Tag {
-                            topic: "state",
+                            destination: STATE_DESTINATION,
                             event_ms: None,
                             epoch: id,
                         },
@@ -742,16 +798,6 @@ impl Core {
     }
 }
 
-fn label(topic: OutputTopic) -> &'static str {
-    match topic {
-        OutputTopic::Scores => "scores",
-        OutputTopic::Consensus => "consensus",
-        OutputTopic::BiasAlerts => "bias_alerts",
-        OutputTopic::Leaderboard => "leaderboard",
-        OutputTopic::DeadLetters => "dead_letters",
-    }
-}
-
 /// Reads the whole reputation table (every partition to its end) before processing starts, like
 /// a Kafka Streams GlobalKTable; afterwards the same consumer keeps the table current.
 fn bootstrap_reputations(
@@ -800,9 +846,19 @@ pub fn run(
     let producer: BaseProducer<Delivery> =
         clients::producer_config(&config)?.create_with_context(Delivery {
             metrics: Arc::clone(&metrics),
+            per_destination: DESTINATIONS
+                .iter()
+                .map(|d| {
+                    (
+                        metrics.outputs.with_label_values(&[d]),
+                        metrics.event_to_publish.with_label_values(&[d]),
+                    )
+                })
+                .collect(),
             failures: AtomicU64::new(0),
             last_failure: Mutex::new(None),
             acked: Mutex::new(HashMap::new()),
+            reports: AtomicU64::new(0),
         })?;
     let core = Arc::new(Mutex::new(Core {
         engine: Engine::new(config.clone()),
@@ -815,6 +871,7 @@ pub fn run(
         health: Arc::clone(&health),
         stop: Arc::clone(&stop),
         last_gauges: Instant::now(),
+        now: Instant::now(),
         assigned: Vec::new(),
         crash_after_changelog: std::env::var_os("JURYSTREAM_CRASH_AFTER_CHANGELOG").is_some(),
         epoch: 0,
@@ -844,20 +901,30 @@ pub fn run(
             let wait = cycle
                 .saturating_sub(cycle_started.elapsed())
                 .min(Duration::from_millis(50));
-            let msg = consumer.poll(wait);
+            // The core is locked per record, never across a poll: a poll may run the rebalance
+            // callback, which locks it too.
+            let mut next = consumer.poll(wait);
             {
                 let mut c = lock(&core);
+                c.now = Instant::now();
                 if !c.assigned.is_empty() {
                     c.restore_assigned()?;
                 }
             }
-            match msg {
-                Some(Ok(msg)) => lock(&core).process(&msg)?,
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "consumer");
-                    health.set_ready(false, &metrics);
+            let mut handled = 0;
+            while let Some(result) = next {
+                match result {
+                    Ok(m) => lock(&core).process(&m)?,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "consumer");
+                        health.set_ready(false, &metrics);
+                        break;
+                    }
                 }
-                None => {}
+                handled += 1;
+                next = (handled < PASS_RECORDS)
+                    .then(|| consumer.poll(Duration::ZERO))
+                    .flatten();
             }
             if let Some(e) = consumer
                 .context()
