@@ -5,12 +5,9 @@
 # build is cached under target/tansu-release (or $TANSU_RELEASE_ROOT); building it takes ~15 min.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TANSU_VERSION=0.6.0
 root="${TANSU_RELEASE_ROOT:-$PWD/target/tansu-release}"
+scripts/install-tansu.sh --release "$root"
 bin="$root/bin/tansu"
-if ! { [ -x "$bin" ] && "$bin" --version | grep -q "$TANSU_VERSION" && "$bin" --help | grep -q dynostore; }; then
-  cargo install tansu --version "$TANSU_VERSION" --locked --features dynostore --root "$root" --force
-fi
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 dir=$(mktemp -d)
 (cd "$dir" && exec "$bin" broker --listener-url "tcp://127.0.0.1:$port" \

@@ -190,17 +190,15 @@ fn render(value: &impl Serialize) -> Option<String> {
 /// order. Values are read from the current state, so several changes to one project in a
 /// flush interval cost one record, rendered once.
 pub fn records(unit: Unit, state: &PartitionState, changes: &[Change]) -> Vec<StateRecord> {
-    // The last change of each slot, in first-seen order.
-    let mut last: IdMap<Slot<'_>, usize> = IdMap::default();
+    // The last change of each slot; the records are put in key order below.
+    let mut last: IdMap<Slot<'_>, &Change> = IdMap::default();
     last.reserve(changes.len().min(1 << 16));
-    for (i, change) in changes.iter().enumerate() {
-        last.insert(change.slot(), i);
+    for change in changes {
+        last.insert(change.slot(), change);
     }
-    let mut latest: Vec<usize> = last.into_values().collect();
-    latest.sort_unstable();
-    let mut out: Vec<StateRecord> = latest
-        .into_iter()
-        .map(|i| record(unit, state, &changes[i]))
+    let mut out: Vec<StateRecord> = last
+        .into_values()
+        .map(|change| record(unit, state, change))
         .collect();
     out.sort_unstable_by(|a, b| a.key.cmp(&b.key));
     out

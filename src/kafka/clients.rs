@@ -58,38 +58,11 @@ fn message_max(cfg: &Config) -> String {
         .to_string()
 }
 
-/// The group consumer of the input topics.
-pub fn consumer_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
+/// What every consumer of the service shares: no auto-commit, start at the earliest record, and
+/// the fetch settings.
+fn fetching_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
     let mut c = base_config(cfg)?;
-    c.set("group.id", &cfg.kafka.group_id)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        // With `range`, tansu never hands a killed member's partitions to the survivors.
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("fetch.wait.max.ms", cfg.kafka.fetch_wait_max_ms.to_string())
-        // librdkafka pauses a partition's fetching for this long once its local queue is full
-        // (default 1000 ms): the queue then runs dry long before the pause ends, and throughput
-        // halves. A pause as short as a fetch keeps the queue fed.
-        .set(
-            "fetch.queue.backoff.ms",
-            cfg.kafka.fetch_wait_max_ms.to_string(),
-        )
-        .set("message.max.bytes", message_max(cfg))
-        .set("fetch.message.max.bytes", message_max(cfg))
-        .set("statistics.interval.ms", "5000");
-    for (k, v) in &cfg.kafka.consumer {
-        c.set(k, v);
-    }
-    Ok(c)
-}
-
-/// A consumer that reads assigned partitions to their end (state restore, the reputation table).
-pub fn reader_config(cfg: &Config, purpose: &str) -> Result<ClientConfig, ServiceError> {
-    let mut c = base_config(cfg)?;
-    c.set("group.id", format!("{}-{purpose}", cfg.kafka.group_id))
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
+    c.set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
         .set("fetch.wait.max.ms", cfg.kafka.fetch_wait_max_ms.to_string())
         // librdkafka pauses a partition's fetching for this long once its local queue is full
@@ -101,6 +74,28 @@ pub fn reader_config(cfg: &Config, purpose: &str) -> Result<ClientConfig, Servic
         )
         .set("message.max.bytes", message_max(cfg))
         .set("fetch.message.max.bytes", message_max(cfg));
+    Ok(c)
+}
+
+/// The group consumer of the input topics.
+pub fn consumer_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
+    let mut c = fetching_config(cfg)?;
+    c.set("group.id", &cfg.kafka.group_id)
+        .set("enable.auto.offset.store", "false")
+        // With `range`, tansu never hands a killed member's partitions to the survivors.
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("statistics.interval.ms", "5000");
+    for (k, v) in &cfg.kafka.consumer {
+        c.set(k, v);
+    }
+    Ok(c)
+}
+
+/// A consumer that reads assigned partitions to their end (state restore, the reputation table).
+pub fn reader_config(cfg: &Config, purpose: &str) -> Result<ClientConfig, ServiceError> {
+    let mut c = fetching_config(cfg)?;
+    c.set("group.id", format!("{}-{purpose}", cfg.kafka.group_id))
+        .set("enable.partition.eof", "true");
     for (k, v) in &cfg.kafka.consumer {
         if k != "group.id" && k != "partition.assignment.strategy" {
             c.set(k, v);

@@ -513,27 +513,17 @@ impl Core {
                 })
             })
             .collect();
-        let mut at_end = std::collections::BTreeSet::new();
-        let deadline = Instant::now() + Duration::from_secs(300);
-        while at_end.len() < partitions.len() {
-            if Instant::now() > deadline {
-                return Err(ServiceError::RestoreTimeout(restorers[0].unit()));
+        let complete = read_to_end(&reader, partitions.len(), "restore read", |m| {
+            for r in restorers
+                .iter_mut()
+                .filter(|r| r.unit().partition == m.partition())
+            {
+                r.accept(m.key().unwrap_or_default(), m.payload());
             }
-            match reader.poll(Duration::from_millis(100)) {
-                Some(Ok(m)) => {
-                    for r in restorers
-                        .iter_mut()
-                        .filter(|r| r.unit().partition == m.partition())
-                    {
-                        r.accept(m.key().unwrap_or_default(), m.payload());
-                    }
-                }
-                Some(Err(KafkaError::PartitionEOF(p))) => {
-                    at_end.insert(p);
-                }
-                Some(Err(e)) => tracing::warn!(error = %e, "restore read"),
-                None => {}
-            }
+            Ok(())
+        })?;
+        if !complete {
+            return Err(ServiceError::RestoreTimeout(restorers[0].unit()));
         }
         for (restorer, key) in restorers.into_iter().zip(wanted) {
             let unit = restorer.unit();
@@ -798,6 +788,33 @@ impl Core {
     }
 }
 
+/// Reads a reader's assigned partitions (`partitions` of them) from where they are to their ends,
+/// handing every record to `accept`. `Ok(false)` if they did not all reach their end within five
+/// minutes.
+fn read_to_end(
+    reader: &BaseConsumer<QuietReader>,
+    partitions: usize,
+    what: &str,
+    mut accept: impl FnMut(&BorrowedMessage<'_>) -> Result<(), ServiceError>,
+) -> Result<bool, ServiceError> {
+    let mut at_end = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while at_end.len() < partitions {
+        if Instant::now() > deadline {
+            return Ok(false);
+        }
+        match reader.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => accept(&m)?,
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => tracing::warn!(error = %e, "{what}"),
+            None => {}
+        }
+    }
+    Ok(true)
+}
+
 /// Reads the whole reputation table (every partition to its end) before processing starts, like
 /// a Kafka Streams GlobalKTable; afterwards the same consumer keeps the table current.
 fn bootstrap_reputations(
@@ -816,17 +833,12 @@ fn bootstrap_reputations(
         tpl.add_partition_offset(&cfg.topics.reputations, *p, Offset::Beginning)?;
     }
     reader.assign(&tpl)?;
-    let mut at_end = std::collections::HashSet::new();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while at_end.len() < partitions.len() && Instant::now() < deadline {
-        match reader.poll(Duration::from_millis(100)) {
-            Some(Ok(m)) => lock(core).reputation(&m)?,
-            Some(Err(KafkaError::PartitionEOF(p))) => {
-                at_end.insert(p);
-            }
-            Some(Err(e)) => tracing::warn!(error = %e, "reputation bootstrap"),
-            None => {}
-        }
+    let complete = read_to_end(reader, partitions.len(), "reputation bootstrap", |m| {
+        lock(core).reputation(m)
+    })?;
+    if !complete {
+        // As before: start with what was read; the same consumer keeps reading the rest.
+        tracing::warn!("the reputation table did not reach its end in time");
     }
     tracing::info!(
         entries = lock(core).reputations.len(),
