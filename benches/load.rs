@@ -4,7 +4,10 @@
 //! ~200-byte events; then event-to-publish latency at a fixed offered rate of 10,000 events/s.
 //!
 //! Run: `cargo bench --bench load` (uses `KAFKA_BOOTSTRAP_SERVERS`, else starts tansu). Set
-//! `LOAD_EVENTS` to change the number of preloaded events per scenario (default 200000).
+//! `LOAD_EVENTS` to change the number of preloaded events per scenario (default 200000),
+//! `LOAD_PROJECTS` to run only some scenarios (comma-separated project counts, default
+//! `1,10000,100000`; empty for none), `LOAD_LATENCY=0` to skip the latency runs,
+//! `LOAD_FETCH_WAIT_MS` for every consumer's `fetch.wait.max.ms` (default 10).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -28,6 +31,14 @@ fn event(i: usize, projects: usize, at_ms: i64) -> (String, String) {
         i % 1000
     );
     (project, payload)
+}
+
+/// How long the broker may hold a fetch, for every consumer in the run (the raw loops, the
+/// service, the score reader): `LOAD_FETCH_WAIT_MS`, default 10. tansu holds every fetch this
+/// long and answers with what it had when the fetch arrived, so a record waits between one and
+/// two of these before a consumer sees it: the floor of both latency paths.
+fn fetch_wait_ms() -> String {
+    std::env::var("LOAD_FETCH_WAIT_MS").unwrap_or_else(|_| "10".into())
 }
 
 /// A producer that batches for up to 5 ms: with 1 ms, tansu's per-request cost made the offered
@@ -70,7 +81,7 @@ fn raw_consume(bootstrap: &str, topic: &str, n: usize) -> f64 {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", format!("raw-{}", free_port()))
-        .set("fetch.wait.max.ms", "10")
+        .set("fetch.wait.max.ms", fetch_wait_ms())
         .set("enable.auto.commit", "false")
         .create()
         .expect("consumer");
@@ -91,7 +102,10 @@ fn raw_consume(bootstrap: &str, topic: &str, n: usize) -> f64 {
     count as f64 / started.map_or(1.0, |s| s.elapsed().as_secs_f64())
 }
 
-/// A release-built service on `prefix`'s topics, logging warnings only, once it is ready.
+/// A release-built service on `prefix`'s topics, logging warnings only, once it is ready. It runs
+/// the shipped cycle length (`kafka.commit_interval_ms` = 100, overridable through the usual
+/// `JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS`), not the tests' shorter one, and the same fetch wait
+/// as the raw loop ([`fetch_wait_ms`]).
 fn start_service(bootstrap: &str, dir: &std::path::Path, prefix: &str) -> Service {
     let config = write_config(
         dir,
@@ -100,7 +114,15 @@ fn start_service(bootstrap: &str, dir: &std::path::Path, prefix: &str) -> Servic
         free_port(),
         "[log]\nlevel = \"warn\"\n",
     );
-    let service = Service::start(&config, dir.join(format!("{prefix}.log")));
+    let cycle = std::env::var("JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS").unwrap_or("100".into());
+    let service = Service::start_with(
+        &config,
+        dir.join(format!("{prefix}.log")),
+        &[
+            ("JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS", &cycle),
+            ("JURYSTREAM_KAFKA__FETCH_WAIT_MAX_MS", &fetch_wait_ms()),
+        ],
+    );
     assert!(
         service.wait_ready(Duration::from_secs(120)),
         "{}",
@@ -109,8 +131,14 @@ fn start_service(bootstrap: &str, dir: &std::path::Path, prefix: &str) -> Servic
     service
 }
 
-/// (b): jurystream from its first handled record until all `n` are handled and committed.
-fn service_throughput(bootstrap: &str, dir: &std::path::Path, prefix: &str, n: usize) -> f64 {
+/// (b): jurystream from its first handled record until all `n` are handled and committed;
+/// returns events/s and the records it produced per event (outputs, changelog).
+fn service_throughput(
+    bootstrap: &str,
+    dir: &std::path::Path,
+    prefix: &str,
+    n: usize,
+) -> (f64, f64, f64) {
     let service = start_service(bootstrap, dir, prefix);
     let mut first = None;
     loop {
@@ -130,8 +158,12 @@ fn service_throughput(bootstrap: &str, dir: &std::path::Path, prefix: &str, n: u
         std::thread::sleep(Duration::from_millis(5));
     }
     let secs = first.map_or(1.0, |f| f.elapsed().as_secs_f64());
+    let m = service.metrics();
+    let changelog = support::metric_sum(&m, "jurystream_changelog_records_total") as f64;
+    // Changelog records are counted among the acknowledged outputs too (destination "state").
+    let outputs = support::metric_sum(&m, "jurystream_output_records_total") as f64 - changelog;
     let _ = service.terminate();
-    n as f64 / secs
+    (n as f64 / secs, outputs / n as f64, changelog / n as f64)
 }
 
 /// Seconds of offered load before latency samples count: connections, metadata, group joins and
@@ -212,7 +244,7 @@ fn latency(
         .set("bootstrap.servers", bootstrap)
         .set("group.id", format!("lat-{}", free_port()))
         .set("enable.partition.eof", "true")
-        .set("fetch.wait.max.ms", "10")
+        .set("fetch.wait.max.ms", fetch_wait_ms())
         .create()
         .expect("consumer");
     let out_topic = format!("{prefix}.scores");
@@ -258,7 +290,7 @@ fn raw_latency(bootstrap: &str, prefix: &str, rate: usize, secs: usize) -> (i64,
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", format!("rawlat-{}", free_port()))
-        .set("fetch.wait.max.ms", "10")
+        .set("fetch.wait.max.ms", fetch_wait_ms())
         .create()
         .expect("consumer");
     let mut tpl = TopicPartitionList::new();
@@ -312,9 +344,16 @@ fn main() {
         "load: {n} events of ~200 bytes per scenario, {PARTITIONS} partitions, broker {}",
         broker.bootstrap
     );
-    println!("| projects | raw consume (msg/s) | jurystream end to end (events/s) | ratio |");
-    println!("|---:|---:|---:|---:|");
-    for projects in [1usize, 10_000, 100_000] {
+    println!(
+        "| projects | raw consume (msg/s) | jurystream end to end (events/s) | ratio | outputs per event | changelog records per event |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    let scenarios: Vec<usize> = std::env::var("LOAD_PROJECTS")
+        .unwrap_or_else(|_| "1,10000,100000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    for projects in scenarios {
         // Topic names unique to this run: a broker reused through KAFKA_BOOTSTRAP_SERVERS may
         // still hold an earlier run's topics.
         let prefix = format!("load{projects}-{run}");
@@ -328,11 +367,15 @@ fn main() {
         }
         p.flush(Duration::from_secs(120)).expect("flush");
         let raw = raw_consume(&broker.bootstrap, &topic, n);
-        let svc = service_throughput(&broker.bootstrap, dir.path(), &prefix, n);
+        let (svc, outputs, changelog) =
+            service_throughput(&broker.bootstrap, dir.path(), &prefix, n);
         println!(
-            "| {projects} | {raw:.0} | {svc:.0} | {:.0}% |",
+            "| {projects} | {raw:.0} | {svc:.0} | {:.0}% | {outputs:.2} | {changelog:.2} |",
             100.0 * svc / raw
         );
+    }
+    if std::env::var("LOAD_LATENCY").is_ok_and(|v| v == "0") {
+        return;
     }
     let (r50, r99, rmax, raw_samples) =
         raw_latency(&broker.bootstrap, &format!("rawlatency-{run}"), 10_000, 10);
@@ -345,7 +388,8 @@ fn main() {
         10_000,
     );
     println!(
-        "\nlatency at 10,000 events/s offered for {WARMUP_SECS} s warm-up + 10 s measured (10,000 projects):"
+        "\nlatency at 10,000 events/s offered for {WARMUP_SECS} s warm-up + 10 s measured (10,000 projects, fetch.wait.max.ms = {}):",
+        fetch_wait_ms()
     );
     println!("| path | samples | p50 (ms) | p99 (ms) | max (ms) |");
     println!("|---|---:|---:|---:|---:|");

@@ -2,11 +2,21 @@
 //!
 //! Every input partition's state is written to the same-numbered partition of the changelog topic
 //! (`jury.state`). Keys are JSON arrays, so ids may contain any character:
-//! `["v", 3, "score", "proj-42"]`, `["j", 3, "session", "proj-42", "council-981"]`. The first two
+//! `["v", 3, "project", "proj-42"]`, `["j", 3, "session", "proj-42", "council-981"]`. The first two
 //! elements name the unit (`v` = votes, `j` = judge-scores; the partition), the third the kind of
 //! state. A tombstone (no value) deletes. Restoring reads the partition from the beginning and
 //! keeps the latest value per key, exactly as compaction would. This module is pure: the Kafka
 //! runtime does the reading and writing.
+//!
+//! Dedupe windows are stored in buckets of [`SEEN_BUCKET`] consecutive ids. A vote project's
+//! record carries its score *and* its newest (open) bucket, for two reasons: with many projects
+//! nearly every event changes both, and one record instead of two is a third fewer produced
+//! records per event; and the score and the ids it counts are then written atomically. A bucket
+//! gets a `seen` record of its own once a newer one opens, and such records are written before
+//! the project records of the same flush. So if a crash cuts a flush short, whatever part of it
+//! reached the log restores to a state where every id in the window is counted in the score:
+//! restore drops ids newer than the project record's newest, and the records replayed from the
+//! last complete flush are applied exactly once.
 
 use std::collections::HashMap;
 
@@ -60,9 +70,17 @@ impl Unit {
     /// `["v",3,"score","proj-42"]`: written by hand because it is built for every changed key
     /// in every flush; ids are escaped by serde_json.
     fn key(self, kind: &str, ids: &[&str]) -> String {
-        use std::fmt::Write;
         let mut key = String::with_capacity(32 + ids.iter().map(|s| s.len() + 3).sum::<usize>());
-        let _ = write!(key, "[\"{}\",{},\"{kind}\"", self.tag(), self.partition);
+        key.push_str("[\"");
+        key.push_str(self.tag());
+        key.push_str("\",");
+        if self.partition < 0 {
+            key.push('-');
+        }
+        push_u64(&mut key, u64::from(self.partition.unsigned_abs()));
+        key.push_str(",\"");
+        key.push_str(kind);
+        key.push('"');
         for id in ids {
             key.push(',');
             push_json_str(&mut key, id);
@@ -101,12 +119,14 @@ fn hex(fp: u128) -> String {
 }
 
 /// Appends the 32 lowercase hex digits of `fp` (`format!("{fp:032x}")` costs several times more,
-/// and dedupe buckets hold 32 fingerprints each).
+/// and a project's record carries up to 32 fingerprints, rendered at every flush it changed in).
 fn push_hex(s: &mut String, fp: u128) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for shift in (0..32).rev() {
-        s.push(char::from(DIGITS[((fp >> (shift * 4)) & 0xf) as usize]));
+    let mut digits = [0u8; 32];
+    for (i, d) in digits.iter_mut().enumerate() {
+        *d = DIGITS[((fp >> ((31 - i) * 4)) & 0xf) as usize];
     }
+    s.push_str(std::str::from_utf8(&digits).unwrap_or_default());
 }
 
 /// Appends `id` as a JSON string.
@@ -125,27 +145,51 @@ fn push_json_str(s: &mut String, id: &str) {
 
 /// `[[seq,"fingerprint"],...]` for the ids of one dedupe bucket, or `None` when it is empty.
 fn render_bucket(ids: impl Iterator<Item = (u64, u128)>) -> Option<String> {
-    use std::fmt::Write;
-    let mut s = String::from("[");
-    for (seq, fp) in ids {
-        if s.len() > 1 {
+    let mut s = String::new();
+    push_bucket(&mut s, ids);
+    (s.len() > 2).then_some(s)
+}
+
+/// Appends `[[seq,"fingerprint"],...]` (`[]` when there are no ids).
+fn push_bucket(s: &mut String, ids: impl Iterator<Item = (u64, u128)>) {
+    // A bucket holds at most SEEN_BUCKET ids; the iterator's upper bound may be the whole window.
+    let (lo, hi) = ids.size_hint();
+    let expected = hi.unwrap_or(lo).min(SEEN_BUCKET as usize);
+    s.reserve(2 + expected * 45);
+    s.push('[');
+    for (i, (seq, fp)) in ids.enumerate() {
+        if i > 0 {
             s.push(',');
         }
-        let _ = write!(s, "[{seq},\"");
-        push_hex(&mut s, fp);
+        s.push('[');
+        push_u64(s, seq);
+        s.push_str(",\"");
+        push_hex(s, fp);
         s.push_str("\"]");
     }
-    if s.len() == 1 {
-        return None;
-    }
     s.push(']');
-    Some(s)
+}
+
+/// Appends the decimal digits of `n` (without the formatting machinery).
+fn push_u64(s: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    s.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 /// What a change rewrites: changes with the same slot in one flush produce one record.
-#[derive(PartialEq, Eq, Hash)]
+#[derive(PartialEq, Eq, Hash, Clone, Copy)]
 enum Slot<'a> {
-    Score(&'a str),
+    /// A vote project: its score and its open dedupe bucket.
+    Project(&'a str),
     Seen(&'a str, u64),
     Session(&'a str, &'a str),
     Completed(&'a str, u128),
@@ -154,10 +198,35 @@ enum Slot<'a> {
     Book,
 }
 
+/// The open dedupe bucket of a vote project: the one holding its newest id.
+fn open_bucket(state: &PartitionState, project: &str) -> Option<u64> {
+    state
+        .projects
+        .get(project)
+        .and_then(|p| p.seen.newest_seq())
+        .map(|s| s / SEEN_BUCKET)
+}
+
 impl Change {
-    fn slot(&self) -> Slot<'_> {
-        match self {
-            Change::Score { project } => Slot::Score(project),
+    /// The slots this change rewrites in `unit`, given the state after the flush's changes.
+    fn slots<'a>(&'a self, unit: Unit, state: &PartitionState, mut emit: impl FnMut(Slot<'a>)) {
+        let slot = match self {
+            Change::Score { project } => Slot::Project(project),
+            Change::Seen { project, seq } | Change::Forgot { project, seq }
+                if unit.topic == InputTopic::Votes =>
+            {
+                let bucket = seq / SEEN_BUCKET;
+                if matches!(self, Change::Seen { .. }) && bucket > 0 && seq % SEEN_BUCKET == 0 {
+                    // The first id of a bucket closes the previous one, which until now lived
+                    // only in the project record: it gets a record of its own.
+                    emit(Slot::Seen(project, bucket - 1));
+                }
+                if open_bucket(state, project) == Some(bucket) {
+                    Slot::Project(project)
+                } else {
+                    Slot::Seen(project, bucket)
+                }
+            }
             Change::Seen { project, seq } | Change::Forgot { project, seq } => {
                 Slot::Seen(project, seq / SEEN_BUCKET)
             }
@@ -178,7 +247,8 @@ impl Change {
                 model,
             } => Slot::Board(project, category, model),
             Change::Book => Slot::Book,
-        }
+        };
+        emit(slot);
     }
 }
 
@@ -186,95 +256,116 @@ fn render(value: &impl Serialize) -> Option<String> {
     serde_json::to_string(value).ok()
 }
 
-/// The changelog records for `changes` to `state`, one per key (the last change wins), in key
-/// order. Values are read from the current state, so several changes to one project in a
-/// flush interval cost one record, rendered once.
+/// The changelog records for `changes` to `state`, one per key (the last change wins): vote
+/// project records last, the others before them in key order (see the module doc). Values are
+/// read from the current state, so several changes to one project in a flush interval cost one
+/// record, rendered once.
 pub fn records(unit: Unit, state: &PartitionState, changes: &[Change]) -> Vec<StateRecord> {
-    // The last change of each slot; the records are put in key order below.
+    // The last change of each slot; the records are put in order below.
     let mut last: IdMap<Slot<'_>, &Change> = IdMap::default();
     last.reserve(changes.len().min(1 << 16));
     for change in changes {
-        last.insert(change.slot(), change);
+        change.slots(unit, state, |slot| {
+            last.insert(slot, change);
+        });
     }
-    let mut out: Vec<StateRecord> = last
-        .into_values()
-        .map(|change| record(unit, state, change))
+    let mut out: Vec<(bool, StateRecord)> = last
+        .into_iter()
+        .map(|(slot, change)| {
+            let project = matches!(slot, Slot::Project(_));
+            (project, record(unit, state, slot, change))
+        })
         .collect();
-    out.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-    out
+    out.sort_unstable_by(|a, b| (a.0, &a.1.key).cmp(&(b.0, &b.1.key)));
+    out.into_iter().map(|(_, r)| r).collect()
 }
 
-/// The record for one change, its value read from the current state.
-fn record(unit: Unit, state: &PartitionState, change: &Change) -> StateRecord {
-    {
-        let (key, value) = match change {
-            Change::Score { project } => {
-                let v = state.projects.get(project).and_then(|p| render(&p.score));
-                (unit.key("score", &[project]), v)
-            }
-            Change::Seen { project, seq } | Change::Forgot { project, seq } => {
-                // Dedupe windows are stored in buckets of SEEN_BUCKET consecutive ids, rewritten
-                // whole when they change and deleted once every id in them was forgotten.
-                let bucket = seq / SEEN_BUCKET;
-                let window = match unit.topic {
-                    InputTopic::Votes => state.projects.get(project).map(|p| &p.seen),
-                    _ => state.judge_projects.get(project).map(|p| &p.seen),
-                };
-                let value = window.and_then(|w| {
-                    render_bucket(w.range(bucket * SEEN_BUCKET, (bucket + 1) * SEEN_BUCKET))
-                });
-                (unit.key("seen", &[project, &bucket.to_string()]), value)
-            }
-            Change::Session { project, session } => {
-                let v = state
-                    .sessions
-                    .projects
-                    .get(project)
-                    .and_then(|p| p.open.get(session))
-                    .and_then(render);
-                (unit.key("session", &[project, session]), v)
-            }
-            Change::Completed {
-                project,
-                fingerprint,
-                seq,
-            } => (
-                unit.key("completed", &[project, &hex(*fingerprint)]),
-                render(&Seq { seq: *seq }),
-            ),
-            Change::Uncompleted {
-                project,
-                fingerprint,
-            } => (unit.key("completed", &[project, &hex(*fingerprint)]), None),
-            Change::Audit { project } => {
-                let v = state
-                    .judge_projects
-                    .get(project)
-                    .and_then(|p| render(&p.audit));
-                (unit.key("audit", &[project]), v)
-            }
-            Change::Board {
-                project,
-                category,
-                model,
-            } => {
-                let row = state
-                    .judge_projects
-                    .get(project)
-                    .and_then(|p| p.board.rows.get(&(category.clone(), model.clone())))
-                    .and_then(render);
-                (unit.key("board", &[project, category, model]), row)
-            }
-            Change::Book => {
-                let meta = BookMeta {
-                    watermark: state.sessions.watermark,
-                    next_seq: state.sessions.next_seq(),
-                };
-                (unit.key("book", &[]), render(&meta))
-            }
-        };
-        StateRecord { key, value }
-    }
+/// A vote project's record: `{"score":{...},"seen":[[seq,"fingerprint"],...]}` with the ids of
+/// its open dedupe bucket.
+fn render_project(project: &VoteProject) -> Option<String> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"score\":");
+    serde_json::to_writer(&mut out, &project.score).ok()?;
+    out.extend_from_slice(b",\"seen\":");
+    let mut s = String::from_utf8(out).ok()?;
+    let bucket = project.seen.newest_seq().map_or(0, |s| s / SEEN_BUCKET);
+    push_bucket(
+        &mut s,
+        project
+            .seen
+            .range(bucket * SEEN_BUCKET, (bucket + 1) * SEEN_BUCKET),
+    );
+    s.push('}');
+    Some(s)
+}
+
+/// How a vote project's record reads back.
+#[derive(Deserialize)]
+struct ProjectRecord {
+    score: ProjectScore,
+    seen: Vec<(u64, String)>,
+}
+
+/// The record for one slot, its value read from the current state (`change` is the slot's last
+/// change: a completed-window entry's sequence number is not kept in the state).
+fn record(unit: Unit, state: &PartitionState, slot: Slot<'_>, change: &Change) -> StateRecord {
+    let (key, value) = match slot {
+        Slot::Project(project) => {
+            let v = state.projects.get(project).and_then(render_project);
+            (unit.key("project", &[project]), v)
+        }
+        Slot::Seen(project, bucket) => {
+            // Buckets are rewritten whole when they change and deleted once every id in them
+            // was forgotten.
+            let window = match unit.topic {
+                InputTopic::Votes => state.projects.get(project).map(|p| &p.seen),
+                _ => state.judge_projects.get(project).map(|p| &p.seen),
+            };
+            let value = window.and_then(|w| {
+                render_bucket(w.range(bucket * SEEN_BUCKET, (bucket + 1) * SEEN_BUCKET))
+            });
+            (unit.key("seen", &[project, &bucket.to_string()]), value)
+        }
+        Slot::Session(project, session) => {
+            let v = state
+                .sessions
+                .projects
+                .get(project)
+                .and_then(|p| p.open.get(session))
+                .and_then(render);
+            (unit.key("session", &[project, session]), v)
+        }
+        Slot::Completed(project, fingerprint) => {
+            let v = match change {
+                Change::Completed { seq, .. } => render(&Seq { seq: *seq }),
+                _ => None,
+            };
+            (unit.key("completed", &[project, &hex(fingerprint)]), v)
+        }
+        Slot::Audit(project) => {
+            let v = state
+                .judge_projects
+                .get(project)
+                .and_then(|p| render(&p.audit));
+            (unit.key("audit", &[project]), v)
+        }
+        Slot::Board(project, category, model) => {
+            let row = state
+                .judge_projects
+                .get(project)
+                .and_then(|p| p.board.rows.get(&(category.to_owned(), model.to_owned())))
+                .and_then(render);
+            (unit.key("board", &[project, category, model]), row)
+        }
+        Slot::Book => {
+            let meta = BookMeta {
+                watermark: state.sessions.watermark,
+                next_seq: state.sessions.next_seq(),
+            };
+            (unit.key("book", &[]), render(&meta))
+        }
+    };
+    StateRecord { key, value }
 }
 
 /// Rebuilds a unit's state from its changelog partition.
@@ -320,6 +411,8 @@ impl Restorer {
         let mut state = PartitionState::journaled();
         let mut offset = None;
         let mut seen: IdMap<String, Vec<(u64, u128)>> = IdMap::default();
+        // Per vote project, the newest id its record counts (see the module doc).
+        let mut counted: IdMap<String, u64> = IdMap::default();
         let mut completed: IdMap<String, Vec<(u64, u128)>> = IdMap::default();
         let mut sessions: IdMap<String, ProjectSessions> = IdMap::default();
         let (mut watermark, mut next_seq) = (None, 0);
@@ -341,12 +434,19 @@ impl Restorer {
                 |s: &str| u128::from_str_radix(s, 16).map_err(|_| bad("fingerprint is not hex"));
             match (kind, ids.as_slice()) {
                 ("offset", []) => offset = v.get("offset").and_then(Value::as_i64),
-                ("score", [project]) => {
-                    let score: ProjectScore = from_value(&key, v)?;
+                ("project", [project]) => {
+                    let record: ProjectRecord = from_value(&key, v)?;
+                    if let Some(newest) = record.seen.iter().map(|(s, _)| *s).max() {
+                        counted.insert(project.to_string(), newest);
+                    }
+                    let entries = seen.entry(project.to_string()).or_default();
+                    for (seq, f) in record.seen {
+                        entries.push((seq, fp(&f)?));
+                    }
                     state.projects.insert(
                         project.to_string(),
                         VoteProject {
-                            score,
+                            score: record.score,
                             seen: RecentIds::default(),
                         },
                     );
@@ -395,15 +495,24 @@ impl Restorer {
                 _ => return Err(bad("unknown kind of state")),
             }
         }
-        for (project, entries) in seen {
-            let window = RecentIds::restore(entries);
+        for (project, mut entries) in seen {
             match self.unit.topic {
                 InputTopic::Votes => {
+                    // Ids newer than the project record's are from a flush cut short: their
+                    // events are not in the score and will be replayed. A cut flush may also
+                    // have written the project's open bucket on its own: the same ids twice.
+                    let newest = counted.get(&project).copied();
+                    entries.retain(|(s, _)| newest.is_some_and(|n| *s <= n));
+                    entries.sort_unstable();
+                    entries.dedup();
                     if let Some(p) = state.projects.get_mut(&project) {
-                        p.seen = window;
+                        p.seen = RecentIds::restore(entries);
                     }
                 }
-                _ => state.judge_projects.entry(project).or_default().seen = window,
+                _ => {
+                    let window = RecentIds::restore(entries);
+                    state.judge_projects.entry(project).or_default().seen = window;
+                }
             }
         }
         for (project, entries) in completed {

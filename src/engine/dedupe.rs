@@ -106,6 +106,11 @@ impl RecentIds {
             .copied()
     }
 
+    /// The sequence number of the newest remembered id.
+    pub fn newest_seq(&self) -> Option<u64> {
+        self.order.back().map(|(s, _)| *s)
+    }
+
     pub fn len(&self) -> usize {
         self.order.len()
     }
