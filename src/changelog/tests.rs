@@ -99,6 +99,26 @@ fn engine(dedupe_window: usize) -> Engine {
     Engine::new(config)
 }
 
+/// A run without interruption: its final state and outputs.
+fn clean_run(
+    engine: &Engine,
+    unit: Unit,
+    payloads: &[String],
+    flush: usize,
+) -> (PartitionState, Vec<String>) {
+    let mut state = PartitionState::journaled();
+    let out = run(
+        engine,
+        unit,
+        &mut state,
+        payloads,
+        0,
+        flush,
+        &mut Vec::new(),
+    );
+    (state, out)
+}
+
 fn check_round_trip(unit: Unit, payloads: &[String], cut: usize, flush: usize) {
     check_round_trip_with(&engine(5), unit, payloads, cut, flush);
 }
@@ -110,17 +130,7 @@ fn check_round_trip_with(
     cut: usize,
     flush: usize,
 ) {
-    // A run without interruption.
-    let mut clean = PartitionState::journaled();
-    let clean_out = run(
-        engine,
-        unit,
-        &mut clean,
-        payloads,
-        0,
-        flush,
-        &mut Vec::new(),
-    );
+    let (mut clean, clean_out) = clean_run(engine, unit, payloads, flush);
     // A run that stops after `cut` records and restores from its changelog.
     let mut log = Vec::new();
     let mut first = PartitionState::journaled();
@@ -271,16 +281,7 @@ fn one_record_per_vote_project_per_flush() {
 /// worth of a project's ids (the default window is 100,000 per project, a flush 100 ms).
 fn check_cut_flush(payloads: &[String], window: usize, flush: usize, cut: usize, keep: usize) {
     let engine = engine(window);
-    let mut clean = PartitionState::journaled();
-    run(
-        &engine,
-        VOTES,
-        &mut clean,
-        payloads,
-        0,
-        flush,
-        &mut Vec::new(),
-    );
+    let (mut clean, _) = clean_run(&engine, VOTES, payloads, flush);
     // Flushes complete through record `cut` (a multiple of `flush`), then one more is cut.
     let mut log = Vec::new();
     let mut first = PartitionState::journaled();
