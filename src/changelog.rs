@@ -16,7 +16,8 @@
 //! the project records of the same flush. So if a crash cuts a flush short, whatever part of it
 //! reached the log restores to a state where every id in the window is counted in the score:
 //! restore drops ids newer than the project record's newest, and the records replayed from the
-//! last complete flush are applied exactly once.
+//! last complete flush are applied exactly once (as long as the dedupe window holds a flush's
+//! worth of the project's ids). Judge-scores state does not have this property yet.
 
 use std::collections::HashMap;
 
@@ -67,7 +68,7 @@ impl Unit {
         }
     }
 
-    /// `["v",3,"score","proj-42"]`: written by hand because it is built for every changed key
+    /// `["v",3,"project","proj-42"]`: written by hand because it is built for every changed key
     /// in every flush; ids are escaped by serde_json.
     fn key(self, kind: &str, ids: &[&str]) -> String {
         let mut key = String::with_capacity(32 + ids.iter().map(|s| s.len() + 3).sum::<usize>());
