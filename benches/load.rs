@@ -14,11 +14,11 @@ mod support;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use jurystream::kafka::clients;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::message::{Message, Timestamp};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{Offset, TopicPartitionList};
 
 use support::{Broker, Service, create_topics, free_port, write_config};
 
@@ -85,12 +85,7 @@ fn raw_consume(bootstrap: &str, topic: &str, n: usize) -> f64 {
         .set("enable.auto.commit", "false")
         .create()
         .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .expect("tpl");
-    }
-    c.assign(&tpl).expect("assign");
+    clients::assign_from_beginning(&c, topic).expect("assign");
     let mut count = 0;
     let mut started = None;
     while count < n {
@@ -248,16 +243,7 @@ fn latency(
         .create()
         .expect("consumer");
     let out_topic = format!("{prefix}.scores");
-    let md = c
-        .fetch_metadata(Some(&out_topic), Duration::from_secs(10))
-        .expect("metadata");
-    let parts = md.topics().first().map_or(0, |t| t.partitions().len()) as i32;
-    let mut tpl = TopicPartitionList::new();
-    for q in 0..parts {
-        tpl.add_partition_offset(&out_topic, q, Offset::Beginning)
-            .expect("tpl");
-    }
-    c.assign(&tpl).expect("assign");
+    let parts = clients::assign_from_beginning(&c, &out_topic).expect("assign");
     let mut lat = Vec::new();
     let mut eof = 0;
     while eof < parts {
@@ -293,12 +279,7 @@ fn raw_latency(bootstrap: &str, prefix: &str, rate: usize, secs: usize) -> (i64,
         .set("fetch.wait.max.ms", fetch_wait_ms())
         .create()
         .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        tpl.add_partition_offset(&topic, p, Offset::Beginning)
-            .expect("tpl");
-    }
-    c.assign(&tpl).expect("assign");
+    clients::assign_from_beginning(&c, &topic).expect("assign");
     let total = rate * (WARMUP_SECS + secs);
     let reader = std::thread::spawn(move || {
         let mut lat = Vec::with_capacity(total);

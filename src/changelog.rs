@@ -373,6 +373,8 @@ fn record(unit: Unit, state: &PartitionState, slot: Slot<'_>, change: &Change) -
 #[derive(Debug)]
 pub struct Restorer {
     unit: Unit,
+    /// How this unit's keys begin (`["v",3,`), to tell its records from the partition's others.
+    prefix: String,
     latest: HashMap<String, Option<Vec<u8>>>,
     /// Records read, for the restore-size metric.
     pub records: u64,
@@ -383,6 +385,7 @@ impl Restorer {
     pub fn new(unit: Unit) -> Self {
         Restorer {
             unit,
+            prefix: format!("[\"{}\",{},", unit.tag(), unit.partition),
             latest: HashMap::new(),
             records: 0,
             bytes: 0,
@@ -398,8 +401,7 @@ impl Restorer {
     pub fn accept(&mut self, key: &[u8], value: Option<&[u8]>) {
         self.records += 1;
         self.bytes += (key.len() + value.map_or(0, <[u8]>::len)) as u64;
-        let prefix = format!("[\"{}\",{},", self.unit.tag(), self.unit.partition);
-        if key.starts_with(prefix.as_bytes()) {
+        if key.starts_with(self.prefix.as_bytes()) {
             self.latest.insert(
                 String::from_utf8_lossy(key).into_owned(),
                 value.map(<[u8]>::to_vec),

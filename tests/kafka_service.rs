@@ -128,6 +128,27 @@ fn sample_shape() -> Shape {
     }
 }
 
+/// A test's working directory, configuration and generated input stream, with its topics
+/// created: `prefix` names the topics, the service reaches the broker at `bootstrap` and serves
+/// HTTP on `http_port`, and `extra` is appended to its configuration.
+struct Setup {
+    dir: tempfile::TempDir,
+    config: std::path::PathBuf,
+    records: Vec<Rec>,
+}
+
+fn setup(bootstrap: &str, prefix: &str, shape: &Shape, http_port: u16, extra: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), prefix, bootstrap, http_port, extra);
+    create_topics(bootstrap, prefix, shape.partitions);
+    let records = stream::generate(prefix, shape);
+    Setup {
+        dir,
+        config,
+        records,
+    }
+}
+
 fn inputs(records: &[Rec]) -> u64 {
     records.len() as u64
 }
@@ -135,11 +156,12 @@ fn inputs(records: &[Rec]) -> u64 {
 #[test]
 fn end_to_end_outputs_equal_replay() {
     let broker = Broker::shared();
-    let dir = tempfile::tempdir().unwrap();
     let prefix = "e2e";
-    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
-    create_topics(&broker.bootstrap, prefix, 3);
-    let records = stream::generate(prefix, &sample_shape());
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(&broker.bootstrap, prefix, &sample_shape(), free_port(), "");
     produce(&broker.bootstrap, &records);
     let expect = replayed(&config, &records);
     assert!(
@@ -169,17 +191,18 @@ fn end_to_end_outputs_equal_replay() {
 #[test]
 fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
     let broker = Broker::shared();
-    let dir = tempfile::tempdir().unwrap();
     let prefix = "crash";
-    let config = write_config(
-        dir.path(),
-        prefix,
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(
         &broker.bootstrap,
+        prefix,
+        &sample_shape(),
         free_port(),
         "[output]\nscores_coalesce_ms = 0\n",
     );
-    create_topics(&broker.bootstrap, prefix, 3);
-    let records = stream::generate(prefix, &sample_shape());
     let expect = replayed(&config, &records);
     // The stream arrives in four parts; an incarnation is killed (-9) in each of the first three:
     // after its work was committed, in the middle of processing, and right after start-up.
@@ -244,11 +267,13 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
 #[test]
 fn a_crash_between_changelog_and_commit_is_not_counted_twice() {
     let broker = Broker::shared();
-    let dir = tempfile::tempdir().unwrap();
     let prefix = "window";
-    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
-    create_topics(&broker.bootstrap, prefix, 3);
-    let records = stream::generate(
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(
+        &broker.bootstrap,
         prefix,
         &Shape {
             partitions: 3,
@@ -256,6 +281,8 @@ fn a_crash_between_changelog_and_commit_is_not_counted_twice() {
             batches_per_project: 6,
             sessions_per_project: 3,
         },
+        free_port(),
+        "",
     );
     produce(&broker.bootstrap, &records);
     let expect = replayed(&config, &records);
@@ -287,11 +314,13 @@ fn a_crash_between_changelog_and_commit_is_not_counted_twice() {
 #[test]
 fn sigterm_finishes_commits_and_a_restart_redoes_nothing() {
     let broker = Broker::shared();
-    let dir = tempfile::tempdir().unwrap();
     let prefix = "term";
-    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
-    create_topics(&broker.bootstrap, prefix, 3);
-    let records = stream::generate(
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(
+        &broker.bootstrap,
         prefix,
         &Shape {
             partitions: 3,
@@ -299,6 +328,8 @@ fn sigterm_finishes_commits_and_a_restart_redoes_nothing() {
             batches_per_project: 4,
             sessions_per_project: 2,
         },
+        free_port(),
+        "",
     );
     produce(&broker.bootstrap, &records);
     let service = Service::start(&config, dir.path().join("a.log"));
@@ -354,11 +385,13 @@ fn broker_outage_is_reported_by_readyz_and_loses_nothing() {
     let broker = Broker::tansu_advertising(broker_port, proxy_port).expect("tansu");
     let proxy = Proxy::start(proxy_port, broker_port);
     let bootstrap = format!("127.0.0.1:{proxy_port}");
-    let dir = tempfile::tempdir().unwrap();
     let prefix = "outage";
-    let config = write_config(dir.path(), prefix, &bootstrap, free_port(), "");
-    create_topics(&bootstrap, prefix, 3);
-    let records = stream::generate(
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(
+        &bootstrap,
         prefix,
         &Shape {
             partitions: 3,
@@ -366,6 +399,8 @@ fn broker_outage_is_reported_by_readyz_and_loses_nothing() {
             batches_per_project: 6,
             sessions_per_project: 2,
         },
+        free_port(),
+        "",
     );
     let expect = replayed(&config, &records);
     let half = records.len() / 2;
@@ -421,10 +456,13 @@ fn an_independent_python_client_produces_inputs_and_reads_outputs() {
         panic!(".venv is missing: run scripts/install-python.sh (scripts/test.sh does)");
     }
     let broker = Broker::shared();
-    let dir = tempfile::tempdir().unwrap();
     let prefix = "interop";
-    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
-    let records = stream::generate(
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(
+        &broker.bootstrap,
         prefix,
         &Shape {
             partitions: 3,
@@ -432,10 +470,11 @@ fn an_independent_python_client_produces_inputs_and_reads_outputs() {
             batches_per_project: 5,
             sessions_per_project: 3,
         },
+        free_port(),
+        "",
     );
     let input = dir.path().join("input.jsonl");
     std::fs::write(&input, stream::replay_lines(&records)).unwrap();
-    create_topics(&broker.bootstrap, prefix, 3);
     let status = std::process::Command::new(python)
         .args([
             "tests/python/interop.py",
@@ -509,12 +548,14 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
         String::from_utf8_lossy(&promtool.stdout)
     );
     let broker = Broker::shared();
-    let dir = tempfile::tempdir().unwrap();
     let prefix = "dash";
     let http_port = free_port();
-    let config = write_config(dir.path(), prefix, &broker.bootstrap, http_port, "");
-    create_topics(&broker.bootstrap, prefix, 3);
-    let records = stream::generate(
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(
+        &broker.bootstrap,
         prefix,
         &Shape {
             partitions: 3,
@@ -522,6 +563,8 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
             batches_per_project: 5,
             sessions_per_project: 3,
         },
+        http_port,
+        "",
     );
     let service = Service::start(&config, dir.path().join("s.log"));
     assert!(service.wait_ready(Duration::from_secs(60)));

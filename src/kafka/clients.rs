@@ -5,8 +5,10 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
 
 use super::ServiceError;
 use crate::config::Config;
@@ -49,6 +51,22 @@ pub fn base_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
         }
     }
     Ok(c)
+}
+
+/// Assigns every partition of `topic` to `consumer`, from the beginning, and returns how many
+/// there are (none when the topic does not exist). For reading a whole table: the reputation
+/// bootstrap here, and the tests' and benchmarks' readers of output topics.
+pub fn assign_from_beginning<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+) -> Result<usize, KafkaError> {
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let mut tpl = TopicPartitionList::new();
+    for p in md.topics().iter().flat_map(|t| t.partitions()) {
+        tpl.add_partition_offset(topic, p.id(), Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    Ok(tpl.count())
 }
 
 /// librdkafka's limit for a message must cover the largest accepted payload plus its envelope.

@@ -829,18 +829,8 @@ fn bootstrap_reputations(
     reader: &BaseConsumer<QuietReader>,
     cfg: &Config,
 ) -> Result<(), ServiceError> {
-    let md = reader.fetch_metadata(Some(&cfg.topics.reputations), Duration::from_secs(10))?;
-    let partitions: Vec<i32> = md
-        .topics()
-        .first()
-        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
-        .unwrap_or_default();
-    let mut tpl = TopicPartitionList::new();
-    for p in &partitions {
-        tpl.add_partition_offset(&cfg.topics.reputations, *p, Offset::Beginning)?;
-    }
-    reader.assign(&tpl)?;
-    let complete = read_to_end(reader, partitions.len(), "reputation bootstrap", |m| {
+    let partitions = clients::assign_from_beginning(reader, &cfg.topics.reputations)?;
+    let complete = read_to_end(reader, partitions, "reputation bootstrap", |m| {
         lock(core).reputation(m)
     })?;
     if !complete {

@@ -17,11 +17,12 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{Offset, TopicPartitionList};
+
+use jurystream::kafka::clients;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_jurystream");
 
@@ -514,20 +515,7 @@ pub fn read_all(
         .set("fetch.wait.max.ms", "10")
         .create()
         .expect("consumer");
-    let md = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .expect("metadata");
-    let partitions: Vec<i32> = md
-        .topics()
-        .first()
-        .map(|t| t.partitions().iter().map(|p| p.id()).collect())
-        .unwrap_or_default();
-    let mut tpl = TopicPartitionList::new();
-    for p in &partitions {
-        tpl.add_partition_offset(topic, *p, Offset::Beginning)
-            .expect("partition");
-    }
-    consumer.assign(&tpl).expect("assign");
+    let partitions = clients::assign_from_beginning(&consumer, topic).expect("assign") as i32;
     let mut out = Vec::new();
     let mut eof: HashMap<i32, bool> = HashMap::new();
     let deadline = Instant::now() + timeout;
@@ -545,9 +533,7 @@ pub fn read_all(
             }
             _ => {}
         }
-        let all_eof = partitions
-            .iter()
-            .all(|p| eof.get(p).copied().unwrap_or(false));
+        let all_eof = (0..partitions).all(|p| eof.get(&p).copied().unwrap_or(false));
         if all_eof && out.len() >= min {
             break;
         }
