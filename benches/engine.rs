@@ -1,10 +1,14 @@
-//! Core benchmarks: the HumanJudge update on pre-parsed batches, and the whole
-//! parse + validate + apply path on ~200-byte events. Run: `cargo bench --bench engine`.
+//! Core benchmarks: the HumanJudge update on pre-parsed batches, the whole
+//! parse + validate + apply path on ~200-byte events, and the service's per-epoch core work
+//! (journaled state, full dedupe windows, changelog rendering). Run: `cargo bench --bench engine`.
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use jurystream::changelog::{self, Unit};
 
 use jurystream::config::Config;
 use jurystream::engine::bias::{audit_session, session_alerts};
@@ -15,7 +19,7 @@ use jurystream::engine::reputation::ReputationTable;
 use jurystream::engine::session::Session;
 use jurystream::engine::time::EventTime;
 use jurystream::engine::vote::{Vote, VoteBatch};
-use jurystream::engine::{Engine, PartitionState, Record};
+use jurystream::engine::{Engine, InputTopic, PartitionState, Record};
 
 const EVENTS: usize = 10_000;
 const PROJECTS: usize = 100;
@@ -111,6 +115,82 @@ fn bench_parse_validate_apply(c: &mut Criterion) {
     group.finish();
 }
 
+/// Events per epoch in [`bench_journaled_epoch`]: 100 ms at 100,000 events/s.
+const EPOCH: usize = 10_000;
+
+/// The load benchmark's event (benches/load.rs): two votes, ~210 bytes.
+fn load_event(i: usize, projects: usize) -> String {
+    format!(
+        r#"{{"event_id":"ev-{i:010}","project_id":"proj-{:06}","occurred_at":{},"item_id":"trace-{i:08}","votes":[{{"voter_id":"u-{:04}","verdict":"pass","reputation":0.9}},{{"voter_id":"u-8","value":0.75}}]}}"#,
+        i % projects,
+        1_795_168_800_000 + i as i64,
+        i % 1000
+    )
+}
+
+/// What the service's processing thread does per epoch, minus Kafka: parse, validate and apply
+/// [`EPOCH`] events to a journaled partition state, then render the epoch's changelog records.
+/// The state is warmed first with 100,000 events, so one project's dedupe window is full (every
+/// event also evicts an id) and 10,000 projects all exist.
+fn bench_journaled_epoch(c: &mut Criterion) {
+    let engine = Engine::new(Config::default());
+    let reps = ReputationTable::default();
+    let unit = Unit {
+        topic: InputTopic::Votes,
+        partition: 0,
+    };
+    let mut group = c.benchmark_group("epoch");
+    group.throughput(Throughput::Elements(EPOCH as u64));
+    group.sample_size(20);
+    for projects in [1, 10_000] {
+        let mut state = PartitionState::journaled();
+        let mut out = Vec::<Output>::with_capacity(4);
+        let mut next = 0;
+        let mut apply = |state: &mut PartitionState, payloads: &[String]| {
+            for p in payloads {
+                out.clear();
+                let record = Record {
+                    topic: "jury.votes",
+                    partition: Some(0),
+                    offset: Some(next),
+                    key: None,
+                    timestamp_ms: None,
+                    payload: Some(p.as_bytes()),
+                };
+                next += 1;
+                black_box(engine.process(state, &reps, &record, &mut out));
+            }
+            let changes = state.journal.as_mut().map(std::mem::take);
+            black_box(changelog::records(
+                unit,
+                state,
+                &changes.unwrap_or_default(),
+            ));
+        };
+        let mut made = 0;
+        let mut make = |n: usize| -> Vec<String> {
+            made += n;
+            (made - n..made).map(|i| load_event(i, projects)).collect()
+        };
+        for _ in 0..10 {
+            apply(&mut state, &make(EPOCH));
+        }
+        group.bench_function(format!("journaled_{projects}_projects"), |b| {
+            b.iter_custom(|iters| {
+                let mut took = Duration::ZERO;
+                for _ in 0..iters {
+                    let payloads = make(EPOCH);
+                    let started = Instant::now();
+                    apply(&mut state, &payloads);
+                    took += started.elapsed();
+                }
+                took
+            })
+        });
+    }
+    group.finish();
+}
+
 /// A 5-judge x 5-candidate session with metadata, as `Session::add` builds it.
 pub fn five_by_five() -> Session {
     let mut s = Session {
@@ -172,6 +252,7 @@ criterion_group!(
     benches,
     bench_apply_prepared,
     bench_parse_validate_apply,
+    bench_journaled_epoch,
     bench_complete_session
 );
 criterion_main!(benches);

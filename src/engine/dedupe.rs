@@ -98,12 +98,26 @@ impl RecentIds {
     }
 
     /// The remembered ids with `lo <= seq < hi`, in order (the window is sorted by seq).
-    pub fn range(&self, lo: u64, hi: u64) -> impl Iterator<Item = (u64, u128)> + '_ {
-        let start = self.order.partition_point(|(s, _)| *s < lo);
-        self.order
-            .range(start..)
-            .take_while(move |(s, _)| *s < hi)
-            .copied()
+    /// Exact-sized, so a renderer can reserve what the ids need.
+    pub fn range(&self, lo: u64, hi: u64) -> impl ExactSizeIterator<Item = (u64, u128)> + '_ {
+        let start = self.index(lo);
+        let end = self.index(hi).max(start);
+        self.order.range(start..end).copied()
+    }
+
+    /// Where the first id with a sequence number of at least `seq` is (or would be). A window
+    /// holds consecutive numbers unless it was restored from a changelog with gaps, so this is
+    /// arithmetic almost always: a binary search per changelog record was a tenth of the
+    /// changelog's cost.
+    fn index(&self, seq: u64) -> usize {
+        match (self.order.front(), self.order.back()) {
+            (Some(&(first, _)), Some(&(last, _)))
+                if last.checked_sub(first) == Some(self.order.len() as u64 - 1) =>
+            {
+                (seq.saturating_sub(first) as usize).min(self.order.len())
+            }
+            _ => self.order.partition_point(|(s, _)| *s < seq),
+        }
     }
 
     /// The sequence number of the newest remembered id.
@@ -147,6 +161,72 @@ mod tests {
         // would silently break every restored dedupe window.
         assert_ne!(fingerprint("ev-0001"), fingerprint("ev-0002"));
         assert_eq!(fingerprint(""), 0x99aa06d3014798d86001c324468d497f);
+    }
+
+    /// `range` agrees with filtering by sequence number, for a window of consecutive numbers
+    /// (arithmetic) and one with gaps (binary search), at every bound.
+    #[test]
+    fn range_selects_by_sequence_number() {
+        let consecutive = RecentIds::restore((10..20).map(|s| (s, s as u128)).collect());
+        let gaps = RecentIds::restore([3, 4, 7, 8, 9, 15].map(|s| (s, s as u128)).to_vec());
+        for ids in [&consecutive, &gaps] {
+            for lo in 0..25 {
+                for hi in 0..25 {
+                    let expected: Vec<(u64, u128)> = ids
+                        .order
+                        .iter()
+                        .copied()
+                        .filter(|(s, _)| lo <= *s && *s < hi)
+                        .collect();
+                    let got = ids.range(lo, hi);
+                    assert_eq!(got.len(), expected.len(), "{lo}..{hi}");
+                    assert_eq!(got.collect::<Vec<_>>(), expected, "{lo}..{hi}");
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The window behaves like the plain definition (the last `capacity` accepted ids, in
+        /// order) however ids repeat, come back after being forgotten, and stale entries are
+        /// swept; a restore from its entries continues identically.
+        #[test]
+        fn matches_the_plain_definition(
+            ids in proptest::collection::vec(0u16..300, 0..2000),
+            capacity in 1usize..150,
+        ) {
+            let mut window = RecentIds::default();
+            let mut plain: VecDeque<(u64, String)> = VecDeque::new();
+            let mut next = 0;
+            for id in ids.iter().map(|i| format!("ev-{i}")) {
+                let known = plain.iter().any(|(_, p)| *p == id);
+                proptest::prop_assert_eq!(window.contains(&id), known);
+                let got = window.insert(&id, capacity);
+                if known {
+                    proptest::prop_assert!(got.is_none());
+                    continue;
+                }
+                plain.push_back((next, id.clone()));
+                let mut evicted = Vec::new();
+                while plain.len() > capacity {
+                    if let Some((s, p)) = plain.pop_front() {
+                        evicted.push((s, fingerprint(&p)));
+                    }
+                }
+                let expected = Remembered { fingerprint: fingerprint(&id), seq: next, evicted };
+                proptest::prop_assert_eq!(got, Some(expected));
+                next += 1;
+            }
+            let entries: Vec<(u64, u128)> = window.range(0, u64::MAX).collect();
+            let plain_entries: Vec<(u64, u128)> =
+                plain.iter().map(|(s, p)| (*s, fingerprint(p))).collect();
+            proptest::prop_assert_eq!(&entries, &plain_entries);
+            let mut restored = RecentIds::restore(entries);
+            proptest::prop_assert_eq!(&restored, &window);
+            for id in ["ev-0", "ev-1", "ev-new"] {
+                proptest::prop_assert_eq!(restored.insert(id, capacity), window.insert(id, capacity));
+            }
+        }
     }
 
     #[test]

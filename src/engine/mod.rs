@@ -22,6 +22,7 @@ pub mod time;
 pub mod vote;
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use serde::Serialize;
 
@@ -122,10 +123,16 @@ pub struct PartitionState {
 
 /// One piece of partition state that changed. The Kafka runtime writes the current value of
 /// each (or a tombstone, if it is gone) to the changelog; replay does not journal.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    /// A project's vote score.
-    Score { project: String },
+    /// A vote project's score changed, the ids numbered `seen` entered its dedupe window and
+    /// those numbered `forgot` left it. Consecutive batches of one project extend one change:
+    /// a busy project costs one journal entry per flush, not three per event.
+    Votes {
+        project: String,
+        seen: Range<u64>,
+        forgot: Range<u64>,
+    },
     /// An event id entered the project's dedupe window (`seq` orders the window).
     Seen { project: String, seq: u64 },
     /// An event id left the dedupe window.
@@ -167,6 +174,24 @@ impl PartitionState {
         }
     }
 
+    /// Notes an applied vote batch: the score changed, `r` says which ids entered and left the
+    /// window (none when the batch was not remembered).
+    fn note_votes(&mut self, project: &str, r: Option<&Remembered>) {
+        let Some(journal) = &mut self.journal else {
+            return;
+        };
+        let seen = r.map_or(0..0, |r| r.seq..r.seq + 1);
+        let mut forgot = r
+            .into_iter()
+            .flat_map(|r| &r.evicted)
+            .map(|(s, _)| *s..s + 1);
+        extend_votes(journal, project, seen, forgot.next().unwrap_or(0..0));
+        // More than one id leaves only when the window shrank; they join unless it has gaps.
+        for f in forgot {
+            extend_votes(journal, project, 0..0, f);
+        }
+    }
+
     fn note_window(&mut self, project: &str, r: &Remembered, completed: bool) {
         if self.journal.is_none() {
             return;
@@ -202,6 +227,38 @@ impl PartitionState {
                 }
             });
         }
+    }
+}
+
+/// Adds a vote batch to the journal's last change when that is the same project's and both
+/// ranges continue it; else appends a change.
+fn extend_votes(journal: &mut Vec<Change>, project: &str, seen: Range<u64>, forgot: Range<u64>) {
+    if let Some(Change::Votes {
+        project: p,
+        seen: s,
+        forgot: f,
+    }) = journal.last_mut()
+        && p == project
+        && let (Some(s2), Some(f2)) = (join(s, &seen), join(f, &forgot))
+    {
+        (*s, *f) = (s2, f2);
+        return;
+    }
+    journal.push(Change::Votes {
+        project: project.to_owned(),
+        seen,
+        forgot,
+    });
+}
+
+/// `a` followed by `b` as one range, if that is one (either is empty, or they are adjacent).
+fn join(a: &Range<u64>, b: &Range<u64>) -> Option<Range<u64>> {
+    if b.is_empty() {
+        Some(a.clone())
+    } else if a.is_empty() {
+        Some(b.clone())
+    } else {
+        (a.end == b.start).then_some(a.start..b.end)
     }
 }
 
@@ -453,14 +510,7 @@ impl Engine {
             value: OutputValue::Score(value),
             alert: None,
         });
-        if state.journal.is_some() {
-            state.note(|| Change::Score {
-                project: batch.project_id.to_owned(),
-            });
-            if let Some(r) = &remembered {
-                state.note_window(batch.project_id, r, false);
-            }
-        }
+        state.note_votes(batch.project_id, remembered.as_ref());
         Ok(if step.late {
             Outcome::Late
         } else {

@@ -670,3 +670,39 @@ fn biased_session_emits_alerts_after_consensus() {
     assert!(c["bias"]["length_r"].as_f64().unwrap() > 0.95);
     assert_eq!(c["bias"]["risk"], "medium");
 }
+
+/// Consecutive batches of one project share one journal entry; another project in between, or
+/// a gap in the evicted ids (a window restored with gaps), starts a new one.
+#[test]
+fn vote_journal_joins_consecutive_batches() {
+    let mut state = PartitionState::journaled();
+    let remembered = |seq: u64, evicted: &[u64]| Remembered {
+        fingerprint: u128::from(seq),
+        seq,
+        evicted: evicted.iter().map(|s| (*s, u128::from(*s))).collect(),
+    };
+    let votes = |project: &str, seen: Range<u64>, forgot: Range<u64>| Change::Votes {
+        project: project.into(),
+        seen,
+        forgot,
+    };
+    for (seq, evicted) in [(0, &[][..]), (1, &[]), (2, &[0]), (3, &[1])] {
+        state.note_votes("a", Some(&remembered(seq, evicted)));
+    }
+    assert_eq!(state.journal, Some(vec![votes("a", 0..4, 0..2)]));
+    state.note_votes("b", Some(&remembered(0, &[])));
+    state.note_votes("a", Some(&remembered(4, &[2])));
+    state.note_votes("a", Some(&remembered(5, &[4])));
+    state.note_votes("a", None);
+    state.note_votes("a", Some(&remembered(6, &[5, 7])));
+    assert_eq!(
+        state.journal,
+        Some(vec![
+            votes("a", 0..4, 0..2),
+            votes("b", 0..1, 0..0),
+            votes("a", 4..5, 2..3),
+            votes("a", 5..7, 4..6),
+            votes("a", 0..0, 7..8),
+        ])
+    );
+}

@@ -18,7 +18,6 @@
 
 pub mod clients;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -117,7 +116,7 @@ struct Delivery {
     failures: AtomicU64,
     last_failure: Mutex<Option<String>>,
     /// Acknowledged records per epoch.
-    acked: Mutex<HashMap<u64, u64>>,
+    acked: Mutex<IdMap<u64, u64>>,
     /// Delivery reports served so far, acknowledged or failed.
     reports: AtomicU64,
 }
@@ -183,7 +182,7 @@ struct Coalescer {
 struct Core {
     engine: Engine,
     producer: BaseProducer<Delivery>,
-    units: HashMap<(InputTopic, i32), Owned>,
+    units: IdMap<(InputTopic, i32), Owned>,
     reputations: ReputationTable,
     coalescer: Coalescer,
     out: Vec<Output>,
@@ -211,7 +210,7 @@ struct Core {
 /// counter lookup per record would cost more than parsing some records.
 #[derive(Default)]
 struct Tally {
-    counts: HashMap<(InputTopic, Outcome), u64>,
+    counts: IdMap<(InputTopic, Outcome), u64>,
 }
 
 impl Tally {
@@ -431,32 +430,45 @@ impl Core {
                 .observe(started.elapsed().as_secs_f64());
         }
         self.tally.count(topic, outcome);
-        let outs = std::mem::take(&mut self.out);
-        let result = self.route(&outs);
+        let mut outs = std::mem::take(&mut self.out);
+        let result = self.route(&mut outs);
         self.out = outs;
         result
     }
 
-    /// Publishes outputs, holding back scores that fall inside their project's coalescing interval.
-    fn route(&mut self, outs: &[Output]) -> Result<(), ServiceError> {
+    /// Publishes outputs, holding back scores that fall inside their project's coalescing
+    /// interval. A held score replaces the one held before it in place: with one busy project
+    /// nearly every event is held, and cloning keys and outputs for that cost more than the
+    /// score itself.
+    fn route(&mut self, outs: &mut Vec<Output>) -> Result<(), ServiceError> {
         let interval = Duration::from_millis(self.config().output.scores_coalesce_ms);
-        for out in outs {
+        for out in outs.drain(..) {
             if out.topic == OutputTopic::Scores && !interval.is_zero() {
-                let key = out.key.clone().unwrap_or_default();
+                let key = out.key.as_deref().unwrap_or_default();
                 let now = self.now;
                 let recent = self
                     .coalescer
                     .last
-                    .get(&key)
+                    .get(key)
                     .is_some_and(|t| now.duration_since(*t) < interval);
                 if recent {
-                    self.coalescer.held.insert(key, out.clone());
+                    match self.coalescer.held.get_mut(key) {
+                        Some(held) => *held = out,
+                        None => {
+                            self.coalescer.held.insert(key.to_owned(), out);
+                        }
+                    }
                     continue;
                 }
-                self.coalescer.held.remove(&key);
-                self.coalescer.last.insert(key, now);
+                self.coalescer.held.remove(key);
+                match self.coalescer.last.get_mut(key) {
+                    Some(at) => *at = now,
+                    None => {
+                        self.coalescer.last.insert(key.to_owned(), now);
+                    }
+                }
             }
-            self.publish(out)?;
+            self.publish(&out)?;
         }
         Ok(())
     }
@@ -866,13 +878,13 @@ pub fn run(
                 .collect(),
             failures: AtomicU64::new(0),
             last_failure: Mutex::new(None),
-            acked: Mutex::new(HashMap::new()),
+            acked: Mutex::new(IdMap::default()),
             reports: AtomicU64::new(0),
         })?;
     let core = Arc::new(Mutex::new(Core {
         engine: Engine::new(config.clone()),
         producer,
-        units: HashMap::new(),
+        units: IdMap::default(),
         reputations: ReputationTable::default(),
         coalescer: Coalescer::default(),
         out: Vec::new(),
