@@ -1,10 +1,11 @@
 //! Service load benchmark: in one run, against one broker, for 1, 10,000 and 100,000 projects:
-//! (a) a raw rdkafka consume loop that only counts messages, and (b) jurystream end to end
-//! (consume, parse, apply, produce outputs and changelog, commit), each over the same preloaded
-//! ~200-byte events; then event-to-publish latency at a fixed offered rate of 10,000 events/s.
+//! (a) a raw rdkafka consume loop that only counts messages, (b) jurystream end to end (consume,
+//! parse, apply, produce outputs and changelog, commit), and (c) a raw loop that consumes and
+//! produces as many records per event as jurystream did, each over the same preloaded ~200-byte
+//! events; then event-to-publish latency at a fixed offered rate of 10,000 events/s.
 //!
 //! Run: `cargo bench --bench load` (uses `KAFKA_BOOTSTRAP_SERVERS`, else starts tansu). Set
-//! `LOAD_EVENTS` to change the number of preloaded events per scenario (default 200000),
+//! `LOAD_EVENTS` to change the number of preloaded events per scenario (default 1000000),
 //! `LOAD_PROJECTS` to run only some scenarios (comma-separated project counts, default
 //! `1,10000,100000`; empty for none), `LOAD_LATENCY=0` to skip the latency runs,
 //! `LOAD_FETCH_WAIT_MS` for every consumer's `fetch.wait.max.ms` (default 10).
@@ -76,8 +77,8 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// (a): assign every partition from the beginning and count messages until `n` arrived.
-fn raw_consume(bootstrap: &str, topic: &str, n: usize) -> f64 {
+/// A plain consumer of every partition of `topic`, from the beginning.
+fn raw_consumer(bootstrap: &str, topic: &str) -> BaseConsumer {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", format!("raw-{}", free_port()))
@@ -86,6 +87,12 @@ fn raw_consume(bootstrap: &str, topic: &str, n: usize) -> f64 {
         .create()
         .expect("consumer");
     clients::assign_from_beginning(&c, topic).expect("assign");
+    c
+}
+
+/// (a): assign every partition from the beginning and count messages until `n` arrived.
+fn raw_consume(bootstrap: &str, topic: &str, n: usize) -> f64 {
+    let c = raw_consumer(bootstrap, topic);
     let mut count = 0;
     let mut started = None;
     while count < n {
@@ -94,6 +101,43 @@ fn raw_consume(bootstrap: &str, topic: &str, n: usize) -> f64 {
             count += 1;
         }
     }
+    count as f64 / started.map_or(1.0, |s| s.elapsed().as_secs_f64())
+}
+
+/// (c): the same I/O without jurystream: consume like (a) and, per consumed message, produce
+/// `per_event` records (jurystream's measured outputs and changelog records per event, the
+/// fraction carried over) through an idempotent producer, until every one is acknowledged. The
+/// records are copies of the consumed message (jurystream's changelog records are larger), so
+/// this is a lower bound on what writing jurystream's records costs on the same broker.
+fn raw_consume_produce(bootstrap: &str, topic: &str, out: &str, n: usize, per_event: f64) -> f64 {
+    let c = raw_consumer(bootstrap, topic);
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer");
+    let (mut count, mut owed) = (0, 0.0);
+    let mut started = None;
+    while count < n {
+        let Some(Ok(m)) = c.poll(Duration::from_millis(100)) else {
+            continue;
+        };
+        started.get_or_insert_with(Instant::now);
+        count += 1;
+        owed += per_event;
+        while owed >= 1.0 {
+            owed -= 1.0;
+            let mut rec = BaseRecord::<[u8], [u8]>::to(out).partition(m.partition());
+            rec = rec.key(m.key().unwrap_or_default());
+            rec = rec.payload(m.payload().unwrap_or_default());
+            while let Err((_, back)) = p.send(rec) {
+                p.poll(Duration::from_millis(1));
+                rec = back;
+            }
+        }
+        p.poll(Duration::ZERO);
+    }
+    p.flush(Duration::from_secs(120)).expect("flush");
     count as f64 / started.map_or(1.0, |s| s.elapsed().as_secs_f64())
 }
 
@@ -317,7 +361,9 @@ fn main() {
     let n: usize = std::env::var("LOAD_EVENTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200_000);
+        // A million: at 600,000 events/s a run of 200,000 lasted a third of a second, and the
+        // commit at its end and the 20 ms metric polling were a visible part of it.
+        .unwrap_or(1_000_000);
     let broker = Broker::shared();
     let run = std::process::id();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -326,9 +372,9 @@ fn main() {
         broker.bootstrap
     );
     println!(
-        "| projects | raw consume (msg/s) | jurystream end to end (events/s) | ratio | outputs per event | changelog records per event |"
+        "| projects | raw consume (msg/s) | jurystream end to end (events/s) | ratio | outputs per event | changelog records per event | raw consume + produce as many records (events/s) | jurystream / that |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     let scenarios: Vec<usize> = std::env::var("LOAD_PROJECTS")
         .unwrap_or_else(|_| "1,10000,100000".into())
         .split(',')
@@ -350,9 +396,13 @@ fn main() {
         let raw = raw_consume(&broker.bootstrap, &topic, n);
         let (svc, outputs, changelog) =
             service_throughput(&broker.bootstrap, dir.path(), &prefix, n);
+        // A topic this vote-only load leaves empty.
+        let out = format!("{prefix}.consensus");
+        let io = raw_consume_produce(&broker.bootstrap, &topic, &out, n, outputs + changelog);
         println!(
-            "| {projects} | {raw:.0} | {svc:.0} | {:.0}% | {outputs:.2} | {changelog:.2} |",
-            100.0 * svc / raw
+            "| {projects} | {raw:.0} | {svc:.0} | {:.0}% | {outputs:.2} | {changelog:.2} | {io:.0} | {:.0}% |",
+            100.0 * svc / raw,
+            100.0 * svc / io
         );
     }
     if std::env::var("LOAD_LATENCY").is_ok_and(|v| v == "0") {
