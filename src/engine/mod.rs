@@ -133,9 +133,9 @@ pub enum Change {
         seen: Range<u64>,
         forgot: Range<u64>,
     },
-    /// An event id entered the project's dedupe window (`seq` orders the window).
+    /// A ballot id entered a judge-scores project's dedupe window (`seq` orders the window).
     Seen { project: String, seq: u64 },
-    /// An event id left the dedupe window.
+    /// A ballot id left a judge-scores project's dedupe window.
     Forgot { project: String, seq: u64 },
     /// An open session changed, opened or completed.
     Session { project: String, session: String },
@@ -192,6 +192,8 @@ impl PartitionState {
         }
     }
 
+    /// Notes a judge-scores window change: a ballot id (`completed` false) or a completed
+    /// session id entered the project's window, and the ids `r` evicted left it.
     fn note_window(&mut self, project: &str, r: &Remembered, completed: bool) {
         if self.journal.is_none() {
             return;
