@@ -69,18 +69,25 @@ impl Unit {
         }
     }
 
+    /// Appends how every key of this unit begins, `["v",3,`: the one definition that keys are
+    /// written with and that [`Restorer`] recognises its unit's records by.
+    fn push_prefix(self, s: &mut String) {
+        s.push_str("[\"");
+        s.push_str(self.tag());
+        s.push_str("\",");
+        if self.partition < 0 {
+            s.push('-');
+        }
+        push_u64(s, u64::from(self.partition.unsigned_abs()));
+        s.push(',');
+    }
+
     /// `["v",3,"project","proj-42"]`: written by hand because it is built for every changed key
     /// in every flush; ids are escaped by serde_json.
     fn key(self, kind: &str, ids: &[&str]) -> String {
         let mut key = String::with_capacity(32 + ids.iter().map(|s| s.len() + 3).sum::<usize>());
-        key.push_str("[\"");
-        key.push_str(self.tag());
-        key.push_str("\",");
-        if self.partition < 0 {
-            key.push('-');
-        }
-        push_u64(&mut key, u64::from(self.partition.unsigned_abs()));
-        key.push_str(",\"");
+        self.push_prefix(&mut key);
+        key.push('"');
         key.push_str(kind);
         key.push('"');
         for id in ids {
@@ -217,13 +224,17 @@ fn open_bucket(state: &PartitionState, project: &str) -> Option<u64> {
     state
         .projects
         .get(project)
-        .and_then(|p| p.seen.newest_seq())
-        .map(|s| s / SEEN_BUCKET)
+        .and_then(|p| bucket_of_newest(&p.seen))
+}
+
+/// The bucket of a window's newest id: a vote project's open bucket, carried in its record.
+fn bucket_of_newest(window: &RecentIds) -> Option<u64> {
+    window.newest_seq().map(|s| s / SEEN_BUCKET)
 }
 
 impl Change {
-    /// The slots this change rewrites in `unit`, given the open bucket of each vote project
-    /// after the flush's changes.
+    /// The slots this change rewrites, given the open bucket of each vote project after the
+    /// flush's changes.
     fn slots<'a>(
         &'a self,
         open_bucket: &mut impl FnMut(&'a str) -> Option<u64>,
@@ -319,7 +330,7 @@ fn render_project(project: &VoteProject) -> Option<String> {
     serde_json::to_writer(&mut out, &project.score).ok()?;
     out.extend_from_slice(b",\"seen\":");
     let mut s = String::from_utf8(out).ok()?;
-    let bucket = project.seen.newest_seq().map_or(0, |s| s / SEEN_BUCKET);
+    let bucket = bucket_of_newest(&project.seen).unwrap_or(0);
     push_bucket(
         &mut s,
         project
@@ -415,7 +426,11 @@ impl Restorer {
     pub fn new(unit: Unit) -> Self {
         Restorer {
             unit,
-            prefix: format!("[\"{}\",{},", unit.tag(), unit.partition),
+            prefix: {
+                let mut prefix = String::new();
+                unit.push_prefix(&mut prefix);
+                prefix
+            },
             latest: HashMap::new(),
             records: 0,
             bytes: 0,
@@ -532,12 +547,10 @@ impl Restorer {
             match self.unit.topic {
                 InputTopic::Votes => {
                     // Ids newer than the project record's are from a flush cut short: their
-                    // events are not in the score and will be replayed. A cut flush may also
-                    // have written the project's open bucket on its own: the same ids twice.
+                    // events are not in the score and will be replayed. (Ids written twice by
+                    // a cut flush are merged by `RecentIds::restore`.)
                     let newest = counted.get(&project).copied();
                     entries.retain(|(s, _)| newest.is_some_and(|n| *s <= n));
-                    entries.sort_unstable();
-                    entries.dedup();
                     if let Some(p) = state.projects.get_mut(&project) {
                         p.seen = RecentIds::restore(entries);
                     }

@@ -171,11 +171,14 @@ struct Owned {
 }
 
 /// Score coalescing: a project's first update in an interval is published at once, later ones
-/// are held and the latest is published when the interval (or the cycle) ends.
-#[derive(Default)]
-struct Coalescer {
-    last: IdMap<String, Instant>,
-    held: IdMap<String, Output>,
+/// are held and the latest is published when the interval (or the cycle) ends. Keyed by project.
+type Coalescer = IdMap<String, Coalesced>;
+
+/// One project's coalescing: when its score was last published, and the newest update held
+/// back since then.
+struct Coalesced {
+    published: Instant,
+    held: Option<Output>,
 }
 
 /// Everything the processing loop and the rebalance callback share.
@@ -446,25 +449,21 @@ impl Core {
             if out.topic == OutputTopic::Scores && !interval.is_zero() {
                 let key = out.key.as_deref().unwrap_or_default();
                 let now = self.now;
-                let recent = self
-                    .coalescer
-                    .last
-                    .get(key)
-                    .is_some_and(|t| now.duration_since(*t) < interval);
-                if recent {
-                    match self.coalescer.held.get_mut(key) {
-                        Some(held) => *held = out,
-                        None => {
-                            self.coalescer.held.insert(key.to_owned(), out);
-                        }
+                match self.coalescer.get_mut(key) {
+                    Some(p) if now.duration_since(p.published) < interval => {
+                        p.held = Some(out);
+                        continue;
                     }
-                    continue;
-                }
-                self.coalescer.held.remove(key);
-                match self.coalescer.last.get_mut(key) {
-                    Some(at) => *at = now,
+                    Some(p) => {
+                        p.published = now;
+                        p.held = None;
+                    }
                     None => {
-                        self.coalescer.last.insert(key.to_owned(), now);
+                        let p = Coalesced {
+                            published: now,
+                            held: None,
+                        };
+                        self.coalescer.insert(key.to_owned(), p);
                     }
                 }
             }
@@ -607,12 +606,17 @@ impl Core {
     /// offsets to commit after that.
     fn seal(&mut self) -> Result<(), ServiceError> {
         self.tally.flush(&self.engine, &self.metrics);
-        let held: Vec<Output> = self.coalescer.held.drain().map(|(_, o)| o).collect();
+        let held: Vec<Output> = self
+            .coalescer
+            .values_mut()
+            .filter_map(|p| p.held.take())
+            .collect();
         for out in &held {
             self.publish(out)?;
         }
         let interval = Duration::from_millis(self.config().output.scores_coalesce_ms);
-        self.coalescer.last.retain(|_, t| t.elapsed() < interval);
+        self.coalescer
+            .retain(|_, p| p.published.elapsed() < interval);
         let mut changelog = Vec::new();
         let mut commits = TopicPartitionList::new();
         let mut keys: Vec<(InputTopic, i32)> = self.units.keys().copied().collect();
