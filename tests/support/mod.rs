@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{Message, ToBytes};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use jurystream::kafka::clients;
@@ -485,18 +485,22 @@ pub fn produce(bootstrap: &str, records: &[Rec]) {
         if let Some(v) = &r.value {
             rec = rec.payload(v.as_str());
         }
-        let mut rec = rec;
-        loop {
-            match producer.send(rec) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    producer.poll(Duration::from_millis(20));
-                    rec = back;
-                }
-            }
-        }
+        send_waiting(&producer, rec, Duration::from_millis(20));
     }
     producer.flush(Duration::from_secs(60)).expect("flush");
+}
+
+/// Sends `rec`, serving delivery reports for `wait` at a time while the producer refuses it (its
+/// queue is full).
+pub fn send_waiting<K, P>(producer: &BaseProducer, mut rec: BaseRecord<'_, K, P>, wait: Duration)
+where
+    K: ToBytes + ?Sized,
+    P: ToBytes + ?Sized,
+{
+    while let Err((_, back)) = producer.send(rec) {
+        producer.poll(wait);
+        rec = back;
+    }
 }
 
 /// Reads every record of `topic` (all partitions) from the beginning until at least `min`
