@@ -14,13 +14,15 @@ use crate::engine::rejection::ErrorCode;
 /// Every metric of the service.
 pub struct Metrics {
     registry: Registry,
-    /// Input records by topic and result: applied, late, dead_lettered, duplicate, replayed.
+    /// Input records by topic and result: applied, late, dead_lettered, duplicate, replayed,
+    /// revoked.
     pub records: IntCounterVec,
     /// Dead letters by input topic and error code.
     pub dead_letters: IntCounterVec,
     /// Output records acknowledged by the broker, by output topic.
     pub outputs: IntCounterVec,
-    /// Time to process one input record (parse, validate, apply).
+    /// Time to apply one input record on the processing thread (vote batches are parsed and
+    /// validated before, on the polling thread).
     pub processing: Histogram,
     /// Event time of a published score or consensus to the broker's acknowledgement.
     pub event_to_publish: HistogramVec,
@@ -158,7 +160,7 @@ impl Metrics {
             processing: histogram(
                 &r,
                 "jurystream_processing_seconds",
-                "Time to process one input record",
+                "Time to apply one input record on the processing thread (sampled)",
                 fast_buckets(),
             ),
             event_to_publish,

@@ -1,5 +1,6 @@
 //! The Kafka service against a real broker (see tests/support): its outputs equal replay's,
-//! a kill -9 at any point ends in the same tables, SIGTERM is clean, a missing topic is a clear
+//! a kill -9 at any point ends in the same tables, a second instance taking partitions over
+//! mid-stream loses and doubles nothing, SIGTERM is clean, a missing topic is a clear
 //! error, an outage is reported by /readyz, and an independent client interoperates.
 
 mod support;
@@ -170,12 +171,7 @@ fn end_to_end_outputs_equal_replay() {
             && !expect.alerts.is_empty()
     );
 
-    let service = Service::start(&config, dir.path().join("service.log"));
-    assert!(
-        service.wait_ready(Duration::from_secs(60)),
-        "{}",
-        service.log_text()
-    );
+    let service = Service::start_ready(&config, dir.path().join("service.log"));
     let handled = service.wait_handled(inputs(&records), Duration::from_secs(120));
     assert_eq!(handled, inputs(&records), "{}", service.metrics());
     let log = service.log.clone();
@@ -218,12 +214,7 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
     for (i, part) in parts.iter().take(3).enumerate() {
         produce(&broker.bootstrap, part);
         produced += part.len();
-        let service = Service::start(&config, log.clone());
-        assert!(
-            service.wait_ready(Duration::from_secs(60)),
-            "{}",
-            service.log_text()
-        );
+        let service = Service::start_ready(&config, log.clone());
         match i {
             0 => {
                 service.wait_handled(produced as u64, Duration::from_secs(60));
@@ -242,8 +233,7 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
         service.kill();
     }
     produce(&broker.bootstrap, parts[3]);
-    let service = Service::start(&config, log.clone());
-    assert!(service.wait_ready(Duration::from_secs(60)));
+    let service = Service::start_ready(&config, log.clone());
     // The last incarnation owns all six input partitions once the killed members' sessions
     // expire; then it skips what the changelog holds and processes the rest.
     assert!(
@@ -261,6 +251,88 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
         support::metric_sum(&metrics, "jurystream_state_restore_records_total") > 0,
         "{metrics}"
     );
+    assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
+}
+
+/// `records` in another order that the service must treat the same: reputations first, then
+/// every input partition's records spread evenly over the whole stream (each partition keeps its
+/// own order), so that any part of the stream holds votes and ballots of every partition.
+fn interleaved(records: &[Rec]) -> Vec<Rec> {
+    let mut lengths: BTreeMap<(&str, i32), i64> = BTreeMap::new();
+    for r in records {
+        *lengths.entry((&r.topic, r.partition)).or_default() += 1;
+    }
+    let position = |r: &Rec| {
+        let reputation = r.topic.ends_with(".reputations");
+        let along = r.offset as f64 / lengths[&(r.topic.as_str(), r.partition)] as f64;
+        (!reputation, along)
+    };
+    let mut out = records.to_vec();
+    out.sort_by(|a, b| {
+        position(a)
+            .partial_cmp(&position(b))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    out
+}
+
+#[test]
+fn a_second_instance_takes_partitions_over_mid_stream_and_nothing_is_lost_or_doubled() {
+    let broker = Broker::shared();
+    let prefix = "scale";
+    let extra = "[output]\nscores_coalesce_ms = 0\n";
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(
+        &broker.bootstrap,
+        prefix,
+        &sample_shape(),
+        free_port(),
+        extra,
+    );
+    let expect = replayed(&config, &records);
+    let records = interleaved(&records);
+    let cut = |f: f64| (records.len() as f64 * f) as usize;
+    let (first_part, second_part) = (&records[..cut(0.4)], &records[..cut(0.75)]);
+    produce(&broker.bootstrap, first_part);
+    let start = |name: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        let config = write_config(&d, prefix, &broker.bootstrap, free_port(), extra);
+        Service::start_ready(&config, d.join("service.log"))
+    };
+    let first = start("first");
+    first.wait_handled(20, Duration::from_secs(60));
+    // The same group from a second instance: the cooperative rebalance revokes some of the first
+    // instance's partitions (it finishes and commits them in the revoke callback) and hands them
+    // over while more of the stream arrives.
+    let second = start("second");
+    produce(&broker.bootstrap, &second_part[first_part.len()..]);
+    assert!(
+        support::wait_caught_up(&[&first, &second], second_part, Duration::from_secs(120)),
+        "{}\n{}",
+        first.metrics(),
+        second.metrics()
+    );
+    let revoked = first.log_text().contains("partitions revoked");
+    let took_over = support::metric_sum(&second.metrics(), "jurystream_records_total") > 0;
+    let (first_log, second_log) = (first.log_text(), second.log_text());
+    assert!(first.terminate().success(), "{first_log}");
+    assert!(second.terminate().success(), "{second_log}");
+    assert!(revoked && took_over, "{first_log}\n{second_log}");
+    // A third instance restores what both left in the changelog and goes on with the rest: its
+    // scores build on the restored ones, so state handed over wrongly shows in the tables.
+    produce(&broker.bootstrap, &records[second_part.len()..]);
+    let third = start("third");
+    assert!(
+        third.wait_caught_up(&records, Duration::from_secs(120)),
+        "{}",
+        third.metrics()
+    );
+    let third_log = third.log_text();
+    assert!(third.terminate().success(), "{third_log}");
     assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
 }
 
@@ -341,8 +413,7 @@ fn sigterm_finishes_commits_and_a_restart_redoes_nothing() {
     assert!(service.terminate().success());
     assert!(started.elapsed() < Duration::from_secs(20));
     // Everything was committed: a restart only re-reads the reputation table.
-    let again = Service::start(&config, dir.path().join("b.log"));
-    assert!(again.wait_ready(Duration::from_secs(60)));
+    let again = Service::start_ready(&config, dir.path().join("b.log"));
     std::thread::sleep(Duration::from_secs(3));
     let m = again.metrics();
     let reps = records
@@ -405,12 +476,7 @@ fn broker_outage_is_reported_by_readyz_and_loses_nothing() {
     let expect = replayed(&config, &records);
     let half = records.len() / 2;
     produce(&bootstrap, &records[..half]);
-    let service = Service::start(&config, dir.path().join("s.log"));
-    assert!(
-        service.wait_ready(Duration::from_secs(60)),
-        "{}",
-        service.log_text()
-    );
+    let service = Service::start_ready(&config, dir.path().join("s.log"));
     assert_eq!(
         service.wait_handled(half as u64, Duration::from_secs(60)),
         half as u64
@@ -566,8 +632,7 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
         http_port,
         "",
     );
-    let service = Service::start(&config, dir.path().join("s.log"));
-    assert!(service.wait_ready(Duration::from_secs(60)));
+    let service = Service::start_ready(&config, dir.path().join("s.log"));
     let prom_port = free_port();
     let prom_cfg = dir.path().join("prometheus.yml");
     std::fs::write(

@@ -39,7 +39,7 @@ use reputation::{ReputationChange, ReputationTable};
 use score::{ProjectScore, weighted_mean};
 use session::{BookLimits, Completed, SessionBook};
 use time::EventTime;
-use vote::{RawBatch, VoteBatch, VoteLimits};
+use vote::{BatchSpans, RawBatch, VoteBatch, VoteLimits};
 
 /// One input record, as Kafka delivers it (or as a replay file describes it).
 #[derive(Debug, Clone, Copy)]
@@ -264,6 +264,14 @@ fn join(a: &Range<u64>, b: &Range<u64>) -> Option<Range<u64>> {
     }
 }
 
+/// A `jury.votes` record validated by [`Engine::prepare_votes`] and not yet applied: where
+/// the batch's strings are in the payload, and its event time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedVotes {
+    spans: BatchSpans,
+    at: EventTime,
+}
+
 /// The stateless processor: configuration plus the code that applies records to state.
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -436,15 +444,57 @@ impl Engine {
         raw: &RawBatch<'_>,
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {
+        let batch = VoteBatch::from_raw(raw, self.vote_limits())?;
+        let at = self.event_time(batch.occurred_at, record)?;
+        self.apply_batch(state, reputations, &batch, at, out)
+    }
+
+    fn vote_limits(&self) -> VoteLimits {
         let l = &self.config.limits;
-        let limits = VoteLimits {
+        VoteLimits {
             max_votes: l.max_votes_per_event,
             max_id_bytes: l.max_id_bytes,
             reject_unknown_fields: l.reject_unknown_fields,
+        }
+    }
+
+    /// Validates a `jury.votes` record without applying it, for a runtime that reads and
+    /// validates records on one thread and applies them on another. `Some` for a valid batch
+    /// whose strings are slices of the payload; `None` for anything else (another topic, a
+    /// rejection, escaped strings), which [`Engine::process`] then handles from the start.
+    /// Validation reads only the record and the configuration, so it can run ahead of state.
+    pub fn prepare_votes(&self, record: &Record<'_>) -> Option<PreparedVotes> {
+        if self.input_topic(record.topic) != Some(InputTopic::Votes) {
+            return None;
+        }
+        let payload = record.payload?;
+        self.check_size(payload).ok()?;
+        let raw = RawBatch::parse(payload).ok()?;
+        let batch = VoteBatch::from_raw(&raw, self.vote_limits()).ok()?;
+        let at = self.event_time(batch.occurred_at, record).ok()?;
+        Some(PreparedVotes {
+            spans: batch.spans(payload)?,
+            at,
+        })
+    }
+
+    /// Applies `record`, prepared by [`Engine::prepare_votes`]: exactly what
+    /// [`Engine::process`] does with it, without reading the payload again.
+    pub fn apply_prepared(
+        &self,
+        state: &mut PartitionState,
+        reputations: &ReputationTable,
+        record: &Record<'_>,
+        prepared: &PreparedVotes,
+        out: &mut Vec<Output>,
+    ) -> Outcome {
+        let Some(batch) = record.payload.and_then(|p| prepared.spans.batch(p)) else {
+            return self.process(state, reputations, record, out);
         };
-        let batch = VoteBatch::from_raw(raw, limits)?;
-        let at = self.event_time(batch.occurred_at, record)?;
-        self.apply_batch(state, reputations, &batch, at, out)
+        match self.apply_batch(state, reputations, &batch, prepared.at, out) {
+            Ok(outcome) => outcome,
+            Err(rejection) => self.reject(record, &rejection, out),
+        }
     }
 
     /// Applies a validated vote batch observed at `at`: the HumanJudge update, duplicate

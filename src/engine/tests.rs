@@ -373,6 +373,68 @@ fn arb_payload() -> impl Strategy<Value = String> {
     })
 }
 
+/// Batches whose ids carry JSON escapes (their strings are copies, not slices of the payload),
+/// some with an item id and some without `occurred_at`.
+fn arb_escaped_payload() -> impl Strategy<Value = String> {
+    (0u8..6, any::<bool>(), any::<bool>(), 0.0..=1.0f64).prop_map(|(id, escape, timed, v)| {
+        let voter = if escape { r"u\u0041" } else { "u" };
+        let at = if timed { r#""occurred_at": 1700000050000, "#.to_owned() } else { String::new() };
+        format!(
+            r#"{{"event_id": "e{id}", "project_id": "p{}", {at}"item_id": "i\n{id}", "votes": [{{"voter_id": "{voter}", "value": {v}}}]}}"#,
+            id % 2
+        )
+    })
+}
+
+#[test]
+fn prepare_votes_takes_plain_batches_and_leaves_the_rest_to_process() {
+    let e = engine();
+    let plain = votes(
+        "e1",
+        "2026-01-01T00:00:00Z",
+        r#"{"voter_id": "u", "value": 1}"#,
+    );
+    let escaped = votes(
+        "e\\u0031",
+        "2026-01-01T00:00:00Z",
+        r#"{"voter_id": "u", "value": 1}"#,
+    );
+    let invalid = votes(
+        "e1",
+        "2026-01-01T00:00:00Z",
+        r#"{"voter_id": "u", "value": 2}"#,
+    );
+    assert!(
+        e.prepare_votes(&rec("jury.votes", Some(plain.as_bytes())))
+            .is_some()
+    );
+    assert!(
+        e.prepare_votes(&rec("jury.votes", Some(escaped.as_bytes())))
+            .is_none()
+    );
+    assert!(
+        e.prepare_votes(&rec("jury.votes", Some(invalid.as_bytes())))
+            .is_none()
+    );
+    assert!(
+        e.prepare_votes(&rec("jury.judge-scores", Some(plain.as_bytes())))
+            .is_none()
+    );
+    // Applied to a record whose payload does not hold those positions: processed from the start.
+    let p = e
+        .prepare_votes(&rec("jury.votes", Some(plain.as_bytes())))
+        .expect("prepared");
+    let mut h = Harness::new();
+    let outcome = e.apply_prepared(
+        &mut h.state,
+        &h.reps,
+        &rec("jury.votes", Some(b"{}")),
+        &p,
+        &mut h.out,
+    );
+    assert_eq!(outcome, Outcome::Rejected(ErrorCode::MissingField));
+}
+
 proptest! {
     /// Rejecting an event leaves state unchanged; accepting one keeps every score in [0, 1].
     #[test]
@@ -396,6 +458,40 @@ proptest! {
                 }
             }
         }
+    }
+
+    /// Validating on one thread and applying on another ([`Engine::prepare_votes`], then
+    /// [`Engine::apply_prepared`]) is the same as [`Engine::process`]: same outcomes, same
+    /// records, same state, including for rejections, escaped strings and record timestamps.
+    #[test]
+    fn prepared_votes_apply_like_process(
+        payloads in prop::collection::vec(
+            (prop_oneof![arb_payload(), arb_escaped_payload()], prop::option::of(0i64..100)),
+            1..40,
+        )
+    ) {
+        let (mut plain, mut split) = (Harness::new(), Harness::new());
+        let mut prepared = 0;
+        for (payload, secs) in &payloads {
+            let mut record = rec("jury.votes", Some(payload.as_bytes()));
+            record.timestamp_ms = secs.map(|s| 1_700_000_000_000 + s * 1000);
+            let expected = plain.send_record(record);
+            split.out.clear();
+            let outcome = match split.engine.prepare_votes(&record) {
+                Some(p) => {
+                    prepared += 1;
+                    split.engine.apply_prepared(&mut split.state, &split.reps, &record, &p, &mut split.out)
+                }
+                None => split.engine.process(&mut split.state, &split.reps, &record, &mut split.out),
+            };
+            prop_assert_eq!(outcome, expected);
+            let render = |h: &Harness| h.out.iter().map(|o| o.render().into_owned()).collect::<Vec<String>>();
+            prop_assert_eq!(render(&split), render(&plain));
+            prop_assert_eq!(&split.state, &plain.state);
+        }
+        // The generator's valid, unescaped batches take the prepared path.
+        let valid = payloads.iter().filter(|(p, _)| !p.contains('\\') && plain.engine.prepare_votes(&rec("jury.votes", Some(p.as_bytes()))).is_some()).count();
+        prop_assert!(prepared >= valid);
     }
 
     /// Arbitrary bytes never panic and always end in exactly one output.

@@ -319,6 +319,82 @@ fn read_vote_fields<'d>(f: &Fields<'d, '_, '_>, limits: VoteLimits) -> Result<Vo
     })
 }
 
+/// Where a string lies in its payload: `start..end` in bytes.
+type Span = (u32, u32);
+
+/// A validated vote batch as positions in its payload instead of borrowed strings. Positions
+/// carry no lifetime, so the Kafka runtime validates a batch on its polling thread and sends
+/// them, with the message that owns the payload, to the processing thread, which rebuilds the
+/// batch with [`BatchSpans::batch`] without parsing or copying anything.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchSpans {
+    event_id: Span,
+    project_id: Span,
+    occurred_at: Option<EventTime>,
+    item_id: Option<Span>,
+    votes: Vec<(Span, f64, Option<f64>)>,
+}
+
+/// The position of `s` in `payload`, if `s` is a slice of it (a string with JSON escapes is a
+/// copy, not a slice).
+fn span(payload: &[u8], s: &str) -> Option<Span> {
+    let start = (s.as_ptr() as usize).checked_sub(payload.as_ptr() as usize)?;
+    let end = start.checked_add(s.len())?;
+    (end <= payload.len()).then_some((u32::try_from(start).ok()?, u32::try_from(end).ok()?))
+}
+
+fn text(payload: &[u8], (start, end): Span) -> Option<&str> {
+    std::str::from_utf8(payload.get(start as usize..end as usize)?).ok()
+}
+
+impl VoteBatch<'_> {
+    /// The batch as positions in `payload`; `None` if one of its strings is not a slice of
+    /// `payload` (it had escapes), and then the batch has to be read again from the payload.
+    pub fn spans(&self, payload: &[u8]) -> Option<BatchSpans> {
+        Some(BatchSpans {
+            event_id: span(payload, self.event_id)?,
+            project_id: span(payload, self.project_id)?,
+            occurred_at: self.occurred_at,
+            item_id: match self.item_id {
+                Some(i) => Some(span(payload, i)?),
+                None => None,
+            },
+            votes: self
+                .votes
+                .iter()
+                .map(|v| Some((span(payload, v.voter_id)?, v.value, v.reputation)))
+                .collect::<Option<_>>()?,
+        })
+    }
+}
+
+impl BatchSpans {
+    /// The batch again, borrowing from the payload it was validated in. Given a payload too
+    /// short for the positions (or cut inside a character), `None`.
+    pub fn batch<'a>(&self, payload: &'a [u8]) -> Option<VoteBatch<'a>> {
+        Some(VoteBatch {
+            event_id: text(payload, self.event_id)?,
+            project_id: text(payload, self.project_id)?,
+            occurred_at: self.occurred_at,
+            item_id: match self.item_id {
+                Some(i) => Some(text(payload, i)?),
+                None => None,
+            },
+            votes: self
+                .votes
+                .iter()
+                .map(|&(voter, value, reputation)| {
+                    Some(Vote {
+                        voter_id: text(payload, voter)?,
+                        value,
+                        reputation,
+                    })
+                })
+                .collect::<Option<_>>()?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

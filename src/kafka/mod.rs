@@ -15,10 +15,18 @@
 //! the changelog holds are skipped, so state changes exactly once while outputs are published at
 //! least once (a re-published output is identical). A partition taken away by a rebalance is
 //! flushed, committed and dropped inside the revoke callback, before another instance owns it.
+//!
+//! Two threads share the work. The **polling thread** reads the group's records and validates
+//! vote batches (parsing is a third of a record's cost); the **processing thread** applies them
+//! in order, produces, seals, commits and serves the reputation table. The rebalance callback
+//! runs on the polling thread and takes the processing thread's lock, so state never changes
+//! while a partition is handed over. Records polled before their partition was revoked and not
+//! applied yet are dropped: their offsets were never committed, so the next owner reads them.
 
 pub mod clients;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -33,17 +41,22 @@ use crate::changelog::{self, ChangelogError, Restorer, Unit};
 use crate::config::Config;
 use crate::engine::output::{Output, OutputTopic, OutputValue};
 use crate::engine::reputation::ReputationTable;
-use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState, Record};
+use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState, PreparedVotes, Record};
 use crate::http::Health;
 use crate::metrics::Metrics;
 
 /// Sealed epochs allowed in flight before processing waits for acknowledgements.
 const MAX_EPOCHS_IN_FLIGHT: usize = 50;
 
-/// Records handled per pass of the loop, back to back, before the periodic work (sealing,
-/// acknowledgements, the reputation table, clocks) runs again: doing that work per record cost
-/// more than processing the record.
+/// Records per batch handed from the polling thread to the processing thread, which applies a
+/// batch back to back before its periodic work (sealing, acknowledgements, the reputation table,
+/// clocks) runs again: doing that work per record cost more than processing the record, and a
+/// channel send per record would cost as much.
 const PASS_RECORDS: usize = 512;
+
+/// Batches of up to [`PASS_RECORDS`] the polling thread may have waiting for the processing
+/// thread: enough to keep it busy, few enough that a handover waits for little.
+const BATCHES_IN_FLIGHT: usize = 8;
 
 /// Why the service stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -197,6 +210,9 @@ struct Core {
     now: Instant,
     /// Partitions assigned but not restored yet.
     assigned: Vec<(InputTopic, i32)>,
+    /// Revoked partitions and the revocation that took them: a record of one polled before that
+    /// revocation (see [`Polled::generation`]) is dropped, not applied.
+    fences: IdMap<(InputTopic, i32), u64>,
     /// Set by the environment variable `JURYSTREAM_CRASH_AFTER_CHANGELOG` (tests only).
     crash_after_changelog: bool,
     /// The epoch being filled, and how many outputs it has sent.
@@ -261,6 +277,8 @@ struct GroupContext {
     core: Arc<Mutex<Core>>,
     metrics: Arc<Metrics>,
     failed: Mutex<Option<ServiceError>>,
+    /// Revocations so far.
+    generation: AtomicU64,
 }
 
 impl ClientContext for GroupContext {
@@ -299,9 +317,13 @@ impl ConsumerContext for GroupContext {
                 f.get_or_insert(e);
             }
         }
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         for (topic, partition) in revoked {
             if let Some(t) = core.engine.input_topic(&topic) {
-                core.units.remove(&(t, partition));
+                let key = (t, partition);
+                core.units.remove(&key);
+                core.assigned.retain(|k| *k != key);
+                core.fences.insert(key, generation);
             }
         }
         core.metrics.partitions_owned.set(core.units.len() as i64);
@@ -391,12 +413,22 @@ impl Core {
     }
 
     /// Processes one input record of an owned partition, restoring its state first if needed.
-    fn process(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), ServiceError> {
-        let Some(topic) = self.engine.input_topic(msg.topic()) else {
-            return Ok(());
-        };
+    fn process(&mut self, polled: &Polled<'_>) -> Result<(), ServiceError> {
+        let msg = &polled.msg;
+        let topic = polled.topic;
         let key = (topic, msg.partition());
         if !self.units.contains_key(&key) {
+            if self
+                .fences
+                .get(&key)
+                .is_some_and(|&revoked| polled.generation < revoked)
+            {
+                self.metrics
+                    .records
+                    .with_label_values(&[msg.topic(), "revoked"])
+                    .inc();
+                return Ok(());
+            }
             self.assigned.push(key);
             self.restore_assigned()?;
         }
@@ -412,21 +444,23 @@ impl Core {
                 .inc();
             return Ok(());
         }
-        let record = Record {
-            topic: msg.topic(),
-            partition: Some(msg.partition()),
-            offset: Some(offset),
-            key: msg.key(),
-            timestamp_ms: msg.timestamp().to_millis(),
-            payload: msg.payload(),
-        };
+        let record = record(msg);
         // Timing every record would cost more than some records take: sample one in 16.
         self.processed += 1;
         let started = self.processed.is_multiple_of(16).then(Instant::now);
         self.out.clear();
-        let outcome =
-            self.engine
-                .process(&mut unit.state, &self.reputations, &record, &mut self.out);
+        let outcome = match &polled.votes {
+            Some(prepared) => self.engine.apply_prepared(
+                &mut unit.state,
+                &self.reputations,
+                &record,
+                prepared,
+                &mut self.out,
+            ),
+            None => self
+                .engine
+                .process(&mut unit.state, &self.reputations, &record, &mut self.out),
+        };
         if let Some(started) = started {
             self.metrics
                 .processing
@@ -474,14 +508,7 @@ impl Core {
 
     /// Applies a `jury.reputations` record to the global table.
     fn reputation(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), ServiceError> {
-        let record = Record {
-            topic: msg.topic(),
-            partition: Some(msg.partition()),
-            offset: Some(msg.offset()),
-            key: msg.key(),
-            timestamp_ms: msg.timestamp().to_millis(),
-            payload: msg.payload(),
-        };
+        let record = record(msg);
         self.out.clear();
         let mut scratch = PartitionState::default();
         let outcome = self
@@ -898,6 +925,7 @@ pub fn run(
         last_gauges: Instant::now(),
         now: Instant::now(),
         assigned: Vec::new(),
+        fences: IdMap::default(),
         crash_after_changelog: std::env::var_os("JURYSTREAM_CRASH_AFTER_CHANGELOG").is_some(),
         epoch: 0,
         epoch_outputs: 0,
@@ -913,83 +941,169 @@ pub fn run(
             core: Arc::clone(&core),
             metrics: Arc::clone(&metrics),
             failed: Mutex::new(None),
+            generation: AtomicU64::new(0),
         })?;
     consumer.subscribe(&[&config.topics.votes, &config.topics.judge_scores])?;
     health.set_ready(true, &metrics);
     metrics.up.set(1.0);
     tracing::info!(group = %config.kafka.group_id, "consuming");
-    let cycle = Duration::from_millis(config.kafka.commit_interval_ms);
-    let mut cycle_started = Instant::now();
-    let mut last_reputations = Instant::now();
-    let result = (|| -> Result<(), ServiceError> {
-        while !stop.load(Ordering::Relaxed) {
-            let wait = cycle
-                .saturating_sub(cycle_started.elapsed())
-                .min(Duration::from_millis(50));
-            // The core is locked per record, never across a poll: a poll may run the rebalance
-            // callback, which locks it too.
-            let mut next = consumer.poll(wait);
-            {
-                let mut c = lock(&core);
-                c.now = Instant::now();
-                if !c.assigned.is_empty() {
-                    c.restore_assigned()?;
-                }
-            }
-            let mut handled = 0;
-            while let Some(result) = next {
-                match result {
-                    Ok(m) => lock(&core).process(&m)?,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "consumer");
-                        health.set_ready(false, &metrics);
-                        break;
-                    }
-                }
-                handled += 1;
-                next = (handled < PASS_RECORDS)
-                    .then(|| consumer.poll(Duration::ZERO))
-                    .flatten();
-            }
-            if let Some(e) = consumer
-                .context()
-                .failed
-                .lock()
-                .ok()
-                .and_then(|mut f| f.take())
-            {
-                return Err(e);
-            }
-            if last_reputations.elapsed() >= Duration::from_millis(10) {
-                last_reputations = Instant::now();
-                for _ in 0..1024 {
-                    match reputations.poll(Duration::ZERO) {
-                        Some(Ok(m)) => lock(&core).reputation(&m)?,
-                        Some(Err(KafkaError::PartitionEOF(_))) | None => break,
-                        Some(Err(e)) => {
-                            tracing::warn!(error = %e, "reputations");
-                            break;
-                        }
-                    }
-                }
-            }
-            let mut c = lock(&core);
-            if cycle_started.elapsed() >= cycle {
-                c.seal()?;
-                cycle_started = Instant::now();
-            }
-            if c.sealed.len() > MAX_EPOCHS_IN_FLIGHT {
-                c.drain(&consumer, CommitMode::Async)?;
-            } else if !c.sealed.is_empty() {
-                c.advance(&consumer, CommitMode::Async)?;
-            }
+    let engine = Engine::new(config.clone());
+    let halt = AtomicBool::new(false);
+    let result = std::thread::scope(|s| {
+        let (batches, received) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
+        let (consumer, engine, halt, health, metrics) =
+            (&consumer, &engine, &halt, &*health, &*metrics);
+        let poller = std::thread::Builder::new()
+            .name("jurystream-poll".to_owned())
+            .spawn_scoped(s, move || {
+                poll_records(consumer, engine, &batches, halt, health, metrics)
+            })?;
+        let result = process_records(&core, consumer, received, &reputations, &stop);
+        halt.store(true, Ordering::Relaxed);
+        if let Err(panic) = poller.join() {
+            std::panic::resume_unwind(panic);
         }
+        result
+    });
+    let result = result.and_then(|()| {
         tracing::info!("stopping: finishing the cycle");
-        lock(&core).drain(&consumer, CommitMode::Sync)?;
-        Ok(())
-    })();
+        lock(&core).drain(&consumer, CommitMode::Sync)
+    });
     health.set_ready(false, &metrics);
     metrics.up.set(0.0);
     consumer.unsubscribe();
     result
+}
+
+/// A record on its way from the polling thread to the processing thread.
+struct Polled<'c> {
+    msg: BorrowedMessage<'c>,
+    topic: InputTopic,
+    /// Revocations before it was polled.
+    generation: u64,
+    /// The validated batch, for a valid vote record.
+    votes: Option<PreparedVotes>,
+}
+
+/// The polling thread: reads the group's records in batches and validates vote batches, so that
+/// the processing thread only applies them. Returns when `halt` is set or the processing thread
+/// is gone. Rebalance callbacks run here, inside `poll`.
+fn poll_records<'c>(
+    consumer: &'c BaseConsumer<GroupContext>,
+    engine: &Engine,
+    batches: &SyncSender<Vec<Polled<'c>>>,
+    halt: &AtomicBool,
+    health: &Health,
+    metrics: &Metrics,
+) {
+    while !halt.load(Ordering::Relaxed) {
+        let mut batch = Vec::with_capacity(PASS_RECORDS);
+        let mut next = consumer.poll(Duration::from_millis(50));
+        while let Some(result) = next {
+            match result {
+                Ok(msg) => {
+                    if let Some(topic) = engine.input_topic(msg.topic()) {
+                        let votes = engine.prepare_votes(&record(&msg));
+                        // Read after the poll: a revocation inside it came before this record.
+                        let generation = consumer.context().generation.load(Ordering::Acquire);
+                        batch.push(Polled {
+                            msg,
+                            topic,
+                            generation,
+                            votes,
+                        });
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "consumer");
+                    health.set_ready(false, metrics);
+                    break;
+                }
+            }
+            if batch.len() >= PASS_RECORDS {
+                break;
+            }
+            next = consumer.poll(Duration::ZERO);
+        }
+        if !batch.is_empty() && batches.send(batch).is_err() {
+            return;
+        }
+    }
+}
+
+/// The engine's view of a consumed message.
+fn record<'m>(msg: &'m BorrowedMessage<'_>) -> Record<'m> {
+    Record {
+        topic: msg.topic(),
+        partition: Some(msg.partition()),
+        offset: Some(msg.offset()),
+        key: msg.key(),
+        timestamp_ms: msg.timestamp().to_millis(),
+        payload: msg.payload(),
+    }
+}
+
+/// The processing thread: applies polled batches in order, keeps the reputation table current,
+/// and seals, produces and commits cycle by cycle, until `stop` is set or polling ends.
+fn process_records(
+    core: &Mutex<Core>,
+    consumer: &BaseConsumer<GroupContext>,
+    batches: Receiver<Vec<Polled<'_>>>,
+    reputations: &BaseConsumer<QuietReader>,
+    stop: &AtomicBool,
+) -> Result<(), ServiceError> {
+    let cycle = Duration::from_millis(lock(core).config().kafka.commit_interval_ms);
+    let mut cycle_started = Instant::now();
+    let mut last_reputations = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let wait = cycle
+            .saturating_sub(cycle_started.elapsed())
+            .min(Duration::from_millis(50));
+        let batch = match batches.recv_timeout(wait) {
+            Ok(batch) => Some(batch),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        // Held for the whole pass: the rebalance callback waits for the pass to end.
+        let mut c = lock(core);
+        c.now = Instant::now();
+        if !c.assigned.is_empty() {
+            c.restore_assigned()?;
+        }
+        for polled in batch.iter().flatten() {
+            c.process(polled)?;
+        }
+        if let Some(e) = consumer
+            .context()
+            .failed
+            .lock()
+            .ok()
+            .and_then(|mut f| f.take())
+        {
+            return Err(e);
+        }
+        if last_reputations.elapsed() >= Duration::from_millis(10) {
+            last_reputations = Instant::now();
+            for _ in 0..1024 {
+                match reputations.poll(Duration::ZERO) {
+                    Some(Ok(m)) => c.reputation(&m)?,
+                    Some(Err(KafkaError::PartitionEOF(_))) | None => break,
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "reputations");
+                        break;
+                    }
+                }
+            }
+        }
+        if cycle_started.elapsed() >= cycle {
+            c.seal()?;
+            cycle_started = Instant::now();
+        }
+        if c.sealed.len() > MAX_EPOCHS_IN_FLIGHT {
+            c.drain(consumer, CommitMode::Async)?;
+        } else if !c.sealed.is_empty() {
+            c.advance(consumer, CommitMode::Async)?;
+        }
+    }
+    Ok(())
 }

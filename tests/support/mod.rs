@@ -317,6 +317,18 @@ impl Service {
         }
     }
 
+    /// Starts the service and waits (up to a minute) until `/readyz` says ready; panics with
+    /// its log otherwise.
+    pub fn start_ready(config: &Path, log: PathBuf) -> Service {
+        let service = Service::start(config, log);
+        assert!(
+            service.wait_ready(Duration::from_secs(60)),
+            "not ready within 60 s: {}",
+            service.log_text()
+        );
+        service
+    }
+
     pub fn metrics(&self) -> String {
         http_get(self.http_port, "/metrics").unwrap_or_default()
     }
@@ -366,32 +378,7 @@ impl Service {
     /// Waits until `jurystream_input_position` reached, for every (topic, partition) of
     /// `records`, the offset after its last record: everything was processed or skipped.
     pub fn wait_caught_up(&self, records: &[Rec], timeout: Duration) -> bool {
-        let mut want: HashMap<(String, i32), i64> = HashMap::new();
-        for r in records
-            .iter()
-            .filter(|r| !r.topic.ends_with(".reputations"))
-        {
-            let e = want.entry((r.topic.clone(), r.partition)).or_insert(0);
-            *e = (*e).max(r.offset + 1);
-        }
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            let m = self.metrics();
-            let done = want.iter().all(|((topic, partition), next)| {
-                let prefix = format!(
-                    "jurystream_input_position{{partition=\"{partition}\",topic=\"{topic}\"}} "
-                );
-                m.lines()
-                    .find_map(|l| l.strip_prefix(&prefix))
-                    .and_then(|v| v.trim().parse::<i64>().ok())
-                    .is_some_and(|v| v >= *next)
-            });
-            if done {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
+        wait_caught_up(&[self], records, timeout)
     }
 
     pub fn log_text(&self) -> String {
@@ -405,6 +392,40 @@ impl Drop for Service {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Waits until, for every (topic, partition) of `records`, one of `services` reports a
+/// `jurystream_input_position` at or past the offset after its last record: between them,
+/// everything was processed or skipped.
+pub fn wait_caught_up(services: &[&Service], records: &[Rec], timeout: Duration) -> bool {
+    let mut want: HashMap<(String, i32), i64> = HashMap::new();
+    for r in records
+        .iter()
+        .filter(|r| !r.topic.ends_with(".reputations"))
+    {
+        let e = want.entry((r.topic.clone(), r.partition)).or_insert(0);
+        *e = (*e).max(r.offset + 1);
+    }
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        let metrics: Vec<String> = services.iter().map(|s| s.metrics()).collect();
+        let done = want.iter().all(|((topic, partition), next)| {
+            let prefix = format!(
+                "jurystream_input_position{{partition=\"{partition}\",topic=\"{topic}\"}} "
+            );
+            metrics.iter().any(|m| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix(&prefix))
+                    .and_then(|v| v.trim().parse::<i64>().ok())
+                    .is_some_and(|v| v >= *next)
+            })
+        });
+        if done {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
 }
 
 pub fn metric_sum(text: &str, name: &str) -> u64 {
