@@ -316,11 +316,11 @@ fn a_second_instance_takes_partitions_over_mid_stream_and_nothing_is_lost_or_dou
         first.metrics(),
         second.metrics()
     );
-    let revoked = first.log_text().contains("partitions revoked");
     let took_over = support::metric_sum(&second.metrics(), "jurystream_records_total") > 0;
     let (first_log, second_log) = (first.log_text(), second.log_text());
     assert!(first.terminate().success(), "{first_log}");
     assert!(second.terminate().success(), "{second_log}");
+    let revoked = first_log.contains("partitions revoked");
     assert!(revoked && took_over, "{first_log}\n{second_log}");
     // A third instance restores what both left in the changelog and goes on with the rest: its
     // scores build on the restored ones, so state handed over wrongly shows in the tables.

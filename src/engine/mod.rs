@@ -444,18 +444,26 @@ impl Engine {
         raw: &RawBatch<'_>,
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {
-        let batch = VoteBatch::from_raw(raw, self.vote_limits())?;
-        let at = self.event_time(batch.occurred_at, record)?;
+        let (batch, at) = self.validate_votes(record, raw)?;
         self.apply_batch(state, reputations, &batch, at, out)
     }
 
-    fn vote_limits(&self) -> VoteLimits {
+    /// A read vote payload checked against the contract, with the time it is observed at: the
+    /// validation both [`Engine::process`] and [`Engine::prepare_votes`] do.
+    fn validate_votes<'d>(
+        &self,
+        record: &Record<'_>,
+        raw: &'d RawBatch<'_>,
+    ) -> Result<(VoteBatch<'d>, EventTime), Rejection> {
         let l = &self.config.limits;
-        VoteLimits {
+        let limits = VoteLimits {
             max_votes: l.max_votes_per_event,
             max_id_bytes: l.max_id_bytes,
             reject_unknown_fields: l.reject_unknown_fields,
-        }
+        };
+        let batch = VoteBatch::from_raw(raw, limits)?;
+        let at = self.event_time(batch.occurred_at, record)?;
+        Ok((batch, at))
     }
 
     /// Validates a `jury.votes` record without applying it, for a runtime that reads and
@@ -470,8 +478,7 @@ impl Engine {
         let payload = record.payload?;
         self.check_size(payload).ok()?;
         let raw = RawBatch::parse(payload).ok()?;
-        let batch = VoteBatch::from_raw(&raw, self.vote_limits()).ok()?;
-        let at = self.event_time(batch.occurred_at, record).ok()?;
+        let (batch, at) = self.validate_votes(record, &raw).ok()?;
         Some(PreparedVotes {
             spans: batch.spans(payload)?,
             at,

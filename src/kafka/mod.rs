@@ -912,8 +912,10 @@ pub fn run(
             acked: Mutex::new(IdMap::default()),
             reports: AtomicU64::new(0),
         })?;
+    // The polling thread validates with its own copy of the (stateless) engine.
+    let engine = Engine::new(config.clone());
     let core = Arc::new(Mutex::new(Core {
-        engine: Engine::new(config.clone()),
+        engine: engine.clone(),
         producer,
         units: IdMap::default(),
         reputations: ReputationTable::default(),
@@ -947,7 +949,6 @@ pub fn run(
     health.set_ready(true, &metrics);
     metrics.up.set(1.0);
     tracing::info!(group = %config.kafka.group_id, "consuming");
-    let engine = Engine::new(config.clone());
     let halt = AtomicBool::new(false);
     let result = std::thread::scope(|s| {
         let (batches, received) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
