@@ -87,17 +87,24 @@ impl<'a> Scanner<'a> {
             self.eat(b':')?;
             self.ws();
             member(self, name)?;
-            self.ws();
-            match *self.bytes.get(self.at)? {
-                b',' => self.at += 1,
-                b if b == close => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if self.separator(close)? {
+                return Some(());
             }
-            self.ws();
         }
+    }
+
+    /// After an object member or array element: `Some(false)` past a `,` (another follows),
+    /// `Some(true)` past `close` (the last one), `None` for anything else.
+    fn separator(&mut self, close: u8) -> Option<bool> {
+        self.ws();
+        let closed = match *self.bytes.get(self.at)? {
+            b',' => false,
+            b if b == close => true,
+            _ => return None,
+        };
+        self.at += 1;
+        self.ws();
+        Some(closed)
     }
 
     /// `votes`: an array of objects with plain members.
@@ -120,16 +127,9 @@ impl<'a> Scanner<'a> {
                 Some(())
             })?;
             votes.push(vote);
-            self.ws();
-            match *self.bytes.get(self.at)? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(votes);
-                }
-                _ => return None,
+            if self.separator(b']')? {
+                return Some(votes);
             }
-            self.ws();
         }
     }
 
