@@ -301,8 +301,9 @@ fn render(value: &impl Serialize) -> Option<String> {
 pub fn records(unit: Unit, state: &PartitionState, changes: &[Change]) -> Vec<StateRecord> {
     // Each slot once, in the order of its first change, with its last change.
     let mut index: IdMap<Slot<'_>, usize> = IdMap::default();
-    index.reserve(changes.len().min(1 << 16));
-    let mut slots: Vec<(Slot<'_>, &Change)> = Vec::with_capacity(index.capacity());
+    // Grown as slots appear, not reserved per change: a project changes several times per
+    // flush, and a table sized for every change was megabytes of fresh memory per flush.
+    let mut slots: Vec<(Slot<'_>, &Change)> = Vec::new();
     let mut open = open_buckets(state);
     for change in changes {
         change.slots(&mut open, |slot| match index.entry(slot) {
