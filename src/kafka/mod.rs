@@ -646,8 +646,11 @@ impl Core {
             self.publish(out)?;
         }
         let interval = Duration::from_millis(self.config().output.scores_coalesce_ms);
+        // One clock read, not one per project: with 100,000 projects the reads were 2% of
+        // the processing thread.
+        let now = Instant::now();
         self.coalescer
-            .retain(|_, p| p.published.elapsed() < interval);
+            .retain(|_, p| now.duration_since(p.published) < interval);
         let mut changelog = Vec::new();
         let mut commits = TopicPartitionList::new();
         let mut keys: Vec<(InputTopic, i32)> = self.units.keys().copied().collect();
