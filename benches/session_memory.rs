@@ -1,5 +1,7 @@
-//! Memory per open judge session: opens sessions through the engine (3 ballots of 5 scored
-//! candidates each, with metadata) and reports the heap bytes they hold. Run:
+//! Memory of the state that grows with traffic: per open judge session (3 ballots of 5 scored
+//! candidates each, with metadata), and per event id a vote project's dedupe window remembers
+//! (`limits.dedupe_window`, the default 100,000 per project, which dominates a busy deployment's
+//! memory). Both go through the engine and report the heap bytes held. Run:
 //! `cargo bench --bench session_memory`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -36,6 +38,46 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOC: Counting = Counting;
 
 fn main() {
+    sessions();
+    dedupe_window();
+}
+
+/// Vote batches to one project until its window (the default 100,000 ids) is full and has turned
+/// over once, then the bytes the partition state holds per remembered id.
+fn dedupe_window() {
+    let engine = Engine::new(Config::default());
+    let window = engine.config().limits.dedupe_window;
+    let reps = ReputationTable::default();
+    let mut state = PartitionState::default();
+    let mut out: Vec<Output> = Vec::new();
+    let before = LIVE.load(Ordering::Relaxed);
+    for i in 0..2 * window {
+        out.clear();
+        let payload = format!(
+            r#"{{"event_id":"ev-{i:010}","project_id":"proj-1","occurred_at":{},"votes":[{{"voter_id":"u-1","value":0.75}}]}}"#,
+            1_795_168_800_000 + i as i64
+        );
+        let r = Record {
+            topic: "jury.votes",
+            partition: Some(0),
+            offset: Some(i as i64),
+            key: None,
+            timestamp_ms: None,
+            payload: Some(payload.as_bytes()),
+        };
+        engine.process(&mut state, &reps, &r, &mut out);
+    }
+    drop(out);
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    let remembered: usize = state.projects.values().map(|p| p.seen.len()).sum();
+    assert_eq!(remembered, window);
+    println!(
+        "votes/dedupe_window_memory: a full window of {window} ids holds {held} bytes = {} bytes per remembered id",
+        held / window as isize
+    );
+}
+
+fn sessions() {
     const SESSIONS: usize = 10_000;
     let engine = Engine::new(Config::default());
     let reps = ReputationTable::default();

@@ -529,15 +529,6 @@ impl Engine {
             )
         })?;
         let project = match state.projects.get_mut(batch.project_id) {
-            Some(p) if p.seen.contains(batch.event_id) => {
-                return Err(Rejection::new(
-                    ErrorCode::DuplicateEventId,
-                    format!(
-                        "`event_id` {:?} was already applied to project {:?}",
-                        batch.event_id, batch.project_id
-                    ),
-                ));
-            }
             Some(p) => p,
             None => state
                 .projects
@@ -547,13 +538,24 @@ impl Engine {
                     seen: RecentIds::default(),
                 }),
         };
+        // One probe of the window both detects a resend and remembers the id (nothing below
+        // can reject the batch): with a full window each probe is a cache miss.
+        let Some(remembered) = project
+            .seen
+            .insert(batch.event_id, self.config.limits.dedupe_window)
+        else {
+            return Err(Rejection::new(
+                ErrorCode::DuplicateEventId,
+                format!(
+                    "`event_id` {:?} was already applied to project {:?}",
+                    batch.event_id, batch.project_id
+                ),
+            ));
+        };
         let lambda = self.config.scoring.lambda_for(batch.project_id);
         let step = project
             .score
             .apply(at, mean, batch.votes.len() as u64, lambda);
-        let remembered = project
-            .seen
-            .insert(batch.event_id, self.config.limits.dedupe_window);
         let value = ScoreValue {
             score: project.score.score,
             freshness: step.freshness,
@@ -569,7 +571,7 @@ impl Engine {
             value: OutputValue::Score(value),
             alert: None,
         });
-        state.note_votes(batch.project_id, remembered.as_ref());
+        state.note_votes(batch.project_id, Some(&remembered));
         Ok(if step.late {
             Outcome::Late
         } else {

@@ -25,7 +25,7 @@
 
 pub mod clients;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -61,6 +61,15 @@ const PASS_RECORDS: usize = 512;
 /// costs no handover time: queued records of a revoked partition are dropped unapplied (see
 /// [`Polled::generation`]), and on shutdown the queue is dropped uncommitted.
 const BATCHES_IN_FLIGHT: usize = 64;
+
+/// Queued batches from which on the polling thread validates what it polls. Below it the
+/// processing thread is about to run dry, so the polling thread is the slower of the two (with one
+/// busy project it is: reading records one `poll` call at a time, then parsing them). It then
+/// hands records over unparsed, and the processing thread parses them itself
+/// ([`Engine::process`], the same result as preparing and applying), which shares the parsing
+/// between the threads in whatever proportion keeps both busy. When processing is the slower
+/// (many projects) the queue stays deep and the polling thread parses everything, as before.
+const PREPARE_FROM_QUEUED: usize = 2;
 
 /// Why the service stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -957,16 +966,17 @@ pub fn run(
     metrics.up.set(1.0);
     tracing::info!(group = %config.kafka.group_id, "consuming");
     let halt = AtomicBool::new(false);
+    let queued = AtomicUsize::new(0);
     let result = std::thread::scope(|s| {
-        let (batches, received) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
-        let (consumer, engine, halt, health, metrics) =
-            (&consumer, &engine, &halt, &*health, &*metrics);
+        let (sender, receiver) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
+        let (consumer, engine, halt, health, metrics, queued) =
+            (&consumer, &engine, &halt, &*health, &*metrics, &queued);
         let poller = std::thread::Builder::new()
             .name("jurystream-poll".to_owned())
             .spawn_scoped(s, move || {
-                poll_records(consumer, engine, &batches, halt, health, metrics)
+                poll_records(consumer, engine, (&sender, queued), halt, health, metrics)
             })?;
-        let result = process_records(&core, consumer, received, &reputations, &stop);
+        let result = process_records(&core, consumer, (receiver, queued), &reputations, &stop);
         halt.store(true, Ordering::Relaxed);
         if let Err(panic) = poller.join() {
             std::panic::resume_unwind(panic);
@@ -994,24 +1004,28 @@ struct Polled<'c> {
 }
 
 /// The polling thread: reads the group's records in batches and validates vote batches, so that
-/// the processing thread only applies them. Returns when `halt` is set or the processing thread
-/// is gone. Rebalance callbacks run here, inside `poll`.
+/// the processing thread only applies them (unless it is waiting for work, see
+/// [`PREPARE_FROM_QUEUED`]). `queued` counts the batches sent and not yet received. Returns when
+/// `halt` is set or the processing thread is gone. Rebalance callbacks run here, inside `poll`.
 fn poll_records<'c>(
     consumer: &'c BaseConsumer<GroupContext>,
     engine: &Engine,
-    batches: &SyncSender<Vec<Polled<'c>>>,
+    (batches, queued): (&SyncSender<Vec<Polled<'c>>>, &AtomicUsize),
     halt: &AtomicBool,
     health: &Health,
     metrics: &Metrics,
 ) {
     while !halt.load(Ordering::Relaxed) {
         let mut batch = Vec::with_capacity(PASS_RECORDS);
+        let prepare = queued.load(Ordering::Relaxed) >= PREPARE_FROM_QUEUED;
         let mut next = consumer.poll(Duration::from_millis(50));
         while let Some(result) = next {
             match result {
                 Ok(msg) => {
                     if let Some(topic) = engine.input_topic(msg.topic()) {
-                        let votes = engine.prepare_votes(&record(&msg));
+                        let votes = prepare
+                            .then(|| engine.prepare_votes(&record(&msg)))
+                            .flatten();
                         // Read after the poll: a revocation inside it came before this record.
                         let generation = consumer.context().generation.load(Ordering::Acquire);
                         batch.push(Polled {
@@ -1033,7 +1047,12 @@ fn poll_records<'c>(
             }
             next = consumer.poll(Duration::ZERO);
         }
-        if !batch.is_empty() && batches.send(batch).is_err() {
+        if batch.is_empty() {
+            continue;
+        }
+        // Counted before it is sent, so the receiver's decrement never comes first.
+        queued.fetch_add(1, Ordering::Relaxed);
+        if batches.send(batch).is_err() {
             return;
         }
     }
@@ -1056,7 +1075,7 @@ fn record<'m>(msg: &'m BorrowedMessage<'_>) -> Record<'m> {
 fn process_records(
     core: &Mutex<Core>,
     consumer: &BaseConsumer<GroupContext>,
-    batches: Receiver<Vec<Polled<'_>>>,
+    (batches, queued): (Receiver<Vec<Polled<'_>>>, &AtomicUsize),
     reputations: &BaseConsumer<QuietReader>,
     stop: &AtomicBool,
 ) -> Result<(), ServiceError> {
@@ -1068,7 +1087,10 @@ fn process_records(
             .saturating_sub(cycle_started.elapsed())
             .min(Duration::from_millis(50));
         let batch = match batches.recv_timeout(wait) {
-            Ok(batch) => Some(batch),
+            Ok(batch) => {
+                queued.fetch_sub(1, Ordering::Relaxed);
+                Some(batch)
+            }
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => break,
         };
