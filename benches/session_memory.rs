@@ -42,23 +42,18 @@ fn main() {
     dedupe_window();
 }
 
-/// Vote batches to one project until its window (the default 100,000 ids) is full and has turned
-/// over once, then the bytes the partition state holds per remembered id.
-fn dedupe_window() {
+/// Applies `payloads` as consecutive records of `topic`'s partition 0 to a fresh partition state
+/// (default configuration) and returns the state with the heap bytes it was left holding.
+fn held_by(topic: &str, payloads: impl Iterator<Item = String>) -> (PartitionState, isize) {
     let engine = Engine::new(Config::default());
-    let window = engine.config().limits.dedupe_window;
     let reps = ReputationTable::default();
     let mut state = PartitionState::default();
     let mut out: Vec<Output> = Vec::new();
     let before = LIVE.load(Ordering::Relaxed);
-    for i in 0..2 * window {
+    for (i, payload) in payloads.enumerate() {
         out.clear();
-        let payload = format!(
-            r#"{{"event_id":"ev-{i:010}","project_id":"proj-1","occurred_at":{},"votes":[{{"voter_id":"u-1","value":0.75}}]}}"#,
-            1_795_168_800_000 + i as i64
-        );
         let r = Record {
-            topic: "jury.votes",
+            topic,
             partition: Some(0),
             offset: Some(i as i64),
             key: None,
@@ -69,6 +64,20 @@ fn dedupe_window() {
     }
     drop(out);
     let held = LIVE.load(Ordering::Relaxed) - before;
+    (state, held)
+}
+
+/// Vote batches to one project until its window (the default 100,000 ids) is full and has turned
+/// over once, then the bytes the partition state holds per remembered id.
+fn dedupe_window() {
+    let window = Config::default().limits.dedupe_window;
+    let payloads = (0..2 * window).map(|i| {
+        format!(
+            r#"{{"event_id":"ev-{i:010}","project_id":"proj-1","occurred_at":{},"votes":[{{"voter_id":"u-1","value":0.75}}]}}"#,
+            1_795_168_800_000 + i as i64
+        )
+    });
+    let (state, held) = held_by("jury.votes", payloads);
     let remembered: usize = state.projects.values().map(|p| p.seen.len()).sum();
     assert_eq!(remembered, window);
     println!(
@@ -79,36 +88,16 @@ fn dedupe_window() {
 
 fn sessions() {
     const SESSIONS: usize = 10_000;
-    let engine = Engine::new(Config::default());
-    let reps = ReputationTable::default();
-    let payloads: Vec<String> = (0..SESSIONS)
-        .flat_map(|s| {
-            (0..3).map(move |j| {
-                format!(
-                    r#"{{"event_id":"e-{s}-{j}","project_id":"proj-{}","session_id":"sess-{s}","occurred_at":{},"judge":"judge-{j}","scores":{{"a":7,"b":5,"c":8,"d":3,"e":6}},"candidates":{{"a":{{"author":"m-a","words":120,"position":0}},"b":{{"author":"m-b","words":300,"position":1}}}},"category":"coding"}}"#,
-                    s % 100,
-                    1_795_168_800_000 + s as i64
-                )
-            })
+    let payloads = (0..SESSIONS).flat_map(|s| {
+        (0..3).map(move |j| {
+            format!(
+                r#"{{"event_id":"e-{s}-{j}","project_id":"proj-{}","session_id":"sess-{s}","occurred_at":{},"judge":"judge-{j}","scores":{{"a":7,"b":5,"c":8,"d":3,"e":6}},"candidates":{{"a":{{"author":"m-a","words":120,"position":0}},"b":{{"author":"m-b","words":300,"position":1}}}},"category":"coding"}}"#,
+                s % 100,
+                1_795_168_800_000 + s as i64
+            )
         })
-        .collect();
-    let mut state = PartitionState::default();
-    let mut out: Vec<Output> = Vec::new();
-    let before = LIVE.load(Ordering::Relaxed);
-    for (i, p) in payloads.iter().enumerate() {
-        out.clear();
-        let r = Record {
-            topic: "jury.judge-scores",
-            partition: Some(0),
-            offset: Some(i as i64),
-            key: None,
-            timestamp_ms: None,
-            payload: Some(p.as_bytes()),
-        };
-        engine.process(&mut state, &reps, &r, &mut out);
-    }
-    drop(out);
-    let held = LIVE.load(Ordering::Relaxed) - before;
+    });
+    let (state, held) = held_by("jury.judge-scores", payloads);
     assert_eq!(state.sessions.open_sessions(), SESSIONS);
     println!(
         "sessions/open_session_memory: {} open sessions (3 judges x 5 candidates) hold {} bytes = {} bytes per session (incl. dedupe ids)",
