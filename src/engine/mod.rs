@@ -174,18 +174,19 @@ impl PartitionState {
         }
     }
 
-    /// Notes an applied vote batch: the score changed, `r` says which ids entered and left the
-    /// window (none when the batch was not remembered).
-    fn note_votes(&mut self, project: &str, r: Option<&Remembered>) {
+    /// Notes an applied vote batch: the score changed, `r` says which id entered the window and
+    /// which left it.
+    fn note_votes(&mut self, project: &str, r: &Remembered) {
         let Some(journal) = &mut self.journal else {
             return;
         };
-        let seen = r.map_or(0..0, |r| r.seq..r.seq + 1);
-        let mut forgot = r
-            .into_iter()
-            .flat_map(|r| &r.evicted)
-            .map(|(s, _)| *s..s + 1);
-        extend_votes(journal, project, seen, forgot.next().unwrap_or(0..0));
+        let mut forgot = r.evicted.iter().map(|(s, _)| *s..s + 1);
+        extend_votes(
+            journal,
+            project,
+            r.seq..r.seq + 1,
+            forgot.next().unwrap_or(0..0),
+        );
         // More than one id leaves only when the window shrank; they join unless it has gaps.
         for f in forgot {
             extend_votes(journal, project, 0..0, f);
@@ -571,7 +572,7 @@ impl Engine {
             value: OutputValue::Score(value),
             alert: None,
         });
-        state.note_votes(batch.project_id, Some(&remembered));
+        state.note_votes(batch.project_id, &remembered);
         Ok(if step.late {
             Outcome::Late
         } else {

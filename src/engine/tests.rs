@@ -783,14 +783,13 @@ fn vote_journal_joins_consecutive_batches() {
         forgot,
     };
     for (seq, evicted) in [(0, &[][..]), (1, &[]), (2, &[0]), (3, &[1])] {
-        state.note_votes("a", Some(&remembered(seq, evicted)));
+        state.note_votes("a", &remembered(seq, evicted));
     }
     assert_eq!(state.journal, Some(vec![votes("a", 0..4, 0..2)]));
-    state.note_votes("b", Some(&remembered(0, &[])));
-    state.note_votes("a", Some(&remembered(4, &[2])));
-    state.note_votes("a", Some(&remembered(5, &[4])));
-    state.note_votes("a", None);
-    state.note_votes("a", Some(&remembered(6, &[5, 7])));
+    state.note_votes("b", &remembered(0, &[]));
+    state.note_votes("a", &remembered(4, &[2]));
+    state.note_votes("a", &remembered(5, &[4]));
+    state.note_votes("a", &remembered(6, &[5, 7]));
     assert_eq!(
         state.journal,
         Some(vec![
