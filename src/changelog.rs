@@ -31,7 +31,7 @@ use crate::engine::leaderboard::Entry;
 use crate::engine::score::ProjectScore;
 use crate::engine::session::{ProjectSessions, Session, SessionBook};
 use crate::engine::time::EventTime;
-use crate::engine::{Change, IdMap, InputTopic, PartitionState, VoteProject};
+use crate::engine::{Change, IdMap, InputTopic, PartitionState, ProjectKey, VoteProject};
 
 /// One changelog record; `value: None` is a tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -492,13 +492,9 @@ impl Restorer {
                     for (seq, f) in record.seen {
                         entries.push((seq, fp(&f)?));
                     }
-                    state.projects.insert(
-                        project.to_string(),
-                        VoteProject {
-                            score: record.score,
-                            seen: RecentIds::default(),
-                        },
-                    );
+                    state
+                        .projects
+                        .insert(ProjectKey::from(*project), VoteProject::new(record.score));
                 }
                 ("seen", [project, _bucket]) => {
                     let ids: Vec<(u64, String)> = from_value(&key, v)?;
@@ -552,7 +548,7 @@ impl Restorer {
                     // a cut flush are merged by `RecentIds::restore`.)
                     let newest = counted.get(&project).copied();
                     entries.retain(|(s, _)| newest.is_some_and(|n| *s <= n));
-                    if let Some(p) = state.projects.get_mut(&project) {
+                    if let Some(p) = state.projects.get_mut(project.as_str()) {
                         p.seen = RecentIds::restore(entries);
                     }
                 }

@@ -767,11 +767,13 @@ fn biased_session_emits_alerts_after_consensus() {
     assert_eq!(c["bias"]["risk"], "medium");
 }
 
-/// Consecutive batches of one project share one journal entry; another project in between, or
-/// a gap in the evicted ids (a window restored with gaps), starts a new one.
+/// A project's batches in one flush share one journal entry, also with other projects' in
+/// between; a gap in the evicted ids (a window restored with gaps) starts a new one, which
+/// later batches extend; a hint left from an earlier journal is not trusted.
 #[test]
-fn vote_journal_joins_consecutive_batches() {
-    let mut state = PartitionState::journaled();
+fn vote_journal_joins_a_projects_batches() {
+    let mut journal = Vec::new();
+    let (mut a, mut b) = (JournalHint::default(), JournalHint::default());
     let remembered = |seq: u64, evicted: &[u64]| Remembered {
         fingerprint: u128::from(seq),
         seq,
@@ -783,21 +785,40 @@ fn vote_journal_joins_consecutive_batches() {
         forgot,
     };
     for (seq, evicted) in [(0, &[][..]), (1, &[]), (2, &[0]), (3, &[1])] {
-        state.note_votes("a", &remembered(seq, evicted));
+        note_votes(Some(&mut journal), &mut a, "a", &remembered(seq, evicted));
     }
-    assert_eq!(state.journal, Some(vec![votes("a", 0..4, 0..2)]));
-    state.note_votes("b", &remembered(0, &[]));
-    state.note_votes("a", &remembered(4, &[2]));
-    state.note_votes("a", &remembered(5, &[4]));
-    state.note_votes("a", &remembered(6, &[5, 7]));
+    assert_eq!(journal, vec![votes("a", 0..4, 0..2)]);
+    note_votes(Some(&mut journal), &mut b, "b", &remembered(0, &[]));
+    note_votes(Some(&mut journal), &mut a, "a", &remembered(4, &[2]));
+    note_votes(Some(&mut journal), &mut a, "a", &remembered(5, &[4]));
+    note_votes(Some(&mut journal), &mut a, "a", &remembered(6, &[5, 7]));
+    note_votes(Some(&mut journal), &mut b, "b", &remembered(1, &[]));
     assert_eq!(
-        state.journal,
-        Some(vec![
-            votes("a", 0..4, 0..2),
-            votes("b", 0..1, 0..0),
-            votes("a", 4..5, 2..3),
+        journal,
+        vec![
+            votes("a", 0..5, 0..3),
+            votes("b", 0..2, 0..0),
             votes("a", 5..7, 4..6),
             votes("a", 0..0, 7..8),
-        ])
+        ]
     );
+    // The next flush: a's hint points past the new journal, c's (left from an earlier one) at
+    // b's change.
+    journal.clear();
+    let mut c = JournalHint(Some(0));
+    note_votes(Some(&mut journal), &mut b, "b", &remembered(2, &[]));
+    note_votes(Some(&mut journal), &mut a, "a", &remembered(7, &[]));
+    note_votes(Some(&mut journal), &mut c, "c", &remembered(0, &[]));
+    note_votes(Some(&mut journal), &mut a, "a", &remembered(8, &[]));
+    assert_eq!(
+        journal,
+        vec![
+            votes("b", 2..3, 0..0),
+            votes("a", 7..9, 0..0),
+            votes("c", 0..1, 0..0)
+        ]
+    );
+    // Without a journal nothing is noted.
+    note_votes(None, &mut a, "a", &remembered(9, &[]));
+    assert_eq!(journal.len(), 3);
 }

@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use smallvec::SmallVec;
 
 use super::fields::{Fields, Slots, SlotsSeed, wrong_type};
 use super::json::{CowStr, Json, JsonVisitor, ParseFailure};
@@ -20,8 +21,13 @@ pub struct VoteBatch<'a> {
     /// `None` when the payload has no `occurred_at`; the record timestamp is used then.
     pub occurred_at: Option<EventTime>,
     pub item_id: Option<&'a str>,
-    pub votes: Vec<Vote<'a>>,
+    pub votes: Votes<'a>,
 }
+
+/// A batch's votes. Batches carry a few votes, and up to four stay inline: the polling thread
+/// builds a batch for every record and the processing thread frees it, and a heap allocation
+/// freed on another thread is the expensive kind.
+pub type Votes<'a> = SmallVec<[Vote<'a>; 4]>;
 
 /// One vote: a value in 0..=1 (`pass` = 1, `flag` = 0) and an optional explicit reputation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -221,7 +227,7 @@ impl<'a> VoteBatch<'a> {
                 )?;
                 read_vote_fields(&f, limits)
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Votes<'_>, _>>()?;
         Ok(VoteBatch {
             event_id,
             project_id,
@@ -338,7 +344,7 @@ pub struct BatchSpans {
     project_id: Span,
     occurred_at: Option<EventTime>,
     item_id: Option<Span>,
-    votes: Vec<(Span, f64, Option<f64>)>,
+    votes: SmallVec<[(Span, f64, Option<f64>); 4]>,
 }
 
 /// The position of `s` in `payload`, if `s` is a slice of it (a string with JSON escapes is a
@@ -442,8 +448,8 @@ mod tests {
         );
         assert_eq!(b.occurred_at.unwrap().epoch_millis(), 1_795_168_807_250);
         assert_eq!(
-            b.votes,
-            vec![
+            b.votes[..],
+            [
                 Vote {
                     voter_id: "u-7",
                     value: 1.0,

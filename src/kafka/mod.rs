@@ -41,7 +41,9 @@ use crate::changelog::{self, ChangelogError, Restorer, Unit};
 use crate::config::Config;
 use crate::engine::output::{Output, OutputTopic, OutputValue};
 use crate::engine::reputation::ReputationTable;
-use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState, PreparedVotes, Record};
+use crate::engine::{
+    Engine, IdMap, InputTopic, Outcome, PartitionState, PreparedVotes, ProjectKey, Record,
+};
 use crate::http::Health;
 use crate::metrics::Metrics;
 
@@ -197,8 +199,9 @@ struct Owned {
 }
 
 /// Score coalescing: a project's first update in an interval is published at once, later ones
-/// are held and the latest is published when the interval (or the cycle) ends. Keyed by project.
-type Coalescer = IdMap<String, Coalesced>;
+/// are held and the latest is published when the interval (or the cycle) ends. Keyed by project
+/// (inline keys, as in the state: see [`ProjectKey`]).
+type Coalescer = IdMap<ProjectKey, Coalesced>;
 
 /// One project's coalescing: when its score was last published, and the newest update held
 /// back since then.
@@ -510,7 +513,7 @@ impl Core {
                             published: now,
                             held: None,
                         };
-                        self.coalescer.insert(key.to_owned(), p);
+                        self.coalescer.insert(ProjectKey::from(key), p);
                     }
                 }
             }
