@@ -779,20 +779,23 @@ fn vote_journal_joins_a_projects_batches() {
         seq,
         evicted: evicted.iter().map(|s| (*s, u128::from(*s))).collect(),
     };
+    let note = |journal: &mut Vec<Change>, hint: &mut JournalHint, project, seq, evicted| {
+        note_votes(Some(journal), hint, project, &remembered(seq, evicted));
+    };
     let votes = |project: &str, seen: Range<u64>, forgot: Range<u64>| Change::Votes {
         project: project.into(),
         seen,
         forgot,
     };
     for (seq, evicted) in [(0, &[][..]), (1, &[]), (2, &[0]), (3, &[1])] {
-        note_votes(Some(&mut journal), &mut a, "a", &remembered(seq, evicted));
+        note(&mut journal, &mut a, "a", seq, evicted);
     }
     assert_eq!(journal, vec![votes("a", 0..4, 0..2)]);
-    note_votes(Some(&mut journal), &mut b, "b", &remembered(0, &[]));
-    note_votes(Some(&mut journal), &mut a, "a", &remembered(4, &[2]));
-    note_votes(Some(&mut journal), &mut a, "a", &remembered(5, &[4]));
-    note_votes(Some(&mut journal), &mut a, "a", &remembered(6, &[5, 7]));
-    note_votes(Some(&mut journal), &mut b, "b", &remembered(1, &[]));
+    note(&mut journal, &mut b, "b", 0, &[]);
+    note(&mut journal, &mut a, "a", 4, &[2]);
+    note(&mut journal, &mut a, "a", 5, &[4]);
+    note(&mut journal, &mut a, "a", 6, &[5, 7]);
+    note(&mut journal, &mut b, "b", 1, &[]);
     assert_eq!(
         journal,
         vec![
@@ -806,10 +809,10 @@ fn vote_journal_joins_a_projects_batches() {
     // b's change.
     journal.clear();
     let mut c = JournalHint(Some(0));
-    note_votes(Some(&mut journal), &mut b, "b", &remembered(2, &[]));
-    note_votes(Some(&mut journal), &mut a, "a", &remembered(7, &[]));
-    note_votes(Some(&mut journal), &mut c, "c", &remembered(0, &[]));
-    note_votes(Some(&mut journal), &mut a, "a", &remembered(8, &[]));
+    note(&mut journal, &mut b, "b", 2, &[]);
+    note(&mut journal, &mut a, "a", 7, &[]);
+    note(&mut journal, &mut c, "c", 0, &[]);
+    note(&mut journal, &mut a, "a", 8, &[]);
     assert_eq!(
         journal,
         vec![
