@@ -453,6 +453,12 @@ impl Config {
             l.dead_letter_payload_bytes,
         )?;
         positive("limits.dedupe_window", l.dedupe_window)?;
+        if l.dedupe_window > crate::engine::dedupe::MAX_WINDOW {
+            return Err(invalid(
+                "limits.dedupe_window",
+                "at most 16777215 ids per project (the window's index limit)",
+            ));
+        }
         if l.max_message_bytes > 1_000_000_000 {
             return Err(invalid(
                 "limits.max_message_bytes",
@@ -596,6 +602,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("scoring.project_lambda.p-1"), "{e}");
+        // The window's index holds positions in 24 bits: the largest window is accepted, one
+        // more is refused by name.
+        assert!(Config::from_toml("[limits]\ndedupe_window = 16777215").is_ok());
+        let e = Config::from_toml("[limits]\ndedupe_window = 16777216")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("limits.dedupe_window"), "{e}");
     }
 
     #[test]

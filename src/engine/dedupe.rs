@@ -8,45 +8,52 @@
 //! distinct ids collide with probability about n²/2¹²⁹ (below 10⁻²⁸ for a million ids), which is
 //! far below any other failure rate of the system.
 
-use std::collections::{HashSet, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
-
 use smallvec::SmallVec;
+
+/// The largest window: an index slot holds a position in 24 bits. A window this size takes
+/// about 700 MiB, far beyond any useful setting; the configuration refuses more.
+pub const MAX_WINDOW: usize = (1 << 24) - 1;
 
 /// The fingerprint of an event id.
 pub fn fingerprint(id: &str) -> u128 {
     xxhash_rust::xxh3::xxh3_128(id.as_bytes())
 }
 
-/// Fingerprints are already uniform hashes; hashing them again would only cost time.
-#[derive(Default)]
-struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.0 ^= u64::from_le_bytes(word);
-        }
-    }
-    fn write_u128(&mut self, v: u128) {
-        self.0 = v as u64;
-    }
-}
-
 /// The most recently accepted event ids of one project, at most `capacity` of them.
 ///
 /// Each accepted id gets a sequence number; the Kafka runtime writes `(seq, fingerprint)` to the
 /// changelog and [`RecentIds::restore`] rebuilds the window from them in the same order.
-#[derive(Debug, Clone, Default, PartialEq)]
+///
+/// With many projects every window access is a cache miss, so the layout is built to touch few
+/// cache lines: the ids sit in a ring that a full window overwrites in place (the evicted id is
+/// in the line the new one is written to), and an open-addressing index of 4-byte slots finds
+/// them. An index slot is an 8-bit tag of the fingerprint and the id's ring position. Evicting
+/// leaves the old slot in place, to be dropped when the index is next rebuilt: a slot is
+/// trusted only if the ring entry at its position has the fingerprint sought, so a stale slot
+/// can never make an id look known. Rebuilding happens when half the slots are used, and the
+/// index has at least four slots per id, so rebuilds are rare and probes short. A hash set with a
+/// separate order queue touched six lines per accepted id (probe, queue tail, queue head,
+/// and the evicted id's probe); this touches two.
+#[derive(Debug, Clone, Default)]
 pub struct RecentIds {
-    order: VecDeque<Entry>,
-    set: HashSet<u128, BuildHasherDefault<PassThrough>>,
+    /// The ids, oldest at `head`, in order round the ring.
+    ring: Vec<Entry>,
+    head: usize,
+    /// `tag << 24 | (position + 1)`, 0 for an empty slot; its length is a power of two.
+    index: Vec<u32>,
+    /// Non-empty slots of `index`, stale ones included.
+    filled: usize,
     next_seq: u64,
+}
+
+/// Two windows are equal when they remember the same ids in the same order and will number
+/// the next id alike; where in the ring they sit and how stale the index is are not state.
+impl PartialEq for RecentIds {
+    fn eq(&self, other: &Self) -> bool {
+        self.next_seq == other.next_seq
+            && self.len() == other.len()
+            && self.range(0, u64::MAX).eq(other.range(0, u64::MAX))
+    }
 }
 
 /// One remembered id in a window's order: 24 bytes, where a `(u64, u128)` tuple takes 32 (a
@@ -67,11 +74,24 @@ impl Entry {
         }
     }
 
-    fn pair(self) -> (u64, u128) {
+    fn fingerprint(self) -> u128 {
         let [low, high] = self.fingerprint;
-        (self.seq, u128::from(low) | (u128::from(high) << 64))
+        u128::from(low) | (u128::from(high) << 64)
+    }
+
+    fn pair(self) -> (u64, u128) {
+        (self.seq, self.fingerprint())
     }
 }
+
+/// The tag an index slot keeps of a fingerprint: its top byte (the home slot comes from the
+/// low bits, so the two are independent).
+fn tag(fp: u128) -> u32 {
+    (fp >> 120) as u32
+}
+
+const POSITION_BITS: u32 = 24;
+const POSITION_MASK: u32 = (1 << POSITION_BITS) - 1;
 
 /// What remembering one id did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,24 +107,52 @@ pub struct Remembered {
 impl RecentIds {
     /// Whether `id` was accepted recently.
     pub fn contains(&self, id: &str) -> bool {
-        self.set.contains(&fingerprint(id))
+        self.find(fingerprint(id))
     }
 
-    /// Remembers `id`, forgetting the oldest ids beyond `capacity`. `None` if it was known.
+    /// Remembers `id`, forgetting the oldest ids beyond `capacity` (at most [`MAX_WINDOW`]).
+    /// `None` if it was known.
     pub fn insert(&mut self, id: &str, capacity: usize) -> Option<Remembered> {
         let fp = fingerprint(id);
-        if !self.set.insert(fp) {
+        if self.find(fp) {
             return None;
         }
+        let capacity = capacity.clamp(1, MAX_WINDOW);
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.order.push_back(Entry::new(seq, fp));
+        let entry = Entry::new(seq, fp);
         let mut evicted = SmallVec::new();
-        while self.order.len() > capacity.max(1) {
-            if let Some((seq, old)) = self.order.pop_front().map(Entry::pair) {
-                self.set.remove(&old);
-                evicted.push((seq, old));
+        let mut reindex = false;
+        let position = if self.ring.len() == capacity {
+            // Full: the oldest id gives its place to the new one.
+            let position = self.head;
+            evicted.push(self.ring[position].pair());
+            self.ring[position] = entry;
+            self.head = (position + 1) % capacity;
+            position
+        } else {
+            if self.head != 0 || self.ring.len() > capacity {
+                // The capacity changed since the ring wrapped: straighten it, drop the oldest
+                // ids beyond the new capacity, and index the positions anew.
+                self.ring.rotate_left(self.head);
+                self.head = 0;
+                let excess = (self.ring.len() + 1).saturating_sub(capacity);
+                evicted.extend(self.ring.drain(..excess).map(Entry::pair));
+                reindex = true;
             }
+            self.ring.push(entry);
+            if self.ring.len() == capacity {
+                // Full from now on: give back what the ring's doubling growth reserved beyond
+                // it (a quarter of a default window's ring).
+                self.ring.shrink_to_fit();
+            }
+            self.ring.len() - 1
+        };
+        if reindex || (self.filled + 1) * 2 > self.index.len() {
+            self.rebuild();
+        } else {
+            self.place(fp, position);
+            self.filled += 1;
         }
         Some(Remembered {
             fingerprint: fp,
@@ -113,60 +161,139 @@ impl RecentIds {
         })
     }
 
+    /// Whether `fp` is in the ring, by the index.
+    fn find(&self, fp: u128) -> bool {
+        if self.index.is_empty() {
+            return false;
+        }
+        let mask = self.index.len() - 1;
+        let tag = tag(fp);
+        let mut i = fp as usize & mask;
+        loop {
+            let slot = self.index[i];
+            if slot == 0 {
+                return false;
+            }
+            if slot >> POSITION_BITS == tag {
+                let position = (slot & POSITION_MASK) as usize - 1;
+                if self
+                    .ring
+                    .get(position)
+                    .is_some_and(|e| e.fingerprint() == fp)
+                {
+                    return true;
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Indexes the id at ring `position`; the index has an empty slot (at most half is used).
+    fn place(&mut self, fp: u128, position: usize) {
+        let mask = self.index.len() - 1;
+        let mut i = fp as usize & mask;
+        while self.index[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.index[i] = tag(fp) << POSITION_BITS | (position as u32 + 1);
+    }
+
+    /// Indexes the ring afresh, at four slots per id (at least 8), dropping stale slots.
+    fn rebuild(&mut self) {
+        let size = (self.ring.len() * 4).max(8).next_power_of_two();
+        self.index.clear();
+        self.index.resize(size, 0);
+        for position in 0..self.ring.len() {
+            self.place(self.ring[position].fingerprint(), position);
+        }
+        self.filled = self.ring.len();
+    }
+
     /// Rebuilds a window from `(seq, fingerprint)` pairs in any order; a pair given twice counts
     /// once (a changelog flush cut short can hold a bucket both on its own and in its project's
-    /// record).
+    /// record). Beyond [`MAX_WINDOW`] pairs, the newest are kept.
     pub fn restore(mut entries: Vec<(u64, u128)>) -> Self {
         entries.sort_unstable();
         entries.dedup();
         let next_seq = entries.last().map_or(0, |(s, _)| s + 1);
-        let set = entries.iter().map(|(_, fp)| *fp).collect();
-        RecentIds {
-            order: entries.iter().map(|&(s, fp)| Entry::new(s, fp)).collect(),
-            set,
+        let keep = entries.len().saturating_sub(MAX_WINDOW);
+        let mut window = RecentIds {
+            ring: entries[keep..]
+                .iter()
+                .map(|&(s, fp)| Entry::new(s, fp))
+                .collect(),
+            head: 0,
+            index: Vec::new(),
+            filled: 0,
             next_seq,
-        }
+        };
+        window.rebuild();
+        window
+    }
+
+    /// The entry `i`-th oldest.
+    fn nth(&self, i: usize) -> Entry {
+        let position = self.head + i;
+        let len = self.ring.len();
+        self.ring[if position >= len {
+            position - len
+        } else {
+            position
+        }]
     }
 
     /// The remembered ids with `lo <= seq < hi`, in order (the window is sorted by seq).
     /// Exact-sized, so a renderer can reserve what the ids need.
     pub fn range(&self, lo: u64, hi: u64) -> impl ExactSizeIterator<Item = (u64, u128)> + '_ {
-        let start = self.index(lo);
-        let end = self.index(hi).max(start);
-        self.order.range(start..end).map(|e| e.pair())
+        let start = self.index_of(lo);
+        let end = self.index_of(hi).max(start);
+        (start..end).map(|i| self.nth(i).pair())
     }
 
-    /// Where the first id with a sequence number of at least `seq` is (or would be). A window
-    /// holds consecutive numbers unless it was restored from a changelog with gaps, so this is
-    /// arithmetic almost always: a binary search per changelog record was a tenth of the
-    /// changelog's cost.
-    fn index(&self, seq: u64) -> usize {
-        match (self.order.front(), self.order.back()) {
-            (Some(&Entry { seq: first, .. }), Some(&Entry { seq: last, .. }))
-                if last.checked_sub(first) == Some(self.order.len() as u64 - 1) =>
-            {
-                (seq.saturating_sub(first) as usize).min(self.order.len())
-            }
-            _ => self.order.partition_point(|e| e.seq < seq),
+    /// How many ids are older than the first with a sequence number of at least `seq`. A
+    /// window holds consecutive numbers unless it was restored from a changelog with gaps, so
+    /// this is arithmetic almost always: a binary search per changelog record was a tenth of
+    /// the changelog's cost.
+    fn index_of(&self, seq: u64) -> usize {
+        let len = self.ring.len();
+        if len == 0 {
+            return 0;
         }
+        let (first, last) = (self.nth(0).seq, self.nth(len - 1).seq);
+        if last.checked_sub(first) == Some(len as u64 - 1) {
+            return (seq.saturating_sub(first) as usize).min(len);
+        }
+        let (mut lo, mut hi) = (0, len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.nth(mid).seq < seq {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 
     /// The sequence number of the newest remembered id.
     pub fn newest_seq(&self) -> Option<u64> {
-        self.order.back().map(|e| e.seq)
+        let len = self.ring.len();
+        (len > 0).then(|| self.nth(len - 1).seq)
     }
 
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.ring.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.ring.is_empty()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+
     use super::*;
 
     #[test]
@@ -219,10 +346,8 @@ mod tests {
         for ids in [&consecutive, &gaps] {
             for lo in 0..25 {
                 for hi in 0..25 {
-                    let expected: Vec<(u64, u128)> = ids
-                        .order
-                        .iter()
-                        .map(|e| e.pair())
+                    let expected: Vec<(u64, u128)> = (0..ids.len())
+                        .map(|i| ids.nth(i).pair())
                         .filter(|(s, _)| lo <= *s && *s < hi)
                         .collect();
                     let got = ids.range(lo, hi);
@@ -235,17 +360,20 @@ mod tests {
 
     proptest::proptest! {
         /// The window behaves like the plain definition (the last `capacity` accepted ids, in
-        /// order) however ids repeat and come back after being forgotten; a restore from its
-        /// entries continues identically.
+        /// order) however ids repeat and come back after being forgotten, and however the
+        /// capacity changes between phases of the run (the ring then straightens); a restore
+        /// from its entries continues identically.
         #[test]
         fn matches_the_plain_definition(
             ids in proptest::collection::vec(0u16..300, 0..2000),
-            capacity in 1usize..150,
+            capacities in proptest::collection::vec(1usize..150, 1..4),
         ) {
             let mut window = RecentIds::default();
             let mut plain: VecDeque<(u64, String)> = VecDeque::new();
             let mut next = 0;
-            for id in ids.iter().map(|i| format!("ev-{i}")) {
+            let mut capacity = capacities[0];
+            for (step, id) in ids.iter().map(|i| format!("ev-{i}")).enumerate() {
+                capacity = capacities[step * capacities.len() / ids.len()];
                 let known = plain.iter().any(|(_, p)| *p == id);
                 proptest::prop_assert_eq!(window.contains(&id), known);
                 let got = window.insert(&id, capacity);
