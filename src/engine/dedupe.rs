@@ -31,9 +31,9 @@ pub fn fingerprint(id: &str) -> u128 {
 /// leaves the old slot in place, to be dropped when the index is next rebuilt: a slot is
 /// trusted only if the ring entry at its position has the fingerprint sought, so a stale slot
 /// can never make an id look known. Rebuilding happens when half the slots are used, and the
-/// index has at least four slots per id, so rebuilds are rare and probes short. A hash set with a
-/// separate order queue touched six lines per accepted id (probe, queue tail, queue head,
-/// and the evicted id's probe); this touches two.
+/// index has at least four slots per id, so rebuilds are rare and probes short. A hash set
+/// beside an order queue touched six lines per accepted id (the set's control bytes and slot,
+/// the queue's tail and head, the evicted id's control bytes and slot); this touches two.
 #[derive(Debug, Clone, Default)]
 pub struct RecentIds {
     /// The ids, oldest at `head`, in order round the ring.
