@@ -10,6 +10,8 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+use crate::engine::dedupe::MAX_WINDOW;
+
 /// A configuration that could not be loaded or is invalid; `key` is the dotted path, e.g. `scoring.lambda`.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -453,10 +455,10 @@ impl Config {
             l.dead_letter_payload_bytes,
         )?;
         positive("limits.dedupe_window", l.dedupe_window)?;
-        if l.dedupe_window > crate::engine::dedupe::MAX_WINDOW {
+        if l.dedupe_window > MAX_WINDOW {
             return Err(invalid(
                 "limits.dedupe_window",
-                "at most 16777215 ids per project (the window's index limit)",
+                format!("at most {MAX_WINDOW} ids per project (the window's index limit)"),
             ));
         }
         if l.max_message_bytes > 1_000_000_000 {

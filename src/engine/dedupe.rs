@@ -263,16 +263,12 @@ impl RecentIds {
         if last.checked_sub(first) == Some(len as u64 - 1) {
             return (seq.saturating_sub(first) as usize).min(len);
         }
-        let (mut lo, mut hi) = (0, len);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.nth(mid).seq < seq {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
+        // The ring holds two sorted runs: the oldest ids from `head` on, then the newest.
+        let (newest, oldest) = self.ring.split_at(self.head);
+        match oldest.partition_point(|e| e.seq < seq) {
+            i if i < oldest.len() => i,
+            i => i + newest.partition_point(|e| e.seq < seq),
         }
-        lo
     }
 
     /// The sequence number of the newest remembered id.
@@ -343,7 +339,13 @@ mod tests {
     fn range_selects_by_sequence_number() {
         let consecutive = RecentIds::restore((10..20).map(|s| (s, s as u128)).collect());
         let gaps = RecentIds::restore([3, 4, 7, 8, 9, 15].map(|s| (s, s as u128)).to_vec());
-        for ids in [&consecutive, &gaps] {
+        // Gaps in a ring that has wrapped: seqs 8, 9, 15, 16, 17, 18 with the oldest mid-ring.
+        let mut wrapped = gaps.clone();
+        for id in ["x", "y", "z"] {
+            wrapped.insert(id, 6);
+        }
+        assert_ne!(wrapped.head, 0);
+        for ids in [&consecutive, &gaps, &wrapped] {
             for lo in 0..25 {
                 for hi in 0..25 {
                     let expected: Vec<(u64, u128)> = (0..ids.len())
