@@ -58,6 +58,7 @@ fn held_by(topic: &str, payloads: impl Iterator<Item = String>) -> (PartitionSta
             offset: Some(i as i64),
             key: None,
             timestamp_ms: None,
+            clock_ms: None,
             payload: Some(payload.as_bytes()),
         };
         engine.process(&mut state, &reps, &r, &mut out);

@@ -20,8 +20,9 @@
 //! worth of the project's ids). Judge-scores state does not have this property yet.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry as SlotEntry;
+use std::hash::BuildHasher;
 
+use hashbrown::hash_table::{Entry as SlotEntry, HashTable};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -33,11 +34,20 @@ use crate::engine::session::{ProjectSessions, Session, SessionBook};
 use crate::engine::time::EventTime;
 use crate::engine::{Change, IdMap, InputTopic, PartitionState, ProjectKey, VoteProject};
 
-/// One changelog record; `value: None` is a tombstone.
+/// One changelog record, owned; `value: None` is a tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateRecord {
     pub key: String,
     pub value: Option<String>,
+}
+
+impl From<RecordRef<'_>> for StateRecord {
+    fn from(r: RecordRef<'_>) -> Self {
+        StateRecord {
+            key: String::from_utf8_lossy(r.key).into_owned(),
+            value: r.value.map(|v| String::from_utf8_lossy(v).into_owned()),
+        }
+    }
 }
 
 /// A changelog record that cannot be read back.
@@ -71,39 +81,29 @@ impl Unit {
 
     /// Appends how every key of this unit begins, `["v",3,`: the one definition that keys are
     /// written with and that [`Restorer`] recognises its unit's records by.
-    fn push_prefix(self, s: &mut String) {
-        s.push_str("[\"");
-        s.push_str(self.tag());
-        s.push_str("\",");
+    fn push_prefix(self, b: &mut Vec<u8>) {
+        b.extend_from_slice(b"[\"");
+        b.extend_from_slice(self.tag().as_bytes());
+        b.extend_from_slice(b"\",");
         if self.partition < 0 {
-            s.push('-');
+            b.push(b'-');
         }
-        push_u64(s, u64::from(self.partition.unsigned_abs()));
-        s.push(',');
+        push_u64(b, u64::from(self.partition.unsigned_abs()));
+        b.push(b',');
     }
 
-    /// `["v",3,"project","proj-42"]`: written by hand because it is built for every changed key
-    /// in every flush; ids are escaped by serde_json.
-    fn key(self, kind: &str, ids: &[&str]) -> String {
-        let mut key = String::with_capacity(32 + ids.iter().map(|s| s.len() + 3).sum::<usize>());
-        self.push_prefix(&mut key);
-        key.push('"');
-        key.push_str(kind);
-        key.push('"');
+    /// Appends `["v",3,"project","proj-42"]`: written by hand because it is built for every
+    /// changed key in every flush; ids are escaped by serde_json.
+    fn push_key(self, b: &mut Vec<u8>, kind: &str, ids: &[&str]) {
+        self.push_prefix(b);
+        b.push(b'"');
+        b.extend_from_slice(kind.as_bytes());
+        b.push(b'"');
         for id in ids {
-            key.push(',');
-            push_json_str(&mut key, id);
+            b.push(b',');
+            push_json_str(b, id);
         }
-        key.push(']');
-        key
-    }
-
-    /// The record holding the last input offset applied to this unit's state.
-    pub fn offset_record(self, offset: i64) -> StateRecord {
-        StateRecord {
-            key: self.key("offset", &[]),
-            value: Some(serde_json::json!({ "offset": offset }).to_string()),
-        }
+        b.push(b']');
     }
 }
 
@@ -121,64 +121,70 @@ struct BookMeta {
 /// Ids per dedupe-window changelog record.
 const SEEN_BUCKET: u64 = 32;
 
-fn hex(fp: u128) -> String {
-    let mut s = String::with_capacity(32);
-    push_hex(&mut s, fp);
-    s
-}
-
 /// Appends the 32 lowercase hex digits of `fp` (`format!("{fp:032x}")` costs several times more,
 /// and a project's record carries up to 32 fingerprints, rendered at every flush it changed in).
-fn push_hex(s: &mut String, fp: u128) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut digits = [0u8; 32];
-    for (i, d) in digits.iter_mut().enumerate() {
-        *d = DIGITS[((fp >> ((31 - i) * 4)) & 0xf) as usize];
+fn push_hex(b: &mut Vec<u8>, fp: u128) {
+    for quarter in (0..4).rev() {
+        b.extend_from_slice(&hex_digits((fp >> (quarter * 32)) as u32));
     }
-    s.push_str(std::str::from_utf8(&digits).unwrap_or_default());
+}
+
+/// The 8 lowercase hex digits of `v`, eight at a time: each nibble is spread into a byte of a
+/// `u64` and turned into its digit with arithmetic that works on all eight bytes at once.
+fn hex_digits(v: u32) -> [u8; 8] {
+    let mut x = u64::from(v);
+    x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+    x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+    x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    // Bytes now hold the nibbles, the least significant in the lowest byte. A byte of 10 or
+    // more gets 1 here, and `'a' - '0' - 10` more below.
+    let letters = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+    let ascii = x + 0x3030_3030_3030_3030 + letters * (b'a' - b'0' - 10) as u64;
+    ascii.to_be_bytes()
 }
 
 /// Appends `id` as a JSON string.
-fn push_json_str(s: &mut String, id: &str) {
+fn push_json_str(b: &mut Vec<u8>, id: &str) {
     if id
         .bytes()
-        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f)
+        .all(|c| c >= 0x20 && c != b'"' && c != b'\\' && c < 0x7f)
     {
-        s.push('"');
-        s.push_str(id);
-        s.push('"');
-    } else if let Ok(quoted) = serde_json::to_string(id) {
-        s.push_str(&quoted);
+        b.push(b'"');
+        b.extend_from_slice(id.as_bytes());
+        b.push(b'"');
+    } else {
+        // Writing a string into a vector cannot fail.
+        serde_json::to_writer(b, id).ok();
     }
 }
 
-/// `[[seq,"fingerprint"],...]` for the ids of one dedupe bucket, or `None` when it is empty.
-fn render_bucket(ids: impl ExactSizeIterator<Item = (u64, u128)>) -> Option<String> {
-    let mut s = String::new();
-    push_bucket(&mut s, ids);
-    (s.len() > 2).then_some(s)
+/// Appends `value` as JSON; false if it could not be serialized.
+fn push_json(b: &mut Vec<u8>, value: &impl Serialize) -> bool {
+    serde_json::to_writer(b, value).is_ok()
 }
 
-/// Appends `[[seq,"fingerprint"],...]` (`[]` when there are no ids).
-fn push_bucket(s: &mut String, ids: impl ExactSizeIterator<Item = (u64, u128)>) {
+/// Appends `[[seq,"fingerprint"],...]` (`[]` when there are no ids); false when there were none.
+fn push_bucket(b: &mut Vec<u8>, ids: impl ExactSizeIterator<Item = (u64, u128)>) -> bool {
     // `[seq,"32 hex digits"],` is at most 59 bytes; a bucket's seqs are short in practice.
-    s.reserve(2 + ids.len() * 45);
-    s.push('[');
+    let n = ids.len();
+    b.reserve(2 + n * 45);
+    b.push(b'[');
     for (i, (seq, fp)) in ids.enumerate() {
         if i > 0 {
-            s.push(',');
+            b.push(b',');
         }
-        s.push('[');
-        push_u64(s, seq);
-        s.push_str(",\"");
-        push_hex(s, fp);
-        s.push_str("\"]");
+        b.push(b'[');
+        push_u64(b, seq);
+        b.extend_from_slice(b",\"");
+        push_hex(b, fp);
+        b.extend_from_slice(b"\"]");
     }
-    s.push(']');
+    b.push(b']');
+    n > 0
 }
 
 /// Appends the decimal digits of `n` (without the formatting machinery).
-fn push_u64(s: &mut String, mut n: u64) {
+fn push_u64(b: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {
@@ -189,11 +195,181 @@ fn push_u64(s: &mut String, mut n: u64) {
             break;
         }
     }
-    s.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+    b.extend_from_slice(&digits[at..]);
+}
+
+/// A record in a [`Records`] buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    /// The changelog partition: the input partition whose state it is.
+    pub partition: i32,
+    pub key: &'a [u8],
+    /// `None` is a tombstone.
+    pub value: Option<&'a [u8]>,
+}
+
+/// Where a record is in [`Records::bytes`].
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    partition: i32,
+    start: usize,
+    key_end: usize,
+    /// Where the value ends; `None` for a tombstone.
+    end: Option<usize>,
+}
+
+/// Changelog records rendered into one buffer that is cleared and reused from flush to flush.
+/// The runtime renders every flush's records and holds them until the flush's outputs are
+/// acknowledged; with 10,000 busy projects that was about 15 MB in two allocations per record,
+/// and the allocator served much of it from fresh pages (their page faults were 8% of the
+/// processing thread). A reused buffer stays mapped.
+#[derive(Debug, Default)]
+pub struct Records {
+    bytes: Vec<u8>,
+    spans: Vec<Span>,
+}
+
+impl Records {
+    /// The records in the order they were rendered (the order they must be written in).
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = RecordRef<'_>> {
+        self.spans.iter().map(|s| RecordRef {
+            partition: s.partition,
+            key: self.bytes.get(s.start..s.key_end).unwrap_or_default(),
+            value: s
+                .end
+                .map(|end| self.bytes.get(s.key_end..end).unwrap_or_default()),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Empties the buffer for the next flush. It keeps its memory, unless that is more than
+    /// eight times what this flush used: one burst does not hold its peak forever.
+    pub fn clear(&mut self) {
+        let used = self.bytes.len();
+        let records = self.spans.len();
+        self.bytes.clear();
+        self.spans.clear();
+        if self.bytes.capacity() > 8 * used {
+            self.bytes.shrink_to(used);
+        }
+        if self.spans.capacity() > 8 * records {
+            self.spans.shrink_to(records);
+        }
+    }
+
+    /// Appends the record holding the last input offset applied to `unit`'s state.
+    pub fn push_offset(&mut self, unit: Unit, offset: i64) {
+        self.push(unit, "offset", &[], |b| {
+            b.extend_from_slice(b"{\"offset\":");
+            if offset < 0 {
+                b.push(b'-');
+            }
+            push_u64(b, offset.unsigned_abs());
+            b.push(b'}');
+            true
+        });
+    }
+
+    /// Appends a record: its key, then its value if `value` writes one (a tombstone if not).
+    fn push(
+        &mut self,
+        unit: Unit,
+        kind: &str,
+        ids: &[&str],
+        value: impl FnOnce(&mut Vec<u8>) -> bool,
+    ) {
+        let start = self.bytes.len();
+        unit.push_key(&mut self.bytes, kind, ids);
+        let key_end = self.bytes.len();
+        let end = if value(&mut self.bytes) {
+            Some(self.bytes.len())
+        } else {
+            self.bytes.truncate(key_end);
+            None
+        };
+        self.spans.push(Span {
+            partition: unit.partition,
+            start,
+            key_end,
+            end,
+        });
+    }
+
+    /// Appends the record for one slot, its value read from the current state (`change` is the
+    /// slot's last change: a completed-window entry's sequence number is not kept in the state).
+    fn push_slot(&mut self, unit: Unit, state: &PartitionState, slot: Slot<'_>, change: &Change) {
+        match slot {
+            Slot::Project(project) => self.push(unit, "project", &[project], |b| {
+                state
+                    .projects
+                    .get(project)
+                    .is_some_and(|p| push_project(b, p))
+            }),
+            Slot::Seen(project, bucket) => {
+                // Buckets are rewritten whole when they change and deleted once every id in
+                // them was forgotten.
+                let window = match unit.topic {
+                    InputTopic::Votes => state.projects.get(project).map(|p| &p.seen),
+                    _ => state.judge_projects.get(project).map(|p| &p.seen),
+                };
+                self.push(unit, "seen", &[project, &bucket.to_string()], |b| {
+                    window.is_some_and(|w| {
+                        push_bucket(b, w.range(bucket * SEEN_BUCKET, (bucket + 1) * SEEN_BUCKET))
+                    })
+                });
+            }
+            Slot::Session(project, session) => {
+                let open = state
+                    .sessions
+                    .projects
+                    .get(project)
+                    .and_then(|p| p.open.get(session));
+                self.push(unit, "session", &[project, session], |b| {
+                    open.is_some_and(|s| push_json(b, s))
+                });
+            }
+            Slot::Completed(project, fingerprint) => {
+                let hex = format!("{fingerprint:032x}");
+                self.push(unit, "completed", &[project, &hex], |b| match change {
+                    Change::Completed { seq, .. } => push_json(b, &Seq { seq: *seq }),
+                    _ => false,
+                });
+            }
+            Slot::Audit(project) => {
+                let audit = state.judge_projects.get(project).map(|p| &p.audit);
+                self.push(unit, "audit", &[project], |b| {
+                    audit.is_some_and(|a| push_json(b, a))
+                });
+            }
+            Slot::Board(project, category, model) => {
+                let row = state
+                    .judge_projects
+                    .get(project)
+                    .and_then(|p| p.board.rows.get(&(category.to_owned(), model.to_owned())));
+                self.push(unit, "board", &[project, category, model], |b| {
+                    row.is_some_and(|r| push_json(b, r))
+                });
+            }
+            Slot::Book => {
+                let meta = BookMeta {
+                    watermark: state.sessions.watermark,
+                    next_seq: state.sessions.next_seq(),
+                };
+                self.push(unit, "book", &[], |b| push_json(b, &meta));
+            }
+        }
+    }
 }
 
 /// What a change rewrites: changes with the same slot in one flush produce one record.
-#[derive(PartialEq, Eq, Hash, Clone, Copy)]
+#[derive(Debug, PartialEq, Eq, Hash, Clone, Copy)]
 enum Slot<'a> {
     /// A vote project: its score and its open dedupe bucket.
     Project(&'a str),
@@ -289,57 +465,92 @@ impl Change {
     }
 }
 
-fn render(value: &impl Serialize) -> Option<String> {
-    serde_json::to_string(value).ok()
+/// Renders flushes' changelog records, keeping its table of slots from flush to flush (rebuilt
+/// from nothing, it was megabytes of fresh memory per flush with 10,000 busy projects).
+#[derive(Debug, Default)]
+pub struct Renderer {
+    hasher: foldhash::fast::RandomState,
+    /// Positions in `slots`, found by their slot.
+    index: HashTable<usize>,
+    /// Empty between flushes: kept for its allocation.
+    slots: Vec<(Slot<'static>, &'static Change)>,
 }
 
-/// The changelog records for `changes` to `state`, one per key (the last change wins): vote
-/// project records last, the others before them (see the module doc), each group in the order of
-/// its keys' first change, which is deterministic for a given input without sorting keys (a sort
-/// of a 10,000-project flush cost more than rendering it). Values are read from the current
-/// state, so several changes to one project in a flush interval cost one record, rendered once.
-pub fn records(unit: Unit, state: &PartitionState, changes: &[Change]) -> Vec<StateRecord> {
-    // Each slot once, in the order of its first change, with its last change.
-    let mut index: IdMap<Slot<'_>, usize> = IdMap::default();
-    // Grown as slots appear, not reserved per change: a project changes several times per
-    // flush, and a table sized for every change was megabytes of fresh memory per flush.
-    let mut slots: Vec<(Slot<'_>, &Change)> = Vec::new();
-    let mut open = open_buckets(state);
-    for change in changes {
-        change.slots(&mut open, |slot| match index.entry(slot) {
-            SlotEntry::Occupied(at) => slots[*at.get()].1 = change,
-            SlotEntry::Vacant(at) => {
-                at.insert(slots.len());
-                slots.push((slot, change));
-            }
-        });
+impl Renderer {
+    /// Appends the changelog records for `changes` to `state` to `out`, one per key (the last
+    /// change wins): vote project records last, the others before them (see the module doc),
+    /// each group in the order of its keys' first change, which is deterministic for a given
+    /// input without sorting keys (a sort of a 10,000-project flush cost more than rendering
+    /// it). Values are read from the current state, so several changes to one project in a flush
+    /// cost one record, rendered once.
+    pub fn render(
+        &mut self,
+        unit: Unit,
+        state: &PartitionState,
+        changes: &[Change],
+        out: &mut Records,
+    ) {
+        let Renderer {
+            hasher,
+            index,
+            slots,
+        } = self;
+        // Each slot once, in the order of its first change, with its last change.
+        let mut slots: Vec<(Slot<'_>, &Change)> = std::mem::take(slots);
+        index.clear();
+        let mut open = open_buckets(state);
+        for change in changes {
+            change.slots(&mut open, |slot| {
+                let hash = hasher.hash_one(slot);
+                let found = index.entry(
+                    hash,
+                    |&at| slots[at].0 == slot,
+                    |&at| hasher.hash_one(slots[at].0),
+                );
+                match found {
+                    SlotEntry::Occupied(at) => slots[*at.get()].1 = change,
+                    SlotEntry::Vacant(at) => {
+                        at.insert(slots.len());
+                        slots.push((slot, change));
+                    }
+                }
+            });
+        }
+        let is_project = |slot: &Slot<'_>| matches!(slot, Slot::Project(_));
+        let others = slots.iter().filter(|(slot, _)| !is_project(slot));
+        let projects = slots.iter().filter(|(slot, _)| is_project(slot));
+        for (slot, change) in others.chain(projects) {
+            out.push_slot(unit, state, *slot, change);
+        }
+        self.slots = recycle(slots);
     }
-    let is_project = |slot: &Slot<'_>| matches!(slot, Slot::Project(_));
-    let others = slots.iter().filter(|(slot, _)| !is_project(slot));
-    let projects = slots.iter().filter(|(slot, _)| is_project(slot));
-    others
-        .chain(projects)
-        .map(|(slot, change)| record(unit, state, *slot, change))
-        .collect()
+}
+
+/// An empty vector with `v`'s allocation, for elements that borrow for a shorter time: the
+/// slots of a flush borrow its journal, which is dropped after it. Collecting a vector's
+/// by-value iterator into a vector of a type of the same size and alignment reuses the
+/// allocation.
+fn recycle<T, U>(v: Vec<T>) -> Vec<U> {
+    v.into_iter().filter_map(|_| None).collect()
 }
 
 /// A vote project's record: `{"score":{...},"seen":[[seq,"fingerprint"],...]}` with the ids of
 /// its open dedupe bucket.
-fn render_project(project: &VoteProject) -> Option<String> {
-    let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(b"{\"score\":");
-    serde_json::to_writer(&mut out, &project.score).ok()?;
-    out.extend_from_slice(b",\"seen\":");
-    let mut s = String::from_utf8(out).ok()?;
+fn push_project(b: &mut Vec<u8>, project: &VoteProject) -> bool {
+    b.extend_from_slice(b"{\"score\":");
+    if !push_json(b, &project.score) {
+        return false;
+    }
+    b.extend_from_slice(b",\"seen\":");
     let bucket = bucket_of_newest(&project.seen).unwrap_or(0);
     push_bucket(
-        &mut s,
+        b,
         project
             .seen
             .range(bucket * SEEN_BUCKET, (bucket + 1) * SEEN_BUCKET),
     );
-    s.push('}');
-    Some(s)
+    b.push(b'}');
+    true
 }
 
 /// How a vote project's record reads back.
@@ -349,74 +560,12 @@ struct ProjectRecord {
     seen: Vec<(u64, String)>,
 }
 
-/// The record for one slot, its value read from the current state (`change` is the slot's last
-/// change: a completed-window entry's sequence number is not kept in the state).
-fn record(unit: Unit, state: &PartitionState, slot: Slot<'_>, change: &Change) -> StateRecord {
-    let (key, value) = match slot {
-        Slot::Project(project) => {
-            let v = state.projects.get(project).and_then(render_project);
-            (unit.key("project", &[project]), v)
-        }
-        Slot::Seen(project, bucket) => {
-            // Buckets are rewritten whole when they change and deleted once every id in them
-            // was forgotten.
-            let window = match unit.topic {
-                InputTopic::Votes => state.projects.get(project).map(|p| &p.seen),
-                _ => state.judge_projects.get(project).map(|p| &p.seen),
-            };
-            let value = window.and_then(|w| {
-                render_bucket(w.range(bucket * SEEN_BUCKET, (bucket + 1) * SEEN_BUCKET))
-            });
-            (unit.key("seen", &[project, &bucket.to_string()]), value)
-        }
-        Slot::Session(project, session) => {
-            let v = state
-                .sessions
-                .projects
-                .get(project)
-                .and_then(|p| p.open.get(session))
-                .and_then(render);
-            (unit.key("session", &[project, session]), v)
-        }
-        Slot::Completed(project, fingerprint) => {
-            let v = match change {
-                Change::Completed { seq, .. } => render(&Seq { seq: *seq }),
-                _ => None,
-            };
-            (unit.key("completed", &[project, &hex(fingerprint)]), v)
-        }
-        Slot::Audit(project) => {
-            let v = state
-                .judge_projects
-                .get(project)
-                .and_then(|p| render(&p.audit));
-            (unit.key("audit", &[project]), v)
-        }
-        Slot::Board(project, category, model) => {
-            let row = state
-                .judge_projects
-                .get(project)
-                .and_then(|p| p.board.rows.get(&(category.to_owned(), model.to_owned())))
-                .and_then(render);
-            (unit.key("board", &[project, category, model]), row)
-        }
-        Slot::Book => {
-            let meta = BookMeta {
-                watermark: state.sessions.watermark,
-                next_seq: state.sessions.next_seq(),
-            };
-            (unit.key("book", &[]), render(&meta))
-        }
-    };
-    StateRecord { key, value }
-}
-
 /// Rebuilds a unit's state from its changelog partition.
 #[derive(Debug)]
 pub struct Restorer {
     unit: Unit,
     /// How this unit's keys begin (`["v",3,`), to tell its records from the partition's others.
-    prefix: String,
+    prefix: Vec<u8>,
     latest: HashMap<String, Option<Vec<u8>>>,
     /// Records read, for the restore-size metric.
     pub records: u64,
@@ -428,7 +577,7 @@ impl Restorer {
         Restorer {
             unit,
             prefix: {
-                let mut prefix = String::new();
+                let mut prefix = Vec::new();
                 unit.push_prefix(&mut prefix);
                 prefix
             },
@@ -447,7 +596,7 @@ impl Restorer {
     pub fn accept(&mut self, key: &[u8], value: Option<&[u8]>) {
         self.records += 1;
         self.bytes += (key.len() + value.map_or(0, <[u8]>::len)) as u64;
-        if key.starts_with(self.prefix.as_bytes()) {
+        if key.starts_with(&self.prefix) {
             self.latest.insert(
                 String::from_utf8_lossy(key).into_owned(),
                 value.map(<[u8]>::to_vec),

@@ -116,6 +116,7 @@ pub fn replay(
                         offset: env.offset,
                         key: env.key.as_deref().map(str::as_bytes),
                         timestamp_ms: env.timestamp_ms,
+                        clock_ms: None,
                         payload: payload.as_deref(),
                     };
                     let partition = env.partition.unwrap_or(0);
@@ -154,6 +155,7 @@ fn reject_line(
         offset: Some(line_no),
         key: None,
         timestamp_ms: None,
+        clock_ms: None,
         payload: Some(text),
     };
     let rejection = Rejection::new(

@@ -46,6 +46,7 @@ fn run(
     let reps = ReputationTable::default();
     let mut out: Vec<Output> = Vec::new();
     let mut rendered = Vec::new();
+    let (mut renderer, mut flushed) = (Renderer::default(), Records::default());
     for (i, p) in payloads.iter().enumerate() {
         let offset = (first_offset + i) as i64;
         let r = Record {
@@ -54,6 +55,7 @@ fn run(
             offset: Some(offset),
             key: None,
             timestamp_ms: None,
+            clock_ms: None,
             payload: Some(p.as_bytes()),
         };
         out.clear();
@@ -65,8 +67,14 @@ fn run(
                 .as_mut()
                 .map(std::mem::take)
                 .unwrap_or_default();
-            log.extend(records(unit, state, &changes));
-            log.push(unit.offset_record(offset));
+            // One renderer and one buffer serve every flush, as in the runtime; what they
+            // render must not depend on the flushes before.
+            flushed.clear();
+            renderer.render(unit, state, &changes, &mut flushed);
+            let flush_records: Vec<StateRecord> = flushed.iter().map(StateRecord::from).collect();
+            assert_eq!(flush_records, records(unit, state, &changes));
+            log.extend(flush_records);
+            log.push(offset_record(unit, offset));
         }
     }
     rendered
@@ -80,13 +88,28 @@ fn restore(unit: Unit, log: &[StateRecord]) -> (PartitionState, Option<i64>) {
         partition: unit.partition + 1,
     };
     r.accept(
-        other.offset_record(99).key.as_bytes(),
+        offset_record(other, 99).key.as_bytes(),
         Some(b"{\"offset\": 99}"),
     );
     for rec in log {
         r.accept(rec.key.as_bytes(), rec.value.as_deref().map(str::as_bytes));
     }
     r.finish().unwrap()
+}
+
+/// The records for one flush's `changes`, owned.
+fn records(unit: Unit, state: &PartitionState, changes: &[Change]) -> Vec<StateRecord> {
+    let mut out = Records::default();
+    Renderer::default().render(unit, state, changes, &mut out);
+    out.iter().map(StateRecord::from).collect()
+}
+
+fn offset_record(unit: Unit, offset: i64) -> StateRecord {
+    let mut out = Records::default();
+    out.push_offset(unit, offset);
+    let rendered: Vec<StateRecord> = out.iter().map(StateRecord::from).collect();
+    assert_eq!(rendered.len(), 1);
+    rendered[0].clone()
 }
 
 /// Small windows and limits, so short streams evict, complete and time out.
@@ -195,8 +218,12 @@ fn keys_are_json_arrays_that_survive_slashes() {
     assert_eq!(parts[3], serde_json::Value::from(odd));
     assert_eq!(recs[0].value, None);
     assert_eq!(
-        unit.offset_record(7).value.as_deref(),
+        offset_record(unit, 7).value.as_deref(),
         Some(r#"{"offset":7}"#)
+    );
+    assert_eq!(
+        offset_record(unit, -2).value.as_deref(),
+        Some(r#"{"offset":-2}"#)
     );
 }
 
@@ -390,6 +417,61 @@ proptest! {
 }
 
 #[test]
+fn renderer_and_buffers_keep_their_memory() {
+    let unit = Unit {
+        topic: InputTopic::Votes,
+        partition: 0,
+    };
+    let engine = engine(10);
+    let mut state = PartitionState::journaled();
+    let payloads: Vec<String> = (0..300).map(|i| vote(i, i % 100, 1)).collect();
+    let mut log = Vec::new();
+    run(&engine, unit, &mut state, &payloads, 0, 300, &mut log);
+    let changes = state
+        .journal
+        .as_mut()
+        .map(std::mem::take)
+        .unwrap_or_default();
+    assert!(changes.is_empty(), "run took the journal");
+    // A flush of 100 projects' changes, twice through the same renderer and buffer.
+    let changes: Vec<Change> = (0..100)
+        .map(|p| Change::Votes {
+            project: format!("p/{p}"),
+            seen: 0..0,
+            forgot: 0..0,
+        })
+        .collect();
+    let (mut renderer, mut records) = (Renderer::default(), Records::default());
+    renderer.render(unit, &state, &changes, &mut records);
+    assert_eq!(records.len(), 100);
+    assert!(renderer.slots.is_empty() && renderer.slots.capacity() >= 100);
+    let (bytes, spans) = (records.bytes.capacity(), records.spans.capacity());
+    records.clear();
+    assert!(records.is_empty());
+    assert_eq!(
+        (records.bytes.capacity(), records.spans.capacity()),
+        (bytes, spans)
+    );
+    renderer.render(unit, &state, &changes, &mut records);
+    assert_eq!(records.iter().count(), 100);
+    // After a flush of one record, the buffer gives back what it held for a hundred.
+    records.clear();
+    renderer.render(unit, &state, &changes[..1], &mut records);
+    records.clear();
+    assert!(records.bytes.capacity() < bytes / 8);
+}
+
+proptest! {
+    #[test]
+    fn hex_digits_match_format(fp in any::<u128>(), n in any::<u64>()) {
+        let mut b = Vec::new();
+        super::push_hex(&mut b, fp);
+        super::push_u64(&mut b, n);
+        prop_assert_eq!(String::from_utf8_lossy(&b), format!("{fp:032x}{n}"));
+    }
+}
+
+#[test]
 fn hand_written_numbers_match_format() {
     for fp in [
         0u128,
@@ -398,22 +480,30 @@ fn hand_written_numbers_match_format() {
         u128::MAX,
         0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
     ] {
-        assert_eq!(super::hex(fp), format!("{fp:032x}"));
+        let mut b = b"x".to_vec();
+        super::push_hex(&mut b, fp);
+        assert_eq!(b, format!("x{fp:032x}").into_bytes());
     }
     for n in [0u64, 7, 10, 32, 1_000_000, u64::MAX] {
-        let mut s = String::from("x");
-        super::push_u64(&mut s, n);
-        assert_eq!(s, format!("x{n}"));
+        let mut b = b"x".to_vec();
+        super::push_u64(&mut b, n);
+        assert_eq!(b, format!("x{n}").into_bytes());
     }
-    let bucket = super::render_bucket([(3, 0xab), (40, u128::MAX)].into_iter());
+    let mut bucket = Vec::new();
+    assert!(super::push_bucket(
+        &mut bucket,
+        [(3, 0xab), (40, u128::MAX)].into_iter()
+    ));
     assert_eq!(
-        bucket.as_deref(),
-        Some(format!(r#"[[3,"{:032x}"],[40,"{:032x}"]]"#, 0xab, u128::MAX).as_str())
+        String::from_utf8_lossy(&bucket),
+        format!(r#"[[3,"{:032x}"],[40,"{:032x}"]]"#, 0xab, u128::MAX)
     );
-    assert_eq!(super::render_bucket(std::iter::empty()), None);
+    let mut empty = Vec::new();
+    assert!(!super::push_bucket(&mut empty, std::iter::empty()));
+    assert_eq!(empty, b"[]");
     let negative = Unit {
         topic: InputTopic::Votes,
         partition: -1,
     };
-    assert_eq!(negative.offset_record(1).key, r#"["v",-1,"offset"]"#);
+    assert_eq!(offset_record(negative, 1).key, r#"["v",-1,"offset"]"#);
 }

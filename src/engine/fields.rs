@@ -305,25 +305,28 @@ impl<'d, 'a, 'p> Fields<'d, 'a, 'p> {
         let Some(value) = self.get(name) else {
             return Ok(None);
         };
-        let path = self.path(name);
+        // The path is built only for a message: every vote event has a time.
         let parsed = match value {
             Json::Str(s) => EventTime::parse_rfc3339(s),
             Json::Int(ms) => EventTime::from_epoch_millis(*ms),
             Json::UInt(_) => Err(TimeError::OutOfRange),
             other => {
                 return Err(wrong_type(
-                    &path,
+                    &self.path(name),
                     "an RFC 3339 string or integer epoch milliseconds",
                     other,
                 ));
             }
         };
-        parsed.map(Some).map_err(|e| match e {
-            TimeError::OutOfRange => {
-                Rejection::new(ErrorCode::ValueOutOfRange, format!("`{path}` {e}"))
-            }
-            TimeError::Syntax(_) => {
-                Rejection::new(ErrorCode::InvalidTimestamp, format!("`{path}`: {e}"))
+        parsed.map(Some).map_err(|e| {
+            let path = self.path(name);
+            match e {
+                TimeError::OutOfRange => {
+                    Rejection::new(ErrorCode::ValueOutOfRange, format!("`{path}` {e}"))
+                }
+                TimeError::Syntax(_) => {
+                    Rejection::new(ErrorCode::InvalidTimestamp, format!("`{path}`: {e}"))
+                }
             }
         })
     }

@@ -52,6 +52,10 @@ pub struct Record<'a> {
     pub timestamp_ms: Option<i64>,
     /// `None` is a tombstone.
     pub payload: Option<&'a [u8]>,
+    /// The runtime's monotonic clock in milliseconds when it processes the record. When set,
+    /// a project's `jury.scores` updates within `output.scores_coalesce_ms` are coalesced (see
+    /// [`Coalescing`]); `None` (replay) emits one score per applied batch.
+    pub clock_ms: Option<u64>,
 }
 
 impl<'a> Record<'a> {
@@ -93,6 +97,8 @@ pub struct VoteProject {
     pub seen: RecentIds,
     /// Where this project's change is in the journal, so its batches of one flush extend it.
     pub noted: JournalHint,
+    /// Its score output held back by coalescing, if any.
+    pub coalescing: Coalescing,
 }
 
 impl VoteProject {
@@ -102,6 +108,7 @@ impl VoteProject {
             score,
             seen: RecentIds::default(),
             noted: JournalHint::default(),
+            coalescing: Coalescing::default(),
         }
     }
 }
@@ -116,6 +123,54 @@ impl VoteProject {
 pub struct JournalHint(Option<usize>);
 
 impl PartialEq for JournalHint {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// The `jury.scores` record of a project whose score took a step with `alpha`, its last
+/// event at `last_event_at`.
+fn score_output(
+    project_id: &str,
+    score: &ProjectScore,
+    alpha: f64,
+    lambda: f64,
+    last_event_at: EventTime,
+) -> Output {
+    let value = ScoreValue {
+        score: score.score,
+        freshness: 1.0 - alpha,
+        alpha,
+        lambda,
+        evaluations: score.evaluations,
+        votes: score.votes,
+        last_event_at,
+    };
+    Output {
+        topic: OutputTopic::Scores,
+        key: Some(project_id.to_owned()),
+        value: OutputValue::Score(value),
+        alert: None,
+    }
+}
+
+/// Coalescing of a vote project's `jury.scores` updates: `jury.scores` is a compacted table, so
+/// the runtime publishes a project's first update at once and holds back later ones within
+/// `output.scores_coalesce_ms`, keeping only the latest, which [`Engine::release_held`] emits
+/// at the end of the runtime's cycle. It lives in the project because the runtime used to keep it
+/// in a map of its own, and finding the project there again was a cache miss per event with
+/// 10,000 busy projects. Like [`JournalHint`] it is not state: never written or restored, and
+/// every two compare equal.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Coalescing {
+    /// The runtime clock (ms) when the project's last score was emitted at once.
+    emitted_ms: Option<u64>,
+    /// The `alpha` of the held score's step (its freshness is `1 - alpha`), if one is held: the
+    /// rest of the score is the project's current state.
+    held_alpha: Option<f64>,
+}
+
+impl PartialEq for Coalescing {
     fn eq(&self, _: &Self) -> bool {
         true
     }
@@ -152,6 +207,8 @@ pub struct PartitionState {
     pub judge_projects: IdMap<String, JudgeProject>,
     /// When set, every state change is noted here for the runtime's changelog.
     pub journal: Option<Vec<Change>>,
+    /// Vote projects with a held score (see [`Coalescing`]), in the order they were first held.
+    pub held: Vec<ProjectKey>,
 }
 
 /// One piece of partition state that changed. The Kafka runtime writes the current value of
@@ -495,7 +552,7 @@ impl Engine {
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {
         let (batch, at) = self.validate_votes(record, raw)?;
-        self.apply_batch(state, reputations, &batch, at, out)
+        self.apply_batch(state, reputations, &batch, at, record.clock_ms, out)
     }
 
     /// A read vote payload checked against the contract, with the time it is observed at: the
@@ -548,20 +605,30 @@ impl Engine {
         let Some(batch) = record.payload.and_then(|p| prepared.spans.batch(p)) else {
             return self.process(state, reputations, record, out);
         };
-        match self.apply_batch(state, reputations, &batch, prepared.at, out) {
+        match self.apply_batch(
+            state,
+            reputations,
+            &batch,
+            prepared.at,
+            record.clock_ms,
+            out,
+        ) {
             Ok(outcome) => outcome,
             Err(rejection) => self.reject(record, &rejection, out),
         }
     }
 
     /// Applies a validated vote batch observed at `at`: the HumanJudge update, duplicate
-    /// detection and the `jury.scores` record. Public so benchmarks can time it without parsing.
+    /// detection and the `jury.scores` record (held back if `clock_ms` says it comes within the
+    /// coalescing interval of the project's last one). Public so benchmarks can time it without
+    /// parsing.
     pub fn apply_batch(
         &self,
         state: &mut PartitionState,
         reputations: &ReputationTable,
         batch: &VoteBatch<'_>,
         at: EventTime,
+        clock_ms: Option<u64>,
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {
         let weights = batch.votes.iter().map(|v| {
@@ -605,21 +672,34 @@ impl Engine {
         let step = project
             .score
             .apply(at, mean, batch.votes.len() as u64, lambda);
-        let value = ScoreValue {
-            score: project.score.score,
-            freshness: step.freshness,
-            alpha: step.alpha,
-            lambda,
-            evaluations: project.score.evaluations,
-            votes: project.score.votes,
-            last_event_at: project.score.last_update_at.unwrap_or(at),
-        };
-        out.push(Output {
-            topic: OutputTopic::Scores,
-            key: Some(batch.project_id.to_owned()),
-            value: OutputValue::Score(value),
-            alert: None,
-        });
+        let interval = self.config.output.scores_coalesce_ms;
+        let c = &mut project.coalescing;
+        match clock_ms {
+            Some(now)
+                if c.emitted_ms
+                    .is_some_and(|t| now.saturating_sub(t) < interval) =>
+            {
+                if c.held_alpha.is_none() {
+                    state.held.push(ProjectKey::from(batch.project_id));
+                }
+                c.held_alpha = Some(step.alpha);
+            }
+            _ => {
+                // Emitted now: a score held before is superseded.
+                *c = Coalescing {
+                    emitted_ms: clock_ms,
+                    held_alpha: None,
+                };
+                let last = project.score.last_update_at.unwrap_or(at);
+                out.push(score_output(
+                    batch.project_id,
+                    &project.score,
+                    step.alpha,
+                    lambda,
+                    last,
+                ));
+            }
+        }
         note_votes(
             state.journal.as_mut(),
             &mut project.noted,
@@ -635,6 +715,25 @@ impl Engine {
 }
 
 impl Engine {
+    /// Emits the held-back score of every project in `state` (see [`Coalescing`]), in the
+    /// order they were first held. The runtime calls it at the end of every cycle, before it
+    /// writes the cycle's changelog.
+    pub fn release_held(&self, state: &mut PartitionState, out: &mut Vec<Output>) {
+        for key in state.held.drain(..) {
+            let Some(project) = state.projects.get_mut(key.as_str()) else {
+                continue;
+            };
+            // A held score's project has taken a step, so it has a last event time.
+            if let (Some(alpha), Some(last)) = (
+                project.coalescing.held_alpha.take(),
+                project.score.last_update_at,
+            ) {
+                let lambda = self.config.scoring.lambda_for(&key);
+                out.push(score_output(&key, &project.score, alpha, lambda, last));
+            }
+        }
+    }
+
     fn judge_limits(&self) -> JudgeLimits {
         let (l, s) = (&self.config.limits, &self.config.sessions);
         JudgeLimits {

@@ -70,7 +70,7 @@ impl Output {
                 lambda: v.lambda,
                 evaluations: v.evaluations,
                 votes: v.votes,
-                last_event_at: v.last_event_at.to_string(),
+                last_event_at: v.last_event_at,
             })),
         }
     }
@@ -103,8 +103,13 @@ pub struct ScoreRecord<'a> {
     pub lambda: f64,
     pub evaluations: u64,
     pub votes: u64,
-    /// RFC 3339, UTC.
-    pub last_event_at: String,
+    /// RFC 3339, UTC (written straight into the record, without a string of its own).
+    #[serde(serialize_with = "rfc3339")]
+    pub last_event_at: EventTime,
+}
+
+fn rfc3339<S: serde::Serializer>(at: &EventTime, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(at)
 }
 
 /// Where a rejected record came from.

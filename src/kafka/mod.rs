@@ -41,9 +41,7 @@ use crate::changelog::{self, ChangelogError, Restorer, Unit};
 use crate::config::Config;
 use crate::engine::output::{Output, OutputTopic, OutputValue};
 use crate::engine::reputation::ReputationTable;
-use crate::engine::{
-    Engine, IdMap, InputTopic, Outcome, PartitionState, PreparedVotes, ProjectKey, Record,
-};
+use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState, PreparedVotes, Record};
 use crate::http::Health;
 use crate::metrics::Metrics;
 
@@ -55,6 +53,10 @@ const MAX_EPOCHS_IN_FLIGHT: usize = 50;
 /// clocks) runs again: doing that work per record cost more than processing the record, and a
 /// channel send per record would cost as much.
 const PASS_RECORDS: usize = 512;
+
+/// Changelog buffers kept for reuse: an epoch takes one when it is sealed and gives it back
+/// once its changelog is sent, so in steady state one or two circulate.
+const SPARE_RECORD_BUFFERS: usize = 2;
 
 /// Batches of up to [`PASS_RECORDS`] the polling thread may have waiting for the processing
 /// thread (32,768 records, ~6 MB of ~200-byte records, ~50 ms of processing). With 8 the
@@ -198,25 +200,16 @@ struct Owned {
     pending: Option<i64>,
 }
 
-/// Score coalescing: a project's first update in an interval is published at once, later ones
-/// are held and the latest is published when the interval (or the cycle) ends. Keyed by project
-/// (inline keys, as in the state: see [`ProjectKey`]).
-type Coalescer = IdMap<ProjectKey, Coalesced>;
-
-/// One project's coalescing: when its score was last published, and the newest update held
-/// back since then.
-struct Coalesced {
-    published: Instant,
-    held: Option<Output>,
-}
-
 /// Everything the processing loop and the rebalance callback share.
 struct Core {
     engine: Engine,
     producer: BaseProducer<Delivery>,
     units: IdMap<(InputTopic, i32), Owned>,
     reputations: ReputationTable,
-    coalescer: Coalescer,
+    /// Renders each epoch's changelog, keeping its working memory.
+    renderer: changelog::Renderer,
+    /// Changelog buffers of sent epochs, for the next ones (see [`changelog::Records`]).
+    spare_records: Vec<changelog::Records>,
     out: Vec<Output>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
@@ -224,6 +217,8 @@ struct Core {
     last_gauges: Instant,
     /// The time at the start of the current pass (one clock read per pass, not per record).
     now: Instant,
+    /// When the service started: records carry `now` as milliseconds since, for coalescing.
+    started: Instant,
     /// Partitions assigned but not restored yet.
     assigned: Vec<(InputTopic, i32)>,
     /// Revoked partitions and the revocation that took them: a record of one polled before that
@@ -267,7 +262,7 @@ impl Tally {
 struct Epoch {
     id: u64,
     outputs: u64,
-    changelog: Vec<(i32, changelog::StateRecord)>,
+    changelog: changelog::Records,
     changelog_sent: bool,
     commits: TopicPartitionList,
     sealed_at: Instant,
@@ -460,7 +455,13 @@ impl Core {
                 .inc();
             return Ok(());
         }
-        let record = record(msg);
+        let record = Record {
+            clock_ms: Some(
+                u64::try_from(self.now.duration_since(self.started).as_millis())
+                    .unwrap_or(u64::MAX),
+            ),
+            ..record(msg)
+        };
         // Timing every record would cost more than some records take: sample one in 16.
         self.processed += 1;
         let started = self.processed.is_multiple_of(16).then(Instant::now);
@@ -483,43 +484,10 @@ impl Core {
                 .observe(started.elapsed().as_secs_f64());
         }
         self.tally.count(topic, outcome);
-        let mut outs = std::mem::take(&mut self.out);
-        let result = self.route(&mut outs);
+        let outs = std::mem::take(&mut self.out);
+        let result = outs.iter().try_for_each(|o| self.publish(o));
         self.out = outs;
         result
-    }
-
-    /// Publishes outputs, holding back scores that fall inside their project's coalescing
-    /// interval. A held score replaces the one held before it in place: with one busy project
-    /// nearly every event is held, and cloning keys and outputs for that cost more than the
-    /// score itself.
-    fn route(&mut self, outs: &mut Vec<Output>) -> Result<(), ServiceError> {
-        let interval = Duration::from_millis(self.config().output.scores_coalesce_ms);
-        for out in outs.drain(..) {
-            if out.topic == OutputTopic::Scores && !interval.is_zero() {
-                let key = out.key.as_deref().unwrap_or_default();
-                let now = self.now;
-                match self.coalescer.get_mut(key) {
-                    Some(p) if now.duration_since(p.published) < interval => {
-                        p.held = Some(out);
-                        continue;
-                    }
-                    Some(p) => {
-                        p.published = now;
-                        p.held = None;
-                    }
-                    None => {
-                        let p = Coalesced {
-                            published: now,
-                            held: None,
-                        };
-                        self.coalescer.insert(ProjectKey::from(key), p);
-                    }
-                }
-            }
-            self.publish(&out)?;
-        }
-        Ok(())
     }
 
     /// Applies a `jury.reputations` record to the global table.
@@ -649,24 +617,22 @@ impl Core {
     /// offsets to commit after that.
     fn seal(&mut self) -> Result<(), ServiceError> {
         self.tally.flush(&self.engine, &self.metrics);
-        // Held scores are published straight from the table (taken out meanwhile): collecting
-        // them first was megabytes of fresh memory per cycle with 10,000 busy projects.
-        let mut coalescer = std::mem::take(&mut self.coalescer);
-        let published = coalescer
-            .values_mut()
-            .filter_map(|p| p.held.take())
-            .try_for_each(|out| self.publish(&out));
-        let interval = Duration::from_millis(self.config().output.scores_coalesce_ms);
-        // One clock read, not one per project: with 100,000 projects the reads were 2% of
-        // the processing thread.
-        let now = Instant::now();
-        coalescer.retain(|_, p| now.duration_since(p.published) < interval);
-        self.coalescer = coalescer;
-        published?;
-        let mut changelog = Vec::new();
-        let mut commits = TopicPartitionList::new();
         let mut keys: Vec<(InputTopic, i32)> = self.units.keys().copied().collect();
         keys.sort();
+        // Scores held back by coalescing, collected into the kept output buffer first (the
+        // units are borrowed while they release them).
+        let mut held = std::mem::take(&mut self.out);
+        held.clear();
+        for key in &keys {
+            if let Some(owned) = self.units.get_mut(key) {
+                self.engine.release_held(&mut owned.state, &mut held);
+            }
+        }
+        let released = held.iter().try_for_each(|out| self.publish(out));
+        self.out = held;
+        released?;
+        let mut changelog = self.spare_records.pop().unwrap_or_default();
+        let mut commits = TopicPartitionList::new();
         for key in keys {
             let Some(owned) = self.units.get_mut(&key) else {
                 continue;
@@ -684,14 +650,15 @@ impl Core {
                 .as_mut()
                 .map(std::mem::take)
                 .unwrap_or_default();
-            let mut records = changelog::records(unit, &owned.state, &changes);
+            self.renderer
+                .render(unit, &owned.state, &changes, &mut changelog);
             // Hand the journal's allocation back for the next epoch.
             changes.clear();
             if let Some(j) = owned.state.journal.as_mut() {
                 *j = changes;
             }
             if owned.skip_through.is_none_or(|s| offset > s) {
-                records.push(unit.offset_record(offset));
+                changelog.push_offset(unit, offset);
             }
             let topic = self.engine.input_topic_name(key.0);
             commits.add_partition_offset(topic, key.1, Offset::Offset(offset + 1))?;
@@ -699,7 +666,6 @@ impl Core {
                 .input_position
                 .with_label_values(&[topic, &key.1.to_string()])
                 .set(offset + 1);
-            changelog.extend(records.into_iter().map(|r| (key.1, r)));
         }
         if self.epoch_outputs > 0 || commits.count() > 0 {
             self.sealed.push_back(Epoch {
@@ -712,6 +678,9 @@ impl Core {
             });
             self.epoch += 1;
             self.epoch_outputs = 0;
+        } else {
+            // Nothing was processed: the (empty) buffer goes back.
+            self.spare_records.push(changelog);
         }
         if self.last_gauges.elapsed() > Duration::from_secs(1) {
             self.update_gauges();
@@ -737,13 +706,13 @@ impl Core {
                 if acked < outputs {
                     break;
                 }
-                let records = std::mem::take(&mut self.sealed[0].changelog);
-                for (partition, r) in &records {
+                let mut records = std::mem::take(&mut self.sealed[0].changelog);
+                for r in records.iter() {
                     self.send(
                         &state_topic,
-                        Some(*partition),
-                        Some(r.key.as_bytes()),
-                        r.value.as_deref().map(str::as_bytes),
+                        Some(r.partition),
+                        Some(r.key),
+                        r.value,
                         Tag {
                             destination: STATE_DESTINATION,
                             event_ms: None,
@@ -751,10 +720,16 @@ impl Core {
                         },
                     )?;
                 }
-                self.metrics.changelog_records.inc_by(records.len() as u64);
+                let sent = records.len() as u64;
+                self.metrics.changelog_records.inc_by(sent);
                 let front = &mut self.sealed[0];
                 front.changelog_sent = true;
-                front.outputs += records.len() as u64;
+                front.outputs += sent;
+                // The producer copied the records: the buffer serves a later epoch.
+                if self.spare_records.len() < SPARE_RECORD_BUFFERS {
+                    records.clear();
+                    self.spare_records.push(records);
+                }
                 continue;
             }
             if acked < outputs {
@@ -938,13 +913,15 @@ pub fn run(
         producer,
         units: IdMap::default(),
         reputations: ReputationTable::default(),
-        coalescer: Coalescer::default(),
+        renderer: changelog::Renderer::default(),
+        spare_records: Vec::new(),
         out: Vec::new(),
         metrics: Arc::clone(&metrics),
         health: Arc::clone(&health),
         stop: Arc::clone(&stop),
         last_gauges: Instant::now(),
         now: Instant::now(),
+        started: Instant::now(),
         assigned: Vec::new(),
         fences: IdMap::default(),
         crash_after_changelog: std::env::var_os("JURYSTREAM_CRASH_AFTER_CHANGELOG").is_some(),
@@ -1069,6 +1046,7 @@ fn record<'m>(msg: &'m BorrowedMessage<'_>) -> Record<'m> {
         offset: Some(msg.offset()),
         key: msg.key(),
         timestamp_ms: msg.timestamp().to_millis(),
+        clock_ms: None,
         payload: msg.payload(),
     }
 }
