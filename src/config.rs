@@ -111,8 +111,9 @@ impl Default for Kafka {
 #[serde(deny_unknown_fields, default)]
 pub struct OutputSettings {
     /// `jury.scores` is a table: a project's updates within this many milliseconds are coalesced
-    /// (the first is published at once, the latest at the end of the interval); 0 publishes every
-    /// update. Replay always publishes every update.
+    /// (the first is published at once, the latest at the end of the service's cycle,
+    /// `kafka.commit_interval_ms`); 0 publishes every update. Replay always publishes every
+    /// update.
     pub scores_coalesce_ms: u64,
 }
 
