@@ -250,16 +250,18 @@ impl Records {
     }
 
     /// Empties the buffer for the next flush. It keeps its memory, unless that is more than
-    /// eight times what this flush used: one burst does not hold its peak forever.
+    /// eight times what this flush used: one burst does not hold its peak forever. An empty
+    /// flush (outputs but no state, or a quiet partition) says nothing about the load and
+    /// shrinks nothing.
     pub fn clear(&mut self) {
         let used = self.bytes.len();
         let records = self.spans.len();
         self.bytes.clear();
         self.spans.clear();
-        if self.bytes.capacity() > 8 * used {
+        if records > 0 && self.bytes.capacity() > 8 * used {
             self.bytes.shrink_to(used);
         }
-        if self.spans.capacity() > 8 * records {
+        if records > 0 && self.spans.capacity() > 8 * records {
             self.spans.shrink_to(records);
         }
     }

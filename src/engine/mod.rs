@@ -207,7 +207,9 @@ pub struct PartitionState {
     pub judge_projects: IdMap<String, JudgeProject>,
     /// When set, every state change is noted here for the runtime's changelog.
     pub journal: Option<Vec<Change>>,
-    /// Vote projects with a held score (see [`Coalescing`]), in the order they were first held.
+    /// Vote projects with a held score (see [`Coalescing`]), in the order they were first held;
+    /// [`Engine::release_held`] empties it at the end of every runtime cycle, and replay (no
+    /// clock) never fills it.
     pub held: Vec<ProjectKey>,
 }
 
