@@ -456,18 +456,18 @@ impl Config {
             l.dead_letter_payload_bytes,
         )?;
         positive("limits.dedupe_window", l.dedupe_window)?;
-        if l.dedupe_window > MAX_WINDOW {
-            return Err(invalid(
-                "limits.dedupe_window",
-                format!("at most {MAX_WINDOW} ids per project (the window's index limit)"),
-            ));
-        }
-        if l.max_message_bytes > 1_000_000_000 {
-            return Err(invalid(
-                "limits.max_message_bytes",
-                "at most 1000000000 (librdkafka's limit)",
-            ));
-        }
+        at_most(
+            "limits.dedupe_window",
+            l.dedupe_window,
+            MAX_WINDOW,
+            "ids per project (the window's index limit)",
+        )?;
+        at_most(
+            "limits.max_message_bytes",
+            l.max_message_bytes,
+            1_000_000_000,
+            "(librdkafka's limit)",
+        )?;
         rate("scoring.lambda", self.scoring.lambda)?;
         for (project, lambda) in &self.scoring.project_lambda {
             rate(&format!("scoring.project_lambda.{project}"), *lambda)?;
@@ -555,6 +555,14 @@ fn positive(key: &str, value: usize) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// `value` may be at most `max`; the message reads "at most {max} {why}".
+fn at_most(key: &str, value: usize, max: usize, why: &str) -> Result<(), ConfigError> {
+    if value > max {
+        return Err(invalid(key, format!("at most {max} {why}")));
+    }
+    Ok(())
+}
+
 pub(crate) fn rate(key: &str, value: f64) -> Result<(), ConfigError> {
     if !value.is_finite() || value < 0.0 {
         return Err(invalid(
@@ -612,6 +620,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("limits.dedupe_window"), "{e}");
+        assert!(e.contains("at most 16777215 ids per project"), "{e}");
+        // librdkafka's message size limit, refused the same way.
+        assert!(Config::from_toml("[limits]\nmax_message_bytes = 1000000000").is_ok());
+        let e = Config::from_toml("[limits]\nmax_message_bytes = 1000000001")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("limits.max_message_bytes"), "{e}");
+        assert!(e.contains("at most 1000000000 (librdkafka's limit)"), "{e}");
     }
 
     #[test]
