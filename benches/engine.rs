@@ -19,7 +19,7 @@ use jurystream::engine::reputation::ReputationTable;
 use jurystream::engine::session::Session;
 use jurystream::engine::time::EventTime;
 use jurystream::engine::vote::{Vote, VoteBatch};
-use jurystream::engine::{Engine, InputTopic, PartitionState, Record};
+use jurystream::engine::{Engine, InputTopic, PartitionState, Receipt, Record};
 
 /// The service's allocator, so the benchmarks allocate as the service does (with glibc's, its
 /// bookkeeping was a tenth of the `epoch` benchmarks' time).
@@ -80,7 +80,11 @@ fn bench_apply_prepared(c: &mut Criterion) {
             |(state, out)| {
                 for (batch, at) in &batches {
                     out.clear();
-                    black_box(engine.apply_batch(state, &reps, batch, *at, None, out).ok());
+                    black_box(
+                        engine
+                            .apply_batch(state, &reps, batch, *at, Receipt::default(), out)
+                            .ok(),
+                    );
                 }
             },
             BatchSize::LargeInput,
@@ -197,7 +201,13 @@ fn bench_journaled_epoch(c: &mut Criterion) {
             }
             let changes = state.journal.as_mut().map(std::mem::take);
             records.clear();
-            renderer.render(unit, state, &changes.unwrap_or_default(), &mut records);
+            renderer.render(
+                unit,
+                state,
+                &changes.unwrap_or_default(),
+                Some(next - 1),
+                &mut records,
+            );
             black_box(records.len());
         };
         let mut made = 0;

@@ -17,7 +17,21 @@
 //! reached the log restores to a state where every id in the window is counted in the score:
 //! restore drops ids newer than the project record's newest, and the records replayed from the
 //! last complete flush are applied exactly once (as long as the dedupe window holds a flush's
-//! worth of the project's ids). Judge-scores state does not have this property yet.
+//! worth of the project's ids). The record also carries the offset of the project's last
+//! applied batch, so the replayed records it already counts are skipped as replayed
+//! ([`crate::engine::Outcome::Replayed`]) rather than dead-lettered as duplicates.
+//!
+//! Judge-scores state has no such pairing: one ballot changes its session, the partition's
+//! session book, its project's dedupe window, and (when it completes sessions) their completed
+//! ids, bias roll-ups and leaderboard rows, under different keys. So a judge-scores flush is
+//! made atomic with a *redo record*: before its state records, the flush writes all of them
+//! again inside one record (`["j",3,"redo","0"]`, split into numbered chunks when it would
+//! exceed the runtime's chunk size), naming the writer's run and the flush's last input offset.
+//! A crash can cut the flush anywhere. If the redo record is complete (its chunks, from one
+//! write, through the one marked last), restore applies it over whatever part of the state
+//! records made it, and the state is the end of the flush, its offset the redo's; if it is not,
+//! none of the flush's state records were written (they follow it), and the state is the flush
+//! before. Either way, each ballot counts once and replays from the restored offset.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -25,6 +39,7 @@ use std::hash::BuildHasher;
 use hashbrown::hash_table::{Entry as SlotEntry, HashTable};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::engine::bias::ProjectAudit;
 use crate::engine::dedupe::RecentIds;
@@ -104,6 +119,13 @@ impl Unit {
             push_json_str(b, id);
         }
         b.push(b']');
+    }
+
+    /// The key of one of this unit's records, as text.
+    fn key(self, kind: &str, ids: &[&str]) -> String {
+        let mut b = Vec::new();
+        self.push_key(&mut b, kind, ids);
+        String::from_utf8_lossy(&b).into_owned()
     }
 }
 
@@ -198,6 +220,36 @@ fn push_u64(b: &mut Vec<u8>, mut n: u64) {
     b.extend_from_slice(&digits[at..]);
 }
 
+/// Appends the decimal digits of `n`, signed.
+fn push_i64(b: &mut Vec<u8>, n: i64) {
+    if n < 0 {
+        b.push(b'-');
+    }
+    push_u64(b, n.unsigned_abs());
+}
+
+/// Appends the value of an offset record, `{"offset":N}`.
+fn push_offset_value(b: &mut Vec<u8>, offset: i64) {
+    b.extend_from_slice(b"{\"offset\":");
+    push_i64(b, offset);
+    b.push(b'}');
+}
+
+/// How a redo chunk reads back: the write it belongs to (the writer's run and the flush's last
+/// input offset), whether it is the flush's last chunk, and the state records it carries, each
+/// a key and a value (`null` for a tombstone), as written.
+#[derive(Deserialize)]
+struct RedoChunk<'a> {
+    run: u64,
+    offset: i64,
+    last: bool,
+    #[serde(borrow)]
+    records: Vec<(&'a RawValue, Option<&'a RawValue>)>,
+}
+
+/// The largest redo chunk a [`Renderer::default`] writes (records' keys and values).
+pub const DEFAULT_REDO_CHUNK_BYTES: usize = 512 * 1024;
+
 /// A record in a [`Records`] buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordRef<'a> {
@@ -267,16 +319,23 @@ impl Records {
     }
 
     /// Appends the record holding the last input offset applied to `unit`'s state.
-    pub fn push_offset(&mut self, unit: Unit, offset: i64) {
+    fn push_offset(&mut self, unit: Unit, offset: i64) {
         self.push(unit, "offset", &[], |b| {
-            b.extend_from_slice(b"{\"offset\":");
-            if offset < 0 {
-                b.push(b'-');
-            }
-            push_u64(b, offset.unsigned_abs());
-            b.push(b'}');
+            push_offset_value(b, offset);
             true
         });
+    }
+
+    /// Appends `other`'s records.
+    fn append(&mut self, other: &Records) {
+        let base = self.bytes.len();
+        self.bytes.extend_from_slice(&other.bytes);
+        self.spans.extend(other.spans.iter().map(|s| Span {
+            partition: s.partition,
+            start: s.start + base,
+            key_end: s.key_end + base,
+            end: s.end.map(|e| e + base),
+        }));
     }
 
     /// Appends a record: its key, then its value if `value` writes one (a tombstone if not).
@@ -469,23 +528,124 @@ impl Change {
 
 /// Renders flushes' changelog records, keeping its table of slots from flush to flush (rebuilt
 /// from nothing, it was megabytes of fresh memory per flush with 10,000 busy projects).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Renderer {
     hasher: foldhash::fast::RandomState,
     /// Positions in `slots`, found by their slot.
     index: HashTable<usize>,
     /// Empty between flushes: kept for its allocation.
     slots: Vec<(Slot<'static>, &'static Change)>,
+    /// Names this writer in its redo records, so that a restore never takes chunks of two
+    /// writes for one (see the module doc): the runtime picks a different one at every start.
+    run: u64,
+    /// The most key and value bytes in one redo chunk.
+    redo_chunk_bytes: usize,
+    /// How many redo chunks each unit last wrote: when a flush needs fewer, the rest are
+    /// deleted.
+    redo_chunks: HashMap<Unit, usize>,
+    /// A judge-scores flush's state records, before they are written after their redo record.
+    body: Records,
+}
+
+impl Default for Renderer {
+    fn default() -> Self {
+        Renderer::new(0, DEFAULT_REDO_CHUNK_BYTES)
+    }
 }
 
 impl Renderer {
-    /// Appends the changelog records for `changes` to `state` to `out`, one per key (the last
+    /// A renderer whose redo records name `run` (distinct for every start of the runtime) and
+    /// carry at most `redo_chunk_bytes` of records each (at least one record).
+    pub fn new(run: u64, redo_chunk_bytes: usize) -> Self {
+        Renderer {
+            hasher: foldhash::fast::RandomState::default(),
+            index: HashTable::new(),
+            slots: Vec::new(),
+            run,
+            redo_chunk_bytes,
+            redo_chunks: HashMap::new(),
+            body: Records::default(),
+        }
+    }
+
+    /// Appends a flush of `unit` to `out`: the records for `changes` to `state`, then, when
+    /// `offset` is given, the record saying the state includes input through `offset`. A
+    /// judge-scores flush with changes and an offset starts with its redo record (see the module
+    /// doc).
+    pub fn render(
+        &mut self,
+        unit: Unit,
+        state: &PartitionState,
+        changes: &[Change],
+        offset: Option<i64>,
+        out: &mut Records,
+    ) {
+        match (unit.topic, offset) {
+            (InputTopic::JudgeScores, Some(offset)) => {
+                let mut body = std::mem::take(&mut self.body);
+                body.clear();
+                self.render_state(unit, state, changes, &mut body);
+                if !body.is_empty() {
+                    self.push_redo(unit, offset, &body, out);
+                    out.append(&body);
+                }
+                self.body = body;
+            }
+            _ => self.render_state(unit, state, changes, out),
+        }
+        if let Some(offset) = offset {
+            out.push_offset(unit, offset);
+        }
+    }
+
+    /// Appends the redo record of a flush of `unit` through `offset` whose state records are
+    /// `body`: chunks `["j",3,"redo","0"]`, `"1"`, ... of `{"run":R,"offset":O,"records":
+    /// [[key,value],...],"last":bool}`, and tombstones for chunks the unit wrote before and no
+    /// longer needs.
+    fn push_redo(&mut self, unit: Unit, offset: i64, body: &Records, out: &mut Records) {
+        let (run, budget) = (self.run, self.redo_chunk_bytes);
+        let size = |r: &RecordRef<'_>| r.key.len() + r.value.map_or(4, <[u8]>::len) + 4;
+        let mut records = body.iter().peekable();
+        let mut chunks = 0;
+        while records.peek().is_some() {
+            out.push(unit, "redo", &[&chunks.to_string()], |b| {
+                b.extend_from_slice(b"{\"run\":");
+                push_u64(b, run);
+                b.extend_from_slice(b",\"offset\":");
+                push_i64(b, offset);
+                b.extend_from_slice(b",\"records\":[");
+                let mut used = 0;
+                while let Some(r) = records.next_if(|r| used == 0 || used + size(r) <= budget) {
+                    if used > 0 {
+                        b.push(b',');
+                    }
+                    used += size(&r);
+                    b.push(b'[');
+                    b.extend_from_slice(r.key);
+                    b.push(b',');
+                    b.extend_from_slice(r.value.unwrap_or(b"null"));
+                    b.push(b']');
+                }
+                b.extend_from_slice(b"],\"last\":");
+                let last = records.peek().is_none();
+                b.extend_from_slice(if last { b"true}" } else { b"false}" });
+                true
+            });
+            chunks += 1;
+        }
+        let before = self.redo_chunks.insert(unit, chunks).unwrap_or(0);
+        for stale in chunks..before {
+            out.push(unit, "redo", &[&stale.to_string()], |_| false);
+        }
+    }
+
+    /// Appends the state records for `changes` to `state` to `out`, one per key (the last
     /// change wins): vote project records last, the others before them (see the module doc),
     /// each group in the order of its keys' first change, which is deterministic for a given
     /// input without sorting keys (a sort of a 10,000-project flush cost more than rendering
     /// it). Values are read from the current state, so several changes to one project in a flush
     /// cost one record, rendered once.
-    pub fn render(
+    fn render_state(
         &mut self,
         unit: Unit,
         state: &PartitionState,
@@ -496,6 +656,7 @@ impl Renderer {
             hasher,
             index,
             slots,
+            ..
         } = self;
         // Each slot once, in the order of its first change, with its last change.
         let mut slots: Vec<(Slot<'_>, &Change)> = std::mem::take(slots);
@@ -536,8 +697,8 @@ fn recycle<T, U>(v: Vec<T>) -> Vec<U> {
     v.into_iter().filter_map(|_| None).collect()
 }
 
-/// A vote project's record: `{"score":{...},"seen":[[seq,"fingerprint"],...]}` with the ids of
-/// its open dedupe bucket.
+/// A vote project's record: `{"score":{...},"seen":[[seq,"fingerprint"],...],"offset":N}` with
+/// the ids of its open dedupe bucket and the offset of its last applied batch (when known).
 fn push_project(b: &mut Vec<u8>, project: &VoteProject) -> bool {
     b.extend_from_slice(b"{\"score\":");
     if !push_json(b, &project.score) {
@@ -551,6 +712,10 @@ fn push_project(b: &mut Vec<u8>, project: &VoteProject) -> bool {
             .seen
             .range(bucket * SEEN_BUCKET, (bucket + 1) * SEEN_BUCKET),
     );
+    if let Some(offset) = project.applied_through {
+        b.extend_from_slice(b",\"offset\":");
+        push_i64(b, offset);
+    }
     b.push(b'}');
     true
 }
@@ -560,7 +725,12 @@ fn push_project(b: &mut Vec<u8>, project: &VoteProject) -> bool {
 struct ProjectRecord {
     score: ProjectScore,
     seen: Vec<(u64, String)>,
+    #[serde(default)]
+    offset: Option<i64>,
 }
+
+/// A key read from the changelog and its latest value (`None`: deleted).
+type Latest = (String, Option<Vec<u8>>);
 
 /// Rebuilds a unit's state from its changelog partition.
 #[derive(Debug)]
@@ -606,8 +776,90 @@ impl Restorer {
         }
     }
 
+    /// Takes the unit's redo chunks out of the records read and returns what they hold if they
+    /// are complete: the last input offset of the flush and its state records, in order. They
+    /// are complete when chunk 0 and the chunks after it through the one marked last are all
+    /// there and from one write (run and offset). Otherwise the last flush was cut inside its
+    /// redo record, before any of its state records.
+    fn take_redo(&mut self) -> Result<Option<(i64, Vec<Latest>)>, ChangelogError> {
+        let mut prefix = self.prefix.clone();
+        prefix.extend_from_slice(b"\"redo\",");
+        let keys: Vec<String> = self
+            .latest
+            .keys()
+            .filter(|k| k.as_bytes().starts_with(&prefix))
+            .cloned()
+            .collect();
+        let mut chunks: HashMap<u64, (String, Vec<u8>)> = HashMap::new();
+        for key in keys {
+            let Some(value) = self.latest.remove(&key).flatten() else {
+                continue;
+            };
+            let parts: Vec<Value> =
+                serde_json::from_str(&key).map_err(|e| ChangelogError::Key {
+                    key: key.clone(),
+                    reason: e.to_string(),
+                })?;
+            let Some(index) = parts
+                .get(3)
+                .and_then(Value::as_str)
+                .and_then(|i| i.parse().ok())
+            else {
+                return Err(ChangelogError::Key {
+                    key,
+                    reason: "a redo chunk's index is not a number".to_owned(),
+                });
+            };
+            chunks.insert(index, (key, value));
+        }
+        let mut records = Vec::new();
+        let mut write = None;
+        for index in 0.. {
+            let Some((key, bytes)) = chunks.get(&index) else {
+                return Ok(None);
+            };
+            let chunk: RedoChunk<'_> =
+                serde_json::from_slice(bytes).map_err(|e| ChangelogError::Value {
+                    key: key.clone(),
+                    source: e,
+                })?;
+            if *write.get_or_insert((chunk.run, chunk.offset)) != (chunk.run, chunk.offset) {
+                return Ok(None);
+            }
+            for (k, v) in chunk.records {
+                if !k.get().as_bytes().starts_with(&self.prefix) {
+                    return Err(ChangelogError::Key {
+                        key: k.get().to_owned(),
+                        reason: format!("in redo chunk {key}: not a key of this unit"),
+                    });
+                }
+                records.push((k.get().to_owned(), v.map(|v| v.get().as_bytes().to_vec())));
+            }
+            if chunk.last {
+                return Ok(Some((chunk.offset, records)));
+            }
+        }
+        Ok(None)
+    }
+
     /// The restored state (journaling) and the last input offset it includes, if any.
-    pub fn finish(self) -> Result<(PartitionState, Option<i64>), ChangelogError> {
+    pub fn finish(mut self) -> Result<(PartitionState, Option<i64>), ChangelogError> {
+        // A complete redo record newer than the offset record is a flush that may have been cut
+        // after it: its records go over the state records read (see the module doc).
+        if let Some((redo_offset, records)) = self.take_redo()? {
+            let offset_key = self.unit.key("offset", &[]);
+            let written = self
+                .latest
+                .get(&offset_key)
+                .and_then(|v| serde_json::from_slice::<Value>(v.as_deref()?).ok())
+                .and_then(|v| v.get("offset")?.as_i64());
+            if written.is_none_or(|w| w < redo_offset) {
+                self.latest.extend(records);
+                let mut value = Vec::new();
+                push_offset_value(&mut value, redo_offset);
+                self.latest.insert(offset_key, Some(value));
+            }
+        }
         let mut state = PartitionState::journaled();
         let mut offset = None;
         let mut seen: IdMap<String, Vec<(u64, u128)>> = IdMap::default();
@@ -643,9 +895,9 @@ impl Restorer {
                     for (seq, f) in record.seen {
                         entries.push((seq, fp(&f)?));
                     }
-                    state
-                        .projects
-                        .insert(ProjectKey::from(*project), VoteProject::new(record.score));
+                    let mut restored = VoteProject::new(record.score);
+                    restored.applied_through = record.offset;
+                    state.projects.insert(ProjectKey::from(*project), restored);
                 }
                 ("seen", [project, _bucket]) => {
                     let ids: Vec<(u64, String)> = from_value(&key, v)?;

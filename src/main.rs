@@ -143,10 +143,11 @@ fn run_replay(config: Config, input: &str, output: &str) -> Result<()> {
     )?;
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "replay: {} records, {} applied ({} late), {} dead-lettered, {} outputs in {:.3} s ({:.0} records/s)",
+        "replay: {} records, {} applied ({} late), {} replayed, {} dead-lettered, {} outputs in {:.3} s ({:.0} records/s)",
         summary.records,
         summary.applied,
         summary.late,
+        summary.replayed,
         summary.dead_lettered,
         summary.outputs,
         secs,

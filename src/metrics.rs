@@ -264,6 +264,10 @@ impl Metrics {
                 .with_label_values(&[topic, "applied"])
                 .inc_by(n),
             Outcome::Late => self.records.with_label_values(&[topic, "late"]).inc_by(n),
+            Outcome::Replayed => self
+                .records
+                .with_label_values(&[topic, "replayed"])
+                .inc_by(n),
             Outcome::Rejected(code) => {
                 let result = if code == ErrorCode::DuplicateEventId {
                     "duplicate"

@@ -36,6 +36,9 @@ pub struct Summary {
     pub applied: u64,
     pub late: u64,
     pub dead_lettered: u64,
+    /// Vote batches at or below their project's last applied offset (see
+    /// [`Outcome::Replayed`]).
+    pub replayed: u64,
     pub outputs: u64,
 }
 
@@ -49,6 +52,7 @@ impl Summary {
                 self.late += 1
             }
             Outcome::Rejected(_) => self.dead_lettered += 1,
+            Outcome::Replayed => self.replayed += 1,
         }
     }
 }
@@ -206,6 +210,7 @@ mod tests {
                 applied: 2,
                 late: 0,
                 dead_lettered: 2,
+                replayed: 0,
                 outputs: 4
             }
         );
@@ -220,6 +225,29 @@ mod tests {
         assert!(lines[1].contains(r#""evaluations":2"#));
         assert!(lines[2].starts_with(r#"{"topic":"jury.dead-letters","key":"p","value":{"source_topic":"jury.votes","partition":1,"offset":6,"key":"p","error":"invalid_json""#), "{}", lines[2]);
         assert!(lines[3].contains(r#""source_topic":"replay","partition":null,"offset":5,"key":null,"error":"invalid_envelope""#), "{}", lines[3]);
+    }
+
+    #[test]
+    fn a_vote_record_read_again_at_its_offset_is_replayed() {
+        let line = |offset: i64, event: &str| {
+            format!(
+                r#"{{"topic": "jury.votes", "partition": 2, "offset": {offset}, "value": {{"event_id": "{event}", "project_id": "p", "occurred_at": 0, "votes": [{{"voter_id": "u", "value": 1}}]}}}}"#
+            )
+        };
+        // Offsets 3 and 4, then 4 again (the same record: replayed, no output), then event e1
+        // at a new offset (a resend: a duplicate).
+        let input = [line(3, "e1"), line(4, "e2"), line(4, "e2"), line(5, "e1")].join("\n");
+        let (summary, out) = run(&input);
+        assert_eq!(
+            (summary.applied, summary.replayed, summary.dead_lettered),
+            (2, 1, 1)
+        );
+        assert_eq!(summary.outputs, 3, "{out}");
+        assert!(
+            out.lines()
+                .nth(2)
+                .is_some_and(|l| l.contains("duplicate_event_id"))
+        );
     }
 
     #[test]

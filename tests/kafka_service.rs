@@ -384,6 +384,58 @@ fn a_crash_between_changelog_and_commit_is_not_counted_twice() {
 }
 
 #[test]
+fn a_crash_inside_a_changelog_write_counts_everything_once() {
+    let broker = Broker::shared();
+    let prefix = "torn";
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(
+        &broker.bootstrap,
+        prefix,
+        &Shape {
+            partitions: 3,
+            projects: 9,
+            batches_per_project: 8,
+            sessions_per_project: 4,
+        },
+        free_port(),
+        "",
+    );
+    produce(&broker.bootstrap, &records);
+    let expect = replayed(&config, &records);
+    let log = dir.path().join("service.log");
+    // Two incarnations each die with a flush written in part (its first half acknowledged, its
+    // offset record not): first a votes partition's, then a judge-scores partition's. The
+    // restarts must count each record once: no vote or ballot twice (nor dead-lettered as a
+    // duplicate), none lost.
+    for (n, unit) in ["v", "j"].into_iter().enumerate() {
+        let mut crashing = Service::start_with(
+            &config,
+            log.clone(),
+            &[("JURYSTREAM_CRASH_MID_CHANGELOG", unit)],
+        );
+        let status = crashing.child.wait().unwrap();
+        let text = crashing.log_text();
+        assert!(!status.success(), "{unit}: {text}");
+        assert_eq!(
+            text.matches("aborting inside a changelog write").count(),
+            n + 1,
+            "{unit}: the crash came from elsewhere: {text}"
+        );
+    }
+    let service = Service::start(&config, log.clone());
+    assert!(
+        service.wait_caught_up(&records, Duration::from_secs(120)),
+        "{}",
+        service.metrics()
+    );
+    assert!(service.terminate().success());
+    assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
+}
+
+#[test]
 fn sigterm_finishes_commits_and_a_restart_redoes_nothing() {
     let broker = Broker::shared();
     let prefix = "term";

@@ -28,8 +28,17 @@ fn ballot(i: usize, session: usize, judge: usize, secs: i64) -> String {
     )
 }
 
+/// Run ids for the renderers of [`run`]: each call is a start of the runtime.
+static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+thread_local! {
+    /// The redo chunk size of [`run`]'s renderers (a test may make it small).
+    static CHUNK_BYTES: std::cell::Cell<usize> = const { std::cell::Cell::new(DEFAULT_REDO_CHUNK_BYTES) };
+}
+
 /// Processes `payloads` on `topic` into `state`, appending the changelog records of each
-/// `flush`-sized batch to `log` (as the runtime does at the end of each cycle).
+/// `flush`-sized batch to `log` (as the runtime does at the end of each cycle). Returns each
+/// record's outputs, rendered.
 fn run(
     engine: &Engine,
     unit: Unit,
@@ -38,7 +47,7 @@ fn run(
     first_offset: usize,
     flush: usize,
     log: &mut Vec<StateRecord>,
-) -> Vec<String> {
+) -> Vec<Vec<String>> {
     let topic = match unit.topic {
         InputTopic::Votes => "jury.votes",
         _ => "jury.judge-scores",
@@ -46,7 +55,9 @@ fn run(
     let reps = ReputationTable::default();
     let mut out: Vec<Output> = Vec::new();
     let mut rendered = Vec::new();
-    let (mut renderer, mut flushed) = (Renderer::default(), Records::default());
+    let run_id = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let chunk_bytes = CHUNK_BYTES.get();
+    let (mut renderer, mut flushed) = (Renderer::new(run_id, chunk_bytes), Records::default());
     for (i, p) in payloads.iter().enumerate() {
         let offset = (first_offset + i) as i64;
         let r = Record {
@@ -60,7 +71,7 @@ fn run(
         };
         out.clear();
         engine.process(state, &reps, &r, &mut out);
-        rendered.extend(out.iter().map(|o| o.render().into_owned()));
+        rendered.push(out.iter().map(|o| o.render().into_owned()).collect());
         if (i + 1) % flush == 0 || i + 1 == payloads.len() {
             let changes = state
                 .journal
@@ -70,11 +81,32 @@ fn run(
             // One renderer and one buffer serve every flush, as in the runtime; what they
             // render must not depend on the flushes before.
             flushed.clear();
-            renderer.render(unit, state, &changes, &mut flushed);
+            renderer.render(unit, state, &changes, Some(offset), &mut flushed);
             let flush_records: Vec<StateRecord> = flushed.iter().map(StateRecord::from).collect();
-            assert_eq!(flush_records, records(unit, state, &changes));
+            let mut fresh = Records::default();
+            Renderer::new(run_id, chunk_bytes).render(
+                unit,
+                state,
+                &changes,
+                Some(offset),
+                &mut fresh,
+            );
+            let fresh: Vec<StateRecord> = fresh.iter().map(StateRecord::from).collect();
+            // The same, but for the deletion of redo chunks an earlier flush wrote.
+            let is_stale = |r: &StateRecord| r.key.contains("\"redo\"") && r.value.is_none();
+            let live: Vec<StateRecord> = flush_records
+                .iter()
+                .filter(|r| !is_stale(r))
+                .cloned()
+                .collect();
+            assert_eq!(live, fresh);
+            // Without an offset, the state records alone.
+            let body = records(unit, state, &changes);
+            let redo = flush_records.len() - 1 - body.len();
+            assert!(redo == 0 || unit.topic == InputTopic::JudgeScores);
+            assert_eq!(flush_records[redo..flush_records.len() - 1], body[..]);
+            assert_eq!(flush_records.last(), Some(&offset_record(unit, offset)));
             log.extend(flush_records);
-            log.push(offset_record(unit, offset));
         }
     }
     rendered
@@ -100,7 +132,7 @@ fn restore(unit: Unit, log: &[StateRecord]) -> (PartitionState, Option<i64>) {
 /// The records for one flush's `changes`, owned.
 fn records(unit: Unit, state: &PartitionState, changes: &[Change]) -> Vec<StateRecord> {
     let mut out = Records::default();
-    Renderer::default().render(unit, state, changes, &mut out);
+    Renderer::default().render(unit, state, changes, None, &mut out);
     out.iter().map(StateRecord::from).collect()
 }
 
@@ -128,7 +160,7 @@ fn clean_run(
     unit: Unit,
     payloads: &[String],
     flush: usize,
-) -> (PartitionState, Vec<String>) {
+) -> (PartitionState, Vec<Vec<String>>) {
     let mut state = PartitionState::journaled();
     let out = run(
         engine,
@@ -303,18 +335,27 @@ fn one_record_per_vote_project_per_flush() {
 }
 
 /// A crash can cut a flush short: a prefix of its records reaches the log, its offset record
-/// does not. Restoring that and replaying from the last complete flush must end in the clean
-/// run's state, every vote counted once, as long as the dedupe window holds at least a flush's
-/// worth of a project's ids (the default window is 100,000 per project, a flush 100 ms).
-fn check_cut_flush(payloads: &[String], window: usize, flush: usize, cut: usize, keep: usize) {
+/// does not. Restoring that and replaying from the restored offset must end in the clean run's
+/// state, every record counted once, and re-publish exactly the clean run's outputs for the
+/// records it replays. Votes need the dedupe window to hold at least a flush's worth of a
+/// project's ids (the default window is 100,000 per project, a flush 100 ms); judge scores need
+/// nothing (their flush starts with its redo record).
+fn check_cut_flush(
+    unit: Unit,
+    payloads: &[String],
+    window: usize,
+    flush: usize,
+    cut: usize,
+    keep: usize,
+) {
     let engine = engine(window);
-    let (mut clean, _) = clean_run(&engine, VOTES, payloads, flush);
+    let (mut clean, clean_out) = clean_run(&engine, unit, payloads, flush);
     // Flushes complete through record `cut` (a multiple of `flush`), then one more is cut.
     let mut log = Vec::new();
     let mut first = PartitionState::journaled();
     run(
         &engine,
-        VOTES,
+        unit,
         &mut first,
         &payloads[..cut],
         0,
@@ -325,7 +366,7 @@ fn check_cut_flush(payloads: &[String], window: usize, flush: usize, cut: usize,
     let end = (cut + flush).min(payloads.len());
     run(
         &engine,
-        VOTES,
+        unit,
         &mut first,
         &payloads[cut..end],
         cut,
@@ -334,19 +375,43 @@ fn check_cut_flush(payloads: &[String], window: usize, flush: usize, cut: usize,
     );
     torn.pop(); // the offset record is written last: it never made it
     let keep = keep.min(torn.len());
+    // A judge-scores flush starts with its redo record: once all its chunks are out, the flush
+    // is restored whole.
+    let chunks = torn
+        .iter()
+        .take_while(|r| r.key.contains("\"redo\"") && r.value.is_some())
+        .count();
+    assert!(chunks > 0 || unit.topic == InputTopic::Votes || torn.is_empty());
     log.extend(torn.into_iter().take(keep));
-    let (mut restored, offset) = restore(VOTES, &log);
-    assert_eq!(offset, cut.checked_sub(1).map(|o| o as i64));
+    let (mut restored, offset) = restore(unit, &log);
+    let before = cut.checked_sub(1).map(|o| o as i64);
+    let redone = chunks > 0 && keep >= chunks;
+    let expect = if redone { Some(end as i64 - 1) } else { before };
+    assert_eq!(
+        offset, expect,
+        "cut after {keep} records of the flush at {cut}"
+    );
     // The runtime skips records at or below the restored offset and replays the rest.
-    run(
+    let next = offset.map_or(0, |o| o as usize + 1);
+    let replayed = run(
         &engine,
-        VOTES,
+        unit,
         &mut restored,
-        &payloads[cut..],
-        cut,
+        &payloads[next..],
+        next,
         flush,
         &mut log,
     );
+    // A replayed record publishes what the clean run did, or nothing when its vote project's
+    // record made it (it is counted already, and its outputs were published before).
+    for (i, (again, first)) in replayed.iter().zip(&clean_out[next..]).enumerate() {
+        assert!(
+            again == first || (unit.topic == InputTopic::Votes && again.is_empty()),
+            "record {}: {again:?} published again, the clean run published {first:?} \
+             (cut after {keep} records of the flush at {cut})",
+            next + i
+        );
+    }
     clean.journal = None;
     restored.journal = None;
     assert_eq!(
@@ -362,10 +427,179 @@ fn a_flush_cut_short_restores_to_counted_ids() {
     for window in [10, 1000] {
         for cut in [0, 20, 40, 80] {
             for keep in 0..6 {
-                check_cut_flush(&payloads, window, 20, cut, keep);
+                check_cut_flush(VOTES, &payloads, window, 20, cut, keep);
             }
         }
     }
+}
+
+const JUDGES: Unit = Unit {
+    topic: InputTopic::JudgeScores,
+    partition: 2,
+};
+
+#[test]
+fn a_judge_flush_cut_anywhere_counts_every_ballot_once() {
+    // Sessions of 3 expected judges over 2 projects: flushes of 9 ballots complete sessions,
+    // evict (2 open per project), time them out and turn the completed window over.
+    let payloads: Vec<String> = (0..54)
+        .map(|i| ballot(i, i / 2 + (i % 5) / 4, i % 4, (i * 3) as i64))
+        .collect();
+    for cut in [0, 9, 27, 45] {
+        let flush_records = {
+            let mut log = Vec::new();
+            run(
+                &engine(5),
+                JUDGES,
+                &mut PartitionState::journaled(),
+                &payloads[..(cut + 9).min(payloads.len())],
+                0,
+                9,
+                &mut log,
+            );
+            log.iter()
+                .rev()
+                .skip(1)
+                .take_while(|r| !r.key.ends_with("\"offset\"]"))
+                .count()
+        };
+        assert!(flush_records >= 4, "a flush of many keys: {flush_records}");
+        for keep in 0..=flush_records {
+            check_cut_flush(JUDGES, &payloads, 5, 9, cut, keep);
+        }
+    }
+}
+
+#[test]
+fn a_redo_record_cut_between_its_chunks_is_ignored() {
+    // Chunks of at most 300 bytes: a flush's redo record takes several, and a cut can fall
+    // between them (the flush before is restored) or after them (the flush is redone).
+    let payloads: Vec<String> = (0..27)
+        .map(|i| ballot(i, i / 3, i % 3, (i * 3) as i64))
+        .collect();
+    CHUNK_BYTES.set(300);
+    let mut log = Vec::new();
+    run(
+        &engine(5),
+        JUDGES,
+        &mut PartitionState::journaled(),
+        &payloads[..9],
+        0,
+        9,
+        &mut log,
+    );
+    let chunks = log.iter().filter(|r| r.key.contains("\"redo\"")).count();
+    assert!(chunks >= 3, "{chunks} chunks");
+    for cut in [0, 9, 18] {
+        for keep in 0..=chunks + 2 {
+            check_cut_flush(JUDGES, &payloads, 5, 9, cut, keep.min(chunks));
+        }
+    }
+    CHUNK_BYTES.set(DEFAULT_REDO_CHUNK_BYTES);
+}
+
+/// The values of the redo chunk records in `log`, parsed.
+fn redo_chunks(log: &[StateRecord]) -> Vec<(String, Option<serde_json::Value>)> {
+    log.iter()
+        .filter(|r| r.key.contains("\"redo\""))
+        .map(|r| {
+            let v = r
+                .value
+                .as_deref()
+                .map(|v| serde_json::from_str(v).expect("json"));
+            (r.key.clone(), v)
+        })
+        .collect()
+}
+
+#[test]
+fn redo_chunks_name_their_write_and_stale_ones_are_deleted() {
+    let engine = engine(5);
+    let payloads: Vec<String> = (0..12)
+        .map(|i| ballot(i, i / 3, i % 3, (i * 3) as i64))
+        .collect();
+    let mut state = PartitionState::journaled();
+    for (i, p) in payloads.iter().enumerate() {
+        let r = Record {
+            topic: "jury.judge-scores",
+            partition: Some(JUDGES.partition),
+            offset: Some(i as i64),
+            key: None,
+            timestamp_ms: None,
+            clock_ms: None,
+            payload: Some(p.as_bytes()),
+        };
+        engine.process(&mut state, &ReputationTable::default(), &r, &mut Vec::new());
+    }
+    let changes = state.journal.replace(Vec::new()).unwrap_or_default();
+    let mut renderer = Renderer::new(7, 300);
+    let render = |renderer: &mut Renderer, changes: &[Change]| {
+        let mut out = Records::default();
+        renderer.render(JUDGES, &state, changes, Some(11), &mut out);
+        out.iter().map(StateRecord::from).collect::<Vec<_>>()
+    };
+    let many = redo_chunks(&render(&mut renderer, &changes));
+    let n = many.len();
+    assert!(n >= 3, "{n} chunks");
+    for (i, (key, value)) in many.iter().enumerate() {
+        assert_eq!(key, &format!(r#"["j",2,"redo","{i}"]"#));
+        let value = value.as_ref().expect("a chunk");
+        assert_eq!((&value["run"], &value["offset"]), (&7.into(), &11.into()));
+        assert_eq!(value["last"], i + 1 == n);
+        assert!(!value["records"].as_array().is_some_and(Vec::is_empty));
+    }
+    // A smaller flush: one chunk, and the stale ones are deleted.
+    let few = redo_chunks(&render(&mut renderer, &changes[..1]));
+    assert_eq!(few.len(), n);
+    assert_eq!(
+        few[0].1.as_ref().map(|v| v["last"].clone()),
+        Some(true.into())
+    );
+    assert!(few[1..].iter().all(|(_, v)| v.is_none()));
+}
+
+#[test]
+fn chunks_of_two_writes_are_not_one_redo_record() {
+    // Run 1 wrote a flush through offset 3 in two chunks and got only its first out; after a
+    // restart, run 2 wrote a flush through the same offset and got only its first chunk out.
+    // Chunk 0 (run 2) and chunk 1 (run 1) must not be taken for a whole.
+    let engine = engine(5);
+    let payloads: Vec<String> = (0..4).map(|i| ballot(i, 0, i, i as i64)).collect();
+    let mut state = PartitionState::journaled();
+    for (i, p) in payloads.iter().enumerate() {
+        let r = Record {
+            topic: "jury.judge-scores",
+            partition: Some(JUDGES.partition),
+            offset: Some(i as i64),
+            key: None,
+            timestamp_ms: None,
+            clock_ms: None,
+            payload: Some(p.as_bytes()),
+        };
+        engine.process(&mut state, &ReputationTable::default(), &r, &mut Vec::new());
+    }
+    let changes = state.journal.replace(Vec::new()).unwrap_or_default();
+    let flush = |run: u64| {
+        let mut out = Records::default();
+        Renderer::new(run, 200).render(JUDGES, &state, &changes, Some(3), &mut out);
+        out.iter().map(StateRecord::from).collect::<Vec<_>>()
+    };
+    let (first, second) = (flush(1), flush(2));
+    assert!(redo_chunks(&first).len() >= 2);
+    let mut log = vec![first[1].clone(), second[0].clone()];
+    let (restored, offset) = restore(JUDGES, &log);
+    assert_eq!(offset, None);
+    assert_eq!(restored.sessions, PartitionState::journaled().sessions);
+    // With all of the second write's chunks, it is whole.
+    log.extend(
+        second
+            .iter()
+            .take_while(|r| r.key.contains("\"redo\""))
+            .cloned(),
+    );
+    let (restored, offset) = restore(JUDGES, &log);
+    assert_eq!(offset, Some(3));
+    assert_eq!(restored.sessions, state.sessions);
 }
 
 #[test]
@@ -374,15 +608,7 @@ fn judge_sessions_round_trip() {
         .map(|i| ballot(i, i / 2, i % 4, (i * 3) as i64))
         .collect();
     for cut in [0, 5, 13, 30, 59, 60] {
-        check_round_trip(
-            Unit {
-                topic: InputTopic::JudgeScores,
-                partition: 2,
-            },
-            &payloads,
-            cut,
-            3,
-        );
+        check_round_trip(JUDGES, &payloads, cut, 3);
     }
 }
 
@@ -399,7 +625,21 @@ proptest! {
         let payloads: Vec<String> = projects.iter().enumerate().map(|(i, p)| vote(i, *p, i as i64)).collect();
         let cut = (cut_flushes * flush).min(payloads.len());
         // Replayed events are recognised by id only while the window holds a flush's worth.
-        check_cut_flush(&payloads, flush + spare, flush, cut, keep);
+        check_cut_flush(VOTES, &payloads, flush + spare, flush, cut, keep);
+    }
+
+    #[test]
+    fn any_cut_judge_flush_restores_every_ballot_once(
+        events in prop::collection::vec((0usize..5, 0usize..4, 0i64..60), 1..60),
+        flush in 1usize..12,
+        cut_flushes in 0usize..6,
+        keep in 0usize..40,
+        chunk_bytes in prop_oneof![Just(DEFAULT_REDO_CHUNK_BYTES), 100usize..2000],
+    ) {
+        let payloads: Vec<String> = events.iter().enumerate().map(|(i, (s, j, t))| ballot(i, *s, *j, *t)).collect();
+        let cut = (cut_flushes * flush).min(payloads.len());
+        CHUNK_BYTES.set(chunk_bytes);
+        check_cut_flush(JUDGES, &payloads, 5, flush, cut, keep);
     }
 
     #[test]
@@ -442,7 +682,7 @@ fn renderer_and_buffers_keep_their_memory() {
         })
         .collect();
     let (mut renderer, mut records) = (Renderer::default(), Records::default());
-    renderer.render(unit, &state, &changes, &mut records);
+    renderer.render(unit, &state, &changes, None, &mut records);
     assert_eq!(records.len(), 100);
     assert!(renderer.slots.is_empty() && renderer.slots.capacity() >= 100);
     let (bytes, spans) = (records.bytes.capacity(), records.spans.capacity());
@@ -452,7 +692,7 @@ fn renderer_and_buffers_keep_their_memory() {
         (records.bytes.capacity(), records.spans.capacity()),
         (bytes, spans)
     );
-    renderer.render(unit, &state, &changes, &mut records);
+    renderer.render(unit, &state, &changes, None, &mut records);
     assert_eq!(records.iter().count(), 100);
     // An empty flush keeps the memory; after a flush of one record, the buffer gives back
     // what it held for a hundred.
@@ -460,7 +700,7 @@ fn renderer_and_buffers_keep_their_memory() {
     records.clear();
     assert_eq!(records.bytes.capacity(), bytes);
     records.clear();
-    renderer.render(unit, &state, &changes[..1], &mut records);
+    renderer.render(unit, &state, &changes[..1], None, &mut records);
     records.clear();
     assert!(records.bytes.capacity() < bytes / 8);
 }

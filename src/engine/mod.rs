@@ -58,7 +58,25 @@ pub struct Record<'a> {
     pub clock_ms: Option<u64>,
 }
 
+/// Where and when a runtime received a record, as far as applying a vote batch needs it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Receipt {
+    /// The record's input offset: a batch at or below its project's
+    /// [`VoteProject::applied_through`] is already in the state.
+    pub offset: Option<i64>,
+    /// The runtime's clock, for coalescing (see [`Record::clock_ms`]).
+    pub clock_ms: Option<u64>,
+}
+
 impl<'a> Record<'a> {
+    /// Where and when the record was received.
+    pub fn receipt(&self) -> Receipt {
+        Receipt {
+            offset: self.offset,
+            clock_ms: self.clock_ms,
+        }
+    }
+
     fn source(&self) -> Source<'a> {
         Source {
             topic: self.topic,
@@ -77,6 +95,11 @@ pub enum Outcome {
     Applied,
     /// A vote batch older than the project's latest: counted, but the score did not move.
     Late,
+    /// A vote batch the state already holds: its offset is at or below the last one applied to
+    /// its project, which happens only when records are read again after a restore (see
+    /// [`VoteProject::applied_through`]). Nothing changes and nothing is published: its outputs
+    /// were published before the state that holds it was written.
+    Replayed,
     /// Dead-lettered with this code; state is unchanged.
     Rejected(ErrorCode),
 }
@@ -99,6 +122,11 @@ pub struct VoteProject {
     pub noted: JournalHint,
     /// Its score output held back by coalescing, if any.
     pub coalescing: Coalescing,
+    /// The input offset of the last batch applied, when the runtime gives offsets. It is written
+    /// with the score, so after a crash that cut a changelog flush short, a project whose record
+    /// made it knows which of the records read again it already counts (they are
+    /// [`Outcome::Replayed`], not duplicates), while the others apply them.
+    pub applied_through: Option<i64>,
 }
 
 impl VoteProject {
@@ -109,6 +137,7 @@ impl VoteProject {
             seen: RecentIds::default(),
             noted: JournalHint::default(),
             coalescing: Coalescing::default(),
+            applied_through: None,
         }
     }
 }
@@ -554,7 +583,7 @@ impl Engine {
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {
         let (batch, at) = self.validate_votes(record, raw)?;
-        self.apply_batch(state, reputations, &batch, at, record.clock_ms, out)
+        self.apply_batch(state, reputations, &batch, at, record.receipt(), out)
     }
 
     /// A read vote payload checked against the contract, with the time it is observed at: the
@@ -612,7 +641,7 @@ impl Engine {
             reputations,
             &batch,
             prepared.at,
-            record.clock_ms,
+            record.receipt(),
             out,
         ) {
             Ok(outcome) => outcome,
@@ -621,16 +650,16 @@ impl Engine {
     }
 
     /// Applies a validated vote batch observed at `at`: the HumanJudge update, duplicate
-    /// detection and the `jury.scores` record (held back if `clock_ms` says it comes within the
-    /// coalescing interval of the project's last one). Public so benchmarks can time it without
-    /// parsing.
+    /// detection and the `jury.scores` record (held back if the receipt's clock says it comes
+    /// within the coalescing interval of the project's last one). Public so benchmarks can time
+    /// it without parsing.
     pub fn apply_batch(
         &self,
         state: &mut PartitionState,
         reputations: &ReputationTable,
         batch: &VoteBatch<'_>,
         at: EventTime,
-        clock_ms: Option<u64>,
+        receipt: Receipt,
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {
         let weights = batch.votes.iter().map(|v| {
@@ -656,6 +685,11 @@ impl Engine {
                     VoteProject::new(ProjectScore::new(self.config.scoring.initial_score))
                 }),
         };
+        if let (Some(offset), Some(through)) = (receipt.offset, project.applied_through)
+            && offset <= through
+        {
+            return Ok(Outcome::Replayed);
+        }
         // One probe of the window both detects a resend and remembers the id (nothing below
         // can reject the batch): with a full window each probe is a cache miss.
         let Some(remembered) = project
@@ -670,12 +704,16 @@ impl Engine {
                 ),
             ));
         };
+        if receipt.offset.is_some() {
+            project.applied_through = receipt.offset;
+        }
         let lambda = self.config.scoring.lambda_for(batch.project_id);
         let step = project
             .score
             .apply(at, mean, batch.votes.len() as u64, lambda);
         let interval = self.config.output.scores_coalesce_ms;
         let c = &mut project.coalescing;
+        let clock_ms = receipt.clock_ms;
         match clock_ms {
             Some(now)
                 if c.emitted_ms

@@ -191,6 +191,37 @@ impl ProducerContext for Delivery {
     }
 }
 
+/// Where to cut an epoch's changelog for `JURYSTREAM_CRASH_MID_CHANGELOG`: in the middle of the
+/// first flush of a `tag` unit (`v` votes, `j` judge scores) that has at least four records
+/// (state records, a judge-scores flush's redo record first, its offset record last), so that
+/// the flush is written in part and its offset record is not.
+fn flush_cut(records: &changelog::Records, tag: &str) -> Option<usize> {
+    let keys: Vec<&[u8]> = records.iter().map(|r| r.key).collect();
+    let prefix = format!("[\"{tag}\",");
+    let mut start = 0;
+    for (i, key) in keys.iter().enumerate() {
+        if !key.ends_with(b"\"offset\"]") {
+            continue;
+        }
+        // The flush of one unit ends with its offset record and starts after the one before.
+        let end = i + 1;
+        if key.starts_with(prefix.as_bytes()) && end - start >= 4 {
+            return Some(start + (end - start) / 2);
+        }
+        start = end;
+    }
+    None
+}
+
+/// An id for this start of the service, different from every earlier one: it names the
+/// changelog's redo records (see [`changelog::Renderer::new`]).
+fn run_id() -> u64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 40)
+}
+
 /// The state of one owned input partition.
 struct Owned {
     state: PartitionState,
@@ -226,6 +257,8 @@ struct Core {
     fences: IdMap<(InputTopic, i32), u64>,
     /// Set by the environment variable `JURYSTREAM_CRASH_AFTER_CHANGELOG` (tests only).
     crash_after_changelog: bool,
+    /// Set by `JURYSTREAM_CRASH_MID_CHANGELOG` (tests only) to `v` or `j`: see [`flush_cut`].
+    crash_mid_changelog: Option<String>,
     /// The epoch being filled, and how many outputs it has sent.
     epoch: u64,
     epoch_outputs: u64,
@@ -650,15 +683,19 @@ impl Core {
                 .as_mut()
                 .map(std::mem::take)
                 .unwrap_or_default();
-            self.renderer
-                .render(unit, &owned.state, &changes, &mut changelog);
+            // Records at or below the restored offset were skipped: the changelog has them.
+            let new = owned.skip_through.is_none_or(|s| offset > s);
+            self.renderer.render(
+                unit,
+                &owned.state,
+                &changes,
+                new.then_some(offset),
+                &mut changelog,
+            );
             // Hand the journal's allocation back for the next epoch.
             changes.clear();
             if let Some(j) = owned.state.journal.as_mut() {
                 *j = changes;
-            }
-            if owned.skip_through.is_none_or(|s| offset > s) {
-                changelog.push_offset(unit, offset);
             }
             let topic = self.engine.input_topic_name(key.0);
             commits.add_partition_offset(topic, key.1, Offset::Offset(offset + 1))?;
@@ -707,7 +744,22 @@ impl Core {
                     break;
                 }
                 let mut records = std::mem::take(&mut self.sealed[0].changelog);
-                for r in records.iter() {
+                let cut = self
+                    .crash_mid_changelog
+                    .as_deref()
+                    .and_then(|tag| flush_cut(&records, tag));
+                for (i, r) in records.iter().enumerate() {
+                    if cut == Some(i) {
+                        // Fault injection for the recovery tests: die with a partition's flush
+                        // written in part, its first records acknowledged.
+                        let flushed = self.producer.flush(Duration::from_secs(30));
+                        tracing::warn!(
+                            records = i,
+                            ?flushed,
+                            "JURYSTREAM_CRASH_MID_CHANGELOG: aborting inside a changelog write"
+                        );
+                        std::process::abort();
+                    }
                     self.send(
                         &state_topic,
                         Some(r.partition),
@@ -913,7 +965,7 @@ pub fn run(
         producer,
         units: IdMap::default(),
         reputations: ReputationTable::default(),
-        renderer: changelog::Renderer::default(),
+        renderer: changelog::Renderer::new(run_id(), config.limits.max_message_bytes / 2),
         spare_records: Vec::new(),
         out: Vec::new(),
         metrics: Arc::clone(&metrics),
@@ -925,6 +977,7 @@ pub fn run(
         assigned: Vec::new(),
         fences: IdMap::default(),
         crash_after_changelog: std::env::var_os("JURYSTREAM_CRASH_AFTER_CHANGELOG").is_some(),
+        crash_mid_changelog: std::env::var("JURYSTREAM_CRASH_MID_CHANGELOG").ok(),
         epoch: 0,
         epoch_outputs: 0,
         sealed: std::collections::VecDeque::new(),
