@@ -8,7 +8,9 @@
 //! `LOAD_EVENTS` to change the number of preloaded events per scenario (default 1000000),
 //! `LOAD_PROJECTS` to run only some scenarios (comma-separated project counts, default
 //! `1,10000,100000`; empty for none), `LOAD_LATENCY=0` to skip the latency runs,
-//! `LOAD_FETCH_WAIT_MS` for every consumer's `fetch.wait.max.ms` (default 10).
+//! `LOAD_FETCH_WAIT_MS` for every consumer's `fetch.wait.max.ms` (default 10),
+//! `LOAD_SERVICE_CONFIG` for TOML appended to the service's configuration (e.g.
+//! `[kafka.producer]` settings to try).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -161,7 +163,10 @@ fn start_service(bootstrap: &str, dir: &std::path::Path, prefix: &str) -> Servic
         prefix,
         bootstrap,
         free_port(),
-        "[log]\nlevel = \"warn\"\n",
+        &format!(
+            "[log]\nlevel = \"warn\"\n{}",
+            std::env::var("LOAD_SERVICE_CONFIG").unwrap_or_default()
+        ),
     );
     let cycle = std::env::var("JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS").unwrap_or("100".into());
     let service = Service::start_with(

@@ -416,7 +416,19 @@ fn a_crash_inside_a_changelog_write_counts_everything_once() {
             log.clone(),
             &[("JURYSTREAM_CRASH_MID_CHANGELOG", unit)],
         );
-        let status = crashing.child.wait().unwrap();
+        // It dies at its first epoch with such a flush; one that never comes would hang here.
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = crashing.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{unit}: no flush to cut: {}",
+                crashing.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
         let text = crashing.log_text();
         assert!(!status.success(), "{unit}: {text}");
         assert_eq!(
