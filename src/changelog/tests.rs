@@ -512,12 +512,9 @@ fn redo_chunks(log: &[StateRecord]) -> Vec<(String, Option<serde_json::Value>)> 
         .collect()
 }
 
-#[test]
-fn redo_chunks_name_their_write_and_stale_ones_are_deleted() {
+/// A judge-scores state after `payloads` at offsets 0, 1, ..., and its journal.
+fn judged(payloads: &[String]) -> (PartitionState, Vec<Change>) {
     let engine = engine(5);
-    let payloads: Vec<String> = (0..12)
-        .map(|i| ballot(i, i / 3, i % 3, (i * 3) as i64))
-        .collect();
     let mut state = PartitionState::journaled();
     for (i, p) in payloads.iter().enumerate() {
         let r = Record {
@@ -532,6 +529,15 @@ fn redo_chunks_name_their_write_and_stale_ones_are_deleted() {
         engine.process(&mut state, &ReputationTable::default(), &r, &mut Vec::new());
     }
     let changes = state.journal.replace(Vec::new()).unwrap_or_default();
+    (state, changes)
+}
+
+#[test]
+fn redo_chunks_name_their_write_and_stale_ones_are_deleted() {
+    let payloads: Vec<String> = (0..12)
+        .map(|i| ballot(i, i / 3, i % 3, (i * 3) as i64))
+        .collect();
+    let (state, changes) = judged(&payloads);
     let mut renderer = Renderer::new(7, 300);
     let render = |renderer: &mut Renderer, changes: &[Change]| {
         let mut out = Records::default();
@@ -563,22 +569,8 @@ fn chunks_of_two_writes_are_not_one_redo_record() {
     // Run 1 wrote a flush through offset 3 in two chunks and got only its first out; after a
     // restart, run 2 wrote a flush through the same offset and got only its first chunk out.
     // Chunk 0 (run 2) and chunk 1 (run 1) must not be taken for a whole.
-    let engine = engine(5);
     let payloads: Vec<String> = (0..4).map(|i| ballot(i, 0, i, i as i64)).collect();
-    let mut state = PartitionState::journaled();
-    for (i, p) in payloads.iter().enumerate() {
-        let r = Record {
-            topic: "jury.judge-scores",
-            partition: Some(JUDGES.partition),
-            offset: Some(i as i64),
-            key: None,
-            timestamp_ms: None,
-            clock_ms: None,
-            payload: Some(p.as_bytes()),
-        };
-        engine.process(&mut state, &ReputationTable::default(), &r, &mut Vec::new());
-    }
-    let changes = state.journal.replace(Vec::new()).unwrap_or_default();
+    let (state, changes) = judged(&payloads);
     let flush = |run: u64| {
         let mut out = Records::default();
         Renderer::new(run, 200).render(JUDGES, &state, &changes, Some(3), &mut out);
