@@ -795,11 +795,7 @@ impl Restorer {
             let Some(value) = self.latest.remove(&key).flatten() else {
                 continue;
             };
-            let parts: Vec<Value> =
-                serde_json::from_str(&key).map_err(|e| ChangelogError::Key {
-                    key: key.clone(),
-                    reason: e.to_string(),
-                })?;
+            let parts = key_parts(&key)?;
             let Some(index) = parts
                 .get(3)
                 .and_then(Value::as_str)
@@ -852,7 +848,7 @@ impl Restorer {
                 .latest
                 .get(&offset_key)
                 .and_then(|v| serde_json::from_slice::<Value>(v.as_deref()?).ok())
-                .and_then(|v| v.get("offset")?.as_i64());
+                .and_then(|v| offset_in(&v));
             if written.is_none_or(|w| w < redo_offset) {
                 self.latest.extend(records);
                 let mut value = Vec::new();
@@ -870,11 +866,7 @@ impl Restorer {
         let (mut watermark, mut next_seq) = (None, 0);
         for (key, value) in self.latest {
             let Some(value) = value else { continue };
-            let parts: Vec<Value> =
-                serde_json::from_str(&key).map_err(|e| ChangelogError::Key {
-                    key: key.clone(),
-                    reason: e.to_string(),
-                })?;
+            let parts = key_parts(&key)?;
             let ids: Vec<&str> = parts.iter().skip(3).filter_map(Value::as_str).collect();
             let kind = parts.get(2).and_then(Value::as_str).unwrap_or_default();
             let bad = |reason: &str| ChangelogError::Key {
@@ -885,7 +877,7 @@ impl Restorer {
             let fp =
                 |s: &str| u128::from_str_radix(s, 16).map_err(|_| bad("fingerprint is not hex"));
             match (kind, ids.as_slice()) {
-                ("offset", []) => offset = v.get("offset").and_then(Value::as_i64),
+                ("offset", []) => offset = offset_in(&v),
                 ("project", [project]) => {
                     let record: ProjectRecord = from_value(&key, v)?;
                     if let Some(newest) = record.seen.iter().map(|(s, _)| *s).max() {
@@ -967,6 +959,19 @@ impl Restorer {
         state.sessions = SessionBook::restore(sessions, watermark, next_seq);
         Ok((state, offset))
     }
+}
+
+/// A changelog key's elements: `["v",3,"project","proj-42"]`.
+fn key_parts(key: &str) -> Result<Vec<Value>, ChangelogError> {
+    serde_json::from_str(key).map_err(|e| ChangelogError::Key {
+        key: key.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// The input offset an offset record's value holds (`{"offset":N}`, see [`push_offset_value`]).
+fn offset_in(value: &Value) -> Option<i64> {
+    value.get("offset")?.as_i64()
 }
 
 fn from_value<T: serde::de::DeserializeOwned>(key: &str, v: Value) -> Result<T, ChangelogError> {

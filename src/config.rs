@@ -613,21 +613,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("scoring.project_lambda.p-1"), "{e}");
-        // The window's index holds positions in 24 bits: the largest window is accepted, one
-        // more is refused by name.
-        assert!(Config::from_toml("[limits]\ndedupe_window = 16777215").is_ok());
-        let e = Config::from_toml("[limits]\ndedupe_window = 16777216")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("limits.dedupe_window"), "{e}");
-        assert!(e.contains("at most 16777215 ids per project"), "{e}");
-        // librdkafka's message size limit, refused the same way.
-        assert!(Config::from_toml("[limits]\nmax_message_bytes = 1000000000").is_ok());
-        let e = Config::from_toml("[limits]\nmax_message_bytes = 1000000001")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("limits.max_message_bytes"), "{e}");
-        assert!(e.contains("at most 1000000000 (librdkafka's limit)"), "{e}");
+        // Upper bounds: the largest value is accepted, one more is refused by name. The
+        // window's index holds positions in 24 bits; librdkafka limits message sizes.
+        let bounded = |key: &str, max: u64, message: &str| {
+            let toml = |v: u64| format!("[limits]\n{key} = {v}");
+            assert!(Config::from_toml(&toml(max)).is_ok(), "{key} = {max}");
+            let e = Config::from_toml(&toml(max + 1)).unwrap_err().to_string();
+            assert!(e.contains(&format!("limits.{key}")), "{e}");
+            assert!(e.contains(message), "{e}");
+        };
+        bounded(
+            "dedupe_window",
+            16777215,
+            "at most 16777215 ids per project",
+        );
+        bounded(
+            "max_message_bytes",
+            1000000000,
+            "at most 1000000000 (librdkafka's limit)",
+        );
     }
 
     #[test]
