@@ -154,7 +154,7 @@ fn raw_consume_produce(bootstrap: &str, topic: &str, out: &str, n: usize, per_ev
 }
 
 /// A release-built service on `prefix`'s topics, logging warnings only, once it is ready. It runs
-/// the shipped cycle length (`kafka.commit_interval_ms` = 100, overridable through the usual
+/// the shipped cycle length (the default `kafka.commit_interval_ms`, overridable through the usual
 /// `JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS`), not the tests' shorter one, and the same fetch wait
 /// as the raw loop ([`fetch_wait_ms`]).
 fn start_service(bootstrap: &str, dir: &std::path::Path, prefix: &str) -> Service {
@@ -168,7 +168,12 @@ fn start_service(bootstrap: &str, dir: &std::path::Path, prefix: &str) -> Servic
             std::env::var("LOAD_SERVICE_CONFIG").unwrap_or_default()
         ),
     );
-    let cycle = std::env::var("JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS").unwrap_or("100".into());
+    let cycle = std::env::var("JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS").unwrap_or_else(|_| {
+        jurystream::config::Config::default()
+            .kafka
+            .commit_interval_ms
+            .to_string()
+    });
     let service = Service::start_with(
         &config,
         dir.join(format!("{prefix}.log")),
@@ -206,9 +211,11 @@ fn service_throughput(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    // ... and the cycle covering the last record committed.
-    let commits = support::metric_sum(&service.metrics(), "jurystream_commits_total");
-    while support::metric_sum(&service.metrics(), "jurystream_commits_total") <= commits {
+    // ... and committed: the group's committed offsets, read from the broker, cover all `n`.
+    let group = support::GroupOffsets::new(bootstrap, &format!("{prefix}-group"));
+    let topic = format!("{prefix}.votes");
+    let partitions: Vec<(&str, i32)> = (0..PARTITIONS).map(|p| (topic.as_str(), p)).collect();
+    while group.committed(&partitions).iter().flatten().sum::<i64>() < n as i64 {
         std::thread::sleep(Duration::from_millis(5));
     }
     let secs = first.map_or(1.0, |f| f.elapsed().as_secs_f64());

@@ -59,8 +59,10 @@ pub struct Kafka {
     pub replication_factor: i32,
     /// How long the broker may hold a fetch; tansu holds every fetch this long, so keep it small.
     pub fetch_wait_max_ms: u64,
-    /// Work is committed in cycles: outputs and changelog are flushed and acknowledged, then the
-    /// input offsets are committed. This is the cycle length.
+    /// Work is committed in epochs: outputs and changelog are flushed and acknowledged, then the
+    /// input offsets are committed. This is the longest epoch (an epoch also ends once the input
+    /// is quiet for two fetch waits). Longer epochs write a busy project's state less often; a
+    /// crash re-reads up to one epoch of input.
     pub commit_interval_ms: u64,
     /// Seconds to finish in-flight work, flush and commit after SIGTERM/SIGINT.
     pub shutdown_timeout_secs: u64,
@@ -90,7 +92,7 @@ impl Default for Kafka {
             partitions: 6,
             replication_factor: 1,
             fetch_wait_max_ms: 20,
-            commit_interval_ms: 100,
+            commit_interval_ms: 1000,
             shutdown_timeout_secs: 30,
             security_protocol: "plaintext".into(),
             sasl_mechanism: String::new(),
@@ -111,9 +113,9 @@ impl Default for Kafka {
 #[serde(deny_unknown_fields, default)]
 pub struct OutputSettings {
     /// `jury.scores` is a table: a project's updates within this many milliseconds are coalesced
-    /// (the first is published at once, the latest at the end of the service's cycle,
-    /// `kafka.commit_interval_ms`); 0 publishes every update. Replay always publishes every
-    /// update.
+    /// (the first is published at once, the latest at the next tick of this interval or at the
+    /// end of the epoch, whichever comes first); 0 publishes every update. Replay always
+    /// publishes every update.
     pub scores_coalesce_ms: u64,
 }
 

@@ -492,6 +492,60 @@ fn sigterm_finishes_commits_and_a_restart_redoes_nothing() {
     assert!(again.terminate().success());
 }
 
+/// An epoch ends once the input is quiet, long before `kafka.commit_interval_ms`: with a ten-minute
+/// interval, everything is committed within seconds of the last record, so a `kill -9` then loses
+/// nothing and a restart re-reads nothing.
+#[test]
+fn a_quiet_input_is_committed_before_the_epoch_is_over() {
+    let broker = Broker::shared();
+    let prefix = "quiet";
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(
+        &broker.bootstrap,
+        prefix,
+        &Shape {
+            partitions: 3,
+            projects: 3,
+            batches_per_project: 4,
+            sessions_per_project: 2,
+        },
+        free_port(),
+        "",
+    );
+    produce(&broker.bootstrap, &records);
+    let long = [("JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS", "600000")];
+    let service = Service::start_with(&config, dir.path().join("a.log"), &long);
+    assert!(
+        service.wait_caught_up(&records, Duration::from_secs(60)),
+        "{}",
+        service.metrics()
+    );
+    let group = support::GroupOffsets::new(&broker.bootstrap, &format!("{prefix}-group"));
+    assert!(
+        group.wait_committed(&records, Duration::from_secs(30)),
+        "{}",
+        service.metrics()
+    );
+    service.kill();
+    let again = Service::start_with(&config, dir.path().join("b.log"), &long);
+    assert!(again.wait_ready(Duration::from_secs(60)));
+    std::thread::sleep(Duration::from_secs(3));
+    let m = again.metrics();
+    let reps = records
+        .iter()
+        .filter(|r| r.topic.ends_with(".reputations"))
+        .count() as u64;
+    assert_eq!(
+        support::metric_sum(&m, "jurystream_records_total"),
+        reps,
+        "{m}"
+    );
+    assert!(again.terminate().success());
+}
+
 #[test]
 fn a_missing_topic_is_a_clear_error_when_creation_is_off() {
     let broker = Broker::shared();

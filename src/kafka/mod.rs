@@ -1,11 +1,13 @@
 //! The Kafka runtime: consumes the inputs in one consumer group, drives the engine, publishes the
 //! outputs, keeps state durable in the changelog, and commits only what is safely published.
 //!
-//! Work proceeds in **cycles** of `kafka.commit_interval_ms`:
+//! Work proceeds in **epochs** of at most `kafka.commit_interval_ms`, ended early once the input
+//! is quiet (see [`Clocks`]):
 //! 1. records are processed as they arrive; outputs are produced at once (scores coalesced per
-//!    project within `output.scores_coalesce_ms`);
-//! 2. at the end of a cycle the remaining scores are produced and the producer is flushed until
-//!    the broker has acknowledged every output;
+//!    project within `output.scores_coalesce_ms`, the held ones published on a tick of that
+//!    interval);
+//! 2. at the end of an epoch the remaining scores are produced, and the epoch waits (while the
+//!    next one fills) until the broker has acknowledged every output;
 //! 3. then the changed state of each partition, with the last input offset it includes, is
 //!    written to the changelog and acknowledged;
 //! 4. only then are the input offsets committed.
@@ -269,8 +271,9 @@ struct Core {
     tally: Tally,
 }
 
-/// Outcome counts kept locally and added to the Prometheus counters once per epoch: a labelled
-/// counter lookup per record would cost more than parsing some records.
+/// Outcome counts kept locally and added to the Prometheus counters once per pass (up to
+/// [`PASS_RECORDS`] records): a labelled counter lookup per record would cost more than parsing
+/// some records.
 #[derive(Default)]
 struct Tally {
     counts: IdMap<(InputTopic, Outcome), u64>,
@@ -645,15 +648,15 @@ impl Core {
             .unwrap_or(0)
     }
 
-    /// Ends the current epoch: publishes held scores, renders the changelog of every partition
-    /// that processed records (to be sent once the outputs are acknowledged) and notes the
-    /// offsets to commit after that.
-    fn seal(&mut self) -> Result<(), ServiceError> {
-        self.tally.flush(&self.engine, &self.metrics);
+    /// Publishes the scores held back by coalescing (see [`crate::engine::Coalescing`]), partition
+    /// by partition in order. Runs every `output.scores_coalesce_ms` and when an epoch is sealed,
+    /// so a held score waits at most one coalescing interval and is always in the epoch of the
+    /// records that caused it.
+    fn release_held(&mut self) -> Result<(), ServiceError> {
         let mut keys: Vec<(InputTopic, i32)> = self.units.keys().copied().collect();
         keys.sort();
-        // Scores held back by coalescing, collected into the kept output buffer first (the
-        // units are borrowed while they release them).
+        // Collected into the kept output buffer first (the units are borrowed while they
+        // release them).
         let mut held = std::mem::take(&mut self.out);
         held.clear();
         for key in &keys {
@@ -663,7 +666,27 @@ impl Core {
         }
         let released = held.iter().try_for_each(|out| self.publish(out));
         self.out = held;
-        released?;
+        released
+    }
+
+    /// Adds the outcomes counted since the last call to the metrics.
+    fn flush_tally(&mut self) {
+        self.tally.flush(&self.engine, &self.metrics);
+    }
+
+    /// Whether the current epoch has anything to seal: records processed or outputs sent.
+    fn epoch_pending(&self) -> bool {
+        self.epoch_outputs > 0 || self.units.values().any(|u| u.pending.is_some())
+    }
+
+    /// Ends the current epoch: publishes held scores, renders the changelog of every partition
+    /// that processed records (to be sent once the outputs are acknowledged) and notes the
+    /// offsets to commit after that.
+    fn seal(&mut self) -> Result<(), ServiceError> {
+        self.flush_tally();
+        self.release_held()?;
+        let mut keys: Vec<(InputTopic, i32)> = self.units.keys().copied().collect();
+        keys.sort();
         let mut changelog = self.spare_records.pop().unwrap_or_default();
         let mut commits = TopicPartitionList::new();
         for key in keys {
@@ -1091,6 +1114,34 @@ fn poll_records<'c>(
     }
 }
 
+/// The processing thread's periods.
+struct Clocks {
+    /// `kafka.commit_interval_ms`: an epoch ends (is sealed) at the latest this long after the
+    /// last one.
+    cycle: Duration,
+    /// `output.scores_coalesce_ms` (the cycle when coalescing is off): held scores are published
+    /// this often, so coalescing delays a score by at most this much whatever the cycle.
+    coalesce: Duration,
+    /// An epoch also ends once no record has arrived for two fetch waits (the consumer has
+    /// caught up), so that commits follow a quiet input at once instead of a cycle later.
+    idle: Duration,
+}
+
+impl Clocks {
+    fn of(config: &Config) -> Clocks {
+        let ms = Duration::from_millis;
+        let cycle = ms(config.kafka.commit_interval_ms);
+        Clocks {
+            cycle,
+            coalesce: match config.output.scores_coalesce_ms {
+                0 => cycle,
+                c => ms(c).min(cycle),
+            },
+            idle: ms(2 * config.kafka.fetch_wait_max_ms).max(ms(1)),
+        }
+    }
+}
+
 /// The engine's view of a consumed message.
 fn record<'m>(msg: &'m BorrowedMessage<'_>) -> Record<'m> {
     Record {
@@ -1113,12 +1164,16 @@ fn process_records(
     reputations: &BaseConsumer<QuietReader>,
     stop: &AtomicBool,
 ) -> Result<(), ServiceError> {
-    let cycle = Duration::from_millis(lock(core).config().kafka.commit_interval_ms);
+    let clocks = Clocks::of(lock(core).config());
     let mut cycle_started = Instant::now();
+    let mut coalesced = Instant::now();
+    let mut last_batch = Instant::now();
     let mut last_reputations = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        let wait = cycle
+        let wait = clocks
+            .cycle
             .saturating_sub(cycle_started.elapsed())
+            .min(clocks.coalesce.saturating_sub(coalesced.elapsed()))
             .min(Duration::from_millis(50));
         let batch = match batches.recv_timeout(wait) {
             Ok(batch) => {
@@ -1134,8 +1189,12 @@ fn process_records(
         if !c.assigned.is_empty() {
             c.restore_assigned()?;
         }
-        for polled in batch.iter().flatten() {
-            c.process(polled)?;
+        if let Some(batch) = &batch {
+            last_batch = c.now;
+            for polled in batch {
+                c.process(polled)?;
+            }
+            c.flush_tally();
         }
         if let Some(e) = consumer
             .context()
@@ -1159,9 +1218,14 @@ fn process_records(
                 }
             }
         }
-        if cycle_started.elapsed() >= cycle {
+        let idle = last_batch.elapsed() >= clocks.idle && c.epoch_pending();
+        if cycle_started.elapsed() >= clocks.cycle || idle {
             c.seal()?;
             cycle_started = Instant::now();
+            coalesced = cycle_started;
+        } else if coalesced.elapsed() >= clocks.coalesce {
+            c.release_held()?;
+            coalesced = Instant::now();
         }
         if c.sealed.len() > MAX_EPOCHS_IN_FLIGHT {
             c.drain(consumer, CommitMode::Async)?;
@@ -1170,4 +1234,30 @@ fn process_records(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clocks(commit: u64, coalesce: u64, fetch_wait: u64) -> Clocks {
+        let mut config = Config::default();
+        config.kafka.commit_interval_ms = commit;
+        config.output.scores_coalesce_ms = coalesce;
+        config.kafka.fetch_wait_max_ms = fetch_wait;
+        Clocks::of(&config)
+    }
+
+    #[test]
+    fn held_scores_are_released_on_their_own_tick_never_later_than_the_epoch() {
+        let ms = Duration::from_millis;
+        let c = clocks(1000, 100, 20);
+        assert_eq!((c.cycle, c.coalesce, c.idle), (ms(1000), ms(100), ms(40)));
+        // A coalescing interval longer than the epoch: the epoch's end releases them first.
+        assert_eq!(clocks(1000, 5000, 20).coalesce, ms(1000));
+        // Coalescing off: nothing is held, the tick only follows the epoch.
+        assert_eq!(clocks(250, 0, 20).coalesce, ms(250));
+        // A zero fetch wait still needs some quiet before an epoch ends early.
+        assert_eq!(clocks(1000, 100, 0).idle, ms(1));
+    }
 }

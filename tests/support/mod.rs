@@ -16,8 +16,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use rdkafka::TopicPartitionList;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, ToBytes};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -426,6 +427,66 @@ pub fn wait_caught_up(services: &[&Service], records: &[Rec], timeout: Duration)
         std::thread::sleep(Duration::from_millis(100));
     }
     false
+}
+
+/// Reads a consumer group's committed offsets from the broker, through a consumer that never
+/// joins the group: what a restart would resume from.
+pub struct GroupOffsets(BaseConsumer);
+
+impl GroupOffsets {
+    pub fn new(bootstrap: &str, group: &str) -> GroupOffsets {
+        GroupOffsets(
+            ClientConfig::new()
+                .set("bootstrap.servers", bootstrap)
+                .set("group.id", group)
+                .set("enable.auto.commit", "false")
+                .create()
+                .expect("consumer"),
+        )
+    }
+
+    /// The committed offset of each (topic, partition), `None` where nothing is committed (or
+    /// the broker did not answer).
+    pub fn committed(&self, partitions: &[(&str, i32)]) -> Vec<Option<i64>> {
+        let mut tpl = TopicPartitionList::new();
+        for (topic, p) in partitions {
+            tpl.add_partition(topic, *p);
+        }
+        let Ok(done) = self.0.committed_offsets(tpl, Duration::from_secs(10)) else {
+            return vec![None; partitions.len()];
+        };
+        partitions
+            .iter()
+            .map(|(topic, p)| {
+                done.find_partition(topic, *p)
+                    .and_then(|e| e.offset().to_raw())
+                    .filter(|o| *o >= 0)
+            })
+            .collect()
+    }
+
+    /// Waits until every (topic, partition) of `records` but the reputation table's is committed
+    /// past its last record.
+    pub fn wait_committed(&self, records: &[Rec], timeout: Duration) -> bool {
+        let mut want: BTreeMap<(&str, i32), i64> = BTreeMap::new();
+        for r in records
+            .iter()
+            .filter(|r| !r.topic.ends_with(".reputations"))
+        {
+            let e = want.entry((r.topic.as_str(), r.partition)).or_insert(0);
+            *e = (*e).max(r.offset + 1);
+        }
+        let partitions: Vec<(&str, i32)> = want.keys().copied().collect();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            let done = self.committed(&partitions);
+            if want.values().zip(&done).all(|(w, d)| *d >= Some(*w)) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
 }
 
 pub fn metric_sum(text: &str, name: &str) -> u64 {
