@@ -1249,7 +1249,7 @@ mod tests {
     }
 
     #[test]
-    fn held_scores_are_released_on_their_own_tick_never_later_than_the_epoch() {
+    fn the_coalescing_tick_never_outlasts_an_epoch() {
         let ms = Duration::from_millis;
         let c = clocks(1000, 100, 20);
         assert_eq!((c.cycle, c.coalesce, c.idle), (ms(1000), ms(100), ms(40)));
