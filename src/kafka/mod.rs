@@ -198,10 +198,9 @@ impl ProducerContext for Delivery {
 /// (state records, a judge-scores flush's redo record first, its offset record last), so that
 /// the flush is written in part and its offset record is not.
 fn flush_cut(records: &changelog::Records, tag: &str) -> Option<usize> {
-    let keys: Vec<&[u8]> = records.iter().map(|r| r.key).collect();
     let prefix = format!("[\"{tag}\",");
     let mut start = 0;
-    for (i, key) in keys.iter().enumerate() {
+    for (i, key) in records.iter().map(|r| r.key).enumerate() {
         if !key.ends_with(b"\"offset\"]") {
             continue;
         }
@@ -485,10 +484,7 @@ impl Core {
         let offset = msg.offset();
         unit.pending = Some(offset);
         if unit.skip_through.is_some_and(|s| offset <= s) {
-            self.metrics
-                .records
-                .with_label_values(&[msg.topic(), "replayed"])
-                .inc();
+            self.tally.count(topic, Outcome::Replayed);
             return Ok(());
         }
         let record = Record {
@@ -648,18 +644,24 @@ impl Core {
             .unwrap_or(0)
     }
 
-    /// Publishes the scores held back by coalescing (see [`crate::engine::Coalescing`]), partition
-    /// by partition in order. Runs every `output.scores_coalesce_ms` and when an epoch is sealed,
-    /// so a held score waits at most one coalescing interval and is always in the epoch of the
-    /// records that caused it.
-    fn release_held(&mut self) -> Result<(), ServiceError> {
+    /// The owned partitions, in order (epochs and releases go partition by partition, so what
+    /// they produce does not depend on the map's order).
+    fn owned_keys(&self) -> Vec<(InputTopic, i32)> {
         let mut keys: Vec<(InputTopic, i32)> = self.units.keys().copied().collect();
         keys.sort();
+        keys
+    }
+
+    /// Publishes the scores held back by coalescing (see [`crate::engine::Coalescing`]) in the
+    /// partitions `keys`, in that order. Runs every `output.scores_coalesce_ms` and when an epoch
+    /// is sealed, so a held score waits at most one coalescing interval and is always in the
+    /// epoch of the records that caused it.
+    fn release_held(&mut self, keys: &[(InputTopic, i32)]) -> Result<(), ServiceError> {
         // Collected into the kept output buffer first (the units are borrowed while they
         // release them).
         let mut held = std::mem::take(&mut self.out);
         held.clear();
-        for key in &keys {
+        for key in keys {
             if let Some(owned) = self.units.get_mut(key) {
                 self.engine.release_held(&mut owned.state, &mut held);
             }
@@ -684,9 +686,8 @@ impl Core {
     /// offsets to commit after that.
     fn seal(&mut self) -> Result<(), ServiceError> {
         self.flush_tally();
-        self.release_held()?;
-        let mut keys: Vec<(InputTopic, i32)> = self.units.keys().copied().collect();
-        keys.sort();
+        let keys = self.owned_keys();
+        self.release_held(&keys)?;
         let mut changelog = self.spare_records.pop().unwrap_or_default();
         let mut commits = TopicPartitionList::new();
         for key in keys {
@@ -1224,7 +1225,8 @@ fn process_records(
             cycle_started = Instant::now();
             coalesced = cycle_started;
         } else if coalesced.elapsed() >= clocks.coalesce {
-            c.release_held()?;
+            let keys = c.owned_keys();
+            c.release_held(&keys)?;
             coalesced = Instant::now();
         }
         if c.sealed.len() > MAX_EPOCHS_IN_FLIGHT {

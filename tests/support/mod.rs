@@ -395,18 +395,25 @@ impl Drop for Service {
     }
 }
 
-/// Waits until, for every (topic, partition) of `records`, one of `services` reports a
-/// `jurystream_input_position` at or past the offset after its last record: between them,
-/// everything was processed or skipped.
-pub fn wait_caught_up(services: &[&Service], records: &[Rec], timeout: Duration) -> bool {
-    let mut want: HashMap<(String, i32), i64> = HashMap::new();
+/// For every (topic, partition) of `records` but the reputation table's (which the service
+/// reads whole at every start, never through the group), the offset after its last record.
+fn next_offsets(records: &[Rec]) -> BTreeMap<(&str, i32), i64> {
+    let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
     for r in records
         .iter()
         .filter(|r| !r.topic.ends_with(".reputations"))
     {
-        let e = want.entry((r.topic.clone(), r.partition)).or_insert(0);
+        let e = next.entry((r.topic.as_str(), r.partition)).or_insert(0);
         *e = (*e).max(r.offset + 1);
     }
+    next
+}
+
+/// Waits until, for every (topic, partition) of `records`, one of `services` reports a
+/// `jurystream_input_position` at or past the offset after its last record: between them,
+/// everything was processed or skipped.
+pub fn wait_caught_up(services: &[&Service], records: &[Rec], timeout: Duration) -> bool {
+    let want = next_offsets(records);
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         let metrics: Vec<String> = services.iter().map(|s| s.metrics()).collect();
@@ -468,14 +475,7 @@ impl GroupOffsets {
     /// Waits until every (topic, partition) of `records` but the reputation table's is committed
     /// past its last record.
     pub fn wait_committed(&self, records: &[Rec], timeout: Duration) -> bool {
-        let mut want: BTreeMap<(&str, i32), i64> = BTreeMap::new();
-        for r in records
-            .iter()
-            .filter(|r| !r.topic.ends_with(".reputations"))
-        {
-            let e = want.entry((r.topic.as_str(), r.partition)).or_insert(0);
-            *e = (*e).max(r.offset + 1);
-        }
+        let want = next_offsets(records);
         let partitions: Vec<(&str, i32)> = want.keys().copied().collect();
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
