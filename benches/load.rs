@@ -6,7 +6,8 @@
 //!
 //! Run: `cargo bench --bench load` (uses `KAFKA_BOOTSTRAP_SERVERS`, else starts tansu). Set
 //! `LOAD_EVENTS` to change the number of preloaded events per scenario (default 1000000),
-//! `LOAD_PROJECTS` to run only some scenarios (comma-separated project counts, default
+//! `LOAD_ROUNDS` for the rounds of (a), (b), (c) per scenario (default 3; the table gives each
+//! round and the medians), `LOAD_PROJECTS` to run only some scenarios (comma-separated project counts, default
 //! `1,10000,100000`; empty for none), `LOAD_LATENCY=0` to skip the latency runs,
 //! `LOAD_FETCH_WAIT_MS` for every consumer's `fetch.wait.max.ms` (default 10),
 //! `LOAD_SERVICE_CONFIG` for TOML appended to the service's configuration (e.g.
@@ -153,11 +154,11 @@ fn raw_consume_produce(bootstrap: &str, topic: &str, out: &str, n: usize, per_ev
     count as f64 / started.map_or(1.0, |s| s.elapsed().as_secs_f64())
 }
 
-/// A release-built service on `prefix`'s topics, logging warnings only, once it is ready. It runs
-/// the shipped cycle length (the default `kafka.commit_interval_ms`, overridable through the usual
-/// `JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS`), not the tests' shorter one, and the same fetch wait
-/// as the raw loop ([`fetch_wait_ms`]).
-fn start_service(bootstrap: &str, dir: &std::path::Path, prefix: &str) -> Service {
+/// A release-built service on `prefix`'s topics and group, reading its votes from `votes`,
+/// logging warnings only, once it is ready. It runs the shipped cycle length (the default
+/// `kafka.commit_interval_ms`, overridable through the usual `JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS`),
+/// not the tests' shorter one, and the same fetch wait as the raw loop ([`fetch_wait_ms`]).
+fn start_service(bootstrap: &str, dir: &std::path::Path, prefix: &str, votes: &str) -> Service {
     let config = write_config(
         dir,
         prefix,
@@ -180,6 +181,7 @@ fn start_service(bootstrap: &str, dir: &std::path::Path, prefix: &str) -> Servic
         &[
             ("JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS", &cycle),
             ("JURYSTREAM_KAFKA__FETCH_WAIT_MAX_MS", &fetch_wait_ms()),
+            ("JURYSTREAM_TOPICS__VOTES", votes),
         ],
     );
     assert!(
@@ -190,15 +192,18 @@ fn start_service(bootstrap: &str, dir: &std::path::Path, prefix: &str) -> Servic
     service
 }
 
-/// (b): jurystream from its first handled record until all `n` are handled and committed;
-/// returns events/s and the records it produced per event (outputs, changelog).
+/// (b): jurystream, on `prefix`'s topics and group but reading `votes`, from its first handled
+/// record until all `n` are handled and committed; returns events/s and the records it produced
+/// per event (outputs, changelog).
 fn service_throughput(
     bootstrap: &str,
     dir: &std::path::Path,
     prefix: &str,
+    votes: &str,
     n: usize,
 ) -> (f64, f64, f64) {
-    let service = start_service(bootstrap, dir, prefix);
+    create_topics(bootstrap, prefix, PARTITIONS);
+    let service = start_service(bootstrap, dir, prefix, votes);
     let mut first = None;
     loop {
         let m = service.metrics();
@@ -213,8 +218,7 @@ fn service_throughput(
     }
     // ... and committed: the group's committed offsets, read from the broker, cover all `n`.
     let group = support::GroupOffsets::new(bootstrap, &format!("{prefix}-group"));
-    let topic = format!("{prefix}.votes");
-    let partitions: Vec<(&str, i32)> = (0..PARTITIONS).map(|p| (topic.as_str(), p)).collect();
+    let partitions: Vec<(&str, i32)> = (0..PARTITIONS).map(|p| (votes, p)).collect();
     while group.committed(&partitions).iter().flatten().sum::<i64>() < n as i64 {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -291,8 +295,8 @@ fn latency(
     projects: usize,
 ) -> (i64, i64, i64, usize) {
     create_topics(bootstrap, prefix, PARTITIONS);
-    let service = start_service(bootstrap, dir, prefix);
     let topic = format!("{prefix}.votes");
+    let service = start_service(bootstrap, dir, prefix, &topic);
     let measured_from = offer(bootstrap, &topic, rate, secs, |i, now| {
         event(i, projects, now)
     });
@@ -361,6 +365,58 @@ fn raw_latency(bootstrap: &str, prefix: &str, rate: usize, secs: usize) -> (i64,
     summary(&reader.join().unwrap_or_default(), measured_from)
 }
 
+/// Rounds per scenario: `LOAD_ROUNDS`, default 3. This shared machine's speed drifts by ±20%
+/// within minutes, so one (a) and one (b) measure the drift as much as jurystream; a round runs
+/// (a), (b) and (c) back to back, and the ratios are taken within a round, then their median.
+fn rounds() -> usize {
+    std::env::var("LOAD_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1)
+}
+
+/// One round's measurements (or their medians).
+struct Row {
+    /// (a) msg/s.
+    raw: f64,
+    /// (b) events/s.
+    svc: f64,
+    /// Output and changelog records per event, as (b) produced them.
+    outputs: f64,
+    changelog: f64,
+    /// (c) events/s.
+    io: f64,
+}
+
+impl Row {
+    /// The table cells after the round column, with the two ratios given (a round's own, or the
+    /// median of the rounds' ratios, which is not the ratio of the medians).
+    fn cells(&self, to_raw: f64, to_io: f64) -> String {
+        format!(
+            "{:.0} | {:.0} | {:.0}% | {:.2} | {:.2} | {:.0} | {:.0}%",
+            self.raw,
+            self.svc,
+            100.0 * to_raw,
+            self.outputs,
+            self.changelog,
+            self.io,
+            100.0 * to_io
+        )
+    }
+}
+
+/// The median (the mean of the middle two for an even count).
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 fn chrono_ms(s: &str) -> Option<i64> {
     jurystream::engine::time::EventTime::parse_rfc3339(s)
         .ok()
@@ -387,10 +443,11 @@ fn main() {
         "load: {n} events of ~200 bytes per scenario, {PARTITIONS} partitions, broker {}",
         broker.bootstrap
     );
+    let rounds = rounds();
     println!(
-        "| projects | raw consume (msg/s) | jurystream end to end (events/s) | ratio | outputs per event | changelog records per event | raw consume + produce as many records (events/s) | jurystream / that |"
+        "| projects | round | raw consume (msg/s) | jurystream end to end (events/s) | ratio | outputs per event | changelog records per event | raw consume + produce as many records (events/s) | jurystream / that |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let scenarios: Vec<usize> = std::env::var("LOAD_PROJECTS")
         .unwrap_or_else(|_| "1,10000,100000".into())
         .split(',')
@@ -409,17 +466,43 @@ fn main() {
             send(&p, &topic, &key, &payload);
         }
         p.flush(Duration::from_secs(120)).expect("flush");
-        let raw = raw_consume(&broker.bootstrap, &topic, n);
-        let (svc, outputs, changelog) =
-            service_throughput(&broker.bootstrap, dir.path(), &prefix, n);
-        // A topic this vote-only load leaves empty.
-        let out = format!("{prefix}.consensus");
-        let io = raw_consume_produce(&broker.bootstrap, &topic, &out, n, outputs + changelog);
-        println!(
-            "| {projects} | {raw:.0} | {svc:.0} | {:.0}% | {outputs:.2} | {changelog:.2} | {io:.0} | {:.0}% |",
-            100.0 * svc / raw,
-            100.0 * svc / io
-        );
+        let mut rows = Vec::with_capacity(rounds);
+        for round in 1..=rounds {
+            let raw = raw_consume(&broker.bootstrap, &topic, n);
+            // A fresh service per round: its own group, outputs and changelog, the same input.
+            let own = format!("{prefix}-r{round}");
+            let (svc, outputs, changelog) =
+                service_throughput(&broker.bootstrap, dir.path(), &own, &topic, n);
+            // A topic this vote-only load leaves empty.
+            let out = format!("{own}.consensus");
+            let io = raw_consume_produce(&broker.bootstrap, &topic, &out, n, outputs + changelog);
+            let row = Row {
+                raw,
+                svc,
+                outputs,
+                changelog,
+                io,
+            };
+            println!(
+                "| {projects} | {round} | {} |",
+                row.cells(svc / raw, svc / io)
+            );
+            rows.push(row);
+        }
+        if rounds > 1 {
+            let m = |f: fn(&Row) -> f64| median(rows.iter().map(f));
+            let row = Row {
+                raw: m(|r| r.raw),
+                svc: m(|r| r.svc),
+                outputs: m(|r| r.outputs),
+                changelog: m(|r| r.changelog),
+                io: m(|r| r.io),
+            };
+            println!(
+                "| {projects} | **median** | {} |",
+                row.cells(m(|r| r.svc / r.raw), m(|r| r.svc / r.io))
+            );
+        }
     }
     if std::env::var("LOAD_LATENCY").is_ok_and(|v| v == "0") {
         return;

@@ -42,6 +42,38 @@ fn disable_transparent_huge_pages() {
     }
 }
 
+/// Keeps what glibc's heap has grown to rather than handing freed memory back to the kernel,
+/// unless `MALLOC_TRIM_THRESHOLD_`, `MALLOC_TOP_PAD_` or `GLIBC_TUNABLES` says otherwise.
+/// librdkafka allocates from glibc (mimalloc serves Rust's allocations only): every produced
+/// record is a glibc allocation, made and freed on the processing thread.
+///
+/// Why: at the end of each epoch the changelog is produced in one burst (tens of MB with
+/// 10,000 busy projects), its memory freed as the broker acknowledges it, and glibc trimmed the
+/// heap's top back to the kernel each time (default threshold 128 KiB), so the next burst
+/// faulted every page in again, zeroed. With a 1 GiB trim threshold and 64 MiB of top padding
+/// the load benchmark's service (10,000 projects) took about 17% fewer page faults, and less CPU
+/// in 19 of 20 runs interleaved with the default, 10% less on average (README, Performance).
+/// The cost is memory: what librdkafka's buffers peaked at stays mapped, bounded by its own
+/// queue limits.
+fn keep_glibc_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if [
+        "MALLOC_TRIM_THRESHOLD_",
+        "MALLOC_TOP_PAD_",
+        "GLIBC_TUNABLES",
+    ]
+    .iter()
+    .all(|v| std::env::var_os(v).is_none())
+    {
+        // SAFETY: mallopt only sets two tuning parameters of glibc's allocator; it runs at the
+        // start of `main`, before any other thread exists. A rejected value changes nothing.
+        unsafe {
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+            libc::mallopt(libc::M_TOP_PAD, 64 << 20);
+        }
+    }
+}
+
 #[derive(Parser)]
 #[command(
     version,
@@ -72,6 +104,7 @@ enum Command {
 
 fn main() -> Result<()> {
     disable_transparent_huge_pages();
+    keep_glibc_heap();
     let cli = Cli::parse();
     let config = Config::load(cli.config.as_deref())?;
     match cli.command {
