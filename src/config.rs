@@ -62,7 +62,10 @@ pub struct Kafka {
     /// Work is committed in epochs: outputs and changelog are flushed and acknowledged, then the
     /// input offsets are committed. This is the longest epoch (an epoch also ends once the input
     /// is quiet for two fetch waits). Longer epochs write a busy project's state less often; a
-    /// crash re-reads up to one epoch of input.
+    /// crash re-reads up to one epoch of input. 100 ms by default: an epoch's changelog is
+    /// rendered on the processing thread when it ends, and with 1 s epochs that pause (a 10,000-
+    /// project epoch's records at once) put the load benchmark's p99 at 22-35 ms against 18-19
+    /// ms with 100 ms (10,000 events/s, 5 ms fetch wait).
     pub commit_interval_ms: u64,
     /// Seconds to finish in-flight work, flush and commit after SIGTERM/SIGINT.
     pub shutdown_timeout_secs: u64,
@@ -92,7 +95,7 @@ impl Default for Kafka {
             partitions: 6,
             replication_factor: 1,
             fetch_wait_max_ms: 20,
-            commit_interval_ms: 1000,
+            commit_interval_ms: 100,
             shutdown_timeout_secs: 30,
             security_protocol: "plaintext".into(),
             sasl_mechanism: String::new(),
