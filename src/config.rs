@@ -62,10 +62,11 @@ pub struct Kafka {
     /// Work is committed in epochs: outputs and changelog are flushed and acknowledged, then the
     /// input offsets are committed. This is the longest epoch (an epoch also ends once the input
     /// is quiet for two fetch waits). Longer epochs write a busy project's state less often; a
-    /// crash re-reads up to one epoch of input. 100 ms by default: an epoch's changelog is
-    /// rendered on the processing thread when it ends, and with 1 s epochs that pause (a 10,000-
-    /// project epoch's records at once) put the load benchmark's p99 at 22-35 ms against 18-19
-    /// ms with 100 ms (10,000 events/s, 5 ms fetch wait).
+    /// crash re-reads up to one epoch of input. 250 ms by default: an epoch's changelog is
+    /// rendered on the processing thread when it ends, a pause that grows with the epoch. In the
+    /// load benchmark (10,000 events/s, 5 ms fetch wait) p99 was 22-35 ms with 1 s epochs (mean
+    /// 29 over eight runs), 19-31 with 250 ms (mean 24 over four) and 18-33 with 100 ms (mean 23
+    /// over four); with one busy project 250 ms gave 73-76% of the raw loop, 100 ms 61-78%.
     pub commit_interval_ms: u64,
     /// Seconds to finish in-flight work, flush and commit after SIGTERM/SIGINT.
     pub shutdown_timeout_secs: u64,
@@ -95,7 +96,7 @@ impl Default for Kafka {
             partitions: 6,
             replication_factor: 1,
             fetch_wait_max_ms: 20,
-            commit_interval_ms: 100,
+            commit_interval_ms: 250,
             shutdown_timeout_secs: 30,
             security_protocol: "plaintext".into(),
             sasl_mechanism: String::new(),
