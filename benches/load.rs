@@ -7,8 +7,8 @@
 //! Run: `cargo bench --bench load` (uses `KAFKA_BOOTSTRAP_SERVERS`, else starts tansu). Set
 //! `LOAD_EVENTS` to change the number of preloaded events per scenario (default 1000000),
 //! `LOAD_ROUNDS` for the rounds of (a), (b), (c) per scenario (default 3; the table gives each
-//! round and the medians), `LOAD_PROJECTS` to run only some scenarios (comma-separated project counts, default
-//! `1,10000,100000`; empty for none), `LOAD_LATENCY=0` to skip the latency runs,
+//! round and the medians), `LOAD_PROJECTS` to run only some scenarios (comma-separated project
+//! counts, default `1,10000,100000`; empty for none), `LOAD_LATENCY=0` to skip the latency runs,
 //! `LOAD_FETCH_WAIT_MS` for every consumer's `fetch.wait.max.ms` (default 10),
 //! `LOAD_SERVICE_CONFIG` for TOML appended to the service's configuration (e.g.
 //! `[kafka.producer]` settings to try).

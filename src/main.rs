@@ -47,12 +47,12 @@ fn disable_transparent_huge_pages() {
 /// librdkafka allocates from glibc (mimalloc serves Rust's allocations only): every produced
 /// record is a glibc allocation, made and freed on the processing thread.
 ///
-/// Why: at the end of each epoch the changelog is produced in one burst (tens of MB with
-/// 10,000 busy projects), its memory freed as the broker acknowledges it, and glibc trimmed the
-/// heap's top back to the kernel each time (default threshold 128 KiB), so the next burst
-/// faulted every page in again, zeroed. With a 1 GiB trim threshold and 64 MiB of top padding
-/// the load benchmark's service (10,000 projects) took about 17% fewer page faults, and less CPU
-/// in 19 of 20 runs interleaved with the default, 10% less on average (README, Performance).
+/// Why: at the end of each epoch the changelog is produced in one burst (megabytes with 10,000
+/// busy projects), its memory freed as the broker acknowledges it, and glibc trimmed the heap's
+/// top back to the kernel each time (default threshold 128 KiB), so the next burst faulted
+/// every page in again, zeroed. With a 1 GiB trim threshold and 64 MiB of top padding the load
+/// benchmark's service (10,000 projects) took about 17% fewer page faults, and less CPU in 19
+/// of 20 runs interleaved with the default, 10% less on average (README, Performance).
 /// The cost is memory: what librdkafka's buffers peaked at stays mapped, bounded by its own
 /// queue limits.
 fn keep_glibc_heap() {
