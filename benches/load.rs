@@ -365,34 +365,6 @@ fn raw_latency(bootstrap: &str, prefix: &str, rate: usize, secs: usize) -> (i64,
     summary(&reader.join().unwrap_or_default(), measured_from)
 }
 
-/// Deletes a round's topics once it is measured. The broker keeps every record in memory, and
-/// with 100,000 projects a round writes over a million: each later round ran slower (26%, 23%,
-/// 17% of (a) in one run), measuring the earlier rounds' leftovers.
-fn delete_topics(bootstrap: &str, prefix: &str) {
-    use rdkafka::admin::{AdminClient, AdminOptions};
-    use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("admin client");
-    let names = support::topics(prefix);
-    let names: Vec<&str> = names.values().map(String::as_str).collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    match rt.block_on(admin.delete_topics(&names, &AdminOptions::new())) {
-        Ok(results) => {
-            for r in results {
-                if let Err((topic, code)) = r {
-                    eprintln!("deleting {topic}: {code}");
-                }
-            }
-        }
-        Err(e) => eprintln!("deleting {prefix}'s topics: {e}"),
-    }
-}
-
 /// Rounds per scenario: `LOAD_ROUNDS`, default 3. This shared machine's speed drifts by ±20%
 /// within minutes, so one (a) and one (b) measure the drift as much as jurystream; a round runs
 /// (a), (b) and (c) back to back, and the ratios are taken within a round, then their median.
@@ -516,7 +488,9 @@ fn main() {
                 row.cells(svc / raw, svc / io)
             );
             rows.push(row);
-            delete_topics(&broker.bootstrap, &own);
+            // The broker keeps every record in memory, and with 100,000 projects a round writes
+            // over a million: later rounds ran slower on the leftovers (26%, 23%, 17% of (a)).
+            support::delete_topics(&broker.bootstrap, &own);
         }
         if rounds > 1 {
             let m = |f: fn(&Row) -> f64| median(rows.iter().map(f));

@@ -237,8 +237,8 @@ pub struct PartitionState {
     /// When set, every state change is noted here for the runtime's changelog.
     pub journal: Option<Vec<Change>>,
     /// Vote projects with a held score (see [`Coalescing`]), in the order they were first held;
-    /// [`Engine::release_held`] empties it at the end of every runtime cycle, and replay (no
-    /// clock) never fills it.
+    /// [`Engine::release_held`] empties it at every coalescing tick and at the end of every
+    /// runtime epoch, and replay (no clock) never fills it.
     pub held: Vec<ProjectKey>,
 }
 

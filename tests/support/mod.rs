@@ -523,12 +523,7 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
 /// needed: the service creates them. Producers here write to explicit partitions, so topics must
 /// exist first: this creates them with the admin API.
 pub fn create_topics(bootstrap: &str, prefix: &str, partitions: i32) {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("admin client");
+    use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
     let names = topics(prefix);
     let compact = ["reputations", "scores", "leaderboard", "state"];
     let new: Vec<NewTopic> = names
@@ -542,11 +537,40 @@ pub fn create_topics(bootstrap: &str, prefix: &str, partitions: i32) {
             }
         })
         .collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let admin = admin(bootstrap);
+    let _ = block_on(admin.create_topics(&new, &AdminOptions::new()));
+}
+
+/// Deletes `prefix`'s topics (see [`topics`]), reporting on stderr any the broker refused.
+pub fn delete_topics(bootstrap: &str, prefix: &str) {
+    let names = topics(prefix);
+    let names: Vec<&str> = names.values().map(String::as_str).collect();
+    let admin = admin(bootstrap);
+    match block_on(admin.delete_topics(&names, &rdkafka::admin::AdminOptions::new())) {
+        Ok(results) => {
+            for (topic, code) in results.into_iter().filter_map(Result::err) {
+                eprintln!("deleting {topic}: {code}");
+            }
+        }
+        Err(e) => eprintln!("deleting {prefix}'s topics: {e}"),
+    }
+}
+
+/// An admin client of `bootstrap`.
+fn admin(bootstrap: &str) -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client")
+}
+
+/// Runs an admin request to completion.
+fn block_on<F: std::future::Future>(request: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("runtime");
-    let _ = rt.block_on(admin.create_topics(&new, &AdminOptions::new()));
+        .expect("runtime")
+        .block_on(request)
 }
 
 /// Produces records to their explicit partitions, in order, and waits for every acknowledgement.
