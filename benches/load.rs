@@ -1,8 +1,8 @@
 //! Service load benchmark: in one run, against one broker, for 1, 10,000 and 100,000 projects:
 //! (a) a raw rdkafka consume loop that only counts messages, (b) jurystream end to end (consume,
-//! parse, apply, produce outputs and changelog, commit), and (c) a raw loop that consumes and
-//! produces as many records per event as jurystream did, each over the same preloaded ~200-byte
-//! events; then event-to-publish latency at a fixed offered rate of 10,000 events/s.
+//! parse, apply, produce outputs and changelog, commit), and (c) raw consume and produce loops on
+//! two threads that write as many records per event as jurystream did, each over the same
+//! preloaded ~200-byte events; then event-to-publish latency at a fixed offered rate of 10,000 events/s.
 //!
 //! Run: `cargo bench --bench load` (uses `KAFKA_BOOTSTRAP_SERVERS`, else starts tansu). Set
 //! `LOAD_EVENTS` to change the number of preloaded events per scenario (default 1000000),
@@ -11,7 +11,8 @@
 //! counts, default `1,10000,100000`; empty for none), `LOAD_LATENCY=0` to skip the latency runs,
 //! `LOAD_FETCH_WAIT_MS` for every consumer's `fetch.wait.max.ms` (default 10),
 //! `LOAD_SERVICE_CONFIG` for TOML appended to the service's configuration (e.g.
-//! `[kafka.producer]` settings to try).
+//! `[kafka.producer]` settings to try), `LOAD_IO_RECORDS` for the records per event (c) writes
+//! instead of jurystream's.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use jurystream::kafka::clients;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
-use rdkafka::message::{Message, Timestamp};
+use rdkafka::message::{BorrowedMessage, Message, Timestamp};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use support::{Broker, Service, create_topics, free_port, write_config};
@@ -110,17 +111,23 @@ fn raw_consume(bootstrap: &str, topic: &str, n: usize) -> f64 {
     count as f64 / started.map_or(1.0, |s| s.elapsed().as_secs_f64())
 }
 
-/// (c): the same I/O without jurystream: consume like (a) and, per consumed message, produce
-/// `per_event` records (jurystream's measured outputs and changelog records per event, the
-/// fraction carried over) through an idempotent producer, serving delivery reports after each
-/// message's records (not after messages that owe none), until every one is acknowledged. The
-/// records are copies of the consumed message (jurystream's changelog records are larger), so
-/// this is a lower bound on what writing jurystream's records costs on the same broker.
+/// (c): the same I/O without jurystream, on jurystream's two threads: a polling thread consumes
+/// like (a) and hands the messages over in batches of 512 (through a queue of 64, as the
+/// service), and a producing thread writes `per_event` records per message (jurystream's
+/// measured outputs and changelog records per event, the fraction carried over, or
+/// `LOAD_IO_RECORDS`) through an idempotent producer set up like the service's (2 ms linger),
+/// serving delivery reports after each batch, until every one is acknowledged. The records are
+/// copies of the consumed message (jurystream's changelog records are larger), so this is a
+/// lower bound on what writing jurystream's records costs on the same broker. Until the eighth
+/// stop of 2026-11-22 one thread did both, and with 100,000 projects that thread, not the
+/// machine, was the limit (557-594k events/s against 612-789k on two threads at 1.7 records
+/// per event).
 fn raw_consume_produce(bootstrap: &str, topic: &str, out: &str, n: usize, per_event: f64) -> f64 {
     let c = raw_consumer(bootstrap, topic);
     let p: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("enable.idempotence", "true")
+        .set("linger.ms", "2")
         .create()
         .expect("producer");
     // Connected and holding its producer id before the clock starts, as jurystream's producer
@@ -128,30 +135,48 @@ fn raw_consume_produce(bootstrap: &str, topic: &str, out: &str, n: usize, per_ev
     let warm = BaseRecord::<[u8], [u8]>::to(out).payload(b"warm-up".as_slice());
     support::send_waiting(&p, warm, Duration::from_millis(1));
     p.flush(Duration::from_secs(30)).expect("flush");
-    let (mut count, mut owed) = (0, 0.0);
-    let mut started = None;
-    while count < n {
-        let Some(Ok(m)) = c.poll(Duration::from_millis(100)) else {
-            continue;
-        };
-        started.get_or_insert_with(Instant::now);
-        count += 1;
-        owed += per_event;
-        if owed < 1.0 {
-            continue;
+    let (batches, received) = std::sync::mpsc::sync_channel::<Vec<BorrowedMessage<'_>>>(64);
+    let started = std::thread::scope(|s| {
+        let c = &c;
+        s.spawn(move || {
+            let mut count = 0;
+            while count < n {
+                let mut batch = Vec::with_capacity(512);
+                let mut next = c.poll(Duration::from_millis(100));
+                while let Some(Ok(m)) = next {
+                    batch.push(m);
+                    count += 1;
+                    if batch.len() == 512 || count == n {
+                        break;
+                    }
+                    next = c.poll(Duration::ZERO);
+                }
+                if !batch.is_empty() && batches.send(batch).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut started = None;
+        let mut owed = 0.0;
+        for batch in received {
+            started.get_or_insert_with(Instant::now);
+            for m in &batch {
+                owed += per_event;
+                while owed >= 1.0 {
+                    owed -= 1.0;
+                    let rec = BaseRecord::<[u8], [u8]>::to(out)
+                        .partition(m.partition())
+                        .key(m.key().unwrap_or_default())
+                        .payload(m.payload().unwrap_or_default());
+                    support::send_waiting(&p, rec, Duration::from_millis(1));
+                }
+            }
+            p.poll(Duration::ZERO);
         }
-        while owed >= 1.0 {
-            owed -= 1.0;
-            let rec = BaseRecord::<[u8], [u8]>::to(out)
-                .partition(m.partition())
-                .key(m.key().unwrap_or_default())
-                .payload(m.payload().unwrap_or_default());
-            support::send_waiting(&p, rec, Duration::from_millis(1));
-        }
-        p.poll(Duration::ZERO);
-    }
+        started
+    });
     p.flush(Duration::from_secs(120)).expect("flush");
-    count as f64 / started.map_or(1.0, |s| s.elapsed().as_secs_f64())
+    n as f64 / started.map_or(1.0, |s| s.elapsed().as_secs_f64())
 }
 
 /// A release-built service on `prefix`'s topics and group, reading its votes from `votes`,
@@ -365,6 +390,13 @@ fn raw_latency(bootstrap: &str, prefix: &str, rate: usize, secs: usize) -> (i64,
     summary(&reader.join().unwrap_or_default(), measured_from)
 }
 
+/// Records per event for (c) instead of jurystream's measured ones: `LOAD_IO_RECORDS`, to
+/// measure what the I/O alone reaches at a given output volume (e.g. the least the contract
+/// allows).
+fn io_records() -> Option<f64> {
+    std::env::var("LOAD_IO_RECORDS").ok()?.parse().ok()
+}
+
 /// Rounds per scenario: `LOAD_ROUNDS`, default 3. This shared machine's speed drifts by ±20%
 /// within minutes, so one (a) and one (b) measure the drift as much as jurystream; a round runs
 /// (a), (b) and (c) back to back, and the ratios are taken within a round, then their median.
@@ -475,7 +507,8 @@ fn main() {
                 service_throughput(&broker.bootstrap, dir.path(), &own, &topic, n);
             // A topic this vote-only load leaves empty.
             let out = format!("{own}.consensus");
-            let io = raw_consume_produce(&broker.bootstrap, &topic, &out, n, outputs + changelog);
+            let per_event = io_records().unwrap_or(outputs + changelog);
+            let io = raw_consume_produce(&broker.bootstrap, &topic, &out, n, per_event);
             let row = Row {
                 raw,
                 svc,
