@@ -52,7 +52,7 @@ fn disable_transparent_huge_pages() {
 /// top back to the kernel each time (default threshold 128 KiB), so the next burst faulted
 /// every page in again, zeroed. With a 1 GiB trim threshold and 64 MiB of top padding the load
 /// benchmark's service (10,000 projects) took about 17% fewer page faults, and less CPU in 19
-/// of 20 runs interleaved with the default, 10% less on average (README, Performance).
+/// of 20 runs interleaved with the default, 10% less on average (docs/performance-history.md).
 /// The cost is memory: what librdkafka's buffers peaked at stays mapped, bounded by its own
 /// queue limits.
 fn keep_glibc_heap() {
