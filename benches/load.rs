@@ -2,7 +2,8 @@
 //! (a) a raw rdkafka consume loop that only counts messages, (b) jurystream end to end (consume,
 //! parse, apply, produce outputs and changelog, commit), and (c) raw consume and produce loops on
 //! two threads that write as many records per event as jurystream did, each over the same
-//! preloaded ~200-byte events; then event-to-publish latency at a fixed offered rate of 10,000 events/s.
+//! preloaded ~200-byte events; then event-to-publish latency at a fixed offered rate of 10,000
+//! events/s.
 //!
 //! Run: `cargo bench --bench load` (uses `KAFKA_BOOTSTRAP_SERVERS`, else starts tansu). Set
 //! `LOAD_EVENTS` to change the number of preloaded events per scenario (default 1000000),
@@ -138,12 +139,14 @@ fn raw_consume_produce(bootstrap: &str, topic: &str, out: &str, n: usize, per_ev
     let (batches, received) = std::sync::mpsc::sync_channel::<Vec<BorrowedMessage<'_>>>(64);
     let started = std::thread::scope(|s| {
         let c = &c;
-        s.spawn(move || {
-            let mut count = 0;
+        // The clock starts at the first message polled, as in (a).
+        let polling = s.spawn(move || {
+            let (mut count, mut started) = (0, None);
             while count < n {
                 let mut batch = Vec::with_capacity(512);
                 let mut next = c.poll(Duration::from_millis(100));
                 while let Some(Ok(m)) = next {
+                    started.get_or_insert_with(Instant::now);
                     batch.push(m);
                     count += 1;
                     if batch.len() == 512 || count == n {
@@ -152,14 +155,13 @@ fn raw_consume_produce(bootstrap: &str, topic: &str, out: &str, n: usize, per_ev
                     next = c.poll(Duration::ZERO);
                 }
                 if !batch.is_empty() && batches.send(batch).is_err() {
-                    return;
+                    break;
                 }
             }
+            started
         });
-        let mut started = None;
         let mut owed = 0.0;
         for batch in received {
-            started.get_or_insert_with(Instant::now);
             for m in &batch {
                 owed += per_event;
                 while owed >= 1.0 {
@@ -173,7 +175,7 @@ fn raw_consume_produce(bootstrap: &str, topic: &str, out: &str, n: usize, per_ev
             }
             p.poll(Duration::ZERO);
         }
-        started
+        polling.join().ok().flatten()
     });
     p.flush(Duration::from_secs(120)).expect("flush");
     n as f64 / started.map_or(1.0, |s| s.elapsed().as_secs_f64())
