@@ -447,14 +447,18 @@ fn a_crash_inside_a_changelog_write_counts_everything_once() {
     assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
 }
 
-/// Three projects of four vote batches and two sessions each, over three partitions.
-fn small_shape() -> Shape {
-    Shape {
+/// A small stream on `prefix`'s topics, produced: three projects of four vote batches and two
+/// sessions each, over three partitions.
+fn small_stream_produced(bootstrap: &str, prefix: &str) -> Setup {
+    let shape = Shape {
         partitions: 3,
         projects: 3,
         batches_per_project: 4,
         sessions_per_project: 2,
-    }
+    };
+    let setup = setup(bootstrap, prefix, &shape, free_port(), "");
+    produce(bootstrap, &setup.records);
+    setup
 }
 
 /// With everything committed, a restarted instance (`again`, ready) re-reads only the
@@ -482,8 +486,7 @@ fn sigterm_finishes_commits_and_a_restart_redoes_nothing() {
         dir,
         config,
         records,
-    } = setup(&broker.bootstrap, prefix, &small_shape(), free_port(), "");
-    produce(&broker.bootstrap, &records);
+    } = small_stream_produced(&broker.bootstrap, prefix);
     let service = Service::start(&config, dir.path().join("a.log"));
     assert_eq!(
         service.wait_handled(inputs(&records), Duration::from_secs(90)),
@@ -508,8 +511,7 @@ fn a_quiet_input_is_committed_before_the_epoch_is_over() {
         dir,
         config,
         records,
-    } = setup(&broker.bootstrap, prefix, &small_shape(), free_port(), "");
-    produce(&broker.bootstrap, &records);
+    } = small_stream_produced(&broker.bootstrap, prefix);
     let long = [("JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS", "600000")];
     let service = Service::start_with(&config, dir.path().join("a.log"), &long);
     assert!(
