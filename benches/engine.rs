@@ -291,11 +291,97 @@ fn bench_complete_session(c: &mut Criterion) {
     group.finish();
 }
 
+/// A vote record carrying `payload`, as the service reads it (no offset: nothing is skipped).
+fn vote_record(payload: &str) -> Record<'_> {
+    Record {
+        topic: "jury.votes",
+        partition: Some(0),
+        offset: None,
+        key: None,
+        timestamp_ms: None,
+        clock_ms: None,
+        payload: Some(payload.as_bytes()),
+    }
+}
+
+/// Applying prepared records as the service's processing thread does, with and without its
+/// prefetching a few records ahead ([`Engine::prefetch`]): the same full windows as the `epoch`
+/// benchmarks, the records prepared (parsed and validated, as the polling thread does) before
+/// the clock starts, so the difference is what the prefetch hides.
+fn bench_prefetch(c: &mut Criterion) {
+    const AHEAD: usize = 4;
+    let reps = ReputationTable::default();
+    let mut group = c.benchmark_group("prefetch");
+    group.throughput(Throughput::Elements(EPOCH as u64));
+    group.sample_size(20);
+    for (projects, window) in [(1, 100_000), (10_000, 100)] {
+        let mut config = Config::default();
+        config.limits.dedupe_window = window;
+        let engine = Engine::new(config);
+        let mut state = PartitionState::default();
+        let mut out = Vec::<Output>::with_capacity(4);
+        let mut made = 0;
+        let mut make = || -> Vec<String> {
+            made += EPOCH;
+            (made - EPOCH..made)
+                .map(|i| load_event(i, projects))
+                .collect()
+        };
+        for _ in 0..20 {
+            for p in make() {
+                out.clear();
+                black_box(engine.process(&mut state, &reps, &vote_record(&p), &mut out));
+            }
+        }
+        for ahead in [0, AHEAD] {
+            group.bench_function(format!("apply_{projects}_projects_{ahead}_ahead"), |b| {
+                b.iter_custom(|iters| {
+                    let mut took = Duration::ZERO;
+                    for _ in 0..iters {
+                        let payloads = make();
+                        let all: Vec<_> = payloads
+                            .iter()
+                            .map(|p| engine.prepare_votes(&vote_record(p)))
+                            .collect();
+                        let started = Instant::now();
+                        for (i, (p, prepared)) in payloads.iter().zip(&all).enumerate() {
+                            if ahead > 0
+                                && let Some(Some(next)) = all.get(i + ahead)
+                            {
+                                jurystream::prefetch::bytes(payloads[i + ahead].as_bytes());
+                                engine.prefetch(&state, next);
+                            }
+                            out.clear();
+                            let outcome = match prepared {
+                                Some(prepared) => engine.apply_prepared(
+                                    &mut state,
+                                    &reps,
+                                    &vote_record(p),
+                                    prepared,
+                                    &mut out,
+                                ),
+                                None => {
+                                    engine.process(&mut state, &reps, &vote_record(p), &mut out)
+                                }
+                            };
+                            black_box(outcome);
+                        }
+                        took += started.elapsed();
+                    }
+                    took
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     bench_apply_prepared,
     bench_parse_validate_apply,
     bench_journaled_epoch,
+    bench_prefetch,
     bench_complete_session
 );
 criterion_main!(benches);

@@ -10,4 +10,5 @@ pub mod engine;
 pub mod http;
 pub mod kafka;
 pub mod metrics;
+pub mod prefetch;
 pub mod replay;

@@ -408,6 +408,10 @@ fn join(a: &Range<u64>, b: &Range<u64>) -> Option<Range<u64>> {
 pub struct PreparedVotes {
     spans: BatchSpans,
     at: EventTime,
+    /// The project and the event id's dedupe fingerprint, for [`Engine::prefetch`], which
+    /// must find them without reading the payload (that would be the miss it is there to hide).
+    project: ProjectKey,
+    fingerprint: u128,
 }
 
 /// The stateless processor: configuration plus the code that applies records to state.
@@ -620,7 +624,19 @@ impl Engine {
         Some(PreparedVotes {
             spans: batch.spans(payload)?,
             at,
+            project: ProjectKey::from(batch.project_id),
+            fingerprint: dedupe::fingerprint(batch.event_id),
         })
+    }
+
+    /// Gets the CPU to fetch what applying `prepared` to `state` will touch first: the project
+    /// and the line of its dedupe window where the event id is looked up (see
+    /// [`RecentIds::prefetch`]). The runtime calls it a few records ahead of applying them, so
+    /// the memory latency overlaps other records' work (see [`crate::prefetch`]).
+    pub fn prefetch(&self, state: &PartitionState, prepared: &PreparedVotes) {
+        if let Some(project) = state.projects.get(prepared.project.as_str()) {
+            project.seen.prefetch(prepared.fingerprint);
+        }
     }
 
     /// Applies `record`, prepared by [`Engine::prepare_votes`]: exactly what

@@ -26,6 +26,7 @@
 //! applied yet are dropped: their offsets were never committed, so the next owner reads them.
 
 pub mod clients;
+mod queue;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
@@ -46,6 +47,8 @@ use crate::engine::reputation::ReputationTable;
 use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState, PreparedVotes, Record};
 use crate::http::Health;
 use crate::metrics::Metrics;
+use crate::prefetch;
+use queue::{Consumed, Fetched, ForwardTo};
 
 /// Sealed epochs allowed in flight before processing waits for acknowledgements.
 const MAX_EPOCHS_IN_FLIGHT: usize = 50;
@@ -59,6 +62,15 @@ const PASS_RECORDS: usize = 512;
 /// Changelog buffers kept for reuse: an epoch takes one when it is sealed and gives it back
 /// once its changelog is sent, so in steady state one or two circulate.
 const SPARE_RECORD_BUFFERS: usize = 2;
+
+/// How long the polling thread waits for a record before it serves the consumer's events again
+/// (a rebalance waits at most this long while no records come).
+const FETCHED_WAIT: Duration = Duration::from_millis(10);
+
+/// How many records ahead of the one it applies the processing thread prefetches state (see
+/// [`Engine::prefetch`]): a record takes about a microsecond to apply, several times a cache
+/// miss, so a few records ahead is early enough, and late enough that the line is still there.
+const PREFETCH_AHEAD: usize = 4;
 
 /// Batches of up to [`PASS_RECORDS`] the polling thread may have waiting for the processing
 /// thread (32,768 records, ~6 MB of ~200-byte records, ~50 ms of processing). With 8 the
@@ -100,6 +112,10 @@ pub enum ServiceError {
     ShutdownTimeout(u64),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// librdkafka could not give the queue of these assigned partitions, so their records would
+    /// not reach the batch queue (see `queue`); the service stops rather than miss them.
+    #[error("could not forward the records of assigned partitions {0:?}")]
+    Unforwarded(Vec<(String, i32)>),
 }
 
 /// The metric label of every topic the service produces to, indexed by [`Tag::destination`].
@@ -325,6 +341,8 @@ struct GroupContext {
     failed: Mutex<Option<ServiceError>>,
     /// Revocations so far.
     generation: AtomicU64,
+    /// The queue newly assigned partitions are forwarded to (see [`queue`]).
+    forward_to: ForwardTo,
 }
 
 impl ClientContext for GroupContext {
@@ -347,6 +365,18 @@ impl ClientContext for GroupContext {
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            let elements = tpl.elements();
+            let unforwarded = self.forward_to.forward(
+                consumer,
+                elements.iter().map(|e| (e.topic(), e.partition())),
+            );
+            if !unforwarded.is_empty()
+                && let Ok(mut f) = self.failed.lock()
+            {
+                f.get_or_insert(ServiceError::Unforwarded(unforwarded));
+            }
+        }
         let Rebalance::Revoke(tpl) = rebalance else {
             return;
         };
@@ -462,7 +492,7 @@ impl Core {
     fn process(&mut self, polled: &Polled<'_>) -> Result<(), ServiceError> {
         let msg = &polled.msg;
         let topic = polled.topic;
-        let key = (topic, msg.partition());
+        let key = (topic, polled.partition);
         if !self.units.contains_key(&key) {
             if self
                 .fences
@@ -522,9 +552,24 @@ impl Core {
         result
     }
 
+    /// Starts loading what applying `polled` will touch: its payload, and its project's state
+    /// (see [`Engine::prefetch`]). The message itself was prefetched a step earlier, so reading
+    /// where its payload is does not stall.
+    fn prefetch(&self, polled: &Polled<'_>) {
+        let Some(prepared) = &polled.votes else {
+            return;
+        };
+        if let Some(payload) = polled.msg.payload() {
+            prefetch::bytes(payload);
+        }
+        if let Some(unit) = self.units.get(&(polled.topic, polled.partition)) {
+            self.engine.prefetch(&unit.state, prepared);
+        }
+    }
+
     /// Applies a `jury.reputations` record to the global table.
     fn reputation(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), ServiceError> {
-        let record = record(msg);
+        let record = reputation_record(msg);
         self.out.clear();
         let mut scratch = PartitionState::default();
         let outcome = self
@@ -1017,7 +1062,9 @@ pub fn run(
             metrics: Arc::clone(&metrics),
             failed: Mutex::new(None),
             generation: AtomicU64::new(0),
+            forward_to: ForwardTo::default(),
         })?;
+    let fetched = Fetched::new(&consumer, &consumer.context().forward_to)?;
     consumer.subscribe(&[&config.topics.votes, &config.topics.judge_scores])?;
     health.set_ready(true, &metrics);
     metrics.up.set(1.0);
@@ -1026,12 +1073,20 @@ pub fn run(
     let queued = AtomicUsize::new(0);
     let result = std::thread::scope(|s| {
         let (sender, receiver) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
-        let (consumer, engine, halt, health, metrics, queued) =
-            (&consumer, &engine, &halt, &*health, &*metrics, &queued);
+        let (consumer, fetched, engine, halt, health, metrics, queued) = (
+            &consumer, &fetched, &engine, &halt, &*health, &*metrics, &queued,
+        );
         let poller = std::thread::Builder::new()
             .name("jurystream-poll".to_owned())
             .spawn_scoped(s, move || {
-                poll_records(consumer, engine, (&sender, queued), halt, health, metrics)
+                poll_records(
+                    (consumer, fetched),
+                    engine,
+                    (&sender, queued),
+                    halt,
+                    health,
+                    metrics,
+                )
             })?;
         let result = process_records(&core, consumer, (receiver, queued), &reputations, &stop);
         halt.store(true, Ordering::Relaxed);
@@ -1052,8 +1107,10 @@ pub fn run(
 
 /// A record on its way from the polling thread to the processing thread.
 struct Polled<'c> {
-    msg: BorrowedMessage<'c>,
+    msg: Consumed<'c>,
     topic: InputTopic,
+    /// The message's partition, read while the polling thread has the message in cache.
+    partition: i32,
     /// Revocations before it was polled.
     generation: u64,
     /// The validated batch, for a valid vote record.
@@ -1065,44 +1122,56 @@ struct Polled<'c> {
 /// [`PREPARE_FROM_QUEUED`]). `queued` counts the batches sent and not yet received. Returns when
 /// `halt` is set or the processing thread is gone. Rebalance callbacks run here, inside `poll`.
 fn poll_records<'c>(
-    consumer: &'c BaseConsumer<GroupContext>,
+    (consumer, fetched): (&BaseConsumer<GroupContext>, &'c Fetched<'_>),
     engine: &Engine,
     (batches, queued): (&SyncSender<Vec<Polled<'c>>>, &AtomicUsize),
     halt: &AtomicBool,
     health: &Health,
     metrics: &Metrics,
 ) {
+    let mut consumed = Vec::with_capacity(PASS_RECORDS);
     while !halt.load(Ordering::Relaxed) {
-        let mut batch = Vec::with_capacity(PASS_RECORDS);
+        // Rebalances (their callbacks run here), commit results and client errors, one per pass
+        // (a pass takes at most `FETCHED_WAIT` when no records come); the records themselves
+        // come from `fetched`. A record here belongs to a partition that was not forwarded: the
+        // service stops without committing it, to read it again after a restart.
+        match consumer.poll(Duration::ZERO) {
+            Some(Ok(msg)) => {
+                let partition = (msg.topic().to_owned(), msg.partition());
+                if let Ok(mut f) = consumer.context().failed.lock() {
+                    f.get_or_insert(ServiceError::Unforwarded(vec![partition]));
+                }
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "consumer");
+                health.set_ready(false, metrics);
+            }
+            None => {}
+        }
         let prepare = queued.load(Ordering::Relaxed) >= PREPARE_FROM_QUEUED;
-        let mut next = consumer.poll(Duration::from_millis(50));
-        while let Some(result) = next {
-            match result {
-                Ok(msg) => {
-                    if let Some(topic) = engine.input_topic(msg.topic()) {
-                        let votes = prepare
-                            .then(|| engine.prepare_votes(&record(&msg)))
-                            .flatten();
-                        // Read after the poll: a revocation inside it came before this record.
-                        let generation = consumer.context().generation.load(Ordering::Acquire);
-                        batch.push(Polled {
-                            msg,
-                            topic,
-                            generation,
-                            votes,
-                        });
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "consumer");
-                    health.set_ready(false, metrics);
-                    break;
-                }
+        fetched.batch(FETCHED_WAIT, PASS_RECORDS, &mut consumed);
+        // Read after the batch: a revocation (inside `poll` above) came before these records.
+        let generation = consumer.context().generation.load(Ordering::Acquire);
+        let mut batch = Vec::with_capacity(consumed.len());
+        for msg in consumed.drain(..) {
+            if let Some(e) = msg.error() {
+                tracing::warn!(error = %e, "consumer");
+                health.set_ready(false, metrics);
+                continue;
             }
-            if batch.len() >= PASS_RECORDS {
-                break;
-            }
-            next = consumer.poll(Duration::ZERO);
+            let Some(topic) = engine.input_topic(msg.topic()) else {
+                continue;
+            };
+            let votes = prepare
+                .then(|| engine.prepare_votes(&record(&msg)))
+                .flatten();
+            batch.push(Polled {
+                partition: msg.partition(),
+                msg,
+                topic,
+                generation,
+                votes,
+            });
         }
         if batch.is_empty() {
             continue;
@@ -1143,8 +1212,21 @@ impl Clocks {
     }
 }
 
-/// The engine's view of a consumed message.
-fn record<'m>(msg: &'m BorrowedMessage<'_>) -> Record<'m> {
+/// The engine's view of a consumed record.
+fn record<'m>(msg: &'m Consumed<'_>) -> Record<'m> {
+    Record {
+        topic: msg.topic(),
+        partition: Some(msg.partition()),
+        offset: Some(msg.offset()),
+        key: msg.key(),
+        timestamp_ms: msg.timestamp_ms(),
+        clock_ms: None,
+        payload: msg.payload(),
+    }
+}
+
+/// The engine's view of a `jury.reputations` record, read by its own consumer.
+fn reputation_record<'m>(msg: &'m BorrowedMessage<'_>) -> Record<'m> {
     Record {
         topic: msg.topic(),
         partition: Some(msg.partition()),
@@ -1192,7 +1274,13 @@ fn process_records(
         }
         if let Some(batch) = &batch {
             last_batch = c.now;
-            for polled in batch {
+            for (i, polled) in batch.iter().enumerate() {
+                if let Some(ahead) = batch.get(i + 2 * PREFETCH_AHEAD) {
+                    prefetch::address(ahead.msg.ptr());
+                }
+                if let Some(ahead) = batch.get(i + PREFETCH_AHEAD) {
+                    c.prefetch(ahead);
+                }
                 c.process(polled)?;
             }
             c.flush_tally();
