@@ -2,7 +2,10 @@
 //! parse + validate + apply path on ~200-byte events, and the service's per-epoch core work
 //! (journaled state, full dedupe windows, changelog rendering). Run: `cargo bench --bench engine`.
 
-use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{
+    BatchSize, BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main,
+};
 use std::hint::black_box;
 
 use std::collections::BTreeMap;
@@ -142,6 +145,27 @@ fn load_event(i: usize, projects: usize) -> String {
     )
 }
 
+/// The states the per-epoch benchmarks run on, as (projects, dedupe window): one project with
+/// the default window of 100,000 ids, and 10,000 projects with windows of 100 (what the load
+/// benchmark's million events leave each of its projects).
+const FULL_WINDOWS: [(usize, usize); 2] = [(1, 100_000), (10_000, 100)];
+
+/// An engine whose dedupe windows hold `window` ids.
+fn engine_with_window(window: usize) -> Engine {
+    let mut config = Config::default();
+    config.limits.dedupe_window = window;
+    Engine::new(config)
+}
+
+/// A benchmark group whose samples are each [`EPOCH`] events, 20 of them (an epoch is tens of
+/// milliseconds).
+fn epoch_group<'c>(c: &'c mut Criterion, name: &str) -> BenchmarkGroup<'c, WallTime> {
+    let mut group = c.benchmark_group(name);
+    group.throughput(Throughput::Elements(EPOCH as u64));
+    group.sample_size(20);
+    group
+}
+
 /// What the service's processing thread does per epoch, minus Kafka: parse, validate and apply
 /// [`EPOCH`] events to a journaled partition state over 100 ms of its clock (so scores are
 /// coalesced as the service's default does), render the scores it emits, then release the held
@@ -157,13 +181,9 @@ fn bench_journaled_epoch(c: &mut Criterion) {
         topic: InputTopic::Votes,
         partition: 0,
     };
-    let mut group = c.benchmark_group("epoch");
-    group.throughput(Throughput::Elements(EPOCH as u64));
-    group.sample_size(20);
-    for (projects, window) in [(1, 100_000), (10_000, 100)] {
-        let mut config = Config::default();
-        config.limits.dedupe_window = window;
-        let engine = Engine::new(config);
+    let mut group = epoch_group(c, "epoch");
+    for (projects, window) in FULL_WINDOWS {
+        let engine = engine_with_window(window);
         let mut state = PartitionState::journaled();
         let mut out = Vec::<Output>::with_capacity(4);
         let mut next = 0;
@@ -311,13 +331,9 @@ fn vote_record(payload: &str) -> Record<'_> {
 fn bench_prefetch(c: &mut Criterion) {
     const AHEAD: usize = 4;
     let reps = ReputationTable::default();
-    let mut group = c.benchmark_group("prefetch");
-    group.throughput(Throughput::Elements(EPOCH as u64));
-    group.sample_size(20);
-    for (projects, window) in [(1, 100_000), (10_000, 100)] {
-        let mut config = Config::default();
-        config.limits.dedupe_window = window;
-        let engine = Engine::new(config);
+    let mut group = epoch_group(c, "prefetch");
+    for (projects, window) in FULL_WINDOWS {
+        let engine = engine_with_window(window);
         let mut state = PartitionState::default();
         let mut out = Vec::<Output>::with_capacity(4);
         let mut made = 0;
