@@ -170,10 +170,14 @@ impl Consumed<'_> {
         self.ptr.as_ptr()
     }
 
-    /// A fetch error in place of a message, if this is one.
+    /// A fetch error in place of a message, if this is one. Reaching the end of a partition is
+    /// not an error (only reported if a user sets `enable.partition.eof` for the consumer).
     pub fn error(&self) -> Option<KafkaError> {
+        use rd::rd_kafka_resp_err_t::{
+            RD_KAFKA_RESP_ERR__PARTITION_EOF, RD_KAFKA_RESP_ERR_NO_ERROR,
+        };
         let err = self.raw().err;
-        (err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR)
+        (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
             .then(|| KafkaError::MessageConsumption(RDKafkaErrorCode::from(err)))
     }
 
