@@ -277,7 +277,8 @@ fn interleaved(records: &[Rec]) -> Vec<Rec> {
 }
 
 #[test]
-fn a_second_instance_takes_partitions_over_mid_stream_and_nothing_is_lost_or_doubled() {
+fn a_second_instance_takes_partitions_over_mid_stream_and_hands_them_back_with_nothing_lost_or_doubled()
+ {
     let broker = Broker::shared();
     let prefix = "scale";
     let extra = "[output]\nscores_coalesce_ms = 0\n";
@@ -317,14 +318,30 @@ fn a_second_instance_takes_partitions_over_mid_stream_and_nothing_is_lost_or_dou
         second.metrics()
     );
     let took_over = support::metric_sum(&second.metrics(), "jurystream_records_total") > 0;
-    let (first_log, second_log) = (first.log_text(), second.log_text());
-    assert!(first.terminate().success(), "{first_log}");
+    let second_log = second.log_text();
     assert!(second.terminate().success(), "{second_log}");
+    // The first instance gets those partitions back and reads on. librdkafka stopped fetching
+    // them when they were revoked, which undoes their forwarding to the service's batch queue,
+    // so this checks they are forwarded again when they are assigned again.
+    let third_part = &records[..cut(0.9)];
+    produce(&broker.bootstrap, &third_part[second_part.len()..]);
+    assert!(
+        first.wait_caught_up(third_part, Duration::from_secs(120)),
+        "{}\n{}",
+        first.metrics(),
+        first.log_text()
+    );
+    let first_log = first.log_text();
+    assert!(first.terminate().success(), "{first_log}");
     let revoked = first_log.contains("partitions revoked");
-    assert!(revoked && took_over, "{first_log}\n{second_log}");
+    let assigned_again = first_log.matches("partitions assigned").count() >= 2;
+    assert!(
+        revoked && took_over && assigned_again,
+        "{first_log}\n{second_log}"
+    );
     // A third instance restores what both left in the changelog and goes on with the rest: its
     // scores build on the restored ones, so state handed over wrongly shows in the tables.
-    produce(&broker.bootstrap, &records[second_part.len()..]);
+    produce(&broker.bootstrap, &records[third_part.len()..]);
     let third = start("third");
     assert!(
         third.wait_caught_up(&records, Duration::from_secs(120)),

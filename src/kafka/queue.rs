@@ -12,8 +12,9 @@
 //! consumer's queue, which `BaseConsumer::poll` keeps serving between batches.
 //!
 //! This is the crate's only FFI beside rdkafka. It uses librdkafka's documented queue API: a
-//! forwarding set by the application survives later fetch starts (`RD_KAFKA_Q_F_FWD_APP`), and a
-//! batch skips the messages of a partition's previous assignment, as `poll` does.
+//! forwarding set by the application survives later fetch starts (`RD_KAFKA_Q_F_FWD_APP`) but
+//! not a fetch stop, so it is set at every assignment, and a batch skips the messages of a
+//! partition's previous assignment, as `poll` does.
 
 use std::ffi::{CStr, CString, c_int};
 use std::marker::PhantomData;
@@ -33,8 +34,11 @@ pub struct ForwardTo(AtomicPtr<rd::rd_kafka_queue_t>);
 impl ForwardTo {
     /// Forwards the fetch queue of each `(topic, partition)` to the registered queue, so their
     /// records reach [`Fetched::batch`]. Called before the partitions are assigned, so no record
-    /// of theirs can reach the consumer's own queue first. Returns the partitions it could not
-    /// forward (none unless librdkafka could not make the partition's queue).
+    /// of theirs can reach the consumer's own queue first, and at every assignment: librdkafka
+    /// undoes the forwarding when it stops fetching a partition (`rd_kafka_toppar_fetch_stop`),
+    /// so a partition revoked and assigned again would otherwise stall (the Kafka test that
+    /// hands partitions back fails that way). Returns the partitions it could not forward (none
+    /// unless librdkafka could not make the partition's queue).
     pub fn forward<'t, C: ConsumerContext>(
         &self,
         consumer: &BaseConsumer<C>,
