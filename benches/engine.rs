@@ -112,13 +112,8 @@ fn bench_parse_validate_apply(c: &mut Criterion) {
                     for (i, p) in payloads.iter().enumerate() {
                         out.clear();
                         let record = Record {
-                            topic: "jury.votes",
-                            partition: Some(0),
                             offset: Some(i as i64),
-                            key: None,
-                            timestamp_ms: None,
-                            clock_ms: None,
-                            payload: Some(p.as_bytes()),
+                            ..vote_record(p)
                         };
                         black_box(engine.process(state, &reps, &record, out));
                     }
@@ -199,13 +194,9 @@ fn bench_journaled_epoch(c: &mut Criterion) {
             for (i, p) in payloads.iter().enumerate() {
                 out.clear();
                 let record = Record {
-                    topic: "jury.votes",
-                    partition: Some(0),
                     offset: Some(next),
-                    key: None,
-                    timestamp_ms: None,
                     clock_ms: Some(clock_at(i)),
-                    payload: Some(p.as_bytes()),
+                    ..vote_record(p)
                 };
                 next += 1;
                 black_box(engine.process(state, &reps, &record, &mut out));
@@ -311,7 +302,8 @@ fn bench_complete_session(c: &mut Criterion) {
     group.finish();
 }
 
-/// A vote record carrying `payload`, as the service reads it (no offset: nothing is skipped).
+/// A `jury.votes` record of partition 0 carrying `payload`, with no offset (nothing is
+/// skipped) and no clock (nothing is coalesced); benchmarks that need them set them.
 fn vote_record(payload: &str) -> Record<'_> {
     Record {
         topic: "jury.votes",

@@ -503,7 +503,7 @@ impl Core {
             {
                 self.metrics
                     .records
-                    .with_label_values(&[msg.topic(), "revoked"])
+                    .with_label_values(&[self.engine.input_topic_name(topic), "revoked"])
                     .inc();
                 return Ok(());
             }
@@ -524,7 +524,7 @@ impl Core {
                 u64::try_from(self.now.duration_since(self.started).as_millis())
                     .unwrap_or(u64::MAX),
             ),
-            ..record(msg)
+            ..record(msg, self.engine.input_topic_name(topic))
         };
         // Timing every record would cost more than some records take: sample one in 16.
         self.processed += 1;
@@ -1165,7 +1165,7 @@ fn poll_records<'c>(
                 continue;
             };
             let votes = prepare
-                .then(|| engine.prepare_votes(&record(&msg)))
+                .then(|| engine.prepare_votes(&record(&msg, engine.input_topic_name(topic))))
                 .flatten();
             batch.push(Polled {
                 partition: msg.partition(),
@@ -1214,10 +1214,12 @@ impl Clocks {
     }
 }
 
-/// The engine's view of a consumed record.
-fn record<'m>(msg: &'m Consumed<'_>) -> Record<'m> {
+/// The engine's view of a consumed record from input topic `topic` (its configured name: the
+/// record's own is read through librdkafka, a `strlen` and a UTF-8 check, once per record, to
+/// know which input it is).
+fn record<'m>(msg: &'m Consumed<'_>, topic: &'m str) -> Record<'m> {
     Record {
-        topic: msg.topic(),
+        topic,
         partition: Some(msg.partition()),
         offset: Some(msg.offset()),
         key: msg.key(),

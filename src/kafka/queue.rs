@@ -124,9 +124,7 @@ impl<'c> Fetched<'c> {
                 }),
         );
     }
-}
 
-impl Fetched<'_> {
     /// One batch call: up to `into.len()` messages, waiting up to `timeout_ms` for them all.
     fn consume(&self, timeout_ms: c_int, into: &mut [*mut rd::rd_kafka_message_t]) -> usize {
         if into.is_empty() {
