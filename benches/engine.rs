@@ -384,8 +384,26 @@ fn bench_prefetch(c: &mut Criterion) {
     group.finish();
 }
 
+/// What the service's polling thread does per vote record: read, validate and locate the
+/// batch in the payload ([`Engine::prepare_votes`]), on the load benchmark's events.
+fn bench_prepare_votes(c: &mut Criterion) {
+    let engine = Engine::new(Config::default());
+    let payloads: Vec<String> = (0..EVENTS).map(|i| load_event(i, 10_000)).collect();
+    let mut group = c.benchmark_group("engine");
+    group.throughput(Throughput::Elements(EVENTS as u64));
+    group.bench_function("prepare_votes", |b| {
+        b.iter(|| {
+            for p in &payloads {
+                black_box(engine.prepare_votes(&vote_record(p)));
+            }
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
+    bench_prepare_votes,
     bench_apply_prepared,
     bench_parse_validate_apply,
     bench_journaled_epoch,

@@ -523,8 +523,9 @@ impl Engine {
         self.check_size(payload)?;
         match topic {
             InputTopic::Votes => {
-                let raw = RawBatch::parse(payload).map_err(parse_rejection)?;
-                self.apply_votes(state, reputations, record, &raw, out)
+                let mut raw = None;
+                let (batch, at) = self.validate_votes(record, payload, &mut raw)?;
+                self.apply_batch(state, reputations, &batch, at, record.receipt(), out)
             }
             InputTopic::Reputations => {
                 let doc = json::parse(payload).map_err(parse_rejection)?;
@@ -578,24 +579,15 @@ impl Engine {
         })
     }
 
-    fn apply_votes(
-        &self,
-        state: &mut PartitionState,
-        reputations: &ReputationTable,
-        record: &Record<'_>,
-        raw: &RawBatch<'_>,
-        out: &mut Vec<Output>,
-    ) -> Result<Outcome, Rejection> {
-        let (batch, at) = self.validate_votes(record, raw)?;
-        self.apply_batch(state, reputations, &batch, at, record.receipt(), out)
-    }
-
-    /// A read vote payload checked against the contract, with the time it is observed at: the
-    /// validation both [`Engine::process`] and [`Engine::prepare_votes`] do.
+    /// A vote payload read and checked against the contract, with the time it is observed at:
+    /// the validation both [`Engine::process`] and [`Engine::prepare_votes`] do. A valid payload
+    /// of the plain shape is read in one pass ([`VoteBatch::scan`]); anything else is read in
+    /// full into `raw`, which the batch then borrows from.
     fn validate_votes<'d>(
         &self,
         record: &Record<'_>,
-        raw: &'d RawBatch<'_>,
+        payload: &'d [u8],
+        raw: &'d mut Option<RawBatch<'d>>,
     ) -> Result<(VoteBatch<'d>, EventTime), Rejection> {
         let l = &self.config.limits;
         let limits = VoteLimits {
@@ -603,7 +595,13 @@ impl Engine {
             max_id_bytes: l.max_id_bytes,
             reject_unknown_fields: l.reject_unknown_fields,
         };
-        let batch = VoteBatch::from_raw(raw, limits)?;
+        let batch = match VoteBatch::scan(payload, limits) {
+            Some(batch) => batch,
+            None => {
+                let raw = raw.insert(RawBatch::parse(payload).map_err(parse_rejection)?);
+                VoteBatch::from_raw(raw, limits)?
+            }
+        };
         let at = self.event_time(batch.occurred_at, record)?;
         Ok((batch, at))
     }
@@ -619,8 +617,8 @@ impl Engine {
         }
         let payload = record.payload?;
         self.check_size(payload).ok()?;
-        let raw = RawBatch::parse(payload).ok()?;
-        let (batch, at) = self.validate_votes(record, &raw).ok()?;
+        let mut raw = None;
+        let (batch, at) = self.validate_votes(record, payload, &mut raw).ok()?;
         Some(PreparedVotes {
             spans: batch.spans(payload)?,
             at,
