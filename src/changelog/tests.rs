@@ -668,7 +668,7 @@ fn renderer_and_buffers_keep_their_memory() {
     // A flush of 100 projects' changes, twice through the same renderer and buffer.
     let changes: Vec<Change> = (0..100)
         .map(|p| Change::Votes {
-            project: format!("p/{p}"),
+            project: format!("p/{p}").into(),
             seen: 0..0,
             forgot: 0..0,
         })

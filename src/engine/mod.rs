@@ -249,9 +249,10 @@ pub enum Change {
     /// A vote project's score changed, the ids numbered `seen` entered its dedupe window and
     /// those numbered `forgot` left it. A project's batches in one flush extend one change
     /// (see [`JournalHint`]): a busy project costs one journal entry per flush, not one or
-    /// three per event.
+    /// three per event. With many projects that is one change per event, so the project id is
+    /// kept inline (a [`ProjectKey`]) rather than allocated.
     Votes {
-        project: String,
+        project: ProjectKey,
         seen: Range<u64>,
         forgot: Range<u64>,
     },
@@ -385,7 +386,7 @@ fn extend_votes(
     }
     *noted = JournalHint(Some(journal.len()));
     journal.push(Change::Votes {
-        project: project.to_owned(),
+        project: ProjectKey::from(project),
         seen,
         forgot,
     });
