@@ -28,6 +28,7 @@
 //! owner reads them.
 
 pub mod clients;
+mod produce;
 mod queue;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -38,7 +39,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -50,6 +51,7 @@ use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState, Prepared
 use crate::http::Health;
 use crate::metrics::Metrics;
 use crate::prefetch;
+use produce::{Topic, Topics};
 use queue::{Consumed, Fetched, ForwardTo};
 
 /// Sealed epochs allowed in flight before processing waits for acknowledgements.
@@ -253,6 +255,8 @@ struct Owned {
 /// Everything the processing loop and the rebalance callback share.
 struct Core {
     engine: Engine,
+    /// The producer's topic handles; declared before it, so they are dropped first.
+    topics: Topics,
     producer: BaseProducer<Delivery>,
     units: IdMap<(InputTopic, i32), Owned>,
     reputations: ReputationTable,
@@ -437,29 +441,19 @@ impl Core {
     /// Produces one record, waiting for queue space if the local queue is full.
     fn send(
         &self,
-        topic: &str,
+        topic: &Topic,
         partition: Option<i32>,
         key: Option<&[u8]>,
         payload: Option<&[u8]>,
         tag: Tag,
     ) -> Result<(), ServiceError> {
-        let mut record: BaseRecord<'_, [u8], [u8], Box<Tag>> =
-            BaseRecord::with_opaque_to(topic, Box::new(tag));
-        if let Some(k) = key {
-            record = record.key(k);
-        }
-        if let Some(p) = payload {
-            record = record.payload(p);
-        }
-        if let Some(p) = partition {
-            record = record.partition(p);
-        }
+        let mut tag = Box::new(tag);
         loop {
-            match self.producer.send(record) {
+            match topic.produce(&self.producer, partition, key, payload, tag) {
                 Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                Err((RDKafkaErrorCode::QueueFull, t)) => {
                     self.producer.poll(Duration::from_millis(10));
-                    record = r;
+                    tag = t;
                 }
                 Err((e, _)) => return Err(ServiceError::Delivery(e.to_string())),
             }
@@ -475,10 +469,9 @@ impl Core {
             self.metrics.alerts.with_label_values(&[scope, kind]).inc();
         }
         let value = out.render();
-        let topic = self.engine.topic_name(out.topic);
         self.epoch_outputs += 1;
         self.send(
-            topic,
+            self.topics.output(out.topic),
             None,
             out.key.as_deref().map(str::as_bytes),
             Some(value.as_bytes()),
@@ -806,7 +799,6 @@ impl Core {
     ) -> Result<(), ServiceError> {
         self.serve_delivery_reports();
         self.check_delivery()?;
-        let state_topic = self.config().topics.state.clone();
         while let Some(front) = self.sealed.front() {
             let (id, outputs) = (front.id, front.outputs);
             let acked = self.acked(id);
@@ -832,7 +824,7 @@ impl Core {
                         std::process::abort();
                     }
                     self.send(
-                        &state_topic,
+                        &self.topics.state,
                         Some(r.partition),
                         Some(r.key),
                         r.value,
@@ -1033,6 +1025,7 @@ pub fn run(
     let engine = Engine::new(config.clone());
     let core = Arc::new(Mutex::new(Core {
         engine: engine.clone(),
+        topics: Topics::new(&producer, &engine)?,
         producer,
         units: IdMap::default(),
         reputations: ReputationTable::default(),
