@@ -1068,9 +1068,12 @@ pub fn run(
     let queued = AtomicUsize::new(0);
     let result = std::thread::scope(|s| {
         let (sender, receiver) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
-        // Emptied batches go back to be filled again. A new one each pass (512 records of
-        // ~280 bytes) kept coming from fresh pages: their zeroing was 7% of the polling
-        // thread's samples with 10,000 projects, and a third of the service's page faults.
+        // Applied batches go back to be emptied and filled again. A new one each pass (512
+        // records of ~280 bytes) kept coming from fresh pages: their zeroing was 7% of the
+        // polling thread's samples with 10,000 projects, and a third of the service's page
+        // faults. Emptying them destroys their messages, glibc memory librdkafka's broker
+        // thread allocated: ~10% of the processing thread's samples with 10,000 projects, where
+        // processing is the slower thread and polling waits for queue space.
         let (recycle, recycled) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
         let (consumer, fetched, engine, halt, health, metrics, queued) = (
             &consumer, &fetched, &engine, &halt, &*health, &*metrics, &queued,
@@ -1125,8 +1128,8 @@ struct Polled<'c> {
 /// The polling thread: reads the group's records in batches and validates vote batches, so that
 /// the processing thread only applies them (unless it is waiting for work, see
 /// [`PREPARE_FROM_QUEUED`]). `queued` counts the batches sent and not yet received; `recycled`
-/// gives back emptied batches, whose memory is reused. Returns when `halt` is set or the
-/// processing thread is gone. Rebalance callbacks run here, inside `poll`.
+/// gives back applied batches, emptied here (their messages destroyed) and filled again.
+/// Returns when `halt` is set or the processing thread is gone. Rebalance callbacks run here, inside `poll`.
 fn poll_records<'c>(
     (consumer, fetched): (&BaseConsumer<GroupContext>, &'c Fetched<'_>),
     engine: &Engine,
@@ -1162,9 +1165,13 @@ fn poll_records<'c>(
         fetched.batch(FETCHED_WAIT, PASS_RECORDS, &mut consumed);
         // Read after the batch: a revocation (inside `poll` above) came before these records.
         let generation = consumer.context().generation.load(Ordering::Acquire);
-        let mut batch = recycled
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(PASS_RECORDS));
+        let mut batch = recycled.try_recv().map_or_else(
+            |_| Vec::with_capacity(PASS_RECORDS),
+            |mut done| {
+                done.clear();
+                done
+            },
+        );
         for msg in consumed.drain(..) {
             if let Some(e) = msg.error() {
                 tracing::warn!(error = %e, "consumer");
@@ -1303,10 +1310,9 @@ fn process_records<'c>(
             }
             c.flush_tally();
         }
-        if let Some(mut batch) = batch {
-            // Its messages are destroyed here; the emptied vector goes back (or, if the polling
-            // thread has enough, is freed).
-            batch.clear();
+        if let Some(batch) = batch {
+            // Back to the polling thread, which destroys its messages as it empties it (or, if
+            // it has enough batches, here on drop).
             let _ = recycle.try_send(batch);
         }
         if let Some(e) = consumer
