@@ -194,8 +194,8 @@ impl<'de> Visitor<'de> for VotesSeed {
 
 impl<'a> VoteBatch<'a> {
     /// A valid batch read from `payload` in one pass: the hot path. `None` when the payload is
-    /// not of the plain shape (the `scan` module says which) or not valid; [`RawBatch::parse`] and
-    /// [`VoteBatch::from_raw`] then read it and word the rejection, if any.
+    /// not of the plain shape (the `scan` module says which) or not valid; [`RawBatch::parse`]
+    /// and [`VoteBatch::from_raw`] then read it and word the rejection, if any.
     pub fn scan(payload: &'a [u8], limits: VoteLimits) -> Option<VoteBatch<'a>> {
         scan::valid_batch(std::str::from_utf8(payload).ok()?, limits)
     }

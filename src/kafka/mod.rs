@@ -19,9 +19,10 @@
 //! flushed, committed and dropped inside the revoke callback, before another instance owns it.
 //!
 //! Two threads share the work. The **polling thread** reads the group's records in batches
-//! (from a queue of its own, see [`queue`]) and validates vote batches (parsing is a third of a
-//! record's cost); the **processing thread** applies them in order, prefetching a few records
-//! ahead (see [`crate::prefetch`]), produces, seals, commits and serves the reputation table.
+//! (from a queue of its own, see [`queue`]), validates vote batches (parsing is a third of a
+//! record's cost) and destroys the messages of applied batches; the **processing thread**
+//! applies them in order, prefetching a few records ahead (see [`crate::prefetch`]), produces
+//! (through topic handles, see [`produce`]), seals, commits and serves the reputation table.
 //! The rebalance callback runs on the polling thread and takes the processing thread's lock, so
 //! state never changes while a partition is handed over. Records polled before their partition
 //! was revoked and not applied yet are dropped: their offsets were never committed, so the next

@@ -11,10 +11,10 @@
 //! callback, see [`Fetched::forward`]), and rebalances, commit results and errors stay on the
 //! consumer's queue, which `BaseConsumer::poll` keeps serving between batches.
 //!
-//! This is the crate's only FFI beside rdkafka. It uses librdkafka's documented queue API: a
-//! forwarding set by the application survives later fetch starts (`RD_KAFKA_Q_F_FWD_APP`) but
-//! not a fetch stop, so it is set at every assignment, and a batch skips the messages of a
-//! partition's previous assignment, as `poll` does.
+//! With [`super::produce`], this is the crate's only FFI beside rdkafka. It uses librdkafka's
+//! documented queue API: a forwarding set by the application survives later fetch starts
+//! (`RD_KAFKA_Q_F_FWD_APP`) but not a fetch stop, so it is set at every assignment, and a batch
+//! skips the messages of a partition's previous assignment, as `poll` does.
 
 use std::ffi::{CStr, CString, c_int};
 use std::marker::PhantomData;
