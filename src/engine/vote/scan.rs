@@ -66,17 +66,9 @@ pub(super) fn valid_batch(text: &str, limits: VoteLimits) -> Option<VoteBatch<'_
     let mut s = Scanner::new(text);
     s.ws();
     s.eat(b'{')?;
-    let mut seen = 0u8;
     let (mut event_id, mut project_id, mut occurred_at, mut item_id) = (None, None, None, None);
     let mut votes = None;
-    s.members(b'}', |s, name| {
-        let Some(i) = BATCH_FIELDS.iter().position(|k| *k == name) else {
-            return s.unknown(limits);
-        };
-        if seen & (1 << i) != 0 {
-            return None;
-        }
-        seen |= 1 << i;
+    s.known_members(b'}', &BATCH_FIELDS, limits, |s, i| {
         match i {
             0 => event_id = s.opt_string()?,
             1 => project_id = s.opt_string()?,
@@ -213,16 +205,8 @@ impl<'a> Scanner<'a> {
     /// A valid vote whose `{` is consumed: an id, exactly one of a known verdict or a value in
     /// `0..=1`, and no negative reputation (the full path's `read_vote_fields`).
     fn valid_vote(&mut self, limits: VoteLimits) -> Option<Vote<'a>> {
-        let mut seen = 0u8;
         let (mut voter_id, mut verdict, mut value, mut reputation) = (None, None, None, None);
-        self.members(b'}', |s, name| {
-            let Some(i) = VOTE_FIELDS.iter().position(|k| *k == name) else {
-                return s.unknown(limits);
-            };
-            if seen & (1 << i) != 0 {
-                return None;
-            }
-            seen |= 1 << i;
+        self.known_members(b'}', &VOTE_FIELDS, limits, |s, i| {
             match i {
                 0 => voter_id = s.opt_string()?,
                 1 => verdict = s.opt_string()?,
@@ -244,6 +228,30 @@ impl<'a> Scanner<'a> {
             voter_id: check_id(voter_id?, limits.max_id_bytes).ok()?,
             value,
             reputation,
+        })
+    }
+
+    /// Like [`Scanner::members`] for an object whose fields are `names`: a known member goes
+    /// to `member` with its index the first time it appears, and declines the second (the full
+    /// path reports the duplicate); an unknown one is skipped, or declines if unknown fields are
+    /// refused.
+    fn known_members(
+        &mut self,
+        close: u8,
+        names: &[&str],
+        limits: VoteLimits,
+        mut member: impl FnMut(&mut Self, usize) -> Option<()>,
+    ) -> Option<()> {
+        let mut seen = 0u8;
+        self.members(close, |s, name| {
+            let Some(i) = names.iter().position(|k| *k == name) else {
+                return s.unknown(limits);
+            };
+            if seen & (1 << i) != 0 {
+                return None;
+            }
+            seen |= 1 << i;
+            member(s, i)
         })
     }
 
