@@ -579,8 +579,9 @@ mod tests {
     fn pick(
         valid: &'static [&'static str],
         invalid: &'static [&'static str],
-    ) -> impl Strategy<Value = &'static str> {
+    ) -> impl Strategy<Value = String> {
         prop_oneof![9 => prop::sample::select(valid), 1 => prop::sample::select(invalid)]
+            .prop_map(str::to_owned)
     }
 
     /// An object of `members` (name, value; `None` leaves it out) in any order, now and then
@@ -629,18 +630,17 @@ mod tests {
                     .prop_map(|v| (Some(v), None)),
                 4 => pick(&["0.5", "1", "0", "0.125"], &["1.5", "-0.25", "null", r#""0.5""#])
                     .prop_map(|v| (None, Some(v))),
-                1 => Just((Some(r#""pass""#), Some("0.5"))),
+                1 => Just((Some(r#""pass""#.to_owned()), Some("0.5".to_owned()))),
                 1 => Just((None, None)),
             ],
             prop::option::weighted(0.5, pick(&["0.9", "0", "2"], &["-1", "null", "true"])),
         )
             .prop_map(|(voter, (verdict, value), reputation)| {
-                let own = |v: Option<&str>| v.map(str::to_owned);
                 vec![
-                    ("voter_id", own(voter)),
-                    ("verdict", own(verdict)),
-                    ("value", own(value)),
-                    ("reputation", own(reputation)),
+                    ("voter_id", voter),
+                    ("verdict", verdict),
+                    ("value", value),
+                    ("reputation", reputation),
                 ]
             });
         let votes = prop_oneof![
@@ -666,12 +666,11 @@ mod tests {
             mostly(votes),
         );
         object_of(top.prop_map(|(event, project, at, item, votes)| {
-            let own = |v: Option<&str>| v.map(str::to_owned);
             vec![
-                ("event_id", own(event)),
-                ("project_id", own(project)),
-                ("occurred_at", own(at)),
-                ("item_id", own(item)),
+                ("event_id", event),
+                ("project_id", project),
+                ("occurred_at", at),
+                ("item_id", item),
                 ("votes", votes),
             ]
         }))
