@@ -345,11 +345,22 @@ impl ConsumerContext for QuietReader {}
 struct GroupContext {
     core: Arc<Mutex<Core>>,
     metrics: Arc<Metrics>,
+    /// The first failure outside the processing thread (see [`GroupContext::fail`]).
     failed: Mutex<Option<ServiceError>>,
     /// Revocations so far.
     generation: AtomicU64,
     /// The queue newly assigned partitions are forwarded to (see [`queue`]).
     forward_to: ForwardTo,
+}
+
+impl GroupContext {
+    /// Keeps `e` unless a failure is already kept: the processing thread stops with the first
+    /// after its pass, committing nothing past it.
+    fn fail(&self, e: ServiceError) {
+        if let Ok(mut f) = self.failed.lock() {
+            f.get_or_insert(e);
+        }
+    }
 }
 
 impl ClientContext for GroupContext {
@@ -378,10 +389,8 @@ impl ConsumerContext for GroupContext {
                 consumer,
                 elements.iter().map(|e| (e.topic(), e.partition())),
             );
-            if !unforwarded.is_empty()
-                && let Ok(mut f) = self.failed.lock()
-            {
-                f.get_or_insert(ServiceError::Unforwarded(unforwarded));
+            if !unforwarded.is_empty() {
+                self.fail(ServiceError::Unforwarded(unforwarded));
             }
         }
         let Rebalance::Revoke(tpl) = rebalance else {
@@ -396,9 +405,7 @@ impl ConsumerContext for GroupContext {
         tracing::info!(?revoked, "partitions revoked: flushing and committing them");
         if let Err(e) = core.drain(consumer, CommitMode::Sync) {
             tracing::error!(error = %e, "could not finish the cycle before revocation");
-            if let Ok(mut f) = self.failed.lock() {
-                f.get_or_insert(e);
-            }
+            self.fail(e);
         }
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         for (topic, partition) in revoked {
@@ -1130,7 +1137,8 @@ struct Polled<'c> {
 /// the processing thread only applies them (unless it is waiting for work, see
 /// [`PREPARE_FROM_QUEUED`]). `queued` counts the batches sent and not yet received; `recycled`
 /// gives back applied batches, emptied here (their messages destroyed) and filled again.
-/// Returns when `halt` is set or the processing thread is gone. Rebalance callbacks run here, inside `poll`.
+/// Returns when `halt` is set or the processing thread is gone. Rebalance callbacks run here,
+/// inside `poll`.
 fn poll_records<'c>(
     (consumer, fetched): (&BaseConsumer<GroupContext>, &'c Fetched<'_>),
     engine: &Engine,
@@ -1152,9 +1160,9 @@ fn poll_records<'c>(
         match consumer.poll(Duration::ZERO) {
             Some(Ok(msg)) => {
                 let partition = (msg.topic().to_owned(), msg.partition());
-                if let Ok(mut f) = consumer.context().failed.lock() {
-                    f.get_or_insert(ServiceError::Unforwarded(vec![partition]));
-                }
+                consumer
+                    .context()
+                    .fail(ServiceError::Unforwarded(vec![partition]));
             }
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "consumer");
