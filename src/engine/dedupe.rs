@@ -113,7 +113,12 @@ impl RecentIds {
     /// Remembers `id`, forgetting the oldest ids beyond `capacity` (at most [`MAX_WINDOW`]).
     /// `None` if it was known.
     pub fn insert(&mut self, id: &str, capacity: usize) -> Option<Remembered> {
-        let fp = fingerprint(id);
+        self.insert_fingerprint(fingerprint(id), capacity)
+    }
+
+    /// [`RecentIds::insert`] of the id whose [`fingerprint`] is `fp`, for a caller that has it
+    /// already (the Kafka runtime's polling thread computes it to prefetch the window's line).
+    pub fn insert_fingerprint(&mut self, fp: u128, capacity: usize) -> Option<Remembered> {
         if self.find(fp) {
             return None;
         }

@@ -39,7 +39,7 @@ use reputation::{ReputationChange, ReputationTable};
 use score::{ProjectScore, weighted_mean};
 use session::{BookLimits, Completed, SessionBook};
 use time::EventTime;
-use vote::{BatchSpans, RawBatch, VoteBatch, VoteLimits};
+use vote::{RawBatch, VoteBatch, VoteLimits, VoteSpans};
 
 /// One input record, as Kafka delivers it (or as a replay file describes it).
 #[derive(Debug, Clone, Copy)]
@@ -403,16 +403,28 @@ fn join(a: &Range<u64>, b: &Range<u64>) -> Option<Range<u64>> {
     }
 }
 
-/// A `jury.votes` record validated by [`Engine::prepare_votes`] and not yet applied: where
-/// the batch's strings are in the payload, and its event time.
+/// A `jury.votes` record validated by [`Engine::prepare_votes`] and not yet applied: what
+/// applying it takes from the batch, so that the payload is not read again (see
+/// [`Engine::apply_prepared`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreparedVotes {
-    spans: BatchSpans,
+    votes: VoteSpans,
     at: EventTime,
-    /// The project and the event id's dedupe fingerprint, for [`Engine::prefetch`], which
+    /// The project and the event id's dedupe fingerprint, also for [`Engine::prefetch`], which
     /// must find them without reading the payload (that would be the miss it is there to hide).
     project: ProjectKey,
     fingerprint: u128,
+}
+
+/// What applying a vote batch takes from it once its votes are weighed: the same whether the
+/// batch was read in full ([`Engine::apply_batch`]) or prepared ([`Engine::apply_prepared`]).
+struct Weighed<'a> {
+    project_id: &'a str,
+    /// The event id's [`dedupe::fingerprint`].
+    fingerprint: u128,
+    /// The reputation-weighted mean vote.
+    mean: f64,
+    votes: usize,
 }
 
 /// The stateless processor: configuration plus the code that applies records to state.
@@ -609,8 +621,8 @@ impl Engine {
 
     /// Validates a `jury.votes` record without applying it, for a runtime that reads and
     /// validates records on one thread and applies them on another. `Some` for a valid batch
-    /// whose strings are slices of the payload; `None` for anything else (another topic, a
-    /// rejection, escaped strings), which [`Engine::process`] then handles from the start.
+    /// whose voter ids are slices of the payload; `None` for anything else (another topic, a
+    /// rejection, an escaped voter id), which [`Engine::process`] then handles from the start.
     /// Validation reads only the record and the configuration, so it can run ahead of state.
     pub fn prepare_votes(&self, record: &Record<'_>) -> Option<PreparedVotes> {
         if self.input_topic(record.topic) != Some(InputTopic::Votes) {
@@ -621,7 +633,7 @@ impl Engine {
         let mut raw = None;
         let (batch, at) = self.validate_votes(record, payload, &mut raw).ok()?;
         Some(PreparedVotes {
-            spans: batch.spans(payload)?,
+            votes: batch.vote_spans(payload)?,
             at,
             project: ProjectKey::from(batch.project_id),
             fingerprint: dedupe::fingerprint(batch.event_id),
@@ -639,7 +651,13 @@ impl Engine {
     }
 
     /// Applies `record`, prepared by [`Engine::prepare_votes`]: exactly what
-    /// [`Engine::process`] does with it, without reading the payload again.
+    /// [`Engine::process`] does with it. The batch is not rebuilt: applying it takes its
+    /// project and event id fingerprint, kept when it was prepared, and its votes' weights and
+    /// values ([`VoteSpans::weights`]): only the voter ids it looks up in the reputation table
+    /// are read from the payload again, so `record` must be the record prepared. A batch that
+    /// this cannot apply (its weights sum to 0, its event id is a resend, a payload without
+    /// those voter ids) goes through [`Engine::process`], which words the rejection: the
+    /// weighed path declines before it changes anything.
     pub fn apply_prepared(
         &self,
         state: &mut PartitionState,
@@ -648,20 +666,20 @@ impl Engine {
         prepared: &PreparedVotes,
         out: &mut Vec<Output>,
     ) -> Outcome {
-        let Some(batch) = record.payload.and_then(|p| prepared.spans.batch(p)) else {
-            return self.process(state, reputations, record, out);
-        };
-        match self.apply_batch(
-            state,
-            reputations,
-            &batch,
-            prepared.at,
-            record.receipt(),
-            out,
-        ) {
-            Ok(outcome) => outcome,
-            Err(rejection) => self.reject(record, &rejection, out),
-        }
+        let applied = record
+            .payload
+            .and_then(|p| prepared.votes.weights(p, |voter| reputations.get(voter)))
+            .and_then(|weights| weighted_mean(weights.iter().copied()))
+            .and_then(|mean| {
+                let weighed = Weighed {
+                    project_id: prepared.project.as_str(),
+                    fingerprint: prepared.fingerprint,
+                    mean,
+                    votes: prepared.votes.count(),
+                };
+                self.apply_weighed(state, &weighed, prepared.at, record.receipt(), out)
+            });
+        applied.unwrap_or_else(|| self.process(state, reputations, record, out))
     }
 
     /// Applies a validated vote batch observed at `at`: the HumanJudge update, duplicate
@@ -679,9 +697,7 @@ impl Engine {
     ) -> Result<Outcome, Rejection> {
         let weights = batch.votes.iter().map(|v| {
             (
-                v.reputation
-                    .or_else(|| reputations.get(v.voter_id))
-                    .unwrap_or(1.0),
+                vote::weight(v.reputation, || reputations.get(v.voter_id)),
                 v.value,
             )
         });
@@ -691,6 +707,35 @@ impl Engine {
                 "the votes' reputations sum to 0; the batch carries no weight",
             )
         })?;
+        let weighed = Weighed {
+            project_id: batch.project_id,
+            fingerprint: dedupe::fingerprint(batch.event_id),
+            mean,
+            votes: batch.votes.len(),
+        };
+        self.apply_weighed(state, &weighed, at, receipt, out)
+            .ok_or_else(|| {
+                Rejection::new(
+                    ErrorCode::DuplicateEventId,
+                    format!(
+                        "`event_id` {:?} was already applied to project {:?}",
+                        batch.event_id, batch.project_id
+                    ),
+                )
+            })
+    }
+
+    /// [`Engine::apply_batch`] once the batch's votes are weighed. `None` if its event id is a
+    /// resend, and then nothing has changed: a project it would create cannot have seen the
+    /// id, and the window's probe that finds it changes nothing.
+    fn apply_weighed(
+        &self,
+        state: &mut PartitionState,
+        batch: &Weighed<'_>,
+        at: EventTime,
+        receipt: Receipt,
+        out: &mut Vec<Output>,
+    ) -> Option<Outcome> {
         let project = match state.projects.get_mut(batch.project_id) {
             Some(p) => p,
             None => state
@@ -703,29 +748,20 @@ impl Engine {
         if let (Some(offset), Some(through)) = (receipt.offset, project.applied_through)
             && offset <= through
         {
-            return Ok(Outcome::Replayed);
+            return Some(Outcome::Replayed);
         }
         // One probe of the window both detects a resend and remembers the id (nothing below
         // can reject the batch): with a full window each probe is a cache miss.
-        let Some(remembered) = project
+        let remembered = project
             .seen
-            .insert(batch.event_id, self.config.limits.dedupe_window)
-        else {
-            return Err(Rejection::new(
-                ErrorCode::DuplicateEventId,
-                format!(
-                    "`event_id` {:?} was already applied to project {:?}",
-                    batch.event_id, batch.project_id
-                ),
-            ));
-        };
+            .insert_fingerprint(batch.fingerprint, self.config.limits.dedupe_window)?;
         if receipt.offset.is_some() {
             project.applied_through = receipt.offset;
         }
         let lambda = self.config.scoring.lambda_for(batch.project_id);
         let step = project
             .score
-            .apply(at, mean, batch.votes.len() as u64, lambda);
+            .apply(at, batch.mean, batch.votes as u64, lambda);
         let interval = self.config.output.scores_coalesce_ms;
         let c = &mut project.coalescing;
         let clock_ms = receipt.clock_ms;
@@ -761,7 +797,7 @@ impl Engine {
             batch.project_id,
             &remembered,
         );
-        Ok(if step.late {
+        Some(if step.late {
             Outcome::Late
         } else {
             Outcome::Applied

@@ -10,10 +10,12 @@ use super::fields::Fields;
 use super::json::Json;
 use super::rejection::{ErrorCode, Rejection};
 
-/// Voter id -> reputation.
+/// Voter id -> reputation. Hashed with foldhash, like the state's maps (see
+/// [`super::IdMap`]): every vote without an explicit reputation looks its voter up here, and
+/// std's SipHash was most of that lookup.
 #[derive(Debug, Default)]
 pub struct ReputationTable {
-    entries: DashMap<String, f64>,
+    entries: DashMap<String, f64, foldhash::fast::RandomState>,
 }
 
 /// A validated change to the table.

@@ -422,12 +422,15 @@ fn arb_payload() -> impl Strategy<Value = String> {
 /// Batches whose ids carry JSON escapes (their strings are copies, not slices of the payload),
 /// some with an item id and some without `occurred_at`.
 fn arb_escaped_payload() -> impl Strategy<Value = String> {
-    (0u8..6, any::<bool>(), any::<bool>(), 0.0..=1.0f64).prop_map(|(id, escape, timed, v)| {
+    let flags = (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>());
+    (0u8..6, flags, 0.0..=1.0f64).prop_map(|(id, (escape, timed, event, project), v)| {
         let voter = if escape { r"u\u0041" } else { "u" };
         let at = if timed { r#""occurred_at": 1700000050000, "#.to_owned() } else { String::new() };
+        // An escaped id is the same id as its plain spelling: `e\u0033` is `e3`.
+        let event_id = if event { format!(r"e\u003{id}") } else { format!("e{id}") };
+        let project = if project { format!(r"p\u003{}", id % 2) } else { format!("p{}", id % 2) };
         format!(
-            r#"{{"event_id": "e{id}", "project_id": "p{}", {at}"item_id": "i\n{id}", "votes": [{{"voter_id": "{voter}", "value": {v}}}]}}"#,
-            id % 2
+            r#"{{"event_id": "{event_id}", "project_id": "{project}", {at}"item_id": "i\n{id}", "votes": [{{"voter_id": "{voter}", "value": {v}}}]}}"#
         )
     })
 }
@@ -440,10 +443,17 @@ fn prepare_votes_takes_plain_batches_and_leaves_the_rest_to_process() {
         "2026-01-01T00:00:00Z",
         r#"{"voter_id": "u", "value": 1}"#,
     );
-    let escaped = votes(
+    // Escapes in the ids the batch keeps (project, event fingerprint) do not matter; in a
+    // voter id, which applying reads again from the payload, they do.
+    let escaped_event = votes(
         "e\\u0031",
         "2026-01-01T00:00:00Z",
         r#"{"voter_id": "u", "value": 1}"#,
+    );
+    let escaped = votes(
+        "e1",
+        "2026-01-01T00:00:00Z",
+        r#"{"voter_id": "\\u0075", "value": 1}"#,
     );
     let invalid = votes(
         "e1",
@@ -452,6 +462,10 @@ fn prepare_votes_takes_plain_batches_and_leaves_the_rest_to_process() {
     );
     assert!(
         e.prepare_votes(&rec("jury.votes", Some(plain.as_bytes())))
+            .is_some()
+    );
+    assert!(
+        e.prepare_votes(&rec("jury.votes", Some(escaped_event.as_bytes())))
             .is_some()
     );
     assert!(
@@ -466,7 +480,8 @@ fn prepare_votes_takes_plain_batches_and_leaves_the_rest_to_process() {
         e.prepare_votes(&rec("jury.judge-scores", Some(plain.as_bytes())))
             .is_none()
     );
-    // Applied to a record whose payload does not hold those positions: processed from the start.
+    // Applied to a record whose payload does not hold the voter id it looks up: processed from
+    // the start.
     let p = e
         .prepare_votes(&rec("jury.votes", Some(plain.as_bytes())))
         .expect("prepared");
@@ -515,9 +530,16 @@ proptest! {
         payloads in prop::collection::vec(
             (prop_oneof![arb_payload(), arb_escaped_payload()], prop::option::of(0i64..100)),
             1..40,
-        )
+        ),
+        table in prop::collection::vec((prop::sample::select(vec!["u", "v", "uA"]), 0.0..3.0f64), 0..3),
     ) {
         let (mut plain, mut split) = (Harness::new(), Harness::new());
+        // Votes without an explicit reputation weigh their voter's in the table, if any.
+        for &(voter_id, reputation) in &table {
+            let change = ReputationChange::Upsert { voter_id, reputation };
+            plain.reps.apply(&change);
+            split.reps.apply(&change);
+        }
         let mut prepared = 0;
         for (payload, secs) in &payloads {
             let mut record = rec("jury.votes", Some(payload.as_bytes()));

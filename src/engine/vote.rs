@@ -37,6 +37,13 @@ pub struct Vote<'a> {
     pub reputation: Option<f64>,
 }
 
+/// A vote's weight in its batch's mean: its explicit reputation, else its voter's current one
+/// in the reputation table (`table`, asked only then), else 1. The one rule for both ways a
+/// batch is applied (as a [`VoteBatch`], and prepared: [`VoteSpans::weights`]).
+pub fn weight(explicit: Option<f64>, table: impl FnOnce() -> Option<f64>) -> f64 {
+    explicit.or_else(table).unwrap_or(1.0)
+}
+
 /// Limits that apply while reading a batch.
 #[derive(Debug, Clone, Copy)]
 pub struct VoteLimits {
@@ -341,16 +348,12 @@ fn read_vote_fields<'d>(f: &Fields<'d, '_, '_>, limits: VoteLimits) -> Result<Vo
 /// Where a string lies in its payload: `start..end` in bytes.
 type Span = (u32, u32);
 
-/// A validated vote batch as positions in its payload instead of borrowed strings. Positions
-/// carry no lifetime, so the Kafka runtime validates a batch on its polling thread and sends
-/// them, with the message that owns the payload, to the processing thread, which rebuilds the
-/// batch with [`BatchSpans::batch`] without parsing or copying anything.
+/// A validated batch's votes, each voter id as its position in the payload instead of a
+/// borrowed string. Positions carry no lifetime, so the Kafka runtime validates a batch on its
+/// polling thread and sends its votes, with the message that owns the payload, to the
+/// processing thread, which weighs them ([`VoteSpans::weights`]) without parsing anything.
 #[derive(Debug, Clone, PartialEq)]
-pub struct BatchSpans {
-    event_id: Span,
-    project_id: Span,
-    occurred_at: Option<EventTime>,
-    item_id: Option<Span>,
+pub struct VoteSpans {
     votes: SmallVec<[(Span, f64, Option<f64>); 4]>,
 }
 
@@ -362,22 +365,12 @@ fn span(payload: &[u8], s: &str) -> Option<Span> {
     (end <= payload.len()).then_some((u32::try_from(start).ok()?, u32::try_from(end).ok()?))
 }
 
-fn text(payload: &str, (start, end): Span) -> Option<&str> {
-    payload.get(start as usize..end as usize)
-}
-
 impl VoteBatch<'_> {
-    /// The batch as positions in `payload`; `None` if one of its strings is not a slice of
-    /// `payload` (it had escapes), and then the batch has to be read again from the payload.
-    pub fn spans(&self, payload: &[u8]) -> Option<BatchSpans> {
-        Some(BatchSpans {
-            event_id: span(payload, self.event_id)?,
-            project_id: span(payload, self.project_id)?,
-            occurred_at: self.occurred_at,
-            item_id: match self.item_id {
-                Some(i) => Some(span(payload, i)?),
-                None => None,
-            },
+    /// The batch's votes with their voter ids as positions in `payload`; `None` if one of them
+    /// is not a slice of `payload` (it had escapes), and then the batch has to be read again
+    /// from the payload.
+    pub fn vote_spans(&self, payload: &[u8]) -> Option<VoteSpans> {
+        Some(VoteSpans {
             votes: self
                 .votes
                 .iter()
@@ -387,32 +380,35 @@ impl VoteBatch<'_> {
     }
 }
 
-impl BatchSpans {
-    /// The batch again, borrowing from the payload it was validated in. Given a payload too
-    /// short for the positions (or cut inside a character, or not UTF-8), `None`. The payload
-    /// is checked as a whole once: a check per string cost a tenth of applying the batch.
-    pub fn batch<'a>(&self, payload: &'a [u8]) -> Option<VoteBatch<'a>> {
-        let payload = std::str::from_utf8(payload).ok()?;
-        Some(VoteBatch {
-            event_id: text(payload, self.event_id)?,
-            project_id: text(payload, self.project_id)?,
-            occurred_at: self.occurred_at,
-            item_id: match self.item_id {
-                Some(i) => Some(text(payload, i)?),
-                None => None,
-            },
-            votes: self
-                .votes
-                .iter()
-                .map(|&(voter, value, reputation)| {
-                    Some(Vote {
-                        voter_id: text(payload, voter)?,
-                        value,
-                        reputation,
-                    })
-                })
-                .collect::<Option<_>>()?,
-        })
+impl VoteSpans {
+    /// How many votes the batch has.
+    pub fn count(&self) -> usize {
+        self.votes.len()
+    }
+
+    /// Each vote's weight (see [`weight`]) and value, in order, without rebuilding the batch:
+    /// `table` gets the voter id of each vote without an explicit reputation, read from
+    /// `payload` only then, so applying a prepared batch reads nothing else of it. `None` if
+    /// such an id is not a UTF-8 slice of `payload` (not the payload the batch was validated in).
+    pub fn weights(
+        &self,
+        payload: &[u8],
+        table: impl Fn(&str) -> Option<f64>,
+    ) -> Option<SmallVec<[(f64, f64); 4]>> {
+        self.votes
+            .iter()
+            .map(|&(voter, value, reputation)| {
+                let w = match reputation {
+                    Some(_) => weight(reputation, || None),
+                    None => {
+                        let id = payload.get(voter.0 as usize..voter.1 as usize)?;
+                        let id = std::str::from_utf8(id).ok()?;
+                        weight(None, || table(id))
+                    }
+                };
+                Some((w, value))
+            })
+            .collect()
     }
 }
 
