@@ -58,6 +58,12 @@ use queue::{Consumed, Fetched, ForwardTo};
 /// Sealed epochs allowed in flight before processing waits for acknowledgements.
 const MAX_EPOCHS_IN_FLIGHT: usize = 50;
 
+/// Epochs whose acknowledgements [`Delivery`] counts, in a ring indexed by epoch: more than can
+/// be live at once (the sealed ones, at most one past [`MAX_EPOCHS_IN_FLIGHT`] before processing
+/// waits, and the one being filled), so no two live epochs share a counter.
+const ACKED_EPOCHS: usize = 64;
+const _: () = assert!(ACKED_EPOCHS > MAX_EPOCHS_IN_FLIGHT + 2);
+
 /// Records per batch handed from the polling thread to the processing thread, which applies a
 /// batch back to back before its periodic work (sealing, acknowledgements, the reputation table,
 /// clocks) runs again: doing that work per record cost more than processing the record, and a
@@ -168,8 +174,10 @@ struct Delivery {
     per_destination: Vec<(prometheus::IntCounter, prometheus::Histogram)>,
     failures: AtomicU64,
     last_failure: Mutex<Option<String>>,
-    /// Acknowledged records per epoch.
-    acked: Mutex<IdMap<u64, u64>>,
+    /// Acknowledged records per epoch, at `epoch % ACKED_EPOCHS`; reset when the epoch is
+    /// committed. Counters, not a locked map: there is a report per produced record, and with
+    /// 100,000 projects nearly a record per event.
+    acked: [AtomicU64; ACKED_EPOCHS],
     /// Delivery reports served so far, acknowledged or failed.
     reports: AtomicU64,
 }
@@ -184,6 +192,13 @@ impl ClientContext for Delivery {
     }
 }
 
+impl Delivery {
+    /// The acknowledgement counter of `epoch` (see [`ACKED_EPOCHS`]).
+    fn acked_count(&self, epoch: u64) -> &AtomicU64 {
+        &self.acked[(epoch % ACKED_EPOCHS as u64) as usize]
+    }
+}
+
 impl ProducerContext for Delivery {
     type DeliveryOpaque = Box<Tag>;
 
@@ -191,9 +206,7 @@ impl ProducerContext for Delivery {
         self.reports.fetch_add(1, Ordering::Relaxed);
         match result {
             Ok(_) => {
-                if let Ok(mut acked) = self.acked.lock() {
-                    *acked.entry(tag.epoch).or_default() += 1;
-                }
+                self.acked_count(tag.epoch).fetch_add(1, Ordering::Relaxed);
                 if let Some((outputs, latency)) = self.per_destination.get(tag.destination) {
                     outputs.inc();
                     if let Some(ms) = tag.event_ms {
@@ -685,11 +698,8 @@ impl Core {
     fn acked(&self, epoch: u64) -> u64 {
         self.producer
             .context()
-            .acked
-            .lock()
-            .ok()
-            .and_then(|a| a.get(&epoch).copied())
-            .unwrap_or(0)
+            .acked_count(epoch)
+            .load(Ordering::Relaxed)
     }
 
     /// The owned partitions, in order (epochs and releases go partition by partition, so what
@@ -878,9 +888,11 @@ impl Core {
                     }
                 }
             }
-            if let Ok(mut a) = self.producer.context().acked.lock() {
-                a.remove(&id);
-            }
+            // Every record of the epoch is acknowledged: its counter serves a later epoch.
+            self.producer
+                .context()
+                .acked_count(id)
+                .store(0, Ordering::Relaxed);
             self.metrics.cycles.inc();
             self.metrics
                 .cycle_duration
@@ -1026,7 +1038,7 @@ pub fn run(
                 .collect(),
             failures: AtomicU64::new(0),
             last_failure: Mutex::new(None),
-            acked: Mutex::new(IdMap::default()),
+            acked: std::array::from_fn(|_| AtomicU64::new(0)),
             reports: AtomicU64::new(0),
         })?;
     // The polling thread validates with its own copy of the (stateless) engine.
