@@ -46,6 +46,7 @@ use crate::engine::dedupe::RecentIds;
 use crate::engine::leaderboard::Entry;
 use crate::engine::score::ProjectScore;
 use crate::engine::session::{ProjectSessions, Session, SessionBook};
+use crate::engine::text::{push_i64, push_str, push_u64};
 use crate::engine::time::EventTime;
 use crate::engine::{Change, IdMap, InputTopic, PartitionState, ProjectKey, VoteProject};
 
@@ -116,7 +117,7 @@ impl Unit {
         b.push(b'"');
         for id in ids {
             b.push(b',');
-            push_json_str(b, id);
+            push_str(b, id);
         }
         b.push(b']');
     }
@@ -165,21 +166,6 @@ fn hex_digits(v: u32) -> [u8; 8] {
     ascii.to_be_bytes()
 }
 
-/// Appends `id` as a JSON string.
-fn push_json_str(b: &mut Vec<u8>, id: &str) {
-    if id
-        .bytes()
-        .all(|c| c >= 0x20 && c != b'"' && c != b'\\' && c < 0x7f)
-    {
-        b.push(b'"');
-        b.extend_from_slice(id.as_bytes());
-        b.push(b'"');
-    } else {
-        // Writing a string into a vector cannot fail.
-        serde_json::to_writer(b, id).ok();
-    }
-}
-
 /// Appends `value` as JSON; false if it could not be serialized.
 fn push_json(b: &mut Vec<u8>, value: &impl Serialize) -> bool {
     serde_json::to_writer(b, value).is_ok()
@@ -203,29 +189,6 @@ fn push_bucket(b: &mut Vec<u8>, ids: impl ExactSizeIterator<Item = (u64, u128)>)
     }
     b.push(b']');
     n > 0
-}
-
-/// Appends the decimal digits of `n` (without the formatting machinery).
-fn push_u64(b: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    b.extend_from_slice(&digits[at..]);
-}
-
-/// Appends the decimal digits of `n`, signed.
-fn push_i64(b: &mut Vec<u8>, n: i64) {
-    if n < 0 {
-        b.push(b'-');
-    }
-    push_u64(b, n.unsigned_abs());
 }
 
 /// Appends the value of an offset record, `{"offset":N}`.

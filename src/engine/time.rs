@@ -99,6 +99,18 @@ impl fmt::Display for EventTime {
     }
 }
 
+impl EventTime {
+    /// Appends the spelling [`fmt::Display`] gives, without the `fmt` machinery (for records
+    /// written field by field, see [`super::text`]).
+    pub fn push_rfc3339(self, b: &mut Vec<u8>) {
+        let mut buf = [0u8; RFC3339_MAX];
+        match self.rfc3339(&mut buf) {
+            Some(text) => b.extend_from_slice(text.as_bytes()),
+            None => b.extend_from_slice(self.to_string().as_bytes()),
+        }
+    }
+}
+
 /// The longest spelling: `9999-12-31T23:59:59.123456789Z`.
 const RFC3339_MAX: usize = 30;
 
