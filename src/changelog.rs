@@ -664,9 +664,7 @@ fn recycle<T, U>(v: Vec<T>) -> Vec<U> {
 /// the ids of its open dedupe bucket and the offset of its last applied batch (when known).
 fn push_project(b: &mut Vec<u8>, project: &VoteProject) -> bool {
     b.extend_from_slice(b"{\"score\":");
-    if !push_json(b, &project.score) {
-        return false;
-    }
+    project.score.push_json(b);
     b.extend_from_slice(b",\"seen\":");
     let bucket = bucket_of_newest(&project.seen).unwrap_or(0);
     push_bucket(

@@ -100,6 +100,11 @@ impl fmt::Display for EventTime {
 }
 
 impl EventTime {
+    /// Seconds and nanoseconds since the Unix epoch: the serialized form's two fields.
+    pub fn parts(self) -> (i64, u32) {
+        (self.secs, self.nanos)
+    }
+
     /// Appends the spelling [`fmt::Display`] gives, without the `fmt` machinery (for records
     /// written field by field, see [`super::text`]).
     pub fn push_rfc3339(self, b: &mut Vec<u8>) {
