@@ -8,7 +8,7 @@
 //! keeps the latest value per key, exactly as compaction would. This module is pure: the Kafka
 //! runtime does the reading and writing.
 //!
-//! Dedupe windows are stored in buckets of [`SEEN_BUCKET`] consecutive ids. A vote project's
+//! Dedupe windows are stored in buckets of `SEEN_BUCKET` consecutive ids. A vote project's
 //! record carries its score *and* its newest (open) bucket, for two reasons: with many projects
 //! nearly every event changes both, and one record instead of two is a third fewer produced
 //! records per event; and the score and the ids it counts are then written atomically. A bucket

@@ -82,7 +82,7 @@ impl EventTime {
 
 impl fmt::Display for EventTime {
     /// UTC with `Z`, and 0, 3, 6 or 9 fraction digits as the value needs: one spelling per instant,
-    /// so outputs are byte-deterministic. Written digit by digit ([`EventTime::rfc3339`]): every
+    /// so outputs are byte-deterministic. Written digit by digit (`EventTime::rfc3339`): every
     /// score record carries one, and chrono's formatting (a `String` and the `fmt` machinery) was
     /// a fifth of rendering the record.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -71,7 +71,7 @@ enum RawVotes<'a> {
 
 impl<'a> RawBatch<'a> {
     /// Reads a payload; fails only when it is not JSON at all. The common plain shape is read
-    /// by [`scan`] in one pass; anything else by serde.
+    /// by `scan` in one pass; anything else by serde.
     pub fn parse(payload: &'a [u8]) -> Result<RawBatch<'a>, ParseFailure> {
         match std::str::from_utf8(payload).ok().and_then(scan::scan) {
             Some(raw) => Ok(raw),

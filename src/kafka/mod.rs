@@ -2,7 +2,7 @@
 //! outputs, keeps state durable in the changelog, and commits only what is safely published.
 //!
 //! Work proceeds in **epochs** of at most `kafka.commit_interval_ms`, ended early once the input
-//! is quiet (see [`Clocks`]):
+//! is quiet (see `Clocks`):
 //! 1. records are processed as they arrive; outputs are produced at once (scores coalesced per
 //!    project within `output.scores_coalesce_ms`, the held ones published on a tick of that
 //!    interval);
@@ -19,10 +19,10 @@
 //! flushed, committed and dropped inside the revoke callback, before another instance owns it.
 //!
 //! Two threads share the work. The **polling thread** reads the group's records in batches
-//! (from a queue of its own, see [`queue`]), validates vote batches (parsing is a third of a
+//! (from a queue of its own, see `queue`), validates vote batches (parsing is a third of a
 //! record's cost) and destroys the messages of applied batches; the **processing thread**
 //! applies them in order, prefetching a few records ahead (see [`crate::prefetch`]), produces
-//! (through topic handles, see [`produce`]), seals, commits and serves the reputation table.
+//! (through topic handles, see `produce`), seals, commits and serves the reputation table.
 //! The rebalance callback runs on the polling thread and takes the processing thread's lock, so
 //! state never changes while a partition is handed over. Records polled before their partition
 //! was revoked and not applied yet are dropped: their offsets were never committed, so the next
