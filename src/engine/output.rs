@@ -69,8 +69,8 @@ impl Output {
 }
 
 impl ScoreValue {
-    /// The `jury.scores` record of `project_id`: [`ScoreRecord`] as serde renders it, to the
-    /// byte (a property test holds the two together), written field by field. With many
+    /// The `jury.scores` record of `project_id`, written field by field: a property test holds
+    /// it, to the byte, to serde's rendering of the same fields in the same order. With many
     /// projects nearly every event publishes a score, and serde's per-field machinery and
     /// escaping checks were most of the cost of rendering one.
     pub fn render(&self, project_id: &str) -> String {
@@ -113,25 +113,6 @@ pub struct ScoreValue {
     pub evaluations: u64,
     pub votes: u64,
     pub last_event_at: EventTime,
-}
-
-/// `jury.scores`: the project's score after one applied batch.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ScoreRecord<'a> {
-    pub project_id: &'a str,
-    pub score: f64,
-    pub freshness: f64,
-    pub alpha: f64,
-    pub lambda: f64,
-    pub evaluations: u64,
-    pub votes: u64,
-    /// RFC 3339, UTC (written straight into the record, without a string of its own).
-    #[serde(serialize_with = "rfc3339")]
-    pub last_event_at: EventTime,
-}
-
-fn rfc3339<S: serde::Serializer>(at: &EventTime, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(at)
 }
 
 /// Where a rejected record came from.
@@ -213,6 +194,24 @@ mod tests {
             v.render("proj-42"),
             r#"{"project_id":"proj-42","score":0.75,"freshness":0.25,"alpha":0.75,"lambda":0.01,"evaluations":3,"votes":7,"last_event_at":"2026-11-20T10:00:07.250Z"}"#
         );
+    }
+
+    /// `jury.scores` as serde renders it: what [`ScoreValue::render`] must write.
+    #[derive(Serialize)]
+    struct ScoreRecord<'a> {
+        project_id: &'a str,
+        score: f64,
+        freshness: f64,
+        alpha: f64,
+        lambda: f64,
+        evaluations: u64,
+        votes: u64,
+        #[serde(serialize_with = "rfc3339")]
+        last_event_at: EventTime,
+    }
+
+    fn rfc3339<S: serde::Serializer>(at: &EventTime, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(at)
     }
 
     proptest::proptest! {

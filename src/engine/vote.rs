@@ -398,15 +398,15 @@ impl VoteSpans {
         self.votes
             .iter()
             .map(|&(voter, value, reputation)| {
-                let w = match reputation {
-                    Some(_) => weight(reputation, || None),
+                // The voter id, read only for a vote the table has to weigh.
+                let id = match reputation {
+                    Some(_) => None,
                     None => {
                         let id = payload.get(voter.0 as usize..voter.1 as usize)?;
-                        let id = std::str::from_utf8(id).ok()?;
-                        weight(None, || table(id))
+                        Some(std::str::from_utf8(id).ok()?)
                     }
                 };
-                Some((w, value))
+                Some((weight(reputation, || id.and_then(&table)), value))
             })
             .collect()
     }
