@@ -13,13 +13,15 @@
 //! `LOAD_FETCH_WAIT_MS` for every consumer's `fetch.wait.max.ms` (default 10),
 //! `LOAD_SERVICE_CONFIG` for TOML appended to the service's configuration (e.g.
 //! `[kafka.producer]` settings to try), `LOAD_IO_RECORDS` for the records per event (c) writes
-//! instead of jurystream's.
+//! instead of jurystream's, `LOAD_IO_VALIDATE=1` for a (c) whose polling thread also reads and
+//! validates every event as the service's does (the least work any correct service does).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use jurystream::engine::{PreparedVotes, Record};
 use jurystream::kafka::clients;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
@@ -123,7 +125,21 @@ fn raw_consume(bootstrap: &str, topic: &str, n: usize) -> f64 {
 /// stop of 2026-11-22 one thread did both, and with 100,000 projects that thread, not the
 /// machine, was the limit (557-594k events/s against 612-789k on two threads at 1.7 records
 /// per event).
-fn raw_consume_produce(bootstrap: &str, topic: &str, out: &str, n: usize, per_event: f64) -> f64 {
+///
+/// With `validate` the polling thread also reads and validates each event as the service's
+/// polling thread does ([`jurystream::engine::Engine::prepare_votes`]) and hands the prepared
+/// votes over with the message: the I/O plus the least a service that rejects bad input must
+/// do per event, so a bound on any such service at this output volume, not only on jurystream.
+fn raw_consume_produce(
+    bootstrap: &str,
+    topic: &str,
+    out: &str,
+    n: usize,
+    per_event: f64,
+    validate: bool,
+) -> f64 {
+    let engine = jurystream::engine::Engine::new(jurystream::config::Config::default());
+    let votes_topic = engine.config().topics.votes.clone();
     let c = raw_consumer(bootstrap, topic);
     let p: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -136,9 +152,11 @@ fn raw_consume_produce(bootstrap: &str, topic: &str, out: &str, n: usize, per_ev
     let warm = BaseRecord::<[u8], [u8]>::to(out).payload(b"warm-up".as_slice());
     support::send_waiting(&p, warm, Duration::from_millis(1));
     p.flush(Duration::from_secs(30)).expect("flush");
-    let (batches, received) = std::sync::mpsc::sync_channel::<Vec<BorrowedMessage<'_>>>(64);
+    type Batch<'a> = Vec<(BorrowedMessage<'a>, Option<PreparedVotes>)>;
+    let (batches, received) = std::sync::mpsc::sync_channel::<Batch<'_>>(64);
     let started = std::thread::scope(|s| {
         let c = &c;
+        let (engine, votes_topic) = (&engine, votes_topic.as_str());
         // The clock starts at the first message polled, as in (a).
         let polling = s.spawn(move || {
             let (mut count, mut started) = (0, None);
@@ -147,7 +165,25 @@ fn raw_consume_produce(bootstrap: &str, topic: &str, out: &str, n: usize, per_ev
                 let mut next = c.poll(Duration::from_millis(100));
                 while let Some(Ok(m)) = next {
                     started.get_or_insert_with(Instant::now);
-                    batch.push(m);
+                    let prepared = validate.then(|| {
+                        let record = Record {
+                            topic: votes_topic,
+                            partition: Some(m.partition()),
+                            offset: Some(m.offset()),
+                            key: m.key(),
+                            timestamp_ms: m.timestamp().to_millis(),
+                            payload: m.payload(),
+                            clock_ms: None,
+                        };
+                        engine.prepare_votes(&record)
+                    });
+                    // Every preloaded event is valid: one that is not would make this loop
+                    // skip work the service does.
+                    assert!(
+                        prepared.as_ref().is_none_or(Option::is_some),
+                        "a preloaded event failed validation"
+                    );
+                    batch.push((m, prepared.flatten()));
                     count += 1;
                     if batch.len() == 512 || count == n {
                         break;
@@ -162,7 +198,7 @@ fn raw_consume_produce(bootstrap: &str, topic: &str, out: &str, n: usize, per_ev
         });
         let mut owed = 0.0;
         for batch in received {
-            for m in &batch {
+            for (m, _) in &batch {
                 owed += per_event;
                 while owed >= 1.0 {
                     owed -= 1.0;
@@ -399,6 +435,11 @@ fn io_records() -> Option<f64> {
     std::env::var("LOAD_IO_RECORDS").ok()?.parse().ok()
 }
 
+/// Whether (c) also validates every event (`LOAD_IO_VALIDATE=1`; see [`raw_consume_produce`]).
+fn io_validate() -> bool {
+    std::env::var("LOAD_IO_VALIDATE").is_ok_and(|v| v == "1")
+}
+
 /// Rounds per scenario: `LOAD_ROUNDS`, default 3. This shared machine's speed drifts by ±20%
 /// within minutes, so one (a) and one (b) measure the drift as much as jurystream; a round runs
 /// (a), (b) and (c) back to back, and the ratios are taken within a round, then their median.
@@ -510,7 +551,8 @@ fn main() {
             // A topic this vote-only load leaves empty.
             let out = format!("{own}.consensus");
             let per_event = io_records().unwrap_or(outputs + changelog);
-            let io = raw_consume_produce(&broker.bootstrap, &topic, &out, n, per_event);
+            let io =
+                raw_consume_produce(&broker.bootstrap, &topic, &out, n, per_event, io_validate());
             let row = Row {
                 raw,
                 svc,
