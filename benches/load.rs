@@ -518,6 +518,13 @@ fn main() {
         "load: {n} events of ~200 bytes per scenario, {PARTITIONS} partitions, broker {}",
         broker.bootstrap
     );
+    // What the last two columns measure, when a knob changed it.
+    if let Some(r) = io_records() {
+        println!("(c) writes {r} records per event (LOAD_IO_RECORDS)");
+    }
+    if io_validate() {
+        println!("(c) also reads and validates every event (LOAD_IO_VALIDATE=1)");
+    }
     let rounds = rounds();
     println!(
         "| projects | round | raw consume (msg/s) | jurystream end to end (events/s) | ratio | outputs per event | changelog records per event | raw consume + produce as many records (events/s) | jurystream / that |"
