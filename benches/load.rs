@@ -21,8 +21,8 @@ mod support;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use jurystream::engine::{PreparedVotes, Record};
-use jurystream::kafka::clients;
+use jurystream::engine::PreparedVotes;
+use jurystream::kafka::{self, clients};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::message::{BorrowedMessage, Message, Timestamp};
@@ -165,18 +165,8 @@ fn raw_consume_produce(
                 let mut next = c.poll(Duration::from_millis(100));
                 while let Some(Ok(m)) = next {
                     started.get_or_insert_with(Instant::now);
-                    let prepared = validate.then(|| {
-                        let record = Record {
-                            topic: votes_topic,
-                            partition: Some(m.partition()),
-                            offset: Some(m.offset()),
-                            key: m.key(),
-                            timestamp_ms: m.timestamp().to_millis(),
-                            payload: m.payload(),
-                            clock_ms: None,
-                        };
-                        engine.prepare_votes(&record)
-                    });
+                    let prepared = validate
+                        .then(|| engine.prepare_votes(&kafka::message_record(&m, votes_topic)));
                     // Every preloaded event is valid: one that is not would make this loop
                     // skip work the service does.
                     assert!(

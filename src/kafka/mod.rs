@@ -1269,8 +1269,15 @@ fn record<'m>(msg: &'m Consumed<'_>, topic: &'m str) -> Record<'m> {
 
 /// The engine's view of a `jury.reputations` record, read by its own consumer.
 fn reputation_record<'m>(msg: &'m BorrowedMessage<'_>) -> Record<'m> {
+    message_record(msg, msg.topic())
+}
+
+/// The engine's view of a message read through an rdkafka consumer (not the service's own
+/// queue, see `record`), as input topic `topic`: the reputation table's records, and the load
+/// benchmark's loop that validates events as the polling thread does.
+pub fn message_record<'m>(msg: &'m impl Message, topic: &'m str) -> Record<'m> {
     Record {
-        topic: msg.topic(),
+        topic,
         partition: Some(msg.partition()),
         offset: Some(msg.offset()),
         key: msg.key(),
