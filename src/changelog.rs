@@ -37,7 +37,8 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 
 use hashbrown::hash_table::{Entry as SlotEntry, HashTable};
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeSeq;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -46,7 +47,6 @@ use crate::engine::dedupe::RecentIds;
 use crate::engine::leaderboard::Entry;
 use crate::engine::score::ProjectScore;
 use crate::engine::session::{ProjectSessions, Session, SessionBook};
-use crate::engine::text::{push_i64, push_str, push_u64};
 use crate::engine::time::EventTime;
 use crate::engine::{Change, IdMap, InputTopic, PartitionState, ProjectKey, VoteProject};
 
@@ -95,38 +95,38 @@ impl Unit {
         }
     }
 
-    /// Appends how every key of this unit begins, `["v",3,`: the one definition that keys are
-    /// written with and that [`Restorer`] recognises its unit's records by.
-    fn push_prefix(self, b: &mut Vec<u8>) {
-        b.extend_from_slice(b"[\"");
-        b.extend_from_slice(self.tag().as_bytes());
-        b.extend_from_slice(b"\",");
-        if self.partition < 0 {
-            b.push(b'-');
-        }
-        push_u64(b, u64::from(self.partition.unsigned_abs()));
-        b.push(b',');
-    }
-
-    /// Appends `["v",3,"project","proj-42"]`: written by hand because it is built for every
-    /// changed key in every flush; ids are escaped by serde_json.
-    fn push_key(self, b: &mut Vec<u8>, kind: &str, ids: &[&str]) {
-        self.push_prefix(b);
-        b.push(b'"');
-        b.extend_from_slice(kind.as_bytes());
-        b.push(b'"');
-        for id in ids {
-            b.push(b',');
-            push_str(b, id);
-        }
-        b.push(b']');
+    /// How every key of this unit begins, `["v",3,`: what [`Restorer`] recognises its unit's
+    /// records by. It is how serde writes the first two elements of a [`Key`].
+    fn prefix(self) -> Vec<u8> {
+        format!("[\"{}\",{},", self.tag(), self.partition).into_bytes()
     }
 
     /// The key of one of this unit's records, as text.
     fn key(self, kind: &str, ids: &[&str]) -> String {
         let mut b = Vec::new();
-        self.push_key(&mut b, kind, ids);
+        push_json(&mut b, &Key { unit: self, kind, ids });
         String::from_utf8_lossy(&b).into_owned()
+    }
+}
+
+/// A changelog key, written as the JSON array `["v",3,"project","proj-42"]`: the unit's tag and
+/// partition, the kind of state, then the ids that name it.
+struct Key<'a> {
+    unit: Unit,
+    kind: &'a str,
+    ids: &'a [&'a str],
+}
+
+impl Serialize for Key<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(3 + self.ids.len()))?;
+        seq.serialize_element(self.unit.tag())?;
+        seq.serialize_element(&self.unit.partition)?;
+        seq.serialize_element(self.kind)?;
+        for id in self.ids {
+            seq.serialize_element(id)?;
+        }
+        seq.end()
     }
 }
 
@@ -144,26 +144,18 @@ struct BookMeta {
 /// Ids per dedupe-window changelog record.
 const SEEN_BUCKET: u64 = 32;
 
-/// Appends the 32 lowercase hex digits of `fp` (`format!("{fp:032x}")` costs several times more,
-/// and a project's record carries up to 32 fingerprints, rendered at every flush it changed in).
-fn push_hex(b: &mut Vec<u8>, fp: u128) {
-    for quarter in (0..4).rev() {
-        b.extend_from_slice(&hex_digits((fp >> (quarter * 32)) as u32));
+/// A dedupe fingerprint as it is written: 32 lowercase hex digits.
+struct Hex(u128);
+
+impl Serialize for Hex {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("{:032x}", self.0))
     }
 }
 
-/// The 8 lowercase hex digits of `v`, eight at a time: each nibble is spread into a byte of a
-/// `u64` and turned into its digit with arithmetic that works on all eight bytes at once.
-fn hex_digits(v: u32) -> [u8; 8] {
-    let mut x = u64::from(v);
-    x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
-    x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
-    x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
-    // Bytes now hold the nibbles, the least significant in the lowest byte. A byte of 10 or
-    // more gets 1 here, and `'a' - '0' - 10` more below.
-    let letters = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
-    let ascii = x + 0x3030_3030_3030_3030 + letters * (b'a' - b'0' - 10) as u64;
-    ascii.to_be_bytes()
+/// A dedupe bucket as it is written: `[[seq,"fingerprint"],...]`.
+fn bucket(ids: impl Iterator<Item = (u64, u128)>) -> Vec<(u64, Hex)> {
+    ids.map(|(seq, fp)| (seq, Hex(fp))).collect()
 }
 
 /// Appends `value` as JSON; false if it could not be serialized.
@@ -171,43 +163,28 @@ fn push_json(b: &mut Vec<u8>, value: &impl Serialize) -> bool {
     serde_json::to_writer(b, value).is_ok()
 }
 
-/// Appends `[[seq,"fingerprint"],...]` (`[]` when there are no ids); false when there were none.
-fn push_bucket(b: &mut Vec<u8>, ids: impl ExactSizeIterator<Item = (u64, u128)>) -> bool {
-    // `[seq,"32 hex digits"],` is at most 59 bytes; a bucket's seqs are short in practice.
-    let n = ids.len();
-    b.reserve(2 + n * 45);
-    b.push(b'[');
-    for (i, (seq, fp)) in ids.enumerate() {
-        if i > 0 {
-            b.push(b',');
-        }
-        b.push(b'[');
-        push_u64(b, seq);
-        b.extend_from_slice(b",\"");
-        push_hex(b, fp);
-        b.extend_from_slice(b"\"]");
-    }
-    b.push(b']');
-    n > 0
+/// Appends a dedupe bucket (see [`bucket`]); false when it has no ids (then nothing is written).
+fn push_bucket(b: &mut Vec<u8>, ids: impl Iterator<Item = (u64, u128)>) -> bool {
+    let ids = bucket(ids);
+    !ids.is_empty() && push_json(b, &ids)
 }
 
-/// Appends the value of an offset record, `{"offset":N}`.
-fn push_offset_value(b: &mut Vec<u8>, offset: i64) {
-    b.extend_from_slice(b"{\"offset\":");
-    push_i64(b, offset);
-    b.push(b'}');
+/// The value of an offset record, `{"offset":N}`.
+#[derive(Serialize)]
+struct OffsetValue {
+    offset: i64,
 }
 
 /// How a redo chunk reads back: the write it belongs to (the writer's run and the flush's last
 /// input offset), whether it is the flush's last chunk, and the state records it carries, each
 /// a key and a value (`null` for a tombstone), as written.
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct RedoChunk<'a> {
     run: u64,
     offset: i64,
-    last: bool,
     #[serde(borrow)]
     records: Vec<(&'a RawValue, Option<&'a RawValue>)>,
+    last: bool,
 }
 
 /// The largest redo chunk a [`Renderer::default`] writes (records' keys and values).
@@ -283,10 +260,7 @@ impl Records {
 
     /// Appends the record holding the last input offset applied to `unit`'s state.
     fn push_offset(&mut self, unit: Unit, offset: i64) {
-        self.push(unit, "offset", &[], |b| {
-            push_offset_value(b, offset);
-            true
-        });
+        self.push(unit, "offset", &[], |b| push_json(b, &OffsetValue { offset }));
     }
 
     /// Appends `other`'s records.
@@ -310,7 +284,7 @@ impl Records {
         value: impl FnOnce(&mut Vec<u8>) -> bool,
     ) {
         let start = self.bytes.len();
-        unit.push_key(&mut self.bytes, kind, ids);
+        push_json(&mut self.bytes, &Key { unit, kind, ids });
         let key_end = self.bytes.len();
         let end = if value(&mut self.bytes) {
             Some(self.bytes.len())
@@ -571,29 +545,23 @@ impl Renderer {
         let mut records = body.iter().peekable();
         let mut chunks = 0;
         while records.peek().is_some() {
-            out.push(unit, "redo", &[&chunks.to_string()], |b| {
-                b.extend_from_slice(b"{\"run\":");
-                push_u64(b, run);
-                b.extend_from_slice(b",\"offset\":");
-                push_i64(b, offset);
-                b.extend_from_slice(b",\"records\":[");
-                let mut used = 0;
-                while let Some(r) = records.next_if(|r| used == 0 || used + size(r) <= budget) {
-                    if used > 0 {
-                        b.push(b',');
-                    }
-                    used += size(&r);
-                    b.push(b'[');
-                    b.extend_from_slice(r.key);
-                    b.push(b',');
-                    b.extend_from_slice(r.value.unwrap_or(b"null"));
-                    b.push(b']');
+            let mut chunk = RedoChunk {
+                run,
+                offset,
+                records: Vec::new(),
+                last: false,
+            };
+            let mut used = 0;
+            while let Some(r) = records.next_if(|r| used == 0 || used + size(r) <= budget) {
+                used += size(&r);
+                // The body's keys and values were written by serde just before.
+                let raw = |bytes| serde_json::from_slice::<&RawValue>(bytes).ok();
+                if let Some(key) = raw(r.key) {
+                    chunk.records.push((key, r.value.and_then(raw)));
                 }
-                b.extend_from_slice(b"],\"last\":");
-                let last = records.peek().is_none();
-                b.extend_from_slice(if last { b"true}" } else { b"false}" });
-                true
-            });
+            }
+            chunk.last = records.peek().is_none();
+            out.push(unit, "redo", &[&chunks.to_string()], |b| push_json(b, &chunk));
             chunks += 1;
         }
         let before = self.redo_chunks.insert(unit, chunks).unwrap_or(0);
@@ -663,30 +631,26 @@ fn recycle<T, U>(v: Vec<T>) -> Vec<U> {
 /// A vote project's record: `{"score":{...},"seen":[[seq,"fingerprint"],...],"offset":N}` with
 /// the ids of its open dedupe bucket and the offset of its last applied batch (when known).
 fn push_project(b: &mut Vec<u8>, project: &VoteProject) -> bool {
-    b.extend_from_slice(b"{\"score\":");
-    project.score.push_json(b);
-    b.extend_from_slice(b",\"seen\":");
-    let bucket = bucket_of_newest(&project.seen).unwrap_or(0);
-    push_bucket(
+    let open = bucket_of_newest(&project.seen).unwrap_or(0);
+    let seen = project
+        .seen
+        .range(open * SEEN_BUCKET, (open + 1) * SEEN_BUCKET);
+    push_json(
         b,
-        project
-            .seen
-            .range(bucket * SEEN_BUCKET, (bucket + 1) * SEEN_BUCKET),
-    );
-    if let Some(offset) = project.applied_through {
-        b.extend_from_slice(b",\"offset\":");
-        push_i64(b, offset);
-    }
-    b.push(b'}');
-    true
+        &ProjectRecord {
+            score: project.score.clone(),
+            seen: bucket(seen),
+            offset: project.applied_through,
+        },
+    )
 }
 
-/// How a vote project's record reads back.
-#[derive(Deserialize)]
-struct ProjectRecord {
+/// A vote project's record; written with the ids as [`Hex`], read back as strings.
+#[derive(Serialize, Deserialize)]
+struct ProjectRecord<Fingerprint> {
     score: ProjectScore,
-    seen: Vec<(u64, String)>,
-    #[serde(default)]
+    seen: Vec<(u64, Fingerprint)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     offset: Option<i64>,
 }
 
@@ -709,11 +673,7 @@ impl Restorer {
     pub fn new(unit: Unit) -> Self {
         Restorer {
             unit,
-            prefix: {
-                let mut prefix = Vec::new();
-                unit.push_prefix(&mut prefix);
-                prefix
-            },
+            prefix: unit.prefix(),
             latest: HashMap::new(),
             records: 0,
             bytes: 0,
@@ -812,9 +772,10 @@ impl Restorer {
                 .and_then(|v| offset_in(&v));
             if written.is_none_or(|w| w < redo_offset) {
                 self.latest.extend(records);
-                let mut value = Vec::new();
-                push_offset_value(&mut value, redo_offset);
-                self.latest.insert(offset_key, Some(value));
+                let value = serde_json::to_vec(&OffsetValue {
+                    offset: redo_offset,
+                });
+                self.latest.insert(offset_key, value.ok());
             }
         }
         let mut state = PartitionState::journaled();
@@ -840,7 +801,7 @@ impl Restorer {
             match (kind, ids.as_slice()) {
                 ("offset", []) => offset = offset_in(&v),
                 ("project", [project]) => {
-                    let record: ProjectRecord = from_value(&key, v)?;
+                    let record: ProjectRecord<String> = from_value(&key, v)?;
                     if let Some(newest) = record.seen.iter().map(|(s, _)| *s).max() {
                         counted.insert(project.to_string(), newest);
                     }
@@ -930,7 +891,7 @@ fn key_parts(key: &str) -> Result<Vec<Value>, ChangelogError> {
     })
 }
 
-/// The input offset an offset record's value holds (`{"offset":N}`, see [`push_offset_value`]).
+/// The input offset an offset record's value holds (see [`OffsetValue`]).
 fn offset_in(value: &Value) -> Option<i64> {
     value.get("offset")?.as_i64()
 }

@@ -18,7 +18,6 @@ pub mod reputation;
 pub mod score;
 pub mod session;
 pub mod stats;
-pub mod text;
 pub mod time;
 pub mod vote;
 

@@ -81,19 +81,12 @@ impl EventTime {
 }
 
 impl fmt::Display for EventTime {
-    /// UTC with `Z`, and 0, 3, 6 or 9 fraction digits as the value needs: one spelling per instant,
-    /// so outputs are byte-deterministic. Written digit by digit (`EventTime::rfc3339`): every
-    /// score record carries one, and chrono's formatting (a `String` and the `fmt` machinery) was
-    /// a fifth of rendering the record.
+    /// UTC with `Z`, and 0, 3, 6 or 9 fraction digits as the value needs (chrono's
+    /// `SecondsFormat::AutoSi`): one spelling per instant, so outputs are byte-deterministic.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut buf = [0u8; RFC3339_MAX];
-        if let Some(text) = self.rfc3339(&mut buf) {
-            return f.write_str(text);
-        }
-        // Outside the type's range (only a changelog written by something else holds such a
-        // value): chrono's spelling, or the raw numbers.
         match DateTime::<Utc>::from_timestamp(self.secs, self.nanos) {
             Some(dt) => f.write_str(&dt.to_rfc3339_opts(SecondsFormat::AutoSi, true)),
+            // Only a changelog written by something else can hold such a value.
             None => write!(f, "{}.{:09}", self.secs, self.nanos),
         }
     }
@@ -104,81 +97,11 @@ impl EventTime {
     pub fn parts(self) -> (i64, u32) {
         (self.secs, self.nanos)
     }
-
-    /// Appends the spelling [`fmt::Display`] gives, without the `fmt` machinery (for records
-    /// written field by field, see [`super::text`]).
-    pub fn push_rfc3339(self, b: &mut Vec<u8>) {
-        let mut buf = [0u8; RFC3339_MAX];
-        match self.rfc3339(&mut buf) {
-            Some(text) => b.extend_from_slice(text.as_bytes()),
-            None => b.extend_from_slice(self.to_string().as_bytes()),
-        }
-    }
 }
 
-/// The longest spelling: `9999-12-31T23:59:59.123456789Z`.
-const RFC3339_MAX: usize = 30;
-
-impl EventTime {
-    /// The spelling chrono gives with `SecondsFormat::AutoSi` and `Z`, written into `buf`, for a
-    /// time within the type's range (`None` outside it). The date comes from the days since the
-    /// epoch by Howard Hinnant's `civil_from_days`.
-    fn rfc3339(self, buf: &mut [u8; RFC3339_MAX]) -> Option<&str> {
-        if !(MIN_SECS..=MAX_SECS).contains(&self.secs) || self.nanos >= 1_000_000_000 {
-            return None;
-        }
-        let (days, day_secs) = (self.secs.div_euclid(86_400), self.secs.rem_euclid(86_400));
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
-        let mut w = Digits { buf, at: 0 };
-        w.number(year, 4, b'-');
-        w.number(month, 2, b'-');
-        w.number(day, 2, b'T');
-        w.number(day_secs / 3600, 2, b':');
-        w.number(day_secs / 60 % 60, 2, b':');
-        let nanos = i64::from(self.nanos);
-        match nanos {
-            0 => w.number(day_secs % 60, 2, b'Z'),
-            _ => {
-                w.number(day_secs % 60, 2, b'.');
-                if nanos % 1_000_000 == 0 {
-                    w.number(nanos / 1_000_000, 3, b'Z');
-                } else if nanos % 1000 == 0 {
-                    w.number(nanos / 1000, 6, b'Z');
-                } else {
-                    w.number(nanos, 9, b'Z');
-                }
-            }
-        }
-        let at = w.at;
-        std::str::from_utf8(&buf[..at]).ok()
-    }
-}
-
-/// Writes fixed-width decimal fields into a buffer, each followed by a separator.
-struct Digits<'b> {
-    buf: &'b mut [u8; RFC3339_MAX],
-    at: usize,
-}
-
-impl Digits<'_> {
-    /// `value` (non-negative) in `width` digits, zero-padded, then `after`.
-    fn number(&mut self, value: i64, width: usize, after: u8) {
-        let mut rest = value;
-        for i in (self.at..self.at + width).rev() {
-            self.buf[i] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-        }
-        self.buf[self.at + width] = after;
-        self.at += width + 1;
-    }
+/// Serializes an [`EventTime`] as its RFC 3339 spelling (see its `Display`), for output records.
+pub fn rfc3339<S: serde::Serializer>(at: &EventTime, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(at)
 }
 
 #[cfg(test)]
@@ -261,25 +184,30 @@ mod tests {
     }
 
     proptest! {
-        /// The spelling is chrono's (`SecondsFormat::AutoSi`, `Z`), to the byte, across the range:
-        /// records written before it replaced chrono read the same.
+        /// Every instant in the range has one spelling, with the fraction digits it needs, and
+        /// the spelling reads back as the same instant.
         #[test]
-        fn spelling_matches_chrono(
+        fn spelling_reads_back(
             secs in MIN_SECS..=MAX_SECS,
             nanos in prop_oneof![
                 Just(0u32),
                 (0u32..1000).prop_map(|m| m * 1_000_000),
                 (0u32..1_000_000).prop_map(|u| u * 1000),
-                (0u32..10_000_000).prop_map(|h| h * 100),
-                (0u32..100_000).prop_map(|h| h * 10_000),
                 0u32..1_000_000_000,
             ],
         ) {
             let at = EventTime::new(secs, nanos).unwrap();
-            let chrono = DateTime::<Utc>::from_timestamp(secs, nanos)
-                .unwrap()
-                .to_rfc3339_opts(SecondsFormat::AutoSi, true);
-            prop_assert_eq!(at.to_string(), chrono);
+            let text = at.to_string();
+            prop_assert!(text.ends_with('Z'));
+            let fraction = text.split_once('.').map_or(0, |(_, f)| f.len() - 1);
+            let needed = match nanos {
+                0 => 0,
+                n if n % 1_000_000 == 0 => 3,
+                n if n % 1000 == 0 => 6,
+                _ => 9,
+            };
+            prop_assert_eq!(fraction, needed);
+            prop_assert_eq!(EventTime::parse_rfc3339(&text), Ok(at));
         }
     }
 

@@ -21,15 +21,14 @@
 //! Two threads share the work. The **polling thread** reads the group's records in batches
 //! (from a queue of its own, see `queue`), validates vote batches (parsing is a third of a
 //! record's cost) and destroys the messages of applied batches; the **processing thread**
-//! applies them in order, prefetching a few records ahead (see [`crate::prefetch`]), produces
-//! (through topic handles, see `produce`), seals, commits and serves the reputation table.
+//! applies them in order, prefetching a few records ahead (see [`crate::prefetch`]), produces,
+//! seals, commits and serves the reputation table.
 //! The rebalance callback runs on the polling thread and takes the processing thread's lock, so
 //! state never changes while a partition is handed over. Records polled before their partition
 //! was revoked and not applied yet are dropped: their offsets were never committed, so the next
 //! owner reads them.
 
 pub mod clients;
-mod produce;
 mod queue;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -40,7 +39,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
-use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -52,7 +51,6 @@ use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState, Prepared
 use crate::http::Health;
 use crate::metrics::Metrics;
 use crate::prefetch;
-use produce::{Topic, Topics};
 use queue::{Consumed, Fetched, ForwardTo};
 
 /// Sealed epochs allowed in flight before processing waits for acknowledgements.
@@ -269,8 +267,6 @@ struct Owned {
 /// Everything the processing loop and the rebalance callback share.
 struct Core {
     engine: Engine,
-    /// The producer's topic handles; declared before it, so they are dropped first.
-    topics: Topics,
     producer: BaseProducer<Delivery>,
     units: IdMap<(InputTopic, i32), Owned>,
     reputations: ReputationTable,
@@ -462,19 +458,22 @@ impl Core {
     /// Produces one record, waiting for queue space if the local queue is full.
     fn send(
         &self,
-        topic: &Topic,
+        topic: &str,
         partition: Option<i32>,
         key: Option<&[u8]>,
         payload: Option<&[u8]>,
         tag: Tag,
     ) -> Result<(), ServiceError> {
-        let mut tag = Box::new(tag);
+        let mut record = BaseRecord::<[u8], [u8], Box<Tag>>::with_opaque_to(topic, Box::new(tag));
+        record.partition = partition;
+        record.key = key;
+        record.payload = payload;
         loop {
-            match topic.produce(&self.producer, partition, key, payload, tag) {
+            match self.producer.send(record) {
                 Ok(()) => return Ok(()),
-                Err((RDKafkaErrorCode::QueueFull, t)) => {
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                     self.producer.poll(Duration::from_millis(10));
-                    tag = t;
+                    record = r;
                 }
                 Err((e, _)) => return Err(ServiceError::Delivery(e.to_string())),
             }
@@ -492,7 +491,7 @@ impl Core {
         let value = out.render();
         self.epoch_outputs += 1;
         self.send(
-            self.topics.output(out.topic),
+            self.engine.topic_name(out.topic),
             None,
             out.key.as_deref().map(str::as_bytes),
             Some(value.as_bytes()),
@@ -842,7 +841,7 @@ impl Core {
                         std::process::abort();
                     }
                     self.send(
-                        &self.topics.state,
+                        &self.config().topics.state,
                         Some(r.partition),
                         Some(r.key),
                         r.value,
@@ -1045,7 +1044,6 @@ pub fn run(
     let engine = Engine::new(config.clone());
     let core = Arc::new(Mutex::new(Core {
         engine: engine.clone(),
-        topics: Topics::new(&producer, &engine)?,
         producer,
         units: IdMap::default(),
         reputations: ReputationTable::default(),

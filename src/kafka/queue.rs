@@ -11,7 +11,7 @@
 //! callback, see [`Fetched::forward`]), and rebalances, commit results and errors stay on the
 //! consumer's queue, which `BaseConsumer::poll` keeps serving between batches.
 //!
-//! With [`super::produce`], this is the crate's only FFI beside rdkafka. It uses librdkafka's
+//! This is the crate's only FFI beside rdkafka. It uses librdkafka's
 //! documented queue API: a forwarding set by the application survives later fetch starts
 //! (`RD_KAFKA_Q_F_FWD_APP`) but not a fetch stop, so it is set at every assignment, and a batch
 //! skips the messages of a partition's previous assignment, as `poll` does.
