@@ -10,5 +10,6 @@ scripts/install-tansu.sh
 scripts/install-python.sh
 scripts/install-prometheus.sh
 
-cargo test --all-targets --locked
+# The recovery tests inject crashes, which only a build with `fault-injection` can do.
+cargo test --all-targets --locked --features fault-injection
 .venv/bin/python -m pytest -q tests/python

@@ -104,7 +104,14 @@ impl Unit {
     /// The key of one of this unit's records, as text.
     fn key(self, kind: &str, ids: &[&str]) -> String {
         let mut b = Vec::new();
-        push_json(&mut b, &Key { unit: self, kind, ids });
+        push_json(
+            &mut b,
+            &Key {
+                unit: self,
+                kind,
+                ids,
+            },
+        );
         String::from_utf8_lossy(&b).into_owned()
     }
 }
@@ -260,7 +267,9 @@ impl Records {
 
     /// Appends the record holding the last input offset applied to `unit`'s state.
     fn push_offset(&mut self, unit: Unit, offset: i64) {
-        self.push(unit, "offset", &[], |b| push_json(b, &OffsetValue { offset }));
+        self.push(unit, "offset", &[], |b| {
+            push_json(b, &OffsetValue { offset })
+        });
     }
 
     /// Appends `other`'s records.
@@ -561,7 +570,9 @@ impl Renderer {
                 }
             }
             chunk.last = records.peek().is_none();
-            out.push(unit, "redo", &[&chunks.to_string()], |b| push_json(b, &chunk));
+            out.push(unit, "redo", &[&chunks.to_string()], |b| {
+                push_json(b, &chunk)
+            });
             chunks += 1;
         }
         let before = self.redo_chunks.insert(unit, chunks).unwrap_or(0);

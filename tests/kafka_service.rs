@@ -353,86 +353,23 @@ fn a_second_instance_takes_partitions_over_mid_stream_and_hands_them_back_with_n
     assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
 }
 
-#[test]
-fn a_crash_between_changelog_and_commit_is_not_counted_twice() {
-    let broker = Broker::shared();
-    let prefix = "window";
-    let Setup {
-        dir,
-        config,
-        records,
-    } = setup(
-        &broker.bootstrap,
-        prefix,
-        &Shape {
-            partitions: 3,
-            projects: 6,
-            batches_per_project: 6,
-            sessions_per_project: 3,
-        },
-        free_port(),
-        "",
-    );
-    produce(&broker.bootstrap, &records);
-    let expect = replayed(&config, &records);
-    let log = dir.path().join("service.log");
-    // This incarnation aborts right after its first changelog write, before committing offsets:
-    // the restart re-reads those records and must skip them (not re-apply, not dead-letter them
-    // as duplicates).
-    let mut crashing = Service::start_with(
-        &config,
-        log.clone(),
-        &[("JURYSTREAM_CRASH_AFTER_CHANGELOG", "1")],
-    );
-    let status = crashing.child.wait().unwrap();
-    assert!(!status.success());
-    let service = Service::start(&config, log.clone());
-    assert_eq!(
-        service.wait_handled(inputs(&records), Duration::from_secs(120)),
-        inputs(&records)
-    );
-    let metrics = service.metrics();
-    assert!(service.terminate().success());
-    assert!(
-        metrics.contains("jurystream_records_total{result=\"replayed\""),
-        "{metrics}"
-    );
-    assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
+/// A stream of `shape` on `prefix`'s topics, produced, and what replaying it publishes; then one
+/// incarnation of the service per crash in `crashes`, each run until it dies of that crash.
+/// A crash is an environment variable of the `fault-injection` feature, its value, and the
+/// line its abort logs.
+struct Crashed {
+    setup: Setup,
+    expect: Published,
+    log: std::path::PathBuf,
 }
 
-#[test]
-fn a_crash_inside_a_changelog_write_counts_everything_once() {
-    let broker = Broker::shared();
-    let prefix = "torn";
-    let Setup {
-        dir,
-        config,
-        records,
-    } = setup(
-        &broker.bootstrap,
-        prefix,
-        &Shape {
-            partitions: 3,
-            projects: 9,
-            batches_per_project: 8,
-            sessions_per_project: 4,
-        },
-        free_port(),
-        "",
-    );
-    produce(&broker.bootstrap, &records);
-    let expect = replayed(&config, &records);
-    let log = dir.path().join("service.log");
-    // Two incarnations each die with a flush written in part (its first half acknowledged, its
-    // offset record not): first a votes partition's, then a judge-scores partition's. The
-    // restarts must count each record once: no vote or ballot twice (nor dead-lettered as a
-    // duplicate), none lost.
-    for (n, unit) in ["v", "j"].into_iter().enumerate() {
-        let mut crashing = Service::start_with(
-            &config,
-            log.clone(),
-            &[("JURYSTREAM_CRASH_MID_CHANGELOG", unit)],
-        );
+fn crash_each(bootstrap: &str, prefix: &str, shape: &Shape, crashes: &[[&str; 3]]) -> Crashed {
+    let setup = setup(bootstrap, prefix, shape, free_port(), "");
+    produce(bootstrap, &setup.records);
+    let expect = replayed(&setup.config, &setup.records);
+    let log = setup.dir.path().join("service.log");
+    for (n, [var, value, line]) in crashes.iter().enumerate() {
+        let mut crashing = Service::start_with(&setup.config, log.clone(), &[(*var, *value)]);
         // It dies at its first epoch with such a flush; one that never comes would hang here.
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         let status = loop {
@@ -441,27 +378,112 @@ fn a_crash_inside_a_changelog_write_counts_everything_once() {
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "{unit}: no flush to cut: {}",
+                "{var}={value}: it did not crash: {}",
                 crashing.log_text()
             );
             std::thread::sleep(Duration::from_millis(50));
         };
         let text = crashing.log_text();
-        assert!(!status.success(), "{unit}: {text}");
+        assert!(!status.success(), "{var}={value}: {text}");
+        let earlier = crashes[..n].iter().filter(|c| c[2] == *line).count();
         assert_eq!(
-            text.matches("aborting inside a changelog write").count(),
-            n + 1,
-            "{unit}: the crash came from elsewhere: {text}"
+            text.matches(line).count(),
+            earlier + 1,
+            "{var}={value}: the crash came from elsewhere: {text}"
         );
     }
-    let service = Service::start(&config, log.clone());
+    Crashed { setup, expect, log }
+}
+
+impl Crashed {
+    /// The incarnation after the crashes.
+    fn restart(&self) -> Service {
+        Service::start(&self.setup.config, self.log.clone())
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs --features fault-injection"
+)]
+fn a_crash_between_changelog_and_commit_is_not_counted_twice() {
+    let broker = Broker::shared();
+    let shape = Shape {
+        partitions: 3,
+        projects: 6,
+        batches_per_project: 6,
+        sessions_per_project: 3,
+    };
+    // This incarnation aborts right after its first changelog write, before committing offsets:
+    // the restart re-reads those records and must skip them (not re-apply, not dead-letter them
+    // as duplicates).
+    let crashed = crash_each(
+        &broker.bootstrap,
+        "window",
+        &shape,
+        &[[
+            "JURYSTREAM_CRASH_AFTER_CHANGELOG",
+            "1",
+            "aborting before the commit",
+        ]],
+    );
+    let records = &crashed.setup.records;
+    let service = crashed.restart();
+    assert_eq!(
+        service.wait_handled(inputs(records), Duration::from_secs(120)),
+        inputs(records)
+    );
+    let metrics = service.metrics();
+    assert!(service.terminate().success());
     assert!(
-        service.wait_caught_up(&records, Duration::from_secs(120)),
+        metrics.contains("jurystream_records_total{result=\"replayed\""),
+        "{metrics}"
+    );
+    assert_same(
+        &published(&broker.bootstrap, "window", &crashed.expect),
+        &crashed.expect,
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs --features fault-injection"
+)]
+fn a_crash_inside_a_changelog_write_counts_everything_once() {
+    let broker = Broker::shared();
+    let shape = Shape {
+        partitions: 3,
+        projects: 9,
+        batches_per_project: 8,
+        sessions_per_project: 4,
+    };
+    // Two incarnations each die with a flush written in part (its first half acknowledged, its
+    // offset record not): first a votes partition's, then a judge-scores partition's. The
+    // restarts must count each record once: no vote or ballot twice (nor dead-lettered as a
+    // duplicate), none lost.
+    let torn = "aborting inside a changelog write";
+    let crashed = crash_each(
+        &broker.bootstrap,
+        "torn",
+        &shape,
+        &[
+            ["JURYSTREAM_CRASH_MID_CHANGELOG", "v", torn],
+            ["JURYSTREAM_CRASH_MID_CHANGELOG", "j", torn],
+        ],
+    );
+    let service = crashed.restart();
+    assert!(
+        service.wait_caught_up(&crashed.setup.records, Duration::from_secs(120)),
         "{}",
         service.metrics()
     );
     assert!(service.terminate().success());
-    assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
+    assert_same(
+        &published(&broker.bootstrap, "torn", &crashed.expect),
+        &crashed.expect,
+    );
 }
 
 /// A small stream on `prefix`'s topics, produced: three projects of four vote batches and two

@@ -1,0 +1,133 @@
+//! The consumers' contexts: the group consumer's (lag from statistics, and the rebalance
+//! callbacks that hand partitions over) and the quiet one of the readers that read partitions to
+//! their end. The producer's context is the record collector's [`super::collector::Delivery`].
+//!
+//! The rebalance callbacks run on the polling thread and take the processing thread's lock, so
+//! state never changes while a partition is handed over: a revoked partition is flushed,
+//! committed and dropped inside the callback, before another instance owns it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rdkafka::ClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::statistics::Statistics;
+
+use super::ServiceError;
+use super::batch_queue::ForwardTo;
+use super::process::Core;
+use crate::metrics::Metrics;
+
+/// Readers poll to the end of partitions, so end-of-partition is expected, not an error.
+pub(super) struct QuietReader;
+
+impl ClientContext for QuietReader {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let eof = matches!(error, KafkaError::PartitionEOF(_))
+            || matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF));
+        if !eof {
+            tracing::warn!(%error, reason, "reader");
+        }
+    }
+}
+
+impl ConsumerContext for QuietReader {}
+
+/// The consumer context: lag from statistics, and the revoke callback.
+pub(super) struct GroupContext {
+    pub core: Arc<Mutex<Core>>,
+    pub metrics: Arc<Metrics>,
+    /// The first failure outside the processing thread (see [`GroupContext::fail`]).
+    pub failed: Mutex<Option<ServiceError>>,
+    /// Revocations so far.
+    pub generation: AtomicU64,
+    /// The queue newly assigned partitions are forwarded to (see [`super::batch_queue`]).
+    pub forward_to: ForwardTo,
+}
+
+impl GroupContext {
+    /// Keeps `e` unless a failure is already kept: the processing thread stops with the first
+    /// after its pass, committing nothing past it.
+    pub fn fail(&self, e: ServiceError) {
+        if let Ok(mut f) = self.failed.lock() {
+            f.get_or_insert(e);
+        }
+    }
+}
+
+impl ClientContext for GroupContext {
+    fn stats(&self, stats: Statistics) {
+        for (topic, t) in &stats.topics {
+            for (partition, p) in &t.partitions {
+                if *partition >= 0 && p.consumer_lag >= 0 {
+                    self.metrics
+                        .consumer_lag
+                        .with_label_values(&[topic, &partition.to_string()])
+                        .set(p.consumer_lag);
+                }
+            }
+        }
+    }
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(%error, reason, "consumer");
+    }
+}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            let elements = tpl.elements();
+            let unforwarded = self.forward_to.forward(
+                consumer,
+                elements.iter().map(|e| (e.topic(), e.partition())),
+            );
+            if !unforwarded.is_empty() {
+                self.fail(ServiceError::Unforwarded(unforwarded));
+            }
+        }
+        let Rebalance::Revoke(tpl) = rebalance else {
+            return;
+        };
+        let mut core = lock(&self.core);
+        let revoked: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_owned(), e.partition()))
+            .collect();
+        tracing::info!(?revoked, "partitions revoked: flushing and committing them");
+        if let Err(e) = core.drain(consumer, CommitMode::Sync) {
+            tracing::error!(error = %e, "could not finish the cycle before revocation");
+            self.fail(e);
+        }
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        for (topic, partition) in revoked {
+            if let Some(t) = core.engine.input_topic(&topic) {
+                core.tasks.revoke((t, partition), generation);
+            }
+        }
+        let owned = core.tasks.units.len() as i64;
+        self.metrics.partitions_owned.set(owned);
+    }
+
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            let mut core = lock(&self.core);
+            let assigned: Vec<(String, i32)> = tpl
+                .elements()
+                .iter()
+                .map(|e| (e.topic().to_owned(), e.partition()))
+                .collect();
+            tracing::info!(?assigned, "partitions assigned");
+            for (topic, partition) in assigned {
+                if let Some(t) = core.engine.input_topic(&topic) {
+                    core.tasks.assigned.push((t, partition));
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
+    core.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,231 @@
+//! The commit protocol (Kafka Streams' task commit), in **epochs** of at most
+//! `kafka.commit_interval_ms`:
+//! 1. records are processed as they arrive and their outputs produced at once;
+//! 2. [`Core::seal`] ends an epoch: it publishes the held scores, renders the changelog of every
+//!    partition that processed records, and notes the offsets to commit;
+//! 3. [`Core::advance`] sends an epoch's changelog once the broker has acknowledged all of its
+//!    outputs, and commits its offsets once the changelog is acknowledged, epochs strictly in
+//!    order, while the next epochs fill;
+//! 4. [`Core::drain`] seals and waits until everything is committed (revocation, shutdown, or
+//!    too many epochs in flight).
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::ServiceError;
+use super::collector::{STATE_DESTINATION, Tag};
+use super::process::Core;
+use crate::changelog::{self, Unit};
+
+/// Sealed epochs allowed in flight before processing waits for acknowledgements.
+pub(super) const MAX_EPOCHS_IN_FLIGHT: usize = 50;
+
+/// Changelog buffers kept for reuse: an epoch takes one when it is sealed and gives it back
+/// once its changelog is sent, so in steady state one or two circulate.
+const SPARE_RECORD_BUFFERS: usize = 2;
+
+/// The work of one cycle on its way to being committed. Epochs move strictly in order: an
+/// epoch's changelog is sent once all its outputs are acknowledged (and every earlier epoch is
+/// committed), and its offsets are committed once its changelog is acknowledged. Consumption
+/// never waits for this unless too many epochs are in flight.
+pub(super) struct Epoch {
+    id: u64,
+    outputs: u64,
+    changelog: changelog::Records,
+    changelog_sent: bool,
+    commits: TopicPartitionList,
+    sealed_at: Instant,
+}
+
+/// The sealed epochs and what sealing them needs.
+pub(super) struct Epochs {
+    /// Sealed epochs waiting for acknowledgements, oldest first.
+    pub sealed: VecDeque<Epoch>,
+    /// Renders each epoch's changelog, keeping its working memory.
+    renderer: changelog::Renderer,
+    /// Changelog buffers of sent epochs, for the next ones (see [`changelog::Records`]).
+    spare_records: Vec<changelog::Records>,
+}
+
+impl Epochs {
+    /// Epochs whose changelog redo records name `run` (see [`changelog::Renderer::new`]).
+    pub fn new(run: u64, redo_chunk_bytes: usize) -> Epochs {
+        Epochs {
+            sealed: VecDeque::new(),
+            renderer: changelog::Renderer::new(run, redo_chunk_bytes),
+            spare_records: Vec::new(),
+        }
+    }
+}
+
+impl Core {
+    pub(super) fn epoch_pending(&self) -> bool {
+        self.collector.epoch_outputs > 0 || self.tasks.units.values().any(|u| u.pending.is_some())
+    }
+
+    pub(super) fn seal(&mut self) -> Result<(), ServiceError> {
+        self.flush_tally();
+        let keys = self.tasks.owned_keys();
+        self.release_held(&keys)?;
+        let mut changelog = self.epochs.spare_records.pop().unwrap_or_default();
+        let mut commits = TopicPartitionList::new();
+        for key in keys {
+            let Some(owned) = self.tasks.units.get_mut(&key) else {
+                continue;
+            };
+            let Some(offset) = owned.pending.take() else {
+                continue;
+            };
+            let unit = Unit {
+                topic: key.0,
+                partition: key.1,
+            };
+            let mut changes = owned
+                .state
+                .journal
+                .as_mut()
+                .map(std::mem::take)
+                .unwrap_or_default();
+            // Records at or below the restored offset were skipped: the changelog has them.
+            let new = owned.skip_through.is_none_or(|s| offset > s);
+            self.epochs.renderer.render(
+                unit,
+                &owned.state,
+                &changes,
+                new.then_some(offset),
+                &mut changelog,
+            );
+            // Hand the journal's allocation back for the next epoch.
+            changes.clear();
+            if let Some(j) = owned.state.journal.as_mut() {
+                *j = changes;
+            }
+            let topic = self.engine.input_topic_name(key.0);
+            commits.add_partition_offset(topic, key.1, Offset::Offset(offset + 1))?;
+            self.metrics
+                .input_position
+                .with_label_values(&[topic, &key.1.to_string()])
+                .set(offset + 1);
+        }
+        let c = &mut self.collector;
+        if c.epoch_outputs > 0 || commits.count() > 0 {
+            self.epochs.sealed.push_back(Epoch {
+                id: c.epoch,
+                outputs: c.epoch_outputs,
+                changelog,
+                changelog_sent: false,
+                commits,
+                sealed_at: Instant::now(),
+            });
+            c.epoch += 1;
+            c.epoch_outputs = 0;
+        } else {
+            // Nothing was processed: the (empty) buffer goes back.
+            self.epochs.spare_records.push(changelog);
+        }
+        if self.last_gauges.elapsed() > Duration::from_secs(1) {
+            self.update_gauges();
+        }
+        Ok(())
+    }
+
+    pub(super) fn advance<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+        mode: CommitMode,
+    ) -> Result<(), ServiceError> {
+        self.collector.serve_delivery_reports();
+        self.collector.check_delivery()?;
+        while let Some(front) = self.epochs.sealed.front() {
+            let (id, outputs) = (front.id, front.outputs);
+            let acked = self.collector.acked(id);
+            if !front.changelog_sent {
+                if acked < outputs {
+                    break;
+                }
+                let mut records = std::mem::take(&mut self.epochs.sealed[0].changelog);
+                let cut = self.faults.changelog_cut(&records);
+                for (i, r) in records.iter().enumerate() {
+                    if cut == Some(i) {
+                        self.faults.abort_mid_changelog(&self.collector.producer, i);
+                    }
+                    self.collector.send(
+                        &self.engine.config().topics.state,
+                        Some(r.partition),
+                        Some(r.key),
+                        r.value,
+                        Tag {
+                            destination: STATE_DESTINATION,
+                            event_ms: None,
+                            epoch: id,
+                        },
+                    )?;
+                }
+                let sent = records.len() as u64;
+                self.metrics.changelog_records.inc_by(sent);
+                let front = &mut self.epochs.sealed[0];
+                front.changelog_sent = true;
+                front.outputs += sent;
+                // The producer copied the records: the buffer serves a later epoch.
+                if self.epochs.spare_records.len() < SPARE_RECORD_BUFFERS {
+                    records.clear();
+                    self.epochs.spare_records.push(records);
+                }
+                continue;
+            }
+            if acked < outputs {
+                break;
+            }
+            let Some(done) = self.epochs.sealed.pop_front() else {
+                break;
+            };
+            self.faults.before_commit(done.commits.count());
+            if done.commits.count() > 0 {
+                match consumer.commit(&done.commits, mode) {
+                    Ok(()) => self.metrics.commits.with_label_values(&["ok"]).inc(),
+                    Err(e) => {
+                        // The changelog holds these offsets: a restart skips the work instead of
+                        // repeating it, and the next commit supersedes this one.
+                        self.metrics.commits.with_label_values(&["error"]).inc();
+                        tracing::warn!(error = %e, "offset commit failed");
+                    }
+                }
+            }
+            // Every record of the epoch is acknowledged: its counter serves a later epoch.
+            self.collector.forget(id);
+            self.metrics.cycles.inc();
+            self.metrics
+                .cycle_duration
+                .observe(done.sealed_at.elapsed().as_secs_f64());
+        }
+        let stalled = self
+            .epochs
+            .sealed
+            .front()
+            .is_some_and(|e| e.sealed_at.elapsed() > Duration::from_secs(5));
+        self.health.set_ready(!stalled, &self.metrics);
+        Ok(())
+    }
+
+    pub(super) fn drain<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+        mode: CommitMode,
+    ) -> Result<(), ServiceError> {
+        self.seal()?;
+        let started = Instant::now();
+        let limit = Duration::from_secs(self.engine.config().kafka.shutdown_timeout_secs);
+        while !self.epochs.sealed.is_empty() {
+            self.collector.producer.poll(Duration::from_millis(10));
+            self.advance(consumer, mode)?;
+            if self.stop.load(Ordering::Relaxed) && started.elapsed() > limit {
+                return Err(ServiceError::ShutdownTimeout(limit.as_secs()));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,90 @@
+//! Crash injection for the recovery tests, built only with the `fault-injection` cargo feature
+//! (the test script enables it). Two environment variables make the service abort at the two
+//! moments recovery must survive:
+//! - `JURYSTREAM_CRASH_AFTER_CHANGELOG`: after an epoch's changelog is acknowledged and before
+//!   its offsets are committed (the changelog is ahead of the commits);
+//! - `JURYSTREAM_CRASH_MID_CHANGELOG=v|j`: in the middle of the first flush of a votes (`v`) or
+//!   judge-scores (`j`) partition that has at least four records, its first half acknowledged
+//!   and its offset record not written.
+//!
+//! Without the feature [`Faults::from_env`] is always empty and nothing here ever aborts.
+
+use std::time::Duration;
+
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
+
+use crate::changelog;
+
+/// Which crash the environment asked for.
+#[derive(Debug, Default)]
+pub(super) struct Faults {
+    after_changelog: bool,
+    /// `v` or `j`: see [`flush_cut`].
+    mid_changelog: Option<String>,
+}
+
+impl Faults {
+    /// The crashes the environment asks for; none without the `fault-injection` feature.
+    pub fn from_env() -> Faults {
+        if !cfg!(feature = "fault-injection") {
+            return Faults::default();
+        }
+        Faults {
+            after_changelog: std::env::var_os("JURYSTREAM_CRASH_AFTER_CHANGELOG").is_some(),
+            mid_changelog: std::env::var("JURYSTREAM_CRASH_MID_CHANGELOG").ok(),
+        }
+    }
+
+    /// Where to abort while writing an epoch's changelog `records`, if anywhere.
+    pub fn changelog_cut(&self, records: &changelog::Records) -> Option<usize> {
+        self.mid_changelog
+            .as_deref()
+            .and_then(|tag| flush_cut(records, tag))
+    }
+
+    /// Dies with a partition's flush written in part: the records before the cut (`written`)
+    /// acknowledged, the rest never sent.
+    pub fn abort_mid_changelog<C: ProducerContext>(
+        &self,
+        producer: &BaseProducer<C>,
+        written: usize,
+    ) -> ! {
+        let flushed = producer.flush(Duration::from_secs(30));
+        tracing::warn!(
+            records = written,
+            ?flushed,
+            "JURYSTREAM_CRASH_MID_CHANGELOG: aborting inside a changelog write"
+        );
+        std::process::abort();
+    }
+
+    /// Dies, if asked to, in the window where an epoch's changelog is acknowledged and its
+    /// `commits` offsets are not committed yet.
+    pub fn before_commit(&self, commits: usize) {
+        if self.after_changelog && commits > 0 {
+            tracing::warn!("JURYSTREAM_CRASH_AFTER_CHANGELOG: aborting before the commit");
+            std::process::abort();
+        }
+    }
+}
+
+/// Where to cut an epoch's changelog for `JURYSTREAM_CRASH_MID_CHANGELOG`: in the middle of the
+/// first flush of a `tag` unit (`v` votes, `j` judge scores) that has at least four records
+/// (state records, a judge-scores flush's redo record first, its offset record last), so that
+/// the flush is written in part and its offset record is not.
+fn flush_cut(records: &changelog::Records, tag: &str) -> Option<usize> {
+    let prefix = format!("[\"{tag}\",");
+    let mut start = 0;
+    for (i, key) in records.iter().map(|r| r.key).enumerate() {
+        if !key.ends_with(b"\"offset\"]") {
+            continue;
+        }
+        // The flush of one unit ends with its offset record and starts after the one before.
+        let end = i + 1;
+        if key.starts_with(prefix.as_bytes()) && end - start >= 4 {
+            return Some(start + (end - start) / 2);
+        }
+        start = end;
+    }
+    None
+}

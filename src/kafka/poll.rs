@@ -1,0 +1,150 @@
+//! The polling thread: reads the group's records in batches (from the batch queue, see
+//! [`super::batch_queue`]), validates vote batches, and hands them to the processing thread.
+//! Rebalance callbacks run here, inside `poll`.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+
+use super::ServiceError;
+use super::batch_queue::{Consumed, Fetched};
+use super::contexts::GroupContext;
+use crate::engine::{Engine, InputTopic, PreparedVotes, Record};
+use crate::http::Health;
+use crate::metrics::Metrics;
+
+/// Records per batch handed from the polling thread to the processing thread, which applies a
+/// batch back to back before its periodic work (sealing, acknowledgements, the reputation table,
+/// clocks) runs again: doing that work per record cost more than processing the record, and a
+/// channel send per record would cost as much.
+pub(super) const PASS_RECORDS: usize = 512;
+
+/// How long the polling thread waits for a record before it serves the consumer's events again
+/// (a rebalance waits at most this long while no records come).
+const FETCHED_WAIT: Duration = Duration::from_millis(10);
+
+/// Batches of up to [`PASS_RECORDS`] the polling thread may have waiting for the processing
+/// thread (32,768 records, ~6 MB of ~200-byte records, ~50 ms of processing). With 8 the
+/// processing thread ran dry whenever the polling thread was descheduled or waiting for a fetch
+/// (on two cores, often: with 10,000 projects it slept a quarter of the time). A deeper queue
+/// costs no handover time: queued records of a revoked partition are dropped unapplied (see
+/// [`Polled::generation`]), and on shutdown the queue is dropped uncommitted.
+pub(super) const BATCHES_IN_FLIGHT: usize = 64;
+
+/// Queued batches from which on the polling thread validates what it polls. Below it the
+/// processing thread is about to run dry, so the polling thread is the slower of the two (with one
+/// busy project it is: reading records one `poll` call at a time, then parsing them). It then
+/// hands records over unparsed, and the processing thread parses them itself
+/// ([`Engine::process`], the same result as preparing and applying), which shares the parsing
+/// between the threads in whatever proportion keeps both busy. When processing is the slower
+/// (many projects) the queue stays deep and the polling thread parses everything, as before.
+const PREPARE_FROM_QUEUED: usize = 2;
+
+/// A record on its way from the polling thread to the processing thread.
+pub(super) struct Polled<'c> {
+    pub msg: Consumed<'c>,
+    pub topic: InputTopic,
+    /// The message's partition, read while the polling thread has the message in cache.
+    pub partition: i32,
+    /// Revocations before it was polled.
+    pub generation: u64,
+    /// The validated batch, for a valid vote record.
+    pub votes: Option<PreparedVotes>,
+}
+
+/// The polling thread: reads the group's records in batches and validates vote batches, so that
+/// the processing thread only applies them (unless it is waiting for work, see
+/// [`PREPARE_FROM_QUEUED`]). `queued` counts the batches sent and not yet received; `recycled`
+/// gives back applied batches, emptied here (their messages destroyed) and filled again.
+/// Returns when `halt` is set or the processing thread is gone. Rebalance callbacks run here,
+/// inside `poll`.
+pub(super) fn poll_records<'c>(
+    (consumer, fetched): (&BaseConsumer<GroupContext>, &'c Fetched<'_>),
+    engine: &Engine,
+    (batches, recycled, queued): (
+        &SyncSender<Vec<Polled<'c>>>,
+        &Receiver<Vec<Polled<'c>>>,
+        &AtomicUsize,
+    ),
+    halt: &AtomicBool,
+    health: &Health,
+    metrics: &Metrics,
+) {
+    let mut consumed = Vec::with_capacity(PASS_RECORDS);
+    while !halt.load(Ordering::Relaxed) {
+        // Rebalances (their callbacks run here), commit results and client errors, one per pass
+        // (a pass takes at most `FETCHED_WAIT` when no records come); the records themselves
+        // come from `fetched`. A record here belongs to a partition that was not forwarded: the
+        // service stops without committing it, to read it again after a restart.
+        match consumer.poll(Duration::ZERO) {
+            Some(Ok(msg)) => {
+                let partition = (msg.topic().to_owned(), msg.partition());
+                consumer
+                    .context()
+                    .fail(ServiceError::Unforwarded(vec![partition]));
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "consumer");
+                health.set_ready(false, metrics);
+            }
+            None => {}
+        }
+        let prepare = queued.load(Ordering::Relaxed) >= PREPARE_FROM_QUEUED;
+        fetched.batch(FETCHED_WAIT, PASS_RECORDS, &mut consumed);
+        // Read after the batch: a revocation (inside `poll` above) came before these records.
+        let generation = consumer.context().generation.load(Ordering::Acquire);
+        let mut batch = recycled.try_recv().map_or_else(
+            |_| Vec::with_capacity(PASS_RECORDS),
+            |mut done| {
+                done.clear();
+                done
+            },
+        );
+        for msg in consumed.drain(..) {
+            if let Some(e) = msg.error() {
+                tracing::warn!(error = %e, "consumer");
+                health.set_ready(false, metrics);
+                continue;
+            }
+            let Some(topic) = engine.input_topic(msg.topic()) else {
+                continue;
+            };
+            let votes = prepare
+                .then(|| engine.prepare_votes(&record(&msg, engine.input_topic_name(topic))))
+                .flatten();
+            batch.push(Polled {
+                partition: msg.partition(),
+                msg,
+                topic,
+                generation,
+                votes,
+            });
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        // Counted before it is sent, so the receiver's decrement never comes first.
+        queued.fetch_add(1, Ordering::Relaxed);
+        if batches.send(batch).is_err() {
+            return;
+        }
+    }
+}
+
+/// The engine's view of a consumed record from input topic `topic` (its configured name: the
+/// record's own is read through librdkafka, a `strlen` and a UTF-8 check, once per record, to
+/// know which input it is).
+pub(super) fn record<'m>(msg: &'m Consumed<'_>, topic: &'m str) -> Record<'m> {
+    Record {
+        topic,
+        partition: Some(msg.partition()),
+        offset: Some(msg.offset()),
+        key: msg.key(),
+        timestamp_ms: msg.timestamp_ms(),
+        clock_ms: None,
+        payload: msg.payload(),
+    }
+}

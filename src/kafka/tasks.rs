@@ -1,0 +1,146 @@
+//! The state store: the engine state of each input partition this instance owns, restored from
+//! the changelog the first time one of its records arrives, and dropped when it is revoked.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::ServiceError;
+use super::clients;
+use super::contexts::QuietReader;
+use crate::changelog::{Restorer, Unit};
+use crate::config::Config;
+use crate::engine::{IdMap, InputTopic, PartitionState};
+use crate::metrics::Metrics;
+
+/// The state of one owned input partition.
+pub(super) struct Owned {
+    pub state: PartitionState,
+    /// Records at or below this offset are already in the restored state.
+    pub skip_through: Option<i64>,
+    /// The last offset processed (or skipped) and not yet committed.
+    pub pending: Option<i64>,
+}
+
+/// The owned partitions, and those assigned and not restored yet or revoked.
+#[derive(Default)]
+pub(super) struct Tasks {
+    pub units: IdMap<(InputTopic, i32), Owned>,
+    /// Partitions assigned but not restored yet.
+    pub assigned: Vec<(InputTopic, i32)>,
+    /// Revoked partitions and the revocation that took them: a record of one polled before that
+    /// revocation (see [`super::poll::Polled::generation`]) is dropped, not applied.
+    pub fences: IdMap<(InputTopic, i32), u64>,
+}
+
+impl Tasks {
+    pub fn owned_keys(&self) -> Vec<(InputTopic, i32)> {
+        let mut keys: Vec<(InputTopic, i32)> = self.units.keys().copied().collect();
+        keys.sort();
+        keys
+    }
+
+    /// Drops the partition `key`, taken by revocation number `generation`.
+    pub fn revoke(&mut self, key: (InputTopic, i32), generation: u64) {
+        self.units.remove(&key);
+        self.assigned.retain(|k| *k != key);
+        self.fences.insert(key, generation);
+    }
+
+    pub fn restore_assigned(
+        &mut self,
+        cfg: &Config,
+        metrics: &Metrics,
+    ) -> Result<(), ServiceError> {
+        let wanted: Vec<(InputTopic, i32)> = std::mem::take(&mut self.assigned)
+            .into_iter()
+            .filter(|key| !self.units.contains_key(key))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let reader: BaseConsumer<QuietReader> =
+            clients::reader_config(cfg, "restore")?.create_with_context(QuietReader)?;
+        let mut tpl = TopicPartitionList::new();
+        let partitions: std::collections::BTreeSet<i32> = wanted.iter().map(|(_, p)| *p).collect();
+        for p in &partitions {
+            tpl.add_partition_offset(&cfg.topics.state, *p, Offset::Beginning)?;
+        }
+        reader.assign(&tpl)?;
+        let mut restorers: Vec<Restorer> = wanted
+            .iter()
+            .map(|(t, p)| {
+                Restorer::new(Unit {
+                    topic: *t,
+                    partition: *p,
+                })
+            })
+            .collect();
+        let complete = read_to_end(&reader, partitions.len(), "restore read", |m| {
+            for r in restorers
+                .iter_mut()
+                .filter(|r| r.unit().partition == m.partition())
+            {
+                r.accept(m.key().unwrap_or_default(), m.payload());
+            }
+            Ok(())
+        })?;
+        if !complete {
+            return Err(ServiceError::RestoreTimeout(restorers[0].unit()));
+        }
+        for (restorer, key) in restorers.into_iter().zip(wanted) {
+            let unit = restorer.unit();
+            let (records, bytes) = (restorer.records, restorer.bytes);
+            let (state, offset) = restorer
+                .finish()
+                .map_err(|source| ServiceError::Restore { unit, source })?;
+            metrics.restore_records.inc_by(records);
+            metrics.restore_bytes.inc_by(bytes);
+            tracing::info!(?unit, records, bytes, offset, "restored partition state");
+            self.units.insert(
+                key,
+                Owned {
+                    state,
+                    skip_through: offset,
+                    pending: None,
+                },
+            );
+        }
+        metrics
+            .restore_duration
+            .observe(started.elapsed().as_secs_f64());
+        metrics.partitions_owned.set(self.units.len() as i64);
+        Ok(())
+    }
+}
+
+/// Reads a reader's assigned partitions (`partitions` of them) from where they are to their ends,
+/// handing every record to `accept`. `Ok(false)` if they did not all reach their end within five
+/// minutes.
+pub(super) fn read_to_end(
+    reader: &BaseConsumer<QuietReader>,
+    partitions: usize,
+    what: &str,
+    mut accept: impl FnMut(&BorrowedMessage<'_>) -> Result<(), ServiceError>,
+) -> Result<bool, ServiceError> {
+    let mut at_end = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while at_end.len() < partitions {
+        if Instant::now() > deadline {
+            return Ok(false);
+        }
+        match reader.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => accept(&m)?,
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => tracing::warn!(error = %e, "{what}"),
+            None => {}
+        }
+    }
+    Ok(true)
+}
