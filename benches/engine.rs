@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 use jurystream::changelog::{self, Unit};
 
 use jurystream::config::Config;
-use jurystream::engine::bias::{audit_session, session_alerts};
-use jurystream::engine::consensus::{analyze, interpretation};
-use jurystream::engine::judge::{BallotEvent, CandidateMeta, Status};
+use jurystream::engine::contract::judge::{BallotEvent, CandidateMeta, Status};
+use jurystream::engine::contract::time::EventTime;
+use jurystream::engine::contract::vote::{Vote, VoteBatch};
+use jurystream::engine::model::bias::{audit_session, session_alerts};
+use jurystream::engine::model::consensus::{analyze, interpretation};
+use jurystream::engine::model::session::Session;
 use jurystream::engine::output::Output;
 use jurystream::engine::reputation::ReputationTable;
-use jurystream::engine::session::Session;
-use jurystream::engine::time::EventTime;
-use jurystream::engine::vote::{Vote, VoteBatch};
 use jurystream::engine::{Engine, InputTopic, PartitionState, Receipt, Record};
 
 /// The service's allocator, so the benchmarks allocate as the service does (with glibc's, its

@@ -483,7 +483,7 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
 }
 
 fn chrono_ms(s: &str) -> Option<i64> {
-    jurystream::engine::time::EventTime::parse_rfc3339(s)
+    jurystream::engine::contract::time::EventTime::parse_rfc3339(s)
         .ok()
         .map(|t| t.epoch_millis())
 }

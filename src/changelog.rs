@@ -42,12 +42,12 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::engine::bias::ProjectAudit;
-use crate::engine::dedupe::RecentIds;
-use crate::engine::leaderboard::Entry;
-use crate::engine::score::ProjectScore;
-use crate::engine::session::{ProjectSessions, Session, SessionBook};
-use crate::engine::time::EventTime;
+use crate::engine::contract::time::EventTime;
+use crate::engine::model::bias::ProjectAudit;
+use crate::engine::model::dedupe::RecentIds;
+use crate::engine::model::leaderboard::Entry;
+use crate::engine::model::score::ProjectScore;
+use crate::engine::model::session::{ProjectSessions, Session, SessionBook};
 use crate::engine::{Change, IdMap, InputTopic, PartitionState, ProjectKey, VoteProject};
 
 /// One changelog record, owned; `value: None` is a tombstone.

@@ -10,7 +10,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::dedupe::MAX_WINDOW;
+use crate::engine::model::dedupe::MAX_WINDOW;
 
 /// A configuration that could not be loaded or is invalid; `key` is the dotted path, e.g. `scoring.lambda`.
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,7 @@ use prometheus::{
 };
 
 use crate::engine::Outcome;
-use crate::engine::rejection::ErrorCode;
+use crate::engine::contract::rejection::ErrorCode;
 
 /// Every metric of the service.
 pub struct Metrics {

@@ -12,8 +12,8 @@ use std::io::{BufRead, Write};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::engine::contract::rejection::{ErrorCode, Rejection};
 use crate::engine::output::Output;
-use crate::engine::rejection::{ErrorCode, Rejection};
 use crate::engine::reputation::ReputationTable;
 use crate::engine::{Engine, Outcome, PartitionState, Record};
 

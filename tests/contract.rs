@@ -1,6 +1,6 @@
 //! The written contract (schemas, docs) and the code agree.
 
-use jurystream::engine::rejection::ErrorCode;
+use jurystream::engine::contract::rejection::ErrorCode;
 
 fn schema(name: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(format!("schemas/{name}.schema.json")).unwrap();

@@ -7,8 +7,8 @@ use std::borrow::Cow;
 
 use serde::Serialize;
 
-use super::rejection::Rejection;
-use super::time::EventTime;
+use super::contract::rejection::Rejection;
+use super::contract::time::EventTime;
 
 /// The logical output topics; the runtime maps them to configured names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,7 +51,7 @@ impl Output {
     }
 
     /// A `jury.bias-alerts` record.
-    pub fn alert(key: Option<String>, alert: &super::bias::BiasAlert) -> Output {
+    pub fn alert(key: Option<String>, alert: &super::model::bias::BiasAlert) -> Output {
         Output {
             alert: Some((alert.scope, alert.kind)),
             ..Output::json(OutputTopic::BiasAlerts, key, alert)
@@ -93,7 +93,7 @@ struct ScoreRecord<'a> {
     lambda: f64,
     evaluations: u64,
     votes: u64,
-    #[serde(serialize_with = "super::time::rfc3339")]
+    #[serde(serialize_with = "super::contract::time::rfc3339")]
     last_event_at: EventTime,
 }
 
@@ -176,7 +176,7 @@ pub fn truncate_text(bytes: &[u8], max: usize) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::rejection::ErrorCode;
+    use crate::engine::contract::rejection::ErrorCode;
 
     #[test]
     fn score_record_shape() {

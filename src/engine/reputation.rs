@@ -6,9 +6,9 @@
 
 use dashmap::DashMap;
 
-use super::fields::Fields;
-use super::json::Json;
-use super::rejection::{ErrorCode, Rejection};
+use super::contract::fields::Fields;
+use super::contract::json::Json;
+use super::contract::rejection::{ErrorCode, Rejection};
 
 /// Voter id -> reputation. Hashed with foldhash, like the state's maps (see
 /// [`super::IdMap`]): every vote without an explicit reputation looks its voter up here, and
@@ -111,7 +111,7 @@ impl ReputationTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::json::parse;
+    use crate::engine::contract::json::parse;
 
     fn change<'a>(
         doc: &'a Json<'a>,

@@ -1,8 +1,12 @@
 //! Engine-level tests: whole records in, published records out.
 
+use std::ops::Range;
+
 use proptest::prelude::*;
 use serde_json::Value;
 
+use super::journal::note_votes;
+use super::model::dedupe::Remembered;
 use super::*;
 
 fn engine() -> Engine {

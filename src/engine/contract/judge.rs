@@ -344,7 +344,7 @@ fn read_candidates(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::json::parse;
+    use crate::engine::contract::json::parse;
 
     const LIMITS: JudgeLimits = JudgeLimits {
         max_id_bytes: 64,

@@ -398,7 +398,7 @@ fn duplicate(path: &str, name: &str) -> Rejection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::json::parse;
+    use crate::engine::contract::json::parse;
 
     #[test]
     fn getters_name_the_field() {

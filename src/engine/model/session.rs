@@ -7,13 +7,13 @@
 
 use std::collections::BTreeMap;
 
-use super::IdMap;
+use crate::engine::IdMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::dedupe::{RecentIds, Remembered};
-use super::judge::{BallotEvent, CandidateMeta, Status};
-use super::time::EventTime;
+use crate::engine::contract::judge::{BallotEvent, CandidateMeta, Status};
+use crate::engine::contract::time::EventTime;
 
 /// One judge's latest ballot in a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

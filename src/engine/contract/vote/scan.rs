@@ -18,9 +18,9 @@
 use std::borrow::Cow;
 
 use super::{BATCH_FIELDS, RawBatch, RawVotes, VOTE_FIELDS, Vote, VoteBatch, VoteLimits, Votes};
-use crate::engine::fields::{Slots, check_id};
-use crate::engine::json::Json;
-use crate::engine::time::EventTime;
+use crate::engine::contract::fields::{Slots, check_id};
+use crate::engine::contract::json::Json;
+use crate::engine::contract::time::EventTime;
 
 /// Index of `votes` among [`BATCH_FIELDS`].
 const VOTES: usize = 4;
@@ -368,8 +368,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::engine::json::parse_as;
-    use crate::engine::vote::VoteBatch;
+    use crate::engine::contract::json::parse_as;
+    use crate::engine::contract::vote::VoteBatch;
 
     /// serde's reading of `text`, which [`scan`] must equal whenever it accepts.
     fn serde(text: &str) -> Option<RawBatch<'_>> {

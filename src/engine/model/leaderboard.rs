@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::consensus::Analysis;
 use super::stats;
-use super::time::EventTime;
+use crate::engine::contract::time::EventTime;
 
 /// One candidate's result in one completed session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,8 +4,8 @@ use proptest::prelude::{any, prop, prop_assert, prop_assert_eq, proptest};
 use proptest::strategy::Strategy as Gen;
 
 use super::*;
-use crate::engine::judge::{BallotEvent, CandidateMeta};
-use crate::engine::time::EventTime;
+use crate::engine::contract::judge::{BallotEvent, CandidateMeta};
+use crate::engine::contract::time::EventTime;
 
 fn t(secs: i64) -> EventTime {
     EventTime::new(1_795_168_800 + secs, 0).unwrap()

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::time::EventTime;
+use crate::engine::contract::time::EventTime;
 
 /// The running score of one project.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::engine::consensus::{JudgeCounts, Ranked};
-use crate::engine::judge::CandidateMeta;
+use crate::engine::contract::judge::CandidateMeta;
+use crate::engine::model::consensus::{JudgeCounts, Ranked};
 
 /// An analysis with the given counted scores (candidate -> [(judge, score)]) and metadata.
 fn analysis(

@@ -1,0 +1,113 @@
+//! The journal: what changed in a partition's state, noted as records are applied, for the
+//! runtime's changelog (see [`crate::changelog`]). Replay does not journal.
+
+use std::ops::Range;
+
+use super::model::dedupe::Remembered;
+use super::state::{JournalHint, ProjectKey};
+
+/// One piece of partition state that changed. The Kafka runtime writes the current value of
+/// each (or a tombstone, if it is gone) to the changelog; replay does not journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A vote project's score changed, the ids numbered `seen` entered its dedupe window and
+    /// those numbered `forgot` left it. A project's batches in one flush extend one change
+    /// (see [`JournalHint`]): a busy project costs one journal entry per flush, not one or
+    /// three per event. With many projects that is one change per event, so the project id is
+    /// kept inline (a [`ProjectKey`]) rather than allocated.
+    Votes {
+        project: ProjectKey,
+        seen: Range<u64>,
+        forgot: Range<u64>,
+    },
+    /// A ballot id entered a judge-scores project's dedupe window (`seq` orders the window).
+    Seen { project: String, seq: u64 },
+    /// A ballot id left a judge-scores project's dedupe window.
+    Forgot { project: String, seq: u64 },
+    /// An open session changed, opened or completed.
+    Session { project: String, session: String },
+    /// A session id entered the completed window.
+    Completed {
+        project: String,
+        fingerprint: u128,
+        seq: u64,
+    },
+    /// A session id left the completed window.
+    Uncompleted { project: String, fingerprint: u128 },
+    /// A project's bias roll-up.
+    Audit { project: String },
+    /// A leaderboard row.
+    Board {
+        project: String,
+        category: String,
+        model: String,
+    },
+    /// The session book's watermark and creation counter.
+    Book,
+}
+
+/// Notes an applied vote batch of `project` in `journal` (if the state journals): the score
+/// changed, `r` says which id entered the window and which left it. It extends the project's
+/// change in this flush (found through `noted`) when the ids join its ranges; otherwise (the
+/// first batch in the flush, or a window restored with gaps) it adds a change.
+pub(super) fn note_votes(
+    journal: Option<&mut Vec<Change>>,
+    noted: &mut JournalHint,
+    project: &str,
+    r: &Remembered,
+) {
+    let Some(journal) = journal else {
+        return;
+    };
+    let mut forgot = r.evicted.iter().map(|(s, _)| *s..s + 1);
+    extend_votes(
+        journal,
+        noted,
+        project,
+        r.seq..r.seq + 1,
+        forgot.next().unwrap_or(0..0),
+    );
+    // More than one id leaves only when the window shrank; they join unless it has gaps.
+    for f in forgot {
+        extend_votes(journal, noted, project, 0..0, f);
+    }
+}
+
+/// Adds ids to the project's change that `noted` points at when that is this project's and
+/// both ranges join; else appends a change and points `noted` at it.
+fn extend_votes(
+    journal: &mut Vec<Change>,
+    noted: &mut JournalHint,
+    project: &str,
+    seen: Range<u64>,
+    forgot: Range<u64>,
+) {
+    if let Some(Change::Votes {
+        project: p,
+        seen: s,
+        forgot: f,
+    }) = noted.0.and_then(|at| journal.get_mut(at))
+        && p == project
+        && let (Some(s2), Some(f2)) = (join(s, &seen), join(f, &forgot))
+    {
+        (*s, *f) = (s2, f2);
+        return;
+    }
+    *noted = JournalHint(Some(journal.len()));
+    journal.push(Change::Votes {
+        project: ProjectKey::from(project),
+        seen,
+        forgot,
+    });
+}
+
+/// `a` followed by `b` as one range, if that is one (either is empty, or they are adjacent).
+fn join(a: &Range<u64>, b: &Range<u64>) -> Option<Range<u64>> {
+    if b.is_empty() {
+        Some(a.clone())
+    } else if a.is_empty() {
+        Some(b.clone())
+    } else {
+        (a.end == b.start).then_some(a.start..b.end)
+    }
+}

@@ -1,0 +1,204 @@
+//! The judging pipeline (`jury.judge-scores`): ballots gathered into sessions; a completed
+//! session becomes its `jury.consensus` record, its bias alerts and its leaderboard rows.
+
+use serde::Serialize;
+
+use super::contract::json;
+use super::contract::judge::{JudgeAction, JudgeEvent, JudgeLimits, Scale};
+use super::contract::rejection::{ErrorCode, Rejection};
+use super::journal::Change;
+use super::model::bias::{audit_session, session_alerts};
+use super::model::consensus::{Consensus, JudgeCounts, Ranked, analyze, interpretation};
+use super::model::session::{BookLimits, Completed};
+use super::output::{Output, OutputTopic};
+use super::state::PartitionState;
+use super::{Engine, Outcome, Record};
+use crate::config::Method;
+
+impl Engine {
+    fn judge_limits(&self) -> JudgeLimits {
+        let (l, s) = (&self.config.limits, &self.config.sessions);
+        JudgeLimits {
+            max_id_bytes: l.max_id_bytes,
+            reject_unknown_fields: l.reject_unknown_fields,
+            default_scale: Scale {
+                min: s.default_scale_min,
+                max: s.default_scale_max,
+            },
+        }
+    }
+
+    fn book_limits(&self) -> BookLimits {
+        let s = &self.config.sessions;
+        BookLimits {
+            timeout_secs: s.timeout_secs,
+            max_open_per_project: s.max_open_per_project,
+            max_open_total: s.max_open_total,
+            completed_window: s.completed_window,
+        }
+    }
+
+    pub(super) fn apply_judge(
+        &self,
+        state: &mut PartitionState,
+        record: &Record<'_>,
+        doc: &json::Json<'_>,
+        out: &mut Vec<Output>,
+    ) -> Result<Outcome, Rejection> {
+        let event = JudgeEvent::from_json(doc, self.judge_limits())?;
+        let at = self.event_time(event.occurred_at, record)?;
+        let (project, session) = (event.project_id, event.session_id);
+        if state
+            .judge_projects
+            .get(project)
+            .is_some_and(|p| p.seen.contains(event.event_id))
+        {
+            return Err(Rejection::new(
+                ErrorCode::DuplicateEventId,
+                format!(
+                    "`event_id` {:?} was already applied to project {project:?}",
+                    event.event_id
+                ),
+            ));
+        }
+        if state.sessions.is_completed(project, session) {
+            return Err(Rejection::new(
+                ErrorCode::SessionCompleted,
+                format!("session {session:?} of project {project:?} has already completed"),
+            ));
+        }
+        let remembered = state
+            .judge_projects
+            .entry(project.to_owned())
+            .or_default()
+            .seen
+            .insert(event.event_id, self.config.limits.dedupe_window);
+        if let Some(r) = &remembered {
+            state.note_window(project, r, false);
+        }
+        let mut done = Vec::new();
+        match &event.action {
+            JudgeAction::Ballot(ballot) => {
+                state
+                    .sessions
+                    .ballot(project, session, ballot, at, self.book_limits(), &mut done)
+            }
+            JudgeAction::Close => {
+                state
+                    .sessions
+                    .close(project, session, at, self.book_limits(), &mut done)
+            }
+        }
+        state.note(|| Change::Session {
+            project: project.to_owned(),
+            session: session.to_owned(),
+        });
+        state.note(|| Change::Book);
+        for completed in done {
+            self.finish_session(state, completed, out);
+        }
+        Ok(Outcome::Applied)
+    }
+
+    /// Publishes a completed session: consensus, session and project bias alerts, leaderboard.
+    fn finish_session(&self, state: &mut PartitionState, c: Completed, out: &mut Vec<Output>) {
+        let cfg = &self.config;
+        state.note(|| Change::Session {
+            project: c.project_id.clone(),
+            session: c.session_id.clone(),
+        });
+        if let Some(r) = &c.remembered {
+            state.note_window(&c.project_id, r, true);
+        }
+        state.note(|| Change::Audit {
+            project: c.project_id.clone(),
+        });
+        let analysis = analyze(&c.session, &cfg.sessions);
+        let audit = audit_session(&analysis, &cfg.bias);
+        let key = Some(c.project_id.clone());
+        let record = ConsensusRecord {
+            project_id: &c.project_id,
+            session_id: &c.session_id,
+            completed_by: c.by.as_str(),
+            method: match cfg.sessions.method {
+                Method::NormalizedScores => "normalized_scores",
+                Method::Borda => "borda",
+            },
+            category: c.session.category.as_deref(),
+            last_event_at: c.at.to_string(),
+            judges: analysis.judges,
+            consensus: analysis.consensus.as_ref(),
+            agreement: analysis.agreement,
+            krippendorff_alpha: analysis.krippendorff_alpha,
+            rankings: &analysis.rankings,
+            bias: SessionBias {
+                length_r: audit.length_r,
+                length_p: audit.length_p,
+                position_variance: audit.position_variance,
+                risk: audit.risk,
+            },
+            interpretation: interpretation(&analysis),
+        };
+        out.push(Output::json(OutputTopic::Consensus, key.clone(), &record));
+        for alert in session_alerts(&c.project_id, &c.session_id, &analysis, &audit, &cfg.bias) {
+            out.push(Output::alert(key.clone(), &alert));
+        }
+        let project = state
+            .judge_projects
+            .entry(c.project_id.clone())
+            .or_default();
+        for alert in
+            project
+                .audit
+                .update(&c.project_id, &c.session_id, &analysis, &audit, &cfg.bias)
+        {
+            out.push(Output::alert(key.clone(), &alert));
+        }
+        let category = c.session.category.as_deref();
+        let standings = project.board.add(
+            &c.project_id,
+            category,
+            c.at,
+            &analysis,
+            cfg.leaderboard.window_days,
+        );
+        for standing in standings {
+            state.note(|| Change::Board {
+                project: standing.project_id.clone(),
+                category: standing.category.clone().unwrap_or_default(),
+                model: standing.model.clone(),
+            });
+            out.push(Output::json(
+                OutputTopic::Leaderboard,
+                Some(standing.key()),
+                &standing,
+            ));
+        }
+    }
+}
+
+/// `jury.consensus`: one record per completed session.
+#[derive(Debug, Serialize)]
+struct ConsensusRecord<'a> {
+    project_id: &'a str,
+    session_id: &'a str,
+    completed_by: &'static str,
+    method: &'static str,
+    category: Option<&'a str>,
+    last_event_at: String,
+    judges: JudgeCounts,
+    consensus: Option<&'a Consensus>,
+    agreement: Option<f64>,
+    krippendorff_alpha: Option<f64>,
+    rankings: &'a [Ranked<'a>],
+    bias: SessionBias,
+    interpretation: String,
+}
+
+#[derive(Debug, Serialize)]
+struct SessionBias {
+    length_r: f64,
+    length_p: f64,
+    position_variance: Option<f64>,
+    risk: &'static str,
+}

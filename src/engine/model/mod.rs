@@ -1,0 +1,11 @@
+//! The formulas: HumanJudge scoring, duplicate windows, judge sessions, consensus, the bias
+//! audit, statistics and the leaderboard. Pure functions and the state they keep; each is
+//! documented with its formula in docs/.
+
+pub mod bias;
+pub mod consensus;
+pub mod dedupe;
+pub mod leaderboard;
+pub mod score;
+pub mod session;
+pub mod stats;

@@ -1,0 +1,76 @@
+//! What a runtime hands the engine: one input [`Record`], which input it is, and what became of
+//! it ([`Outcome`]). A record is also the source a dead letter names.
+
+use super::contract::rejection::ErrorCode;
+use super::output::Source;
+
+/// One input record, as Kafka delivers it (or as a replay file describes it).
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    pub topic: &'a str,
+    pub partition: Option<i32>,
+    pub offset: Option<i64>,
+    pub key: Option<&'a [u8]>,
+    /// The record timestamp, used when the payload has no `occurred_at`.
+    pub timestamp_ms: Option<i64>,
+    /// `None` is a tombstone.
+    pub payload: Option<&'a [u8]>,
+    /// The runtime's monotonic clock in milliseconds when it processes the record. When set,
+    /// a project's `jury.scores` updates within `output.scores_coalesce_ms` are coalesced (see
+    /// [`super::Coalescing`]); `None` (replay) emits one score per applied batch.
+    pub clock_ms: Option<u64>,
+}
+
+/// Where and when a runtime received a record, as far as applying a vote batch needs it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Receipt {
+    /// The record's input offset: a batch at or below its project's
+    /// [`super::VoteProject::applied_through`] is already in the state.
+    pub offset: Option<i64>,
+    /// The runtime's clock, for coalescing (see [`Record::clock_ms`]).
+    pub clock_ms: Option<u64>,
+}
+
+impl<'a> Record<'a> {
+    /// Where and when the record was received.
+    pub fn receipt(&self) -> Receipt {
+        Receipt {
+            offset: self.offset,
+            clock_ms: self.clock_ms,
+        }
+    }
+
+    pub(super) fn source(&self) -> Source<'a> {
+        Source {
+            topic: self.topic,
+            partition: self.partition,
+            offset: self.offset,
+            key: self.key,
+            payload: self.payload,
+        }
+    }
+}
+
+/// What became of one record; runtimes count these in metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The record changed state (a vote batch, a reputation change).
+    Applied,
+    /// A vote batch older than the project's latest: counted, but the score did not move.
+    Late,
+    /// A vote batch the state already holds: its offset is at or below the last one applied to
+    /// its project, which happens only when records are read again after a restore (see
+    /// [`super::VoteProject::applied_through`]). Nothing changes and nothing is published: its outputs
+    /// were published before the state that holds it was written.
+    Replayed,
+    /// Dead-lettered with this code; state is unchanged.
+    Rejected(ErrorCode),
+}
+
+/// Which input a topic name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum InputTopic {
+    Votes,
+    JudgeScores,
+    Reputations,
+}

@@ -1,0 +1,171 @@
+//! Per-partition state: every project's votes and judge sessions, and the journal of what
+//! changed (see [`super::journal`]), so that a partition's state moves between instances as a
+//! unit.
+
+use std::collections::HashMap;
+
+use super::journal::Change;
+use super::model::bias::ProjectAudit;
+use super::model::dedupe::{RecentIds, Remembered};
+use super::model::leaderboard::Board;
+use super::model::score::ProjectScore;
+use super::model::session::SessionBook;
+
+/// The state of one project's votes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VoteProject {
+    pub score: ProjectScore,
+    /// Accepted `event_id`s, for duplicate detection.
+    pub seen: RecentIds,
+    /// Where this project's change is in the journal, so its batches of one flush extend it.
+    pub noted: JournalHint,
+    /// Its score output held back by coalescing, if any.
+    pub coalescing: Coalescing,
+    /// The input offset of the last batch applied, when the runtime gives offsets. It is written
+    /// with the score, so after a crash that cut a changelog flush short, a project whose record
+    /// made it knows which of the records read again it already counts (they are
+    /// [`super::Outcome::Replayed`], not duplicates), while the others apply them.
+    pub applied_through: Option<i64>,
+}
+
+impl VoteProject {
+    /// A project with no votes yet, at score `score`.
+    pub fn new(score: ProjectScore) -> Self {
+        VoteProject {
+            score,
+            seen: RecentIds::default(),
+            noted: JournalHint::default(),
+            coalescing: Coalescing::default(),
+            applied_through: None,
+        }
+    }
+}
+
+/// The position of a vote project's change in the current journal, if it has one. With 10,000
+/// busy projects a flush interleaves their batches, and joining only a batch that follows its
+/// own project's made one change per event: the changelog then hashed six times the slots it
+/// wrote. The hint may be stale (the runtime takes the journal at every flush); it is trusted
+/// only when the change it points at is this project's. It is not state: it is never written
+/// or restored, and every two hints compare equal, so a restored project equals a running one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JournalHint(pub(super) Option<usize>);
+
+impl PartialEq for JournalHint {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// Coalescing of a vote project's `jury.scores` updates: `jury.scores` is a compacted table, so
+/// the runtime publishes a project's first update at once and holds back later ones within
+/// `output.scores_coalesce_ms`, keeping only the latest, which [`super::Engine::release_held`] emits
+/// at the end of the runtime's cycle. It lives in the project because the runtime used to keep it
+/// in a map of its own, and finding the project there again was a cache miss per event with
+/// 10,000 busy projects. Like [`JournalHint`] it is not state: never written or restored, and
+/// every two compare equal.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Coalescing {
+    /// The runtime clock (ms) when the project's last score was emitted at once.
+    pub(super) emitted_ms: Option<u64>,
+    /// The `alpha` of the held score's step (its freshness is `1 - alpha`), if one is held: the
+    /// rest of the score is the project's current state.
+    pub(super) held_alpha: Option<f64>,
+}
+
+impl PartialEq for Coalescing {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// A project's judge-session state besides its open sessions.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JudgeProject {
+    /// Accepted judge-scores `event_id`s, for duplicate detection.
+    pub seen: RecentIds,
+    pub audit: ProjectAudit,
+    pub board: Board,
+}
+
+/// The hash map for ids that arrive from outside (projects, sessions, fingerprints of them):
+/// foldhash is several times faster than std's SipHash on short keys and still seeded per
+/// process, so crafted ids cannot force collisions. Nothing may depend on its iteration order.
+pub type IdMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// A project id as a map key. Ids of up to 24 bytes are stored in the key itself, so finding a
+/// project compares bytes already in the table instead of following a pointer to them: with
+/// 10,000 busy projects that pointer was a cache miss and half the time of finding a project.
+pub type ProjectKey = compact_str::CompactString;
+
+/// The state behind one input partition: everything a record can change, so that a partition's
+/// state moves between instances as a unit (and replay keeps one per partition, like Kafka).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PartitionState {
+    /// `jury.votes`: project scores.
+    pub projects: IdMap<ProjectKey, VoteProject>,
+    /// `jury.judge-scores`: open sessions and the partition's watermark.
+    pub sessions: SessionBook,
+    /// `jury.judge-scores`: per-project dedupe, bias roll-up and leaderboard.
+    pub judge_projects: IdMap<String, JudgeProject>,
+    /// When set, every state change is noted here for the runtime's changelog.
+    pub journal: Option<Vec<Change>>,
+    /// Vote projects with a held score (see [`Coalescing`]), in the order they were first held;
+    /// [`super::Engine::release_held`] empties it at every coalescing tick and at the end of every
+    /// runtime epoch, and replay (no clock) never fills it.
+    pub held: Vec<ProjectKey>,
+}
+
+impl PartitionState {
+    /// A state that journals its changes.
+    pub fn journaled() -> Self {
+        PartitionState {
+            journal: Some(Vec::new()),
+            ..PartitionState::default()
+        }
+    }
+
+    pub(super) fn note(&mut self, change: impl FnOnce() -> Change) {
+        if let Some(j) = &mut self.journal {
+            j.push(change());
+        }
+    }
+
+    /// Notes a judge-scores window change: a ballot id (`completed` false) or a completed
+    /// session id entered the project's window, and the ids `r` evicted left it.
+    pub(super) fn note_window(&mut self, project: &str, r: &Remembered, completed: bool) {
+        if self.journal.is_none() {
+            return;
+        }
+        let project = project.to_owned();
+        let (fingerprint, seq) = (r.fingerprint, r.seq);
+        self.note(|| {
+            if completed {
+                Change::Completed {
+                    project: project.clone(),
+                    fingerprint,
+                    seq,
+                }
+            } else {
+                Change::Seen {
+                    project: project.clone(),
+                    seq,
+                }
+            }
+        });
+        for &(seq, fingerprint) in &r.evicted {
+            self.note(|| {
+                if completed {
+                    Change::Uncompleted {
+                        project: project.clone(),
+                        fingerprint,
+                    }
+                } else {
+                    Change::Forgot {
+                        project: project.clone(),
+                        seq,
+                    }
+                }
+            });
+        }
+    }
+}

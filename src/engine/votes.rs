@@ -1,0 +1,301 @@
+//! The vote pipeline (`jury.votes`): a batch validated against the contract, weighed by its
+//! voters' reputations, checked for a resent `event_id`, and applied to its project's
+//! HumanJudge score; the `jury.scores` record, coalesced per project when the runtime has a clock.
+//! A runtime with two threads validates on one ([`Engine::prepare_votes`]) and applies on the
+//! other ([`Engine::apply_prepared`]); both paths share one weight rule and one apply.
+
+use super::contract::rejection::{ErrorCode, Rejection};
+use super::contract::time::EventTime;
+use super::contract::vote::{self, RawBatch, VoteBatch, VoteLimits, VoteSpans};
+use super::journal::note_votes;
+use super::model::dedupe;
+use super::model::score::{ProjectScore, weighted_mean};
+use super::output::{Output, OutputTopic, OutputValue, ScoreValue};
+use super::reputation::ReputationTable;
+use super::state::{Coalescing, PartitionState, ProjectKey, VoteProject};
+use super::{Engine, InputTopic, Outcome, Receipt, Record, parse_rejection};
+
+/// A `jury.votes` record validated by [`Engine::prepare_votes`] and not yet applied: what
+/// applying it takes from the batch, so that the payload is not read again (see
+/// [`Engine::apply_prepared`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedVotes {
+    votes: VoteSpans,
+    at: EventTime,
+    /// The project and the event id's dedupe fingerprint, also for [`Engine::prefetch`], which
+    /// must find them without reading the payload (that would be the miss it is there to hide).
+    project: ProjectKey,
+    fingerprint: u128,
+}
+
+/// What applying a vote batch takes from it once its votes are weighed: the same whether the
+/// batch was read in full ([`Engine::apply_batch`]) or prepared ([`Engine::apply_prepared`]).
+struct Weighed<'a> {
+    project_id: &'a str,
+    /// The event id's [`dedupe::fingerprint`].
+    fingerprint: u128,
+    /// The reputation-weighted mean vote.
+    mean: f64,
+    votes: usize,
+}
+
+/// The `jury.scores` record of a project whose score took a step with `alpha`, its last
+/// event at `last_event_at`.
+fn score_output(
+    project_id: &str,
+    score: &ProjectScore,
+    alpha: f64,
+    lambda: f64,
+    last_event_at: EventTime,
+) -> Output {
+    let value = ScoreValue {
+        score: score.score,
+        freshness: 1.0 - alpha,
+        alpha,
+        lambda,
+        evaluations: score.evaluations,
+        votes: score.votes,
+        last_event_at,
+    };
+    Output {
+        topic: OutputTopic::Scores,
+        key: Some(project_id.to_owned()),
+        value: OutputValue::Score(value),
+        alert: None,
+    }
+}
+
+impl Engine {
+    /// A vote payload read and checked against the contract, with the time it is observed at:
+    /// the validation both [`Engine::process`] and [`Engine::prepare_votes`] do. A valid payload
+    /// of the plain shape is read in one pass ([`VoteBatch::scan`]); anything else is read in
+    /// full into `raw`, which the batch then borrows from.
+    pub(super) fn validate_votes<'d>(
+        &self,
+        record: &Record<'_>,
+        payload: &'d [u8],
+        raw: &'d mut Option<RawBatch<'d>>,
+    ) -> Result<(VoteBatch<'d>, EventTime), Rejection> {
+        let l = &self.config.limits;
+        let limits = VoteLimits {
+            max_votes: l.max_votes_per_event,
+            max_id_bytes: l.max_id_bytes,
+            reject_unknown_fields: l.reject_unknown_fields,
+        };
+        let batch = match VoteBatch::scan(payload, limits) {
+            Some(batch) => batch,
+            None => {
+                let raw = raw.insert(RawBatch::parse(payload).map_err(parse_rejection)?);
+                VoteBatch::from_raw(raw, limits)?
+            }
+        };
+        let at = self.event_time(batch.occurred_at, record)?;
+        Ok((batch, at))
+    }
+
+    /// Validates a `jury.votes` record without applying it, for a runtime that reads and
+    /// validates records on one thread and applies them on another. `Some` for a valid batch
+    /// whose voter ids are slices of the payload; `None` for anything else (another topic, a
+    /// rejection, an escaped voter id), which [`Engine::process`] then handles from the start.
+    /// Validation reads only the record and the configuration, so it can run ahead of state.
+    pub fn prepare_votes(&self, record: &Record<'_>) -> Option<PreparedVotes> {
+        if self.input_topic(record.topic) != Some(InputTopic::Votes) {
+            return None;
+        }
+        let payload = record.payload?;
+        self.check_size(payload).ok()?;
+        let mut raw = None;
+        let (batch, at) = self.validate_votes(record, payload, &mut raw).ok()?;
+        Some(PreparedVotes {
+            votes: batch.vote_spans(payload)?,
+            at,
+            project: ProjectKey::from(batch.project_id),
+            fingerprint: dedupe::fingerprint(batch.event_id),
+        })
+    }
+
+    /// Gets the CPU to fetch what applying `prepared` to `state` will touch first: the project
+    /// and the line of its dedupe window where the event id is looked up (see
+    /// [`crate::engine::model::dedupe::RecentIds::prefetch`]). The runtime calls it a few records ahead of applying them, so
+    /// the memory latency overlaps other records' work (see [`crate::prefetch`]).
+    pub fn prefetch(&self, state: &PartitionState, prepared: &PreparedVotes) {
+        if let Some(project) = state.projects.get(prepared.project.as_str()) {
+            project.seen.prefetch(prepared.fingerprint);
+        }
+    }
+
+    /// Applies `record`, prepared by [`Engine::prepare_votes`]: exactly what
+    /// [`Engine::process`] does with it. The batch is not rebuilt: applying it takes its
+    /// project and event id fingerprint, kept when it was prepared, and its votes' weights and
+    /// values ([`VoteSpans::weights`]): only the voter ids it looks up in the reputation table
+    /// are read from the payload again, so `record` must be the record prepared. A batch that
+    /// this cannot apply (its weights sum to 0, its event id is a resend, a payload without
+    /// those voter ids) goes through [`Engine::process`], which words the rejection: the
+    /// weighed path declines before it changes anything.
+    pub fn apply_prepared(
+        &self,
+        state: &mut PartitionState,
+        reputations: &ReputationTable,
+        record: &Record<'_>,
+        prepared: &PreparedVotes,
+        out: &mut Vec<Output>,
+    ) -> Outcome {
+        let applied = record
+            .payload
+            .and_then(|p| prepared.votes.weights(p, |voter| reputations.get(voter)))
+            .and_then(|weights| weighted_mean(weights.iter().copied()))
+            .and_then(|mean| {
+                let weighed = Weighed {
+                    project_id: prepared.project.as_str(),
+                    fingerprint: prepared.fingerprint,
+                    mean,
+                    votes: prepared.votes.count(),
+                };
+                self.apply_weighed(state, &weighed, prepared.at, record.receipt(), out)
+            });
+        applied.unwrap_or_else(|| self.process(state, reputations, record, out))
+    }
+
+    /// Applies a validated vote batch observed at `at`: the HumanJudge update, duplicate
+    /// detection and the `jury.scores` record (held back if the receipt's clock says it comes
+    /// within the coalescing interval of the project's last one). Public so benchmarks can time
+    /// it without parsing.
+    pub fn apply_batch(
+        &self,
+        state: &mut PartitionState,
+        reputations: &ReputationTable,
+        batch: &VoteBatch<'_>,
+        at: EventTime,
+        receipt: Receipt,
+        out: &mut Vec<Output>,
+    ) -> Result<Outcome, Rejection> {
+        let weights = batch.votes.iter().map(|v| {
+            (
+                vote::weight(v.reputation, || reputations.get(v.voter_id)),
+                v.value,
+            )
+        });
+        let mean = weighted_mean(weights).ok_or_else(|| {
+            Rejection::new(
+                ErrorCode::ZeroTotalReputation,
+                "the votes' reputations sum to 0; the batch carries no weight",
+            )
+        })?;
+        let weighed = Weighed {
+            project_id: batch.project_id,
+            fingerprint: dedupe::fingerprint(batch.event_id),
+            mean,
+            votes: batch.votes.len(),
+        };
+        self.apply_weighed(state, &weighed, at, receipt, out)
+            .ok_or_else(|| {
+                Rejection::new(
+                    ErrorCode::DuplicateEventId,
+                    format!(
+                        "`event_id` {:?} was already applied to project {:?}",
+                        batch.event_id, batch.project_id
+                    ),
+                )
+            })
+    }
+
+    /// [`Engine::apply_batch`] once the batch's votes are weighed. `None` if its event id is a
+    /// resend, and then nothing has changed: a project it would create cannot have seen the
+    /// id, and the window's probe that finds it changes nothing.
+    fn apply_weighed(
+        &self,
+        state: &mut PartitionState,
+        batch: &Weighed<'_>,
+        at: EventTime,
+        receipt: Receipt,
+        out: &mut Vec<Output>,
+    ) -> Option<Outcome> {
+        let project = match state.projects.get_mut(batch.project_id) {
+            Some(p) => p,
+            None => state
+                .projects
+                .entry(ProjectKey::from(batch.project_id))
+                .or_insert_with(|| {
+                    VoteProject::new(ProjectScore::new(self.config.scoring.initial_score))
+                }),
+        };
+        if let (Some(offset), Some(through)) = (receipt.offset, project.applied_through)
+            && offset <= through
+        {
+            return Some(Outcome::Replayed);
+        }
+        // One probe of the window both detects a resend and remembers the id (nothing below
+        // can reject the batch): with a full window each probe is a cache miss.
+        let remembered = project
+            .seen
+            .insert_fingerprint(batch.fingerprint, self.config.limits.dedupe_window)?;
+        if receipt.offset.is_some() {
+            project.applied_through = receipt.offset;
+        }
+        let lambda = self.config.scoring.lambda_for(batch.project_id);
+        let step = project
+            .score
+            .apply(at, batch.mean, batch.votes as u64, lambda);
+        let interval = self.config.output.scores_coalesce_ms;
+        let c = &mut project.coalescing;
+        let clock_ms = receipt.clock_ms;
+        match clock_ms {
+            Some(now)
+                if c.emitted_ms
+                    .is_some_and(|t| now.saturating_sub(t) < interval) =>
+            {
+                if c.held_alpha.is_none() {
+                    state.held.push(ProjectKey::from(batch.project_id));
+                }
+                c.held_alpha = Some(step.alpha);
+            }
+            _ => {
+                // Emitted now: a score held before is superseded.
+                *c = Coalescing {
+                    emitted_ms: clock_ms,
+                    held_alpha: None,
+                };
+                let last = project.score.last_update_at.unwrap_or(at);
+                out.push(score_output(
+                    batch.project_id,
+                    &project.score,
+                    step.alpha,
+                    lambda,
+                    last,
+                ));
+            }
+        }
+        note_votes(
+            state.journal.as_mut(),
+            &mut project.noted,
+            batch.project_id,
+            &remembered,
+        );
+        Some(if step.late {
+            Outcome::Late
+        } else {
+            Outcome::Applied
+        })
+    }
+}
+
+impl Engine {
+    /// Emits the held-back score of every project in `state` (see [`Coalescing`]), in the
+    /// order they were first held. The runtime calls it at the end of every cycle, before it
+    /// writes the cycle's changelog.
+    pub fn release_held(&self, state: &mut PartitionState, out: &mut Vec<Output>) {
+        for key in state.held.drain(..) {
+            let Some(project) = state.projects.get_mut(key.as_str()) else {
+                continue;
+            };
+            // A held score's project has taken a step, so it has a last event time.
+            if let (Some(alpha), Some(last)) = (
+                project.coalescing.held_alpha.take(),
+                project.score.last_update_at,
+            ) {
+                let lambda = self.config.scoring.lambda_for(&key);
+                out.push(score_output(&key, &project.score, alpha, lambda, last));
+            }
+        }
+    }
+}
