@@ -1,0 +1,216 @@
+//! The state changelog: partition state as compacted key/value records, and back.
+//!
+//! Every input partition's state is written to the same-numbered partition of the changelog topic
+//! (`jury.state`). Keys are JSON arrays, so ids may contain any character:
+//! `["v", 3, "project", "proj-42"]`, `["j", 3, "session", "proj-42", "council-981"]`. The first two
+//! elements name the unit (`v` = votes, `j` = judge-scores; the partition), the third the kind of
+//! state. A tombstone (no value) deletes. Restoring reads the partition from the beginning and
+//! keeps the latest value per key, exactly as compaction would. This module is pure: the Kafka
+//! runtime does the reading and writing.
+//!
+//! Dedupe windows are stored in buckets of `SEEN_BUCKET` consecutive ids. A vote project's
+//! record carries its score *and* its newest (open) bucket, for two reasons: with many projects
+//! nearly every event changes both, and one record instead of two is a third fewer produced
+//! records per event; and the score and the ids it counts are then written atomically. A bucket
+//! gets a `seen` record of its own once a newer one opens, and such records are written before
+//! the project records of the same flush. So if a crash cuts a flush short, whatever part of it
+//! reached the log restores to a state where every id in the window is counted in the score:
+//! restore drops ids newer than the project record's newest, and the records replayed from the
+//! last complete flush are applied exactly once (as long as the dedupe window holds a flush's
+//! worth of the project's ids). The record also carries the offset of the project's last
+//! applied batch, so the replayed records it already counts are skipped as replayed
+//! ([`crate::engine::Outcome::Replayed`]) rather than dead-lettered as duplicates.
+//!
+//! Judge-scores state has no such pairing: one ballot changes its session, the partition's
+//! session book, its project's dedupe window, and (when it completes sessions) their completed
+//! ids, bias roll-ups and leaderboard rows, under different keys. So a judge-scores flush is
+//! made atomic with a *redo record*: before its state records, the flush writes all of them
+//! again inside one record (`["j",3,"redo","0"]`, split into numbered chunks when it would
+//! exceed the runtime's chunk size), naming the writer's run and the flush's last input offset.
+//! A crash can cut the flush anywhere. If the redo record is complete (its chunks, from one
+//! write, through the one marked last), restore applies it over whatever part of the state
+//! records made it, and the state is the end of the flush, its offset the redo's; if it is not,
+//! none of the flush's state records were written (they follow it), and the state is the flush
+//! before. Either way, each ballot counts once and replays from the restored offset.
+
+mod render;
+mod restore;
+
+use serde::ser::SerializeSeq;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
+
+use crate::engine::contract::time::EventTime;
+use crate::engine::model::bias::ProjectAudit;
+use crate::engine::model::dedupe::RecentIds;
+use crate::engine::model::leaderboard::Entry;
+use crate::engine::model::score::ProjectScore;
+use crate::engine::model::session::{ProjectSessions, Session, SessionBook};
+use crate::engine::{Change, IdMap, InputTopic, PartitionState, ProjectKey, VoteProject};
+
+pub use render::{RecordRef, Records, Renderer};
+pub use restore::Restorer;
+
+/// One changelog record, owned; `value: None` is a tombstone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateRecord {
+    pub key: String,
+    pub value: Option<String>,
+}
+
+impl From<RecordRef<'_>> for StateRecord {
+    fn from(r: RecordRef<'_>) -> Self {
+        StateRecord {
+            key: String::from_utf8_lossy(r.key).into_owned(),
+            value: r.value.map(|v| String::from_utf8_lossy(v).into_owned()),
+        }
+    }
+}
+
+/// A changelog record that cannot be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangelogError {
+    #[error("changelog key {key}: {reason}")]
+    Key { key: String, reason: String },
+    #[error("changelog value of {key}: {source}")]
+    Value {
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The state of one input partition in the changelog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Unit {
+    pub topic: InputTopic,
+    pub partition: i32,
+}
+
+impl Unit {
+    fn tag(self) -> &'static str {
+        match self.topic {
+            InputTopic::Votes => "v",
+            InputTopic::JudgeScores => "j",
+            InputTopic::Reputations => "r",
+        }
+    }
+
+    /// How every key of this unit begins, `["v",3,`: what [`Restorer`] recognises its unit's
+    /// records by. It is how serde writes the first two elements of a [`Key`].
+    fn prefix(self) -> Vec<u8> {
+        format!("[\"{}\",{},", self.tag(), self.partition).into_bytes()
+    }
+
+    /// The key of one of this unit's records, as text.
+    fn key(self, kind: &str, ids: &[&str]) -> String {
+        let mut b = Vec::new();
+        push_json(
+            &mut b,
+            &Key {
+                unit: self,
+                kind,
+                ids,
+            },
+        );
+        String::from_utf8_lossy(&b).into_owned()
+    }
+}
+
+/// A changelog key, written as the JSON array `["v",3,"project","proj-42"]`: the unit's tag and
+/// partition, the kind of state, then the ids that name it.
+struct Key<'a> {
+    unit: Unit,
+    kind: &'a str,
+    ids: &'a [&'a str],
+}
+
+impl Serialize for Key<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(3 + self.ids.len()))?;
+        seq.serialize_element(self.unit.tag())?;
+        seq.serialize_element(&self.unit.partition)?;
+        seq.serialize_element(self.kind)?;
+        for id in self.ids {
+            seq.serialize_element(id)?;
+        }
+        seq.end()
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Seq {
+    seq: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct BookMeta {
+    watermark: Option<EventTime>,
+    next_seq: u64,
+}
+
+/// Ids per dedupe-window changelog record.
+const SEEN_BUCKET: u64 = 32;
+
+/// A dedupe fingerprint as it is written: 32 lowercase hex digits.
+struct Hex(u128);
+
+impl Serialize for Hex {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("{:032x}", self.0))
+    }
+}
+
+/// A dedupe bucket as it is written: `[[seq,"fingerprint"],...]`.
+fn bucket(ids: impl Iterator<Item = (u64, u128)>) -> Vec<(u64, Hex)> {
+    ids.map(|(seq, fp)| (seq, Hex(fp))).collect()
+}
+
+/// Appends `value` as JSON; false if it could not be serialized.
+fn push_json(b: &mut Vec<u8>, value: &impl Serialize) -> bool {
+    serde_json::to_writer(b, value).is_ok()
+}
+
+/// Appends a dedupe bucket (see [`bucket`]); false when it has no ids (then nothing is written).
+fn push_bucket(b: &mut Vec<u8>, ids: impl Iterator<Item = (u64, u128)>) -> bool {
+    let ids = bucket(ids);
+    !ids.is_empty() && push_json(b, &ids)
+}
+
+/// The value of an offset record, `{"offset":N}`.
+#[derive(Serialize)]
+struct OffsetValue {
+    offset: i64,
+}
+
+/// How a redo chunk reads back: the write it belongs to (the writer's run and the flush's last
+/// input offset), whether it is the flush's last chunk, and the state records it carries, each
+/// a key and a value (`null` for a tombstone), as written.
+#[derive(Serialize, Deserialize)]
+struct RedoChunk<'a> {
+    run: u64,
+    offset: i64,
+    #[serde(borrow)]
+    records: Vec<(&'a RawValue, Option<&'a RawValue>)>,
+    last: bool,
+}
+
+/// The largest redo chunk a [`Renderer::default`] writes (records' keys and values).
+pub const DEFAULT_REDO_CHUNK_BYTES: usize = 512 * 1024;
+
+/// The bucket of a window's newest id: a vote project's open bucket, carried in its record.
+fn bucket_of_newest(window: &RecentIds) -> Option<u64> {
+    window.newest_seq().map(|s| s / SEEN_BUCKET)
+}
+
+/// A vote project's record; written with the ids as [`Hex`], read back as strings.
+#[derive(Serialize, Deserialize)]
+struct ProjectRecord<Fingerprint> {
+    score: ProjectScore,
+    seen: Vec<(u64, Fingerprint)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    offset: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,257 @@
+//! Restoring a partition's state from its changelog partition: the latest value per key, as
+//! compaction would keep it, and the redo record of a flush a crash cut short.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::*;
+
+/// A key read from the changelog and its latest value (`None`: deleted).
+type Latest = (String, Option<Vec<u8>>);
+
+/// Rebuilds a unit's state from its changelog partition.
+#[derive(Debug)]
+pub struct Restorer {
+    unit: Unit,
+    /// How this unit's keys begin (`["v",3,`), to tell its records from the partition's others.
+    prefix: Vec<u8>,
+    latest: HashMap<String, Option<Vec<u8>>>,
+    /// Records read, for the restore-size metric.
+    pub records: u64,
+    pub bytes: u64,
+}
+
+impl Restorer {
+    pub fn new(unit: Unit) -> Self {
+        Restorer {
+            unit,
+            prefix: unit.prefix(),
+            latest: HashMap::new(),
+            records: 0,
+            bytes: 0,
+        }
+    }
+
+    /// The unit being restored.
+    pub fn unit(&self) -> Unit {
+        self.unit
+    }
+
+    /// Takes one changelog record in log order; records of other units are ignored.
+    pub fn accept(&mut self, key: &[u8], value: Option<&[u8]>) {
+        self.records += 1;
+        self.bytes += (key.len() + value.map_or(0, <[u8]>::len)) as u64;
+        if key.starts_with(&self.prefix) {
+            self.latest.insert(
+                String::from_utf8_lossy(key).into_owned(),
+                value.map(<[u8]>::to_vec),
+            );
+        }
+    }
+
+    /// Takes the unit's redo chunks out of the records read and returns what they hold if they
+    /// are complete: the last input offset of the flush and its state records, in order. They
+    /// are complete when chunk 0 and the chunks after it through the one marked last are all
+    /// there and from one write (run and offset). Otherwise the last flush was cut inside its
+    /// redo record, before any of its state records.
+    fn take_redo(&mut self) -> Result<Option<(i64, Vec<Latest>)>, ChangelogError> {
+        let mut prefix = self.prefix.clone();
+        prefix.extend_from_slice(b"\"redo\",");
+        let keys: Vec<String> = self
+            .latest
+            .keys()
+            .filter(|k| k.as_bytes().starts_with(&prefix))
+            .cloned()
+            .collect();
+        let mut chunks: HashMap<u64, (String, Vec<u8>)> = HashMap::new();
+        for key in keys {
+            let Some(value) = self.latest.remove(&key).flatten() else {
+                continue;
+            };
+            let parts = key_parts(&key)?;
+            let Some(index) = parts
+                .get(3)
+                .and_then(Value::as_str)
+                .and_then(|i| i.parse().ok())
+            else {
+                return Err(ChangelogError::Key {
+                    key,
+                    reason: "a redo chunk's index is not a number".to_owned(),
+                });
+            };
+            chunks.insert(index, (key, value));
+        }
+        let mut records = Vec::new();
+        let mut write = None;
+        for index in 0.. {
+            let Some((key, bytes)) = chunks.get(&index) else {
+                return Ok(None);
+            };
+            let chunk: RedoChunk<'_> =
+                serde_json::from_slice(bytes).map_err(|e| ChangelogError::Value {
+                    key: key.clone(),
+                    source: e,
+                })?;
+            if *write.get_or_insert((chunk.run, chunk.offset)) != (chunk.run, chunk.offset) {
+                return Ok(None);
+            }
+            for (k, v) in chunk.records {
+                if !k.get().as_bytes().starts_with(&self.prefix) {
+                    return Err(ChangelogError::Key {
+                        key: k.get().to_owned(),
+                        reason: format!("in redo chunk {key}: not a key of this unit"),
+                    });
+                }
+                records.push((k.get().to_owned(), v.map(|v| v.get().as_bytes().to_vec())));
+            }
+            if chunk.last {
+                return Ok(Some((chunk.offset, records)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The restored state (journaling) and the last input offset it includes, if any.
+    pub fn finish(mut self) -> Result<(PartitionState, Option<i64>), ChangelogError> {
+        // A complete redo record newer than the offset record is a flush that may have been cut
+        // after it: its records go over the state records read (see the module doc).
+        if let Some((redo_offset, records)) = self.take_redo()? {
+            let offset_key = self.unit.key("offset", &[]);
+            let written = self
+                .latest
+                .get(&offset_key)
+                .and_then(|v| serde_json::from_slice::<Value>(v.as_deref()?).ok())
+                .and_then(|v| offset_in(&v));
+            if written.is_none_or(|w| w < redo_offset) {
+                self.latest.extend(records);
+                let value = serde_json::to_vec(&OffsetValue {
+                    offset: redo_offset,
+                });
+                self.latest.insert(offset_key, value.ok());
+            }
+        }
+        let mut state = PartitionState::journaled();
+        let mut offset = None;
+        let mut seen: IdMap<String, Vec<(u64, u128)>> = IdMap::default();
+        // Per vote project, the newest id its record counts (see the module doc).
+        let mut counted: IdMap<String, u64> = IdMap::default();
+        let mut completed: IdMap<String, Vec<(u64, u128)>> = IdMap::default();
+        let mut sessions: IdMap<String, ProjectSessions> = IdMap::default();
+        let (mut watermark, mut next_seq) = (None, 0);
+        for (key, value) in self.latest {
+            let Some(value) = value else { continue };
+            let parts = key_parts(&key)?;
+            let ids: Vec<&str> = parts.iter().skip(3).filter_map(Value::as_str).collect();
+            let kind = parts.get(2).and_then(Value::as_str).unwrap_or_default();
+            let bad = |reason: &str| ChangelogError::Key {
+                key: key.clone(),
+                reason: reason.to_owned(),
+            };
+            let v: Value = from_value(&key, serde_json::from_slice(&value).unwrap_or(Value::Null))?;
+            let fp =
+                |s: &str| u128::from_str_radix(s, 16).map_err(|_| bad("fingerprint is not hex"));
+            match (kind, ids.as_slice()) {
+                ("offset", []) => offset = offset_in(&v),
+                ("project", [project]) => {
+                    let record: ProjectRecord<String> = from_value(&key, v)?;
+                    if let Some(newest) = record.seen.iter().map(|(s, _)| *s).max() {
+                        counted.insert(project.to_string(), newest);
+                    }
+                    let entries = seen.entry(project.to_string()).or_default();
+                    for (seq, f) in record.seen {
+                        entries.push((seq, fp(&f)?));
+                    }
+                    let mut restored = VoteProject::new(record.score);
+                    restored.applied_through = record.offset;
+                    state.projects.insert(ProjectKey::from(*project), restored);
+                }
+                ("seen", [project, _bucket]) => {
+                    let ids: Vec<(u64, String)> = from_value(&key, v)?;
+                    let entries = seen.entry(project.to_string()).or_default();
+                    for (seq, f) in ids {
+                        entries.push((seq, fp(&f)?));
+                    }
+                }
+                ("completed", [project, f]) => {
+                    let s: Seq = from_value(&key, v)?;
+                    completed
+                        .entry(project.to_string())
+                        .or_default()
+                        .push((s.seq, fp(f)?));
+                }
+                ("session", [project, session]) => {
+                    let s: Session = from_value(&key, v)?;
+                    sessions
+                        .entry(project.to_string())
+                        .or_default()
+                        .open
+                        .insert(session.to_string(), s);
+                }
+                ("audit", [project]) => {
+                    let audit: ProjectAudit = from_value(&key, v)?;
+                    state
+                        .judge_projects
+                        .entry(project.to_string())
+                        .or_default()
+                        .audit = audit;
+                }
+                ("board", [project, category, model]) => {
+                    let row: std::collections::VecDeque<Entry> = from_value(&key, v)?;
+                    let p = state.judge_projects.entry(project.to_string()).or_default();
+                    p.board
+                        .rows
+                        .insert((category.to_string(), model.to_string()), row);
+                }
+                ("book", []) => {
+                    let meta: BookMeta = from_value(&key, v)?;
+                    (watermark, next_seq) = (meta.watermark, meta.next_seq);
+                }
+                _ => return Err(bad("unknown kind of state")),
+            }
+        }
+        for (project, mut entries) in seen {
+            match self.unit.topic {
+                InputTopic::Votes => {
+                    // Ids newer than the project record's are from a flush cut short: their
+                    // events are not in the score and will be replayed. (Ids written twice by
+                    // a cut flush are merged by `RecentIds::restore`.)
+                    let newest = counted.get(&project).copied();
+                    entries.retain(|(s, _)| newest.is_some_and(|n| *s <= n));
+                    if let Some(p) = state.projects.get_mut(project.as_str()) {
+                        p.seen = RecentIds::restore(entries);
+                    }
+                }
+                _ => {
+                    let window = RecentIds::restore(entries);
+                    state.judge_projects.entry(project).or_default().seen = window;
+                }
+            }
+        }
+        for (project, entries) in completed {
+            sessions.entry(project).or_default().completed = RecentIds::restore(entries);
+        }
+        state.sessions = SessionBook::restore(sessions, watermark, next_seq);
+        Ok((state, offset))
+    }
+}
+
+/// A changelog key's elements: `["v",3,"project","proj-42"]`.
+fn key_parts(key: &str) -> Result<Vec<Value>, ChangelogError> {
+    serde_json::from_str(key).map_err(|e| ChangelogError::Key {
+        key: key.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// The input offset an offset record's value holds (see [`OffsetValue`]).
+fn offset_in(value: &Value) -> Option<i64> {
+    value.get("offset")?.as_i64()
+}
+
+fn from_value<T: serde::de::DeserializeOwned>(key: &str, v: Value) -> Result<T, ChangelogError> {
+    serde_json::from_value(v).map_err(|e| ChangelogError::Value {
+        key: key.to_owned(),
+        source: e,
+    })
+}
