@@ -10,7 +10,9 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::model::dedupe::MAX_WINDOW;
+/// The largest `limits.dedupe_window`: the engine's dedupe window indexes its ids with 24-bit
+/// positions. A window this size takes about 700 MiB, far beyond any useful setting.
+pub const MAX_DEDUPE_WINDOW: usize = (1 << 24) - 1;
 
 /// A configuration that could not be loaded or is invalid; `key` is the dotted path, e.g. `scoring.lambda`.
 #[derive(Debug, thiserror::Error)]
@@ -465,7 +467,7 @@ impl Config {
         at_most(
             "limits.dedupe_window",
             l.dedupe_window,
-            MAX_WINDOW,
+            MAX_DEDUPE_WINDOW,
             "ids per project (the window's index limit)",
         )?;
         at_most(

@@ -1,8 +1,33 @@
 //! jurystream turns live human votes and LLM-judge scores into trustworthy numbers.
 //!
-//! The crate has one pure core, [`engine`], and the runtimes that drive it: [`replay`] over a
-//! file of records. Both feed the core the same [`engine::Record`]s, so what replay computes is
-//! what the service computes.
+//! # Layout
+//!
+//! One pure core, [`engine`], and the runtimes that drive it. Both runtimes feed the core the
+//! same [`engine::Record`]s, so what replay computes is what the service computes.
+//!
+//! - [`engine`]: the pure core: no I/O, no clock, no async. Its facade applies one record at a
+//!   time to the state it belongs to and appends the records to publish.
+//!   - `engine::contract`: the input formats, one reader per input topic, and the rejections;
+//!   - `engine::model`: the formulas (score, dedupe, session, consensus, bias, stats,
+//!     leaderboard);
+//!   - `engine::votes`, `engine::judging`: the two pipelines;
+//!   - `engine::state`, `engine::journal`: per-partition state and what changed in it;
+//!   - `engine::record`, `engine::output`: what goes in and what comes out.
+//! - [`changelog`]: partition state as compacted changelog records (`render`) and back
+//!   (`restore`). Pure.
+//! - [`replay`]: the file runtime.
+//! - [`kafka`]: the service: `run` builds the clients and the two threads (`poll`, `process`);
+//!   `collector` produces, `epoch` is the commit protocol, `tasks` holds the owned partitions'
+//!   state, `contexts` the rebalance callbacks, `batch_queue` the batch consume (the only FFI
+//!   module), `faults` the crash injection of the recovery tests.
+//! - [`metrics`], [`http`]: Prometheus metrics and the `/metrics`, `/healthz`, `/readyz`
+//!   endpoints.
+//! - [`config`]: loading and validating the configuration.
+//! - [`prefetch`]: the CPU prefetch hint the processing thread uses.
+//!
+//! Dependencies point down: [`config`] imports nothing of the crate; the engine imports
+//! nothing outside `engine/` but [`config`] (its settings) and [`prefetch`]; [`changelog`]
+//! imports the engine; [`kafka`] and [`replay`] import the engine and the changelog.
 
 pub mod changelog;
 pub mod config;

@@ -10,9 +10,11 @@
 
 use smallvec::SmallVec;
 
-/// The largest window: an index slot holds a position in 24 bits. A window this size takes
-/// about 700 MiB, far beyond any useful setting; the configuration refuses more.
-pub const MAX_WINDOW: usize = (1 << 24) - 1;
+/// The largest window: an index slot holds a position in 24 bits, which is why the
+/// configuration refuses a larger `limits.dedupe_window` (the constant lives there, so that the
+/// configuration needs nothing of the engine).
+pub const MAX_WINDOW: usize = crate::config::MAX_DEDUPE_WINDOW;
+const _: () = assert!(MAX_WINDOW < 1 << 24);
 
 /// The fingerprint of an event id.
 pub fn fingerprint(id: &str) -> u128 {
