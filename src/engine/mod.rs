@@ -138,8 +138,8 @@ impl Engine {
         self.check_size(payload)?;
         match topic {
             InputTopic::Votes => {
-                let mut raw = None;
-                let (batch, at) = self.validate_votes(record, payload, &mut raw)?;
+                let mut doc = None;
+                let (batch, at) = self.validate_votes(record, payload, &mut doc)?;
                 self.apply_batch(state, reputations, &batch, at, record.receipt(), out)
             }
             InputTopic::Reputations => {

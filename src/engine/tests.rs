@@ -440,42 +440,30 @@ fn arb_escaped_payload() -> impl Strategy<Value = String> {
 }
 
 #[test]
-fn prepare_votes_takes_plain_batches_and_leaves_the_rest_to_process() {
+fn prepare_votes_takes_valid_batches_and_leaves_the_rest_to_process() {
     let e = engine();
     let plain = votes(
         "e1",
         "2026-01-01T00:00:00Z",
         r#"{"voter_id": "u", "value": 1}"#,
     );
-    // Escapes in the ids the batch keeps (project, event fingerprint) do not matter; in a
-    // voter id, which applying reads again from the payload, they do.
-    let escaped_event = votes(
+    // Escapes anywhere make no difference: the prepared batch owns what it keeps.
+    let escaped = votes(
         "e\\u0031",
         "2026-01-01T00:00:00Z",
-        r#"{"voter_id": "u", "value": 1}"#,
-    );
-    let escaped = votes(
-        "e1",
-        "2026-01-01T00:00:00Z",
-        r#"{"voter_id": "\\u0075", "value": 1}"#,
+        r#"{"voter_id": "\u0075", "value": 1}"#,
     );
     let invalid = votes(
         "e1",
         "2026-01-01T00:00:00Z",
         r#"{"voter_id": "u", "value": 2}"#,
     );
-    assert!(
-        e.prepare_votes(&rec("jury.votes", Some(plain.as_bytes())))
-            .is_some()
-    );
-    assert!(
-        e.prepare_votes(&rec("jury.votes", Some(escaped_event.as_bytes())))
-            .is_some()
-    );
-    assert!(
-        e.prepare_votes(&rec("jury.votes", Some(escaped.as_bytes())))
-            .is_none()
-    );
+    for valid in [&plain, &escaped] {
+        assert!(
+            e.prepare_votes(&rec("jury.votes", Some(valid.as_bytes())))
+                .is_some()
+        );
+    }
     assert!(
         e.prepare_votes(&rec("jury.votes", Some(invalid.as_bytes())))
             .is_none()
@@ -484,20 +472,16 @@ fn prepare_votes_takes_plain_batches_and_leaves_the_rest_to_process() {
         e.prepare_votes(&rec("jury.judge-scores", Some(plain.as_bytes())))
             .is_none()
     );
-    // Applied to a record whose payload does not hold the voter id it looks up: processed from
-    // the start.
-    let p = e
-        .prepare_votes(&rec("jury.votes", Some(plain.as_bytes())))
-        .expect("prepared");
+    // The escaped voter id is the voter `u`: its reputation in the table weighs the vote.
     let mut h = Harness::new();
-    let outcome = e.apply_prepared(
-        &mut h.state,
-        &h.reps,
-        &rec("jury.votes", Some(b"{}")),
-        &p,
-        &mut h.out,
-    );
-    assert_eq!(outcome, Outcome::Rejected(ErrorCode::MissingField));
+    h.reps.apply(&ReputationChange::Upsert {
+        voter_id: "u",
+        reputation: 0.0,
+    });
+    let record = rec("jury.votes", Some(escaped.as_bytes()));
+    let p = e.prepare_votes(&record).expect("prepared");
+    let outcome = e.apply_prepared(&mut h.state, &h.reps, &record, &p, &mut h.out);
+    assert_eq!(outcome, Outcome::Rejected(ErrorCode::ZeroTotalReputation));
 }
 
 proptest! {

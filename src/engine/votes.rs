@@ -6,7 +6,10 @@
 
 use super::contract::rejection::{ErrorCode, Rejection};
 use super::contract::time::EventTime;
-use super::contract::vote::{self, RawBatch, VoteBatch, VoteLimits, VoteSpans};
+use smallvec::SmallVec;
+
+use super::contract::json::{self, Json};
+use super::contract::vote::{self, VoteBatch, VoteLimits};
 use super::journal::note_votes;
 use super::model::dedupe;
 use super::model::score::{ProjectScore, weighted_mean};
@@ -16,16 +19,26 @@ use super::state::{Coalescing, PartitionState, ProjectKey, VoteProject};
 use super::{Engine, InputTopic, Outcome, Receipt, Record, parse_rejection};
 
 /// A `jury.votes` record validated by [`Engine::prepare_votes`] and not yet applied: what
-/// applying it takes from the batch, so that the payload is not read again (see
-/// [`Engine::apply_prepared`]).
+/// applying it takes from the batch, owned, so that it can cross to another thread and the
+/// payload is not read again (see [`Engine::apply_prepared`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreparedVotes {
-    votes: VoteSpans,
+    votes: SmallVec<[PreparedVote; 4]>,
     at: EventTime,
     /// The project and the event id's dedupe fingerprint, also for [`Engine::prefetch`], which
     /// must find them without reading the payload (that would be the miss it is there to hide).
     project: ProjectKey,
     fingerprint: u128,
+}
+
+/// One vote of a [`PreparedVotes`]: its value, and its explicit reputation or else its voter,
+/// whose reputation the table gives when the batch is applied (see [`vote::weight`]).
+#[derive(Debug, Clone, PartialEq)]
+struct PreparedVote {
+    value: f64,
+    reputation: Option<f64>,
+    /// Kept only when `reputation` is `None`: only then is it looked up.
+    voter: Option<ProjectKey>,
 }
 
 /// What applying a vote batch takes from it once its votes are weighed: the same whether the
@@ -67,14 +80,13 @@ fn score_output(
 
 impl Engine {
     /// A vote payload read and checked against the contract, with the time it is observed at:
-    /// the validation both [`Engine::process`] and [`Engine::prepare_votes`] do. A valid payload
-    /// of the plain shape is read in one pass ([`VoteBatch::scan`]); anything else is read in
-    /// full into `raw`, which the batch then borrows from.
+    /// the validation both [`Engine::process`] and [`Engine::prepare_votes`] do. The payload is
+    /// parsed into `doc`, which the batch borrows from.
     pub(super) fn validate_votes<'d>(
         &self,
         record: &Record<'_>,
         payload: &'d [u8],
-        raw: &'d mut Option<RawBatch<'d>>,
+        doc: &'d mut Option<Json<'d>>,
     ) -> Result<(VoteBatch<'d>, EventTime), Rejection> {
         let l = &self.config.limits;
         let limits = VoteLimits {
@@ -82,32 +94,36 @@ impl Engine {
             max_id_bytes: l.max_id_bytes,
             reject_unknown_fields: l.reject_unknown_fields,
         };
-        let batch = match VoteBatch::scan(payload, limits) {
-            Some(batch) => batch,
-            None => {
-                let raw = raw.insert(RawBatch::parse(payload).map_err(parse_rejection)?);
-                VoteBatch::from_raw(raw, limits)?
-            }
-        };
+        let doc = doc.insert(json::parse(payload).map_err(parse_rejection)?);
+        let batch = VoteBatch::from_json(doc, limits)?;
         let at = self.event_time(batch.occurred_at, record)?;
         Ok((batch, at))
     }
 
     /// Validates a `jury.votes` record without applying it, for a runtime that reads and
-    /// validates records on one thread and applies them on another. `Some` for a valid batch
-    /// whose voter ids are slices of the payload; `None` for anything else (another topic, a
-    /// rejection, an escaped voter id), which [`Engine::process`] then handles from the start.
-    /// Validation reads only the record and the configuration, so it can run ahead of state.
+    /// validates records on one thread and applies them on another. `Some` for a valid batch;
+    /// `None` for anything else (another topic, a rejection), which [`Engine::process`] then
+    /// handles from the start and words the rejection for. Validation reads only the record
+    /// and the configuration, so it can run ahead of state.
     pub fn prepare_votes(&self, record: &Record<'_>) -> Option<PreparedVotes> {
         if self.input_topic(record.topic) != Some(InputTopic::Votes) {
             return None;
         }
         let payload = record.payload?;
         self.check_size(payload).ok()?;
-        let mut raw = None;
-        let (batch, at) = self.validate_votes(record, payload, &mut raw).ok()?;
+        let mut doc = None;
+        let (batch, at) = self.validate_votes(record, payload, &mut doc).ok()?;
+        let votes = batch
+            .votes
+            .iter()
+            .map(|v| PreparedVote {
+                value: v.value,
+                reputation: v.reputation,
+                voter: v.reputation.is_none().then(|| ProjectKey::from(v.voter_id)),
+            })
+            .collect();
         Some(PreparedVotes {
-            votes: batch.vote_spans(payload)?,
+            votes,
             at,
             project: ProjectKey::from(batch.project_id),
             fingerprint: dedupe::fingerprint(batch.event_id),
@@ -116,8 +132,8 @@ impl Engine {
 
     /// Gets the CPU to fetch what applying `prepared` to `state` will touch first: the project
     /// and the line of its dedupe window where the event id is looked up (see
-    /// [`crate::engine::model::dedupe::RecentIds::prefetch`]). The runtime calls it a few records ahead of applying them, so
-    /// the memory latency overlaps other records' work (see [`crate::prefetch`]).
+    /// [`crate::engine::model::dedupe::RecentIds::prefetch`]). The runtime calls it a few
+    /// records ahead of applying them, so the memory latency overlaps other records' work (see [`crate::prefetch`]).
     pub fn prefetch(&self, state: &PartitionState, prepared: &PreparedVotes) {
         if let Some(project) = state.projects.get(prepared.project.as_str()) {
             project.seen.prefetch(prepared.fingerprint);
@@ -125,13 +141,10 @@ impl Engine {
     }
 
     /// Applies `record`, prepared by [`Engine::prepare_votes`]: exactly what
-    /// [`Engine::process`] does with it. The batch is not rebuilt: applying it takes its
-    /// project and event id fingerprint, kept when it was prepared, and its votes' weights and
-    /// values ([`VoteSpans::weights`]): only the voter ids it looks up in the reputation table
-    /// are read from the payload again, so `record` must be the record prepared. A batch that
-    /// this cannot apply (its weights sum to 0, its event id is a resend, a payload without
-    /// those voter ids) goes through [`Engine::process`], which words the rejection: the
-    /// weighed path declines before it changes anything.
+    /// [`Engine::process`] does with it, without reading the payload again. A batch that this
+    /// cannot apply (its weights sum to 0, its event id is a resend) goes through
+    /// [`Engine::process`], which words the rejection: the weighed path declines before it
+    /// changes anything.
     pub fn apply_prepared(
         &self,
         state: &mut PartitionState,
@@ -140,19 +153,19 @@ impl Engine {
         prepared: &PreparedVotes,
         out: &mut Vec<Output>,
     ) -> Outcome {
-        let applied = record
-            .payload
-            .and_then(|p| prepared.votes.weights(p, |voter| reputations.get(voter)))
-            .and_then(|weights| weighted_mean(weights.iter().copied()))
-            .and_then(|mean| {
-                let weighed = Weighed {
-                    project_id: prepared.project.as_str(),
-                    fingerprint: prepared.fingerprint,
-                    mean,
-                    votes: prepared.votes.count(),
-                };
-                self.apply_weighed(state, &weighed, prepared.at, record.receipt(), out)
-            });
+        let weights = prepared.votes.iter().map(|v| {
+            let table = || v.voter.as_deref().and_then(|id| reputations.get(id));
+            (vote::weight(v.reputation, table), v.value)
+        });
+        let applied = weighted_mean(weights).and_then(|mean| {
+            let weighed = Weighed {
+                project_id: prepared.project.as_str(),
+                fingerprint: prepared.fingerprint,
+                mean,
+                votes: prepared.votes.len(),
+            };
+            self.apply_weighed(state, &weighed, prepared.at, record.receipt(), out)
+        });
         applied.unwrap_or_else(|| self.process(state, reputations, record, out))
     }
 

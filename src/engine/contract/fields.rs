@@ -5,145 +5,18 @@
 //! whose error says which field was wrong and why.
 
 use std::borrow::Cow;
-use std::fmt;
-use std::marker::PhantomData;
 
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-
-use super::json::{CowStr, Json};
+use super::json::Json;
 use super::rejection::{ErrorCode, Rejection};
 use super::time::{EventTime, TimeError};
 
 /// The members of one JSON object, checked against the names the contract defines.
 pub struct Fields<'d, 'a, 'p> {
-    members: Members<'d, 'a>,
+    members: &'d [(Cow<'a, str>, Json<'a>)],
     path: &'p str,
     /// Set for an array element: the object is `path[index]`. Kept apart so the path string is
     /// only built when a message needs it.
     index: Option<usize>,
-}
-
-/// Where an object's members are: a parsed tree's pairs, or slots filled by a typed reader.
-#[derive(Clone, Copy)]
-enum Members<'d, 'a> {
-    Pairs(&'d [(Cow<'a, str>, Json<'a>)]),
-    Slots(&'d [&'d str], &'d [Option<Json<'a>>]),
-}
-
-/// Members of an object read straight into fixed slots, one per known field name, with the
-/// first contract violation noted (so no tree is built for the hot event types).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Slots<'a, const N: usize> {
-    pub values: [Option<Json<'a>>; N],
-    /// Set when the value was not an object: its JSON type name.
-    pub not_object: Option<&'static str>,
-    /// The first member name that appeared twice.
-    pub duplicate: Option<Cow<'a, str>>,
-    /// The first member name that is not a known field.
-    pub unknown: Option<Cow<'a, str>>,
-}
-
-impl<const N: usize> Default for Slots<'_, N> {
-    fn default() -> Self {
-        Slots {
-            values: std::array::from_fn(|_| None),
-            not_object: None,
-            duplicate: None,
-            unknown: None,
-        }
-    }
-}
-
-impl<'a, const N: usize> Slots<'a, N> {
-    /// Stores `value` in the slot for `name` (an index into the known names), noting duplicates.
-    pub fn put(&mut self, index: usize, name: Cow<'a, str>, value: Json<'a>) {
-        if self.values[index].is_some() {
-            self.duplicate.get_or_insert(name);
-        } else {
-            self.values[index] = Some(value);
-        }
-    }
-
-    /// Notes an unknown member (its value was skipped).
-    pub fn unknown(&mut self, name: Cow<'a, str>) {
-        self.unknown.get_or_insert(name);
-    }
-}
-
-/// Reads one JSON value into [`Slots`] named by `known`, without building a tree.
-pub struct SlotsSeed<'k, 'a, const N: usize> {
-    pub known: &'k [&'k str; N],
-    pub marker: PhantomData<&'a ()>,
-}
-
-impl<'k, 'a, const N: usize> SlotsSeed<'k, 'a, N> {
-    pub fn new(known: &'k [&'k str; N]) -> Self {
-        SlotsSeed {
-            known,
-            marker: PhantomData,
-        }
-    }
-}
-
-impl<'de, const N: usize> DeserializeSeed<'de> for SlotsSeed<'_, 'de, N> {
-    type Value = Slots<'de, N>;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de, const N: usize> SlotsSeed<'_, 'de, N> {
-    fn other(found: &'static str) -> Slots<'de, N> {
-        Slots {
-            not_object: Some(found),
-            ..Slots::default()
-        }
-    }
-}
-
-impl<'de, const N: usize> Visitor<'de> for SlotsSeed<'_, 'de, N> {
-    type Value = Slots<'de, N>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut slots = Slots::default();
-        while let Some(CowStr(name)) = map.next_key()? {
-            match self.known.iter().position(|k| *k == name.as_ref()) {
-                Some(i) => {
-                    let value = map.next_value()?;
-                    slots.put(i, name, value);
-                }
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                    slots.unknown(name);
-                }
-            }
-        }
-        Ok(slots)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Self::other("an array"))
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(Self::other("null"))
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Self::other("a boolean"))
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Self::other("a number"))
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Self::other("a number"))
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Self::other("a number"))
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(Self::other("a string"))
-    }
 }
 
 /// Joins a parent path and a field name: `votes[2]` + `value` -> `votes[2].value`.
@@ -164,62 +37,53 @@ impl<'d, 'a, 'p> Fields<'d, 'a, 'p> {
         known: &[&str],
         reject_unknown: bool,
     ) -> Result<Self, Rejection> {
+        Fields::element(value, path, None, known, reject_unknown)
+    }
+
+    /// [`Fields::of`] for element `index` of the array at `path` (`votes[2]`), or for the value
+    /// at `path` itself when `index` is `None`: the one rule every object of every topic is
+    /// read by.
+    pub fn element(
+        value: &'d Json<'a>,
+        path: &'p str,
+        index: Option<usize>,
+        known: &[&str],
+        reject_unknown: bool,
+    ) -> Result<Self, Rejection> {
         let Json::Object(members) = value else {
-            return Err(not_object(path, value.type_name()));
+            let at = Fields {
+                members: &[],
+                path,
+                index,
+            };
+            return Err(not_object(&at.own_path(), value.type_name()));
+        };
+        let f = Fields {
+            members,
+            path,
+            index,
         };
         let mut seen = 0u64;
         for (i, (name, _)) in members.iter().enumerate() {
             match known.iter().position(|k| *k == name.as_ref()) {
                 Some(bit) => {
                     if seen & (1 << bit) != 0 {
-                        return Err(duplicate(path, name));
+                        return Err(duplicate(&f.own_path(), name));
                     }
                     seen |= 1 << bit;
                 }
                 None if reject_unknown => {
                     return Err(Rejection::new(
                         ErrorCode::UnknownField,
-                        format!("`{}` is not a field of this event", field_path(path, name)),
+                        format!("`{}` is not a field of this event", f.path(name)),
                     ));
                 }
                 None => {
                     if members[..i].iter().any(|(other, _)| other == name) {
-                        return Err(duplicate(path, name));
+                        return Err(duplicate(&f.own_path(), name));
                     }
                 }
             }
-        }
-        Ok(Fields {
-            members: Members::Pairs(members),
-            path,
-            index: None,
-        })
-    }
-
-    /// Fields read into slots by a typed reader; `known` are the slot names, in slot order.
-    pub fn from_slots<const N: usize>(
-        slots: &'d Slots<'a, N>,
-        known: &'d [&'d str; N],
-        path: &'p str,
-        index: Option<usize>,
-        reject_unknown: bool,
-    ) -> Result<Self, Rejection> {
-        let f = Fields {
-            members: Members::Slots(known, &slots.values),
-            path,
-            index,
-        };
-        if let Some(found) = slots.not_object {
-            return Err(not_object(&f.own_path(), found));
-        }
-        if let Some(name) = &slots.duplicate {
-            return Err(duplicate(&f.own_path(), name));
-        }
-        if let (true, Some(name)) = (reject_unknown, &slots.unknown) {
-            return Err(Rejection::new(
-                ErrorCode::UnknownField,
-                format!("`{}` is not a field of this event", f.path(name)),
-            ));
         }
         Ok(f)
     }
@@ -234,14 +98,11 @@ impl<'d, 'a, 'p> Fields<'d, 'a, 'p> {
 
     /// The field's value; JSON `null` counts as absent.
     pub fn get(&self, name: &str) -> Option<&'d Json<'a>> {
-        let found = match self.members {
-            Members::Pairs(pairs) => pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v),
-            Members::Slots(known, values) => known
-                .iter()
-                .position(|k| *k == name)
-                .and_then(|i| values[i].as_ref()),
-        };
-        found.filter(|v| !matches!(v, Json::Null))
+        self.members
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+            .filter(|v| !matches!(v, Json::Null))
     }
 
     /// The dotted path of a field, for messages.

@@ -1,4 +1,6 @@
-//! A borrowed, order-preserving JSON tree used only for validation.
+//! The one reader of every input topic: a payload parsed by serde_json into a borrowed,
+//! order-preserving JSON tree, which each topic's contract then validates (see
+//! [`super::fields`]).
 //!
 //! Why not `serde_json::Value`? Validation must name the offending field and tell a wrong type from
 //! a missing one, which a derived struct cannot do, and `Value` allocates a `String` for every key
@@ -57,8 +59,8 @@ impl<'de> Deserialize<'de> for Json<'de> {
     }
 }
 
-/// Builds a [`Json`] from whatever value comes; public so typed readers can fall back to it.
-pub struct JsonVisitor;
+/// Builds a [`Json`] from whatever value comes.
+struct JsonVisitor;
 
 impl<'de> Visitor<'de> for JsonVisitor {
     type Value = Json<'de>;
@@ -107,7 +109,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
 }
 
 /// A map key that borrows when the key has no escapes.
-pub struct CowStr<'a>(pub Cow<'a, str>);
+struct CowStr<'a>(Cow<'a, str>);
 
 impl<'de> Deserialize<'de> for CowStr<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -144,18 +146,12 @@ pub enum ParseFailure {
 
 /// Parses a whole payload into a [`Json`] tree.
 pub fn parse(payload: &[u8]) -> Result<Json<'_>, ParseFailure> {
-    parse_as(payload)
-}
-
-/// Parses a whole payload into any borrowing type, classifying failures like [`parse`].
-///
-/// The payload is checked for UTF-8 once, as a whole (JSON text is UTF-8 by RFC 8259), which is
-/// much cheaper than serde_json's check of every string one by one.
-pub fn parse_as<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<T, ParseFailure> {
+    // The payload is checked for UTF-8 once, as a whole (JSON text is UTF-8 by RFC 8259), which
+    // is much cheaper than serde_json's check of every string one by one.
     let text = std::str::from_utf8(payload)
         .map_err(|e| ParseFailure::Invalid(format!("payload is not UTF-8: {e}")))?;
     let mut de = serde_json::Deserializer::from_str(text);
-    let value = T::deserialize(&mut de).and_then(|v| de.end().map(|()| v));
+    let value = Json::deserialize(&mut de).and_then(|v| de.end().map(|()| v));
     value.map_err(|e| classify(payload, &e))
 }
 
