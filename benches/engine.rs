@@ -22,7 +22,7 @@ use jurystream::engine::model::consensus::{analyze, interpretation};
 use jurystream::engine::model::session::Session;
 use jurystream::engine::output::Output;
 use jurystream::engine::reputation::ReputationTable;
-use jurystream::engine::{Engine, InputTopic, PartitionState, Receipt, Record};
+use jurystream::engine::{Engine, InputTopic, PartitionState, Receipt, Record, Settings};
 
 /// The service's allocator, so the benchmarks allocate as the service does (with glibc's, its
 /// bookkeeping was a tenth of the `epoch` benchmarks' time).
@@ -47,7 +47,7 @@ fn payloads() -> Vec<String> {
 }
 
 fn bench_apply_prepared(c: &mut Criterion) {
-    let engine = Engine::new(Config::default());
+    let engine = Engine::new(Settings::default());
     let reps = ReputationTable::default();
     let ids: Vec<(String, String)> = (0..EVENTS)
         .map(|i| (format!("ev-{i:08}"), format!("proj-{:04}", i % PROJECTS)))
@@ -97,7 +97,7 @@ fn bench_apply_prepared(c: &mut Criterion) {
 }
 
 fn bench_parse_validate_apply(c: &mut Criterion) {
-    let engine = Engine::new(Config::default());
+    let engine = Engine::new(Settings::default());
     let reps = ReputationTable::default();
     let payloads = payloads();
     let mean_len = payloads.iter().map(String::len).sum::<usize>() / payloads.len();
@@ -149,7 +149,7 @@ const FULL_WINDOWS: [(usize, usize); 2] = [(1, 100_000), (10_000, 100)];
 fn engine_with_window(window: usize) -> Engine {
     let mut config = Config::default();
     config.limits.dedupe_window = window;
-    Engine::new(config)
+    Engine::new(Settings::of(&config))
 }
 
 /// A benchmark group whose samples are each [`EPOCH`] events, 20 of them (an epoch is tens of
@@ -307,6 +307,7 @@ fn bench_complete_session(c: &mut Criterion) {
 fn vote_record(payload: &str) -> Record<'_> {
     Record {
         topic: "jury.votes",
+        input: Some(InputTopic::Votes),
         partition: Some(0),
         offset: None,
         key: None,
@@ -387,7 +388,7 @@ fn bench_prefetch(c: &mut Criterion) {
 /// What the service's polling thread does per vote record: read, validate and locate the
 /// batch in the payload ([`Engine::prepare_votes`]), on the load benchmark's events.
 fn bench_prepare_votes(c: &mut Criterion) {
-    let engine = Engine::new(Config::default());
+    let engine = Engine::new(Settings::default());
     let payloads: Vec<String> = (0..EVENTS).map(|i| load_event(i, 10_000)).collect();
     let mut group = c.benchmark_group("engine");
     group.throughput(Throughput::Elements(EVENTS as u64));

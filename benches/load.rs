@@ -21,7 +21,7 @@ mod support;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use jurystream::engine::PreparedVotes;
+use jurystream::engine::{InputTopic, PreparedVotes};
 use jurystream::kafka::{self, clients};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
@@ -138,8 +138,9 @@ fn raw_consume_produce(
     per_event: f64,
     validate: bool,
 ) -> f64 {
-    let engine = jurystream::engine::Engine::new(jurystream::config::Config::default());
-    let votes_topic = engine.config().topics.votes.clone();
+    let config = jurystream::config::Config::default();
+    let engine = jurystream::engine::Engine::new(jurystream::engine::Settings::of(&config));
+    let votes_topic = config.topics.votes.clone();
     let c = raw_consumer(bootstrap, topic);
     let p: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -165,8 +166,13 @@ fn raw_consume_produce(
                 let mut next = c.poll(Duration::from_millis(100));
                 while let Some(Ok(m)) = next {
                     started.get_or_insert_with(Instant::now);
-                    let prepared = validate
-                        .then(|| engine.prepare_votes(&kafka::message_record(&m, votes_topic)));
+                    let prepared = validate.then(|| {
+                        engine.prepare_votes(&kafka::message_record(
+                            &m,
+                            InputTopic::Votes,
+                            votes_topic,
+                        ))
+                    });
                     // Every preloaded event is valid: one that is not would make this loop
                     // skip work the service does.
                     assert!(

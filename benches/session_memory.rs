@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use jurystream::config::Config;
 use jurystream::engine::output::Output;
 use jurystream::engine::reputation::ReputationTable;
-use jurystream::engine::{Engine, PartitionState, Record};
+use jurystream::engine::{Engine, PartitionState, Record, Settings};
+use jurystream::topics::TopicTable;
 
 struct Counting;
 
@@ -45,7 +46,7 @@ fn main() {
 /// Applies `payloads` as consecutive records of `topic`'s partition 0 to a fresh partition state
 /// (default configuration) and returns the state with the heap bytes it was left holding.
 fn held_by(topic: &str, payloads: impl Iterator<Item = String>) -> (PartitionState, isize) {
-    let engine = Engine::new(Config::default());
+    let engine = Engine::new(Settings::default());
     let reps = ReputationTable::default();
     let mut state = PartitionState::default();
     let mut out: Vec<Output> = Vec::new();
@@ -54,6 +55,7 @@ fn held_by(topic: &str, payloads: impl Iterator<Item = String>) -> (PartitionSta
         out.clear();
         let r = Record {
             topic,
+            input: TopicTable::default().input(topic),
             partition: Some(0),
             offset: Some(i as i64),
             key: None,

@@ -37,3 +37,4 @@ pub mod kafka;
 pub mod metrics;
 pub mod prefetch;
 pub mod replay;
+pub mod topics;

@@ -12,10 +12,11 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 use jurystream::config::Config;
-use jurystream::engine::Engine;
+use jurystream::engine::{Engine, Settings};
 use jurystream::http::Health;
 use jurystream::metrics::Metrics;
 use jurystream::replay;
+use jurystream::topics::TopicTable;
 
 /// The service allocates and frees many small, short-lived buffers per record (rendered outputs,
 /// changelog records, librdkafka messages); glibc's allocator was ~20% of the processing thread's
@@ -187,10 +188,11 @@ fn run_replay(config: Config, input: &str, output: &str) -> Result<()> {
     } else {
         Box::new(File::create(output).with_context(|| format!("creating output {output}"))?)
     };
-    let engine = Engine::new(config);
+    let engine = Engine::new(Settings::of(&config));
     let started = Instant::now();
     let summary = replay::replay(
         &engine,
+        &TopicTable::new(&config.topics),
         BufReader::with_capacity(1 << 16, reader),
         BufWriter::with_capacity(1 << 16, writer),
     )?;

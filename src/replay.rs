@@ -16,6 +16,7 @@ use crate::engine::contract::rejection::{ErrorCode, Rejection};
 use crate::engine::output::Output;
 use crate::engine::reputation::ReputationTable;
 use crate::engine::{Engine, Outcome, PartitionState, Record};
+use crate::topics::TopicTable;
 
 /// The `source_topic` of dead letters for lines that are not records at all.
 pub const REPLAY_SOURCE: &str = "replay";
@@ -83,9 +84,11 @@ fn payload_of<'a>(value: &'a RawValue) -> Result<Cow<'a, [u8]>, serde_json::Erro
     Ok(Cow::Borrowed(raw.as_bytes()))
 }
 
-/// Replays `input` through `engine` into `output`, with fresh state.
+/// Replays `input` through `engine` into `output`, with fresh state; `topics` names the
+/// records' inputs and the outputs' topics.
 pub fn replay(
     engine: &Engine,
+    topics: &TopicTable,
     mut input: impl BufRead,
     mut output: impl Write,
 ) -> Result<Summary, ReplayError> {
@@ -116,6 +119,7 @@ pub fn replay(
                 Ok(payload) => {
                     let record = Record {
                         topic: &env.topic,
+                        input: topics.input(&env.topic),
                         partition: env.partition,
                         offset: env.offset,
                         key: env.key.as_deref().map(str::as_bytes),
@@ -138,7 +142,7 @@ pub fn replay(
         };
         summary.count(outcome);
         for out in &outs {
-            write_output(engine, &mut output, out).map_err(ReplayError::Write)?;
+            write_output(topics, &mut output, out).map_err(ReplayError::Write)?;
         }
         summary.outputs += outs.len() as u64;
     }
@@ -155,6 +159,7 @@ fn reject_line(
 ) -> Outcome {
     let record = Record {
         topic: REPLAY_SOURCE,
+        input: None,
         partition: None,
         offset: Some(line_no),
         key: None,
@@ -170,9 +175,9 @@ fn reject_line(
 }
 
 /// Writes one output envelope line: `{"topic":…,"key":…,"value":…}`.
-pub fn write_output(engine: &Engine, w: &mut impl Write, out: &Output) -> std::io::Result<()> {
+pub fn write_output(topics: &TopicTable, w: &mut impl Write, out: &Output) -> std::io::Result<()> {
     w.write_all(b"{\"topic\":")?;
-    serde_json::to_writer(&mut *w, engine.topic_name(out.topic))?;
+    serde_json::to_writer(&mut *w, topics.output_name(out.topic))?;
     w.write_all(b",\"key\":")?;
     serde_json::to_writer(&mut *w, &out.key)?;
     w.write_all(b",\"value\":")?;
@@ -183,11 +188,12 @@ pub fn write_output(engine: &Engine, w: &mut impl Write, out: &Output) -> std::i
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::engine::Settings;
 
     fn run(input: &str) -> (Summary, String) {
         let mut out = Vec::new();
-        let summary = replay(&Engine::new(Config::default()), input.as_bytes(), &mut out).unwrap();
+        let (engine, topics) = (Engine::new(Settings::default()), TopicTable::default());
+        let summary = replay(&engine, &topics, input.as_bytes(), &mut out).unwrap();
         (summary, String::from_utf8(out).unwrap())
     }
 

@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jurystream::config::Config;
-use jurystream::engine::Engine;
+use jurystream::engine::{Engine, Settings};
+use jurystream::topics::TopicTable;
 use support::stream::{self, Shape};
 use support::{
     Broker, Proxy, Rec, Service, create_topics, free_port, produce, read_all, topics, write_config,
@@ -46,10 +47,13 @@ fn set(records: &[KeyValue]) -> BTreeSet<String> {
 fn replayed(config_path: &std::path::Path, records: &[Rec]) -> Published {
     let text = std::fs::read_to_string(config_path).expect("config");
     let config = Config::from_toml(&text).expect("valid config");
-    let engine = Engine::new(config);
+    let (engine, topics) = (
+        Engine::new(Settings::of(&config)),
+        TopicTable::new(&config.topics),
+    );
     let mut out = Vec::new();
-    jurystream::replay::replay(&engine, stream::replay_lines(records).as_bytes(), &mut out)
-        .expect("replay");
+    let lines = stream::replay_lines(records);
+    jurystream::replay::replay(&engine, &topics, lines.as_bytes(), &mut out).expect("replay");
     let mut by_topic: BTreeMap<String, Vec<KeyValue>> = BTreeMap::new();
     for line in String::from_utf8(out).expect("utf8").lines() {
         let v: serde_json::Value = serde_json::from_str(line).expect("json");

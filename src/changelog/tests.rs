@@ -7,7 +7,7 @@ use super::*;
 use crate::config::Config;
 use crate::engine::output::Output;
 use crate::engine::reputation::ReputationTable;
-use crate::engine::{Engine, Record};
+use crate::engine::{Engine, Record, Settings};
 
 fn vote(i: usize, project: usize, secs: i64) -> String {
     format!(
@@ -62,6 +62,7 @@ fn run(
         let offset = (first_offset + i) as i64;
         let r = Record {
             topic,
+            input: Some(unit.topic),
             partition: Some(unit.partition),
             offset: Some(offset),
             key: None,
@@ -151,7 +152,7 @@ fn engine(dedupe_window: usize) -> Engine {
     config.sessions.completed_window = 3;
     config.sessions.max_open_per_project = 2;
     config.sessions.timeout_secs = 20;
-    Engine::new(config)
+    Engine::new(Settings::of(&config))
 }
 
 /// A run without interruption: its final state and outputs.
@@ -519,6 +520,7 @@ fn judged(payloads: &[String]) -> (PartitionState, Vec<Change>) {
     for (i, p) in payloads.iter().enumerate() {
         let r = Record {
             topic: "jury.judge-scores",
+            input: Some(InputTopic::JudgeScores),
             partition: Some(JUDGES.partition),
             offset: Some(i as i64),
             key: None,

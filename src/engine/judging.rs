@@ -17,7 +17,7 @@ use crate::config::Method;
 
 impl Engine {
     fn judge_limits(&self) -> JudgeLimits {
-        let (l, s) = (&self.config.limits, &self.config.sessions);
+        let (l, s) = (&self.settings.limits, &self.settings.sessions);
         JudgeLimits {
             max_id_bytes: l.max_id_bytes,
             reject_unknown_fields: l.reject_unknown_fields,
@@ -29,7 +29,7 @@ impl Engine {
     }
 
     fn book_limits(&self) -> BookLimits {
-        let s = &self.config.sessions;
+        let s = &self.settings.sessions;
         BookLimits {
             timeout_secs: s.timeout_secs,
             max_open_per_project: s.max_open_per_project,
@@ -72,7 +72,7 @@ impl Engine {
             .entry(project.to_owned())
             .or_default()
             .seen
-            .insert(event.event_id, self.config.limits.dedupe_window);
+            .insert(event.event_id, self.settings.limits.dedupe_window);
         if let Some(r) = &remembered {
             state.note_window(project, r, false);
         }
@@ -102,7 +102,7 @@ impl Engine {
 
     /// Publishes a completed session: consensus, session and project bias alerts, leaderboard.
     fn finish_session(&self, state: &mut PartitionState, c: Completed, out: &mut Vec<Output>) {
-        let cfg = &self.config;
+        let cfg = &self.settings;
         state.note(|| Change::Session {
             project: c.project_id.clone(),
             session: c.session_id.clone(),

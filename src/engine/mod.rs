@@ -12,72 +12,37 @@ pub mod model;
 pub mod output;
 pub mod record;
 pub mod reputation;
+pub mod settings;
 pub mod state;
 mod votes;
 
-use crate::config::Config;
 use contract::json::{self, ParseFailure};
 use contract::rejection::{ErrorCode, Rejection};
 use contract::time::EventTime;
-use output::{DeadLetter, Output, OutputTopic};
+use output::{DeadLetter, Output};
 use reputation::{ReputationChange, ReputationTable};
 
 pub use journal::Change;
 pub use record::{InputTopic, Outcome, Receipt, Record};
+pub use settings::Settings;
 pub use state::{
     Coalescing, IdMap, JournalHint, JudgeProject, PartitionState, ProjectKey, VoteProject,
 };
 pub use votes::PreparedVotes;
 
-/// The stateless processor: configuration plus the code that applies records to state.
+/// The stateless processor: its settings plus the code that applies records to state.
 #[derive(Debug, Clone)]
 pub struct Engine {
-    config: Config,
+    settings: Settings,
 }
 
 impl Engine {
-    pub fn new(config: Config) -> Self {
-        Engine { config }
+    pub fn new(settings: Settings) -> Self {
+        Engine { settings }
     }
 
-    pub fn config(&self) -> &Config {
-        &self.config
-    }
-
-    /// Which input `topic` is, if any.
-    pub fn input_topic(&self, topic: &str) -> Option<InputTopic> {
-        let t = &self.config.topics;
-        if topic == t.votes {
-            Some(InputTopic::Votes)
-        } else if topic == t.judge_scores {
-            Some(InputTopic::JudgeScores)
-        } else if topic == t.reputations {
-            Some(InputTopic::Reputations)
-        } else {
-            None
-        }
-    }
-
-    /// The configured name of an input topic.
-    pub fn input_topic_name(&self, topic: InputTopic) -> &str {
-        let t = &self.config.topics;
-        match topic {
-            InputTopic::Votes => &t.votes,
-            InputTopic::JudgeScores => &t.judge_scores,
-            InputTopic::Reputations => &t.reputations,
-        }
-    }
-
-    /// The configured name of an output topic.
-    pub fn topic_name(&self, topic: OutputTopic) -> &str {
-        let t = &self.config.topics;
-        match topic {
-            OutputTopic::Scores => &t.scores,
-            OutputTopic::Consensus => &t.consensus,
-            OutputTopic::BiasAlerts => &t.bias_alerts,
-            OutputTopic::Leaderboard => &t.leaderboard,
-            OutputTopic::DeadLetters => &t.dead_letters,
-        }
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     /// Processes one record: validates it, applies it to `state` (or to `reputations`), and
@@ -106,7 +71,7 @@ impl Engine {
         let letter = DeadLetter::new(
             record.source(),
             rejection,
-            self.config.limits.dead_letter_payload_bytes,
+            self.settings.limits.dead_letter_payload_bytes,
         );
         out.push(letter.into_output());
         Outcome::Rejected(rejection.code)
@@ -119,7 +84,7 @@ impl Engine {
         record: &Record<'_>,
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {
-        let topic = self.input_topic(record.topic).ok_or_else(|| {
+        let topic = record.input.ok_or_else(|| {
             Rejection::new(
                 ErrorCode::UnknownTopic,
                 format!("topic {:?} is not an input of jurystream", record.topic),
@@ -144,7 +109,7 @@ impl Engine {
             }
             InputTopic::Reputations => {
                 let doc = json::parse(payload).map_err(parse_rejection)?;
-                let l = &self.config.limits;
+                let l = &self.settings.limits;
                 let change = ReputationChange::from_json(
                     &doc,
                     record.key,
@@ -162,7 +127,7 @@ impl Engine {
     }
 
     fn check_size(&self, payload: &[u8]) -> Result<(), Rejection> {
-        let max = self.config.limits.max_message_bytes;
+        let max = self.settings.limits.max_message_bytes;
         if payload.len() > max {
             return Err(Rejection::new(
                 ErrorCode::PayloadTooLarge,

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::contract::rejection::Rejection;
 use super::contract::time::EventTime;
 
-/// The logical output topics; the runtime maps them to configured names.
+/// The logical output topics; the runtime maps them to configured names (see `crate::topics`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum OutputTopic {
     Scores,
@@ -18,6 +18,27 @@ pub enum OutputTopic {
     BiasAlerts,
     Leaderboard,
     DeadLetters,
+}
+
+impl OutputTopic {
+    pub const ALL: [OutputTopic; 5] = [
+        OutputTopic::Scores,
+        OutputTopic::Consensus,
+        OutputTopic::BiasAlerts,
+        OutputTopic::Leaderboard,
+        OutputTopic::DeadLetters,
+    ];
+
+    /// Its name in metric labels, whatever its configured topic name.
+    pub fn label(self) -> &'static str {
+        match self {
+            OutputTopic::Scores => "scores",
+            OutputTopic::Consensus => "consensus",
+            OutputTopic::BiasAlerts => "bias_alerts",
+            OutputTopic::Leaderboard => "leaderboard",
+            OutputTopic::DeadLetters => "dead_letters",
+        }
+    }
 }
 
 /// One record to publish.

@@ -7,7 +7,11 @@ use super::output::Source;
 /// One input record, as Kafka delivers it (or as a replay file describes it).
 #[derive(Debug, Clone, Copy)]
 pub struct Record<'a> {
+    /// The name of the topic it was read from, as a dead letter names it.
     pub topic: &'a str,
+    /// Which input that topic is; `None` for a topic that is no input of jurystream (a replay
+    /// file may name any), which is dead-lettered.
+    pub input: Option<InputTopic>,
     pub partition: Option<i32>,
     pub offset: Option<i64>,
     pub key: Option<&'a [u8]>,
@@ -67,10 +71,18 @@ pub enum Outcome {
     Rejected(ErrorCode),
 }
 
-/// Which input a topic name is.
+/// The engine's inputs; a runtime maps topic names to them (see `crate::topics`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum InputTopic {
     Votes,
     JudgeScores,
     Reputations,
+}
+
+impl InputTopic {
+    pub const ALL: [InputTopic; 3] = [
+        InputTopic::Votes,
+        InputTopic::JudgeScores,
+        InputTopic::Reputations,
+    ];
 }

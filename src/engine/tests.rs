@@ -7,15 +7,20 @@ use serde_json::Value;
 
 use super::journal::note_votes;
 use super::model::dedupe::Remembered;
+use super::output::OutputTopic;
 use super::*;
+use crate::config::Config;
+use crate::topics::TopicTable;
 
 fn engine() -> Engine {
-    Engine::new(Config::default())
+    Engine::new(Settings::default())
 }
 
+/// A record from `topic`, an input by its default name (or not an input at all).
 fn rec<'a>(topic: &'a str, payload: Option<&'a [u8]>) -> Record<'a> {
     Record {
         topic,
+        input: TopicTable::default().input(topic),
         partition: Some(0),
         offset: None,
         key: None,
@@ -356,7 +361,7 @@ fn size_limits() {
     small.limits.max_votes_per_event = 2;
     small.limits.dead_letter_payload_bytes = 10;
     let mut h = Harness {
-        engine: Engine::new(small),
+        engine: Engine::new(Settings::of(&small)),
         ..Harness::new()
     };
     let big = format!(
@@ -703,7 +708,7 @@ fn open_session_bounds_evict_the_oldest() {
     let mut config = Config::default();
     config.sessions.max_open_per_project = 2;
     let mut h = Harness {
-        engine: Engine::new(config),
+        engine: Engine::new(Settings::of(&config)),
         ..Harness::new()
     };
     for (i, s) in ["s1", "s2", "s3"].iter().enumerate() {

@@ -88,7 +88,7 @@ impl Engine {
         payload: &'d [u8],
         doc: &'d mut Option<Json<'d>>,
     ) -> Result<(VoteBatch<'d>, EventTime), Rejection> {
-        let l = &self.config.limits;
+        let l = &self.settings.limits;
         let limits = VoteLimits {
             max_votes: l.max_votes_per_event,
             max_id_bytes: l.max_id_bytes,
@@ -106,7 +106,7 @@ impl Engine {
     /// handles from the start and words the rejection for. Validation reads only the record
     /// and the configuration, so it can run ahead of state.
     pub fn prepare_votes(&self, record: &Record<'_>) -> Option<PreparedVotes> {
-        if self.input_topic(record.topic) != Some(InputTopic::Votes) {
+        if record.input != Some(InputTopic::Votes) {
             return None;
         }
         let payload = record.payload?;
@@ -229,7 +229,7 @@ impl Engine {
                 .projects
                 .entry(ProjectKey::from(batch.project_id))
                 .or_insert_with(|| {
-                    VoteProject::new(ProjectScore::new(self.config.scoring.initial_score))
+                    VoteProject::new(ProjectScore::new(self.settings.scoring.initial_score))
                 }),
         };
         if let (Some(offset), Some(through)) = (receipt.offset, project.applied_through)
@@ -241,15 +241,15 @@ impl Engine {
         // can reject the batch): with a full window each probe is a cache miss.
         let remembered = project
             .seen
-            .insert_fingerprint(batch.fingerprint, self.config.limits.dedupe_window)?;
+            .insert_fingerprint(batch.fingerprint, self.settings.limits.dedupe_window)?;
         if receipt.offset.is_some() {
             project.applied_through = receipt.offset;
         }
-        let lambda = self.config.scoring.lambda_for(batch.project_id);
+        let lambda = self.settings.scoring.lambda_for(batch.project_id);
         let step = project
             .score
             .apply(at, batch.mean, batch.votes as u64, lambda);
-        let interval = self.config.output.scores_coalesce_ms;
+        let interval = self.settings.scores_coalesce_ms;
         let c = &mut project.coalescing;
         let clock_ms = receipt.clock_ms;
         match clock_ms {
@@ -306,7 +306,7 @@ impl Engine {
                 project.coalescing.held_alpha.take(),
                 project.score.last_update_at,
             ) {
-                let lambda = self.config.scoring.lambda_for(&key);
+                let lambda = self.settings.scoring.lambda_for(&key);
                 out.push(score_output(&key, &project.score, alpha, lambda, last));
             }
         }

@@ -26,31 +26,42 @@ use crate::metrics::Metrics;
 const ACKED_EPOCHS: usize = 64;
 const _: () = assert!(ACKED_EPOCHS > super::epoch::MAX_EPOCHS_IN_FLIGHT + 2);
 
-/// The metric label of every topic the service produces to, indexed by [`Tag::destination`].
-const DESTINATIONS: [&str; 6] = [
-    "scores",
-    "consensus",
-    "bias_alerts",
-    "leaderboard",
-    "dead_letters",
-    "state",
-];
-pub(super) const STATE_DESTINATION: usize = 5;
+/// Where a produced record goes: an output topic, or the state changelog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Destination {
+    Output(OutputTopic),
+    State,
+}
 
-fn destination(topic: OutputTopic) -> usize {
-    match topic {
-        OutputTopic::Scores => 0,
-        OutputTopic::Consensus => 1,
-        OutputTopic::BiasAlerts => 2,
-        OutputTopic::Leaderboard => 3,
-        OutputTopic::DeadLetters => 4,
+impl Destination {
+    /// Every destination, in the order of [`Destination::index`].
+    fn all() -> impl Iterator<Item = Destination> {
+        OutputTopic::ALL
+            .into_iter()
+            .map(Destination::Output)
+            .chain([Destination::State])
+    }
+
+    /// Its position among [`Destination::all`].
+    fn index(self) -> usize {
+        match self {
+            Destination::Output(t) => t as usize,
+            Destination::State => OutputTopic::ALL.len(),
+        }
+    }
+
+    /// Its metric label.
+    fn label(self) -> &'static str {
+        match self {
+            Destination::Output(t) => t.label(),
+            Destination::State => "state",
+        }
     }
 }
 
 /// Which output a delivery report is for, and the event time it carries.
 pub(super) struct Tag {
-    /// Index into [`DESTINATIONS`].
-    pub destination: usize,
+    pub destination: Destination,
     pub event_ms: Option<i64>,
     /// The epoch the record belongs to (see [`Epoch`]).
     pub epoch: u64,
@@ -104,7 +115,8 @@ impl ProducerContext for Delivery {
         match result {
             Ok(_) => {
                 self.acked_count(tag.epoch).fetch_add(1, Ordering::Relaxed);
-                if let Some((outputs, latency)) = self.per_destination.get(tag.destination) {
+                if let Some((outputs, latency)) = self.per_destination.get(tag.destination.index())
+                {
                     outputs.inc();
                     if let Some(ms) = tag.event_ms {
                         latency.observe((now_ms() - ms).max(0) as f64 / 1000.0);
@@ -114,7 +126,7 @@ impl ProducerContext for Delivery {
             Err((e, _)) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
                 self.metrics.producer_errors.inc();
-                let topic = DESTINATIONS.get(tag.destination).copied().unwrap_or("?");
+                let topic = tag.destination.label();
                 tracing::error!(error = %e, topic, "delivery failed");
                 if let Ok(mut last) = self.last_failure.lock() {
                     *last = Some(e.to_string());
@@ -137,12 +149,11 @@ impl Collector {
     pub fn new(config: &Config, metrics: &Arc<Metrics>) -> Result<Collector, ServiceError> {
         let producer = clients::producer_config(config)?.create_with_context(Delivery {
             metrics: Arc::clone(metrics),
-            per_destination: DESTINATIONS
-                .iter()
+            per_destination: Destination::all()
                 .map(|d| {
                     (
-                        metrics.outputs.with_label_values(&[d]),
-                        metrics.event_to_publish.with_label_values(&[d]),
+                        metrics.outputs.with_label_values(&[d.label()]),
+                        metrics.event_to_publish.with_label_values(&[d.label()]),
                     )
                 })
                 .collect(),
@@ -200,7 +211,7 @@ impl Collector {
             out.key.as_deref().map(str::as_bytes),
             Some(value.as_bytes()),
             Tag {
-                destination: destination(out.topic),
+                destination: Destination::Output(out.topic),
                 event_ms,
                 epoch: self.epoch,
             },

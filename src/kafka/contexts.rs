@@ -102,7 +102,7 @@ impl ConsumerContext for GroupContext {
         }
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         for (topic, partition) in revoked {
-            if let Some(t) = core.engine.input_topic(&topic) {
+            if let Some(t) = core.topics.input(&topic) {
                 core.tasks.revoke((t, partition), generation);
             }
         }
@@ -120,7 +120,7 @@ impl ConsumerContext for GroupContext {
                 .collect();
             tracing::info!(?assigned, "partitions assigned");
             for (topic, partition) in assigned {
-                if let Some(t) = core.engine.input_topic(&topic) {
+                if let Some(t) = core.topics.input(&topic) {
                     core.tasks.assigned.push((t, partition));
                 }
             }

@@ -17,7 +17,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::ServiceError;
-use super::collector::{STATE_DESTINATION, Tag};
+use super::collector::{Destination, Tag};
 use super::process::Core;
 use crate::changelog::{self, Unit};
 
@@ -104,7 +104,7 @@ impl Core {
             if let Some(j) = owned.state.journal.as_mut() {
                 *j = changes;
             }
-            let topic = self.engine.input_topic_name(key.0);
+            let topic = self.topics.input_name(key.0);
             commits.add_partition_offset(topic, key.1, Offset::Offset(offset + 1))?;
             self.metrics
                 .input_position
@@ -154,12 +154,12 @@ impl Core {
                         self.faults.abort_mid_changelog(&self.collector.producer, i);
                     }
                     self.collector.send(
-                        &self.engine.config().topics.state,
+                        self.topics.state(),
                         Some(r.partition),
                         Some(r.key),
                         r.value,
                         Tag {
-                            destination: STATE_DESTINATION,
+                            destination: Destination::State,
                             event_ms: None,
                             epoch: id,
                         },
@@ -218,7 +218,7 @@ impl Core {
     ) -> Result<(), ServiceError> {
         self.seal()?;
         let started = Instant::now();
-        let limit = Duration::from_secs(self.engine.config().kafka.shutdown_timeout_secs);
+        let limit = Duration::from_secs(self.config.kafka.shutdown_timeout_secs);
         while !self.epochs.sealed.is_empty() {
             self.collector.producer.poll(Duration::from_millis(10));
             self.advance(consumer, mode)?;

@@ -47,9 +47,10 @@ use rdkafka::error::KafkaError;
 
 use crate::changelog::{ChangelogError, Unit};
 use crate::config::Config;
-use crate::engine::Engine;
+use crate::engine::{Engine, Settings};
 use crate::http::Health;
 use crate::metrics::Metrics;
+use crate::topics::TopicTable;
 use batch_queue::{Fetched, ForwardTo};
 use collector::Collector;
 use contexts::{GroupContext, QuietReader, lock};
@@ -128,9 +129,10 @@ pub fn run(
 ) -> Result<(), ServiceError> {
     clients::ensure_topics(&config)?;
     // The polling thread validates with its own copy of the (stateless) engine.
-    let engine = Engine::new(config.clone());
+    let engine = Engine::new(Settings::of(&config));
+    let topics = TopicTable::new(&config.topics);
     let core = Arc::new(Mutex::new(Core::new(
-        engine.clone(),
+        &config,
         Collector::new(&config, &metrics)?,
         Epochs::new(run_id(), config.limits.max_message_bytes / 2),
         (&metrics, &health, &stop),
@@ -162,15 +164,15 @@ pub fn run(
         // thread allocated: ~10% of the processing thread's samples with 10,000 projects, where
         // processing is the slower thread and polling waits for queue space.
         let (recycle, recycled) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
-        let (consumer, fetched, engine, halt, health, metrics, queued) = (
-            &consumer, &fetched, &engine, &halt, &*health, &*metrics, &queued,
+        let (consumer, fetched, engine, topics, halt, health, metrics, queued) = (
+            &consumer, &fetched, &engine, &topics, &halt, &*health, &*metrics, &queued,
         );
         let poller = std::thread::Builder::new()
             .name("jurystream-poll".to_owned())
             .spawn_scoped(s, move || {
                 poll_records(
                     (consumer, fetched),
-                    engine,
+                    (engine, topics),
                     (&sender, &recycled, queued),
                     halt,
                     health,

@@ -15,6 +15,7 @@ use super::contexts::GroupContext;
 use crate::engine::{Engine, InputTopic, PreparedVotes, Record};
 use crate::http::Health;
 use crate::metrics::Metrics;
+use crate::topics::TopicTable;
 
 /// Records per batch handed from the polling thread to the processing thread, which applies a
 /// batch back to back before its periodic work (sealing, acknowledgements, the reputation table,
@@ -63,7 +64,7 @@ pub(super) struct Polled<'c> {
 /// inside `poll`.
 pub(super) fn poll_records<'c>(
     (consumer, fetched): (&BaseConsumer<GroupContext>, &'c Fetched<'_>),
-    engine: &Engine,
+    (engine, topics): (&Engine, &TopicTable),
     (batches, recycled, queued): (
         &SyncSender<Vec<Polled<'c>>>,
         &Receiver<Vec<Polled<'c>>>,
@@ -109,11 +110,11 @@ pub(super) fn poll_records<'c>(
                 health.set_ready(false, metrics);
                 continue;
             }
-            let Some(topic) = engine.input_topic(msg.topic()) else {
+            let Some(topic) = topics.input(msg.topic()) else {
                 continue;
             };
             let votes = prepare
-                .then(|| engine.prepare_votes(&record(&msg, engine.input_topic_name(topic))))
+                .then(|| engine.prepare_votes(&record(&msg, topic, topics.input_name(topic))))
                 .flatten();
             batch.push(Polled {
                 partition: msg.partition(),
@@ -134,12 +135,13 @@ pub(super) fn poll_records<'c>(
     }
 }
 
-/// The engine's view of a consumed record from input topic `topic` (its configured name: the
-/// record's own is read through librdkafka, a `strlen` and a UTF-8 check, once per record, to
-/// know which input it is).
-pub(super) fn record<'m>(msg: &'m Consumed<'_>, topic: &'m str) -> Record<'m> {
+/// The engine's view of a consumed record from input topic `input`, named `topic` (its
+/// configured name: the record's own is read through librdkafka, a `strlen` and a UTF-8 check,
+/// once per record, to know which input it is).
+pub(super) fn record<'m>(msg: &'m Consumed<'_>, input: InputTopic, topic: &'m str) -> Record<'m> {
     Record {
         topic,
+        input: Some(input),
         partition: Some(msg.partition()),
         offset: Some(msg.offset()),
         key: msg.key(),

@@ -22,10 +22,11 @@ use super::tasks::Tasks;
 use crate::config::Config;
 use crate::engine::output::Output;
 use crate::engine::reputation::ReputationTable;
-use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState, Record};
+use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState, Record, Settings};
 use crate::http::Health;
 use crate::metrics::Metrics;
 use crate::prefetch;
+use crate::topics::TopicTable;
 
 /// How many records ahead of the one it applies the processing thread prefetches state (see
 /// [`Engine::prefetch`]): a record takes about a microsecond to apply, several times a cache
@@ -35,6 +36,9 @@ const PREFETCH_AHEAD: usize = 4;
 /// Everything the processing loop and the rebalance callback share.
 pub(super) struct Core {
     pub engine: Engine,
+    /// The service's configuration (the engine has its own part of it).
+    pub config: Config,
+    pub topics: TopicTable,
     /// The producer and the epoch it fills.
     pub collector: Collector,
     /// The owned partitions' state.
@@ -71,24 +75,26 @@ impl Tally {
         *self.counts.entry((topic, outcome)).or_default() += 1;
     }
 
-    fn flush(&mut self, engine: &Engine, metrics: &Metrics) {
+    fn flush(&mut self, topics: &TopicTable, metrics: &Metrics) {
         for ((topic, outcome), n) in self.counts.drain() {
-            metrics.record_n(engine.input_topic_name(topic), outcome, n);
+            metrics.record_n(topics.input_name(topic), outcome, n);
         }
     }
 }
 
 impl Core {
-    /// A processor with no partitions, whose records go out through `collector` and whose
-    /// epochs are sealed into `epochs`.
+    /// A processor with no partitions that runs `config`, whose records go out through
+    /// `collector` and whose epochs are sealed into `epochs`.
     pub(super) fn new(
-        engine: Engine,
+        config: &Config,
         collector: Collector,
         epochs: Epochs,
         (metrics, health, stop): (&Arc<Metrics>, &Arc<Health>, &Arc<AtomicBool>),
     ) -> Core {
         Core {
-            engine,
+            engine: Engine::new(Settings::of(config)),
+            config: config.clone(),
+            topics: TopicTable::new(&config.topics),
             collector,
             tasks: Tasks::default(),
             epochs,
@@ -109,7 +115,7 @@ impl Core {
     /// Publishes `outs` in order.
     fn publish(&mut self, outs: &[Output]) -> Result<(), ServiceError> {
         outs.iter().try_for_each(|o| {
-            let topic = self.engine.topic_name(o.topic);
+            let topic = self.topics.output_name(o.topic);
             self.collector.publish(topic, o)
         })
     }
@@ -120,7 +126,7 @@ impl Core {
             return Ok(());
         }
         self.tasks
-            .restore_assigned(self.engine.config(), &self.metrics)
+            .restore_assigned(&self.config, &self.topics, &self.metrics)
     }
 
     fn process(&mut self, polled: &Polled<'_>) -> Result<(), ServiceError> {
@@ -136,7 +142,7 @@ impl Core {
             {
                 self.metrics
                     .records
-                    .with_label_values(&[self.engine.input_topic_name(topic), "revoked"])
+                    .with_label_values(&[self.topics.input_name(topic), "revoked"])
                     .inc();
                 return Ok(());
             }
@@ -157,7 +163,7 @@ impl Core {
                 u64::try_from(self.now.duration_since(self.started).as_millis())
                     .unwrap_or(u64::MAX),
             ),
-            ..record(msg, self.engine.input_topic_name(topic))
+            ..record(msg, topic, self.topics.input_name(topic))
         };
         // Timing every record would cost more than some records take: sample one in 16.
         self.processed += 1;
@@ -230,7 +236,7 @@ impl Core {
     }
 
     pub(super) fn flush_tally(&mut self) {
-        self.tally.flush(&self.engine, &self.metrics);
+        self.tally.flush(&self.topics, &self.metrics);
     }
 
     pub(super) fn update_gauges(&mut self) {
@@ -249,7 +255,7 @@ impl Core {
         }
         self.metrics.open_sessions.set(open as i64);
         self.metrics.projects.set(scores.len() as i64);
-        let m = &self.engine.config().metrics;
+        let m = &self.config.metrics;
         let shown: Vec<(&str, u64, f64)> = if m.score_projects.is_empty() {
             // The top N by evaluations (ties by id), in linear time: with many projects a full
             // sort held up processing for milliseconds once a second.
@@ -303,15 +309,16 @@ impl Clocks {
 
 /// The engine's view of a `jury.reputations` record, read by its own consumer.
 pub(super) fn reputation_record<'m>(msg: &'m BorrowedMessage<'_>) -> Record<'m> {
-    message_record(msg, msg.topic())
+    message_record(msg, InputTopic::Reputations, msg.topic())
 }
 
 /// The engine's view of a message read through an rdkafka consumer (not the service's own
-/// queue, see `record`), as input topic `topic`: the reputation table's records, and the load
-/// benchmark's loop that validates events as the polling thread does.
-pub fn message_record<'m>(msg: &'m impl Message, topic: &'m str) -> Record<'m> {
+/// queue, see `record`), as input topic `input` named `topic`: the reputation table's records,
+/// and the load benchmark's loop that validates events as the polling thread does.
+pub fn message_record<'m>(msg: &'m impl Message, input: InputTopic, topic: &'m str) -> Record<'m> {
     Record {
         topic,
+        input: Some(input),
         partition: Some(msg.partition()),
         offset: Some(msg.offset()),
         key: msg.key(),
@@ -334,7 +341,7 @@ pub(super) fn process_records<'c>(
     reputations: &BaseConsumer<QuietReader>,
     stop: &AtomicBool,
 ) -> Result<(), ServiceError> {
-    let clocks = Clocks::of(lock(core).engine.config());
+    let clocks = Clocks::of(&lock(core).config);
     let mut cycle_started = Instant::now();
     let mut coalesced = Instant::now();
     let mut last_batch = Instant::now();

@@ -15,6 +15,7 @@ use crate::changelog::{Restorer, Unit};
 use crate::config::Config;
 use crate::engine::{IdMap, InputTopic, PartitionState};
 use crate::metrics::Metrics;
+use crate::topics::TopicTable;
 
 /// The state of one owned input partition.
 pub(super) struct Owned {
@@ -53,6 +54,7 @@ impl Tasks {
     pub fn restore_assigned(
         &mut self,
         cfg: &Config,
+        topics: &TopicTable,
         metrics: &Metrics,
     ) -> Result<(), ServiceError> {
         let wanted: Vec<(InputTopic, i32)> = std::mem::take(&mut self.assigned)
@@ -68,7 +70,7 @@ impl Tasks {
         let mut tpl = TopicPartitionList::new();
         let partitions: std::collections::BTreeSet<i32> = wanted.iter().map(|(_, p)| *p).collect();
         for p in &partitions {
-            tpl.add_partition_offset(&cfg.topics.state, *p, Offset::Beginning)?;
+            tpl.add_partition_offset(topics.state(), *p, Offset::Beginning)?;
         }
         reader.assign(&tpl)?;
         let mut restorers: Vec<Restorer> = wanted

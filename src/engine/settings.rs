@@ -1,0 +1,40 @@
+//! All the engine may know of the configuration: the sections that shape its formulas and its
+//! input limits. A runtime hands the engine these ([`Settings::of`]), never the whole
+//! configuration, and tells it which input each record comes from ([`super::Record::input`]),
+//! so the engine knows nothing of Kafka, topic names, HTTP or logging.
+
+use crate::config::{Bias, Config, Leaderboard, Limits, Scoring, Sessions};
+
+/// The engine's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub limits: Limits,
+    pub scoring: Scoring,
+    pub sessions: Sessions,
+    pub bias: Bias,
+    pub leaderboard: Leaderboard,
+    /// `output.scores_coalesce_ms`: a project's `jury.scores` updates within this many
+    /// milliseconds of the runtime's clock are coalesced (see [`super::Coalescing`]).
+    pub scores_coalesce_ms: u64,
+}
+
+impl Settings {
+    /// The engine's part of `config`.
+    pub fn of(config: &Config) -> Settings {
+        Settings {
+            limits: config.limits.clone(),
+            scoring: config.scoring.clone(),
+            sessions: config.sessions.clone(),
+            bias: config.bias.clone(),
+            leaderboard: config.leaderboard.clone(),
+            scores_coalesce_ms: config.output.scores_coalesce_ms,
+        }
+    }
+}
+
+impl Default for Settings {
+    /// The engine's part of the default configuration.
+    fn default() -> Self {
+        Settings::of(&Config::default())
+    }
+}
