@@ -98,7 +98,7 @@ fn bench_apply_prepared(c: &mut Criterion) {
 
 fn bench_parse_validate_apply(c: &mut Criterion) {
     let engine = Engine::new(Settings::default());
-    let reps = ReputationTable::default();
+    let mut reps = ReputationTable::default();
     let payloads = payloads();
     let mean_len = payloads.iter().map(String::len).sum::<usize>() / payloads.len();
     let mut group = c.benchmark_group("engine");
@@ -115,7 +115,7 @@ fn bench_parse_validate_apply(c: &mut Criterion) {
                             offset: Some(i as i64),
                             ..vote_record(p)
                         };
-                        black_box(engine.process(state, &reps, &record, out));
+                        black_box(engine.process(state, &mut reps, &record, out));
                     }
                 },
                 BatchSize::LargeInput,
@@ -171,7 +171,7 @@ fn epoch_group<'c>(c: &'c mut Criterion, name: &str) -> BenchmarkGroup<'c, WallT
 /// 10,000 projects). Full windows keep the state the same size from one sample to the next;
 /// growing windows made the samples slower as the run went on, and too noisy to rank changes.
 fn bench_journaled_epoch(c: &mut Criterion) {
-    let reps = ReputationTable::default();
+    let mut reps = ReputationTable::default();
     let unit = Unit {
         topic: InputTopic::Votes,
         partition: 0,
@@ -199,7 +199,7 @@ fn bench_journaled_epoch(c: &mut Criterion) {
                     ..vote_record(p)
                 };
                 next += 1;
-                black_box(engine.process(state, &reps, &record, &mut out));
+                black_box(engine.process(state, &mut reps, &record, &mut out));
                 for o in &out {
                     black_box(o.render());
                 }
@@ -323,7 +323,7 @@ fn vote_record(payload: &str) -> Record<'_> {
 /// the clock starts, so the difference is what the prefetch hides.
 fn bench_prefetch(c: &mut Criterion) {
     const AHEAD: usize = 4;
-    let reps = ReputationTable::default();
+    let mut reps = ReputationTable::default();
     let mut group = epoch_group(c, "prefetch");
     for (projects, window) in FULL_WINDOWS {
         let engine = engine_with_window(window);
@@ -339,7 +339,7 @@ fn bench_prefetch(c: &mut Criterion) {
         for _ in 0..20 {
             for p in make() {
                 out.clear();
-                black_box(engine.process(&mut state, &reps, &vote_record(&p), &mut out));
+                black_box(engine.process(&mut state, &mut reps, &vote_record(&p), &mut out));
             }
         }
         for ahead in [0, AHEAD] {
@@ -364,13 +364,13 @@ fn bench_prefetch(c: &mut Criterion) {
                             let outcome = match prepared {
                                 Some(prepared) => engine.apply_prepared(
                                     &mut state,
-                                    &reps,
+                                    &mut reps,
                                     &vote_record(p),
                                     prepared,
                                     &mut out,
                                 ),
                                 None => {
-                                    engine.process(&mut state, &reps, &vote_record(p), &mut out)
+                                    engine.process(&mut state, &mut reps, &vote_record(p), &mut out)
                                 }
                             };
                             black_box(outcome);

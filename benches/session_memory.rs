@@ -47,7 +47,7 @@ fn main() {
 /// (default configuration) and returns the state with the heap bytes it was left holding.
 fn held_by(topic: &str, payloads: impl Iterator<Item = String>) -> (PartitionState, isize) {
     let engine = Engine::new(Settings::default());
-    let reps = ReputationTable::default();
+    let mut reps = ReputationTable::default();
     let mut state = PartitionState::default();
     let mut out: Vec<Output> = Vec::new();
     let before = LIVE.load(Ordering::Relaxed);
@@ -63,7 +63,7 @@ fn held_by(topic: &str, payloads: impl Iterator<Item = String>) -> (PartitionSta
             clock_ms: None,
             payload: Some(payload.as_bytes()),
         };
-        engine.process(&mut state, &reps, &r, &mut out);
+        engine.process(&mut state, &mut reps, &r, &mut out);
     }
     drop(out);
     let held = LIVE.load(Ordering::Relaxed) - before;

@@ -94,7 +94,7 @@ pub fn replay(
 ) -> Result<Summary, ReplayError> {
     // One state per (topic, partition), exactly as the Kafka service keeps it.
     let mut states: HashMap<(String, i32), PartitionState> = HashMap::new();
-    let reputations = ReputationTable::default();
+    let mut reputations = ReputationTable::default();
     let mut summary = Summary::default();
     let mut line = Vec::with_capacity(1024);
     let mut outs: Vec<Output> = Vec::new();
@@ -134,7 +134,7 @@ pub fn replay(
                             .entry((env.topic.to_string(), partition))
                             .or_default(),
                     };
-                    engine.process(state, &reputations, &record, &mut outs)
+                    engine.process(state, &mut reputations, &record, &mut outs)
                 }
                 Err(e) => reject_line(engine, line_no, text, &e, &mut outs),
             },

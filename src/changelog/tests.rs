@@ -52,7 +52,7 @@ fn run(
         InputTopic::Votes => "jury.votes",
         _ => "jury.judge-scores",
     };
-    let reps = ReputationTable::default();
+    let mut reps = ReputationTable::default();
     let mut out: Vec<Output> = Vec::new();
     let mut rendered = Vec::new();
     let run_id = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -71,7 +71,7 @@ fn run(
             payload: Some(p.as_bytes()),
         };
         out.clear();
-        engine.process(state, &reps, &r, &mut out);
+        engine.process(state, &mut reps, &r, &mut out);
         rendered.push(out.iter().map(|o| o.render().into_owned()).collect());
         if (i + 1) % flush == 0 || i + 1 == payloads.len() {
             let changes = state
@@ -528,7 +528,12 @@ fn judged(payloads: &[String]) -> (PartitionState, Vec<Change>) {
             clock_ms: None,
             payload: Some(p.as_bytes()),
         };
-        engine.process(&mut state, &ReputationTable::default(), &r, &mut Vec::new());
+        engine.process(
+            &mut state,
+            &mut ReputationTable::default(),
+            &r,
+            &mut Vec::new(),
+        );
     }
     let changes = state.journal.replace(Vec::new()).unwrap_or_default();
     (state, changes)

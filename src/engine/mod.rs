@@ -51,7 +51,7 @@ impl Engine {
     pub fn process(
         &self,
         state: &mut PartitionState,
-        reputations: &ReputationTable,
+        reputations: &mut ReputationTable,
         record: &Record<'_>,
         out: &mut Vec<Output>,
     ) -> Outcome {
@@ -80,7 +80,7 @@ impl Engine {
     fn try_process(
         &self,
         state: &mut PartitionState,
-        reputations: &ReputationTable,
+        reputations: &mut ReputationTable,
         record: &Record<'_>,
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {

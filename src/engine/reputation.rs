@@ -2,9 +2,8 @@
 //!
 //! It is a table, not a stream: the latest record per voter wins and a tombstone deletes. Votes
 //! without an explicit reputation read it at the moment they are processed. The table is shared
-//! by every partition an instance owns (like a Kafka Streams GlobalKTable), hence a concurrent map.
-
-use dashmap::DashMap;
+//! by every partition an instance owns (like a Kafka Streams GlobalKTable); the one thread that
+//! applies records owns it, so it is a plain map changed through `&mut`.
 
 use super::contract::fields::Fields;
 use super::contract::json::Json;
@@ -15,7 +14,7 @@ use super::contract::rejection::{ErrorCode, Rejection};
 /// std's SipHash was most of that lookup.
 #[derive(Debug, Default)]
 pub struct ReputationTable {
-    entries: DashMap<String, f64, foldhash::fast::RandomState>,
+    entries: super::IdMap<String, f64>,
 }
 
 /// A validated change to the table.
@@ -82,10 +81,10 @@ fn utf8_key(key: Option<&[u8]>) -> Result<Option<&str>, Rejection> {
 impl ReputationTable {
     /// The voter's current reputation, if the table has one.
     pub fn get(&self, voter_id: &str) -> Option<f64> {
-        self.entries.get(voter_id).map(|r| *r)
+        self.entries.get(voter_id).copied()
     }
 
-    pub fn apply(&self, change: &ReputationChange<'_>) {
+    pub fn apply(&mut self, change: &ReputationChange<'_>) {
         match *change {
             ReputationChange::Upsert {
                 voter_id,
@@ -122,7 +121,7 @@ mod tests {
 
     #[test]
     fn upsert_then_tombstone() {
-        let table = ReputationTable::default();
+        let mut table = ReputationTable::default();
         let doc = parse(br#"{"voter_id": "u-7", "reputation": 0.9}"#).unwrap();
         table.apply(&change(&doc, Some(b"u-7")).unwrap());
         assert_eq!(table.get("u-7"), Some(0.9));

@@ -58,7 +58,7 @@ impl Harness {
         self.next_offset += 1;
         self.out.clear();
         self.engine
-            .process(&mut self.state, &self.reps, &record, &mut self.out)
+            .process(&mut self.state, &mut self.reps, &record, &mut self.out)
     }
     fn last(&self) -> Value {
         serde_json::from_str(&self.out.last().expect("an output").render()).unwrap()
@@ -104,7 +104,7 @@ fn a_batch_at_or_below_its_projects_last_offset_is_replayed() {
     let mut out = Vec::new();
     let r = rec("jury.votes", Some(e2.as_bytes()));
     assert_eq!(
-        h.engine.process(&mut h.state, &h.reps, &r, &mut out),
+        h.engine.process(&mut h.state, &mut h.reps, &r, &mut out),
         Outcome::Rejected(ErrorCode::DuplicateEventId)
     );
 }
@@ -485,7 +485,7 @@ fn prepare_votes_takes_valid_batches_and_leaves_the_rest_to_process() {
     });
     let record = rec("jury.votes", Some(escaped.as_bytes()));
     let p = e.prepare_votes(&record).expect("prepared");
-    let outcome = e.apply_prepared(&mut h.state, &h.reps, &record, &p, &mut h.out);
+    let outcome = e.apply_prepared(&mut h.state, &mut h.reps, &record, &p, &mut h.out);
     assert_eq!(outcome, Outcome::Rejected(ErrorCode::ZeroTotalReputation));
 }
 
@@ -543,9 +543,9 @@ proptest! {
             let outcome = match split.engine.prepare_votes(&record) {
                 Some(p) => {
                     prepared += 1;
-                    split.engine.apply_prepared(&mut split.state, &split.reps, &record, &p, &mut split.out)
+                    split.engine.apply_prepared(&mut split.state, &mut split.reps, &record, &p, &mut split.out)
                 }
-                None => split.engine.process(&mut split.state, &split.reps, &record, &mut split.out),
+                None => split.engine.process(&mut split.state, &mut split.reps, &record, &mut split.out),
             };
             prop_assert_eq!(outcome, expected);
             let render = |h: &Harness| h.out.iter().map(|o| o.render().into_owned()).collect::<Vec<String>>();
@@ -905,15 +905,15 @@ fn coalesced_and_plain(
     cycles: &[usize],
 ) -> (Vec<String>, Vec<String>) {
     let e = engine();
-    let reps = ReputationTable::default();
+    let mut reps = ReputationTable::default();
     let (mut coalesced, mut plain) = (PartitionState::default(), PartitionState::default());
     let (mut c_out, mut p_out) = (Vec::new(), Vec::new());
     for (n, (project, clock, value)) in batches.iter().enumerate() {
         let payload = coalesce_vote(n, *project, *value);
         let mut r = rec("jury.votes", Some(payload.as_bytes()));
-        e.process(&mut plain, &reps, &r, &mut p_out);
+        e.process(&mut plain, &mut reps, &r, &mut p_out);
         r.clock_ms = Some(*clock);
-        e.process(&mut coalesced, &reps, &r, &mut c_out);
+        e.process(&mut coalesced, &mut reps, &r, &mut c_out);
         if cycles.contains(&n) {
             e.release_held(&mut coalesced, &mut c_out);
         }

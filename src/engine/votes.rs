@@ -148,7 +148,7 @@ impl Engine {
     pub fn apply_prepared(
         &self,
         state: &mut PartitionState,
-        reputations: &ReputationTable,
+        reputations: &mut ReputationTable,
         record: &Record<'_>,
         prepared: &PreparedVotes,
         out: &mut Vec<Output>,

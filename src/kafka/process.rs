@@ -172,14 +172,17 @@ impl Core {
         let outcome = match &polled.votes {
             Some(prepared) => self.engine.apply_prepared(
                 &mut unit.state,
-                &self.reputations,
+                &mut self.reputations,
                 &record,
                 prepared,
                 &mut self.out,
             ),
-            None => self
-                .engine
-                .process(&mut unit.state, &self.reputations, &record, &mut self.out),
+            None => self.engine.process(
+                &mut unit.state,
+                &mut self.reputations,
+                &record,
+                &mut self.out,
+            ),
         };
         if let Some(started) = started {
             self.metrics
@@ -209,9 +212,9 @@ impl Core {
         let record = reputation_record(msg);
         self.out.clear();
         let mut scratch = PartitionState::default();
-        let outcome = self
-            .engine
-            .process(&mut scratch, &self.reputations, &record, &mut self.out);
+        let outcome =
+            self.engine
+                .process(&mut scratch, &mut self.reputations, &record, &mut self.out);
         self.metrics.record(msg.topic(), outcome);
         self.metrics.reputations.set(self.reputations.len() as i64);
         let outs = std::mem::take(&mut self.out);
