@@ -20,21 +20,21 @@
 //!   `collector` produces, `epoch` is the commit protocol, `tasks` holds the owned partitions'
 //!   state, `contexts` the rebalance callbacks, `batch_queue` the batch consume (the only FFI
 //!   module), `faults` the crash injection of the recovery tests.
-//! - [`metrics`], [`http`]: Prometheus metrics and the `/metrics`, `/healthz`, `/readyz`
-//!   endpoints.
+//! - [`telemetry`]: Prometheus metrics, the internal events that log and count in one place,
+//!   and the `/metrics`, `/healthz`, `/readyz` endpoints.
 //! - [`config`]: loading and validating the configuration.
 //! - [`prefetch`]: the CPU prefetch hint the processing thread uses.
 //!
 //! Dependencies point down: [`config`] imports nothing of the crate; the engine imports
 //! nothing outside `engine/` but [`config`] (its settings) and [`prefetch`]; [`changelog`]
-//! imports the engine; [`kafka`] and [`replay`] import the engine and the changelog.
+//! imports the engine; [`kafka`] and [`replay`] import the engine and the changelog, and
+//! [`kafka`] reports through [`telemetry`].
 
 pub mod changelog;
 pub mod config;
 pub mod engine;
-pub mod http;
 pub mod kafka;
-pub mod metrics;
 pub mod prefetch;
 pub mod replay;
+pub mod telemetry;
 pub mod topics;

@@ -13,9 +13,9 @@ use clap::{Parser, Subcommand};
 
 use jurystream::config::Config;
 use jurystream::engine::{Engine, Settings};
-use jurystream::http::Health;
-use jurystream::metrics::Metrics;
 use jurystream::replay;
+use jurystream::telemetry::http::Health;
+use jurystream::telemetry::metrics::Metrics;
 use jurystream::topics::TopicTable;
 
 /// The service allocates and frees many small, short-lived buffers per record (rendered outputs,
@@ -158,7 +158,7 @@ fn run_service(config: Config) -> Result<()> {
             stop.store(true, Ordering::Relaxed);
         });
     }
-    let server = runtime.spawn(jurystream::http::serve(
+    let server = runtime.spawn(jurystream::telemetry::http::serve(
         bind,
         Arc::clone(&metrics),
         Arc::clone(&health),

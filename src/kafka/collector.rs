@@ -18,7 +18,8 @@ use super::ServiceError;
 use super::clients;
 use crate::config::Config;
 use crate::engine::output::{Output, OutputTopic, OutputValue};
-use crate::metrics::Metrics;
+use crate::telemetry::events::{AlertPublished, DeliveryFailed, InternalEvent};
+use crate::telemetry::metrics::Metrics;
 
 /// Epochs whose acknowledgements [`Delivery`] counts, in a ring indexed by epoch: more than can
 /// be live at once (the sealed ones, at most one past [`super::epoch::MAX_EPOCHS_IN_FLIGHT`]
@@ -125,9 +126,11 @@ impl ProducerContext for Delivery {
             }
             Err((e, _)) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
-                self.metrics.producer_errors.inc();
-                let topic = tag.destination.label();
-                tracing::error!(error = %e, topic, "delivery failed");
+                DeliveryFailed {
+                    topic: tag.destination.label(),
+                    error: e,
+                }
+                .emit(&self.metrics);
                 if let Ok(mut last) = self.last_failure.lock() {
                     *last = Some(e.to_string());
                 }
@@ -201,7 +204,7 @@ impl Collector {
             OutputValue::Json(_) => None,
         };
         if let Some((scope, kind)) = out.alert {
-            self.metrics.alerts.with_label_values(&[scope, kind]).inc();
+            AlertPublished { scope, kind }.emit(&self.metrics);
         }
         let value = out.render();
         self.epoch_outputs += 1;

@@ -17,7 +17,8 @@ use rdkafka::statistics::Statistics;
 use super::ServiceError;
 use super::batch_queue::ForwardTo;
 use super::process::Core;
-use crate::metrics::Metrics;
+use crate::telemetry::events::{InternalEvent, PartitionsAssigned, PartitionsRevoked};
+use crate::telemetry::metrics::Metrics;
 
 /// Readers poll to the end of partitions, so end-of-partition is expected, not an error.
 pub(super) struct QuietReader;
@@ -95,19 +96,21 @@ impl ConsumerContext for GroupContext {
             .iter()
             .map(|e| (e.topic().to_owned(), e.partition()))
             .collect();
-        tracing::info!(?revoked, "partitions revoked: flushing and committing them");
         if let Err(e) = core.drain(consumer, CommitMode::Sync) {
             tracing::error!(error = %e, "could not finish the cycle before revocation");
             self.fail(e);
         }
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
-        for (topic, partition) in revoked {
-            if let Some(t) = core.topics.input(&topic) {
-                core.tasks.revoke((t, partition), generation);
+        for (topic, partition) in &revoked {
+            if let Some(t) = core.topics.input(topic) {
+                core.tasks.revoke((t, *partition), generation);
             }
         }
-        let owned = core.tasks.units.len() as i64;
-        self.metrics.partitions_owned.set(owned);
+        PartitionsRevoked {
+            partitions: &revoked,
+            owned: core.tasks.units.len(),
+        }
+        .emit(&self.metrics);
     }
 
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -118,7 +121,10 @@ impl ConsumerContext for GroupContext {
                 .iter()
                 .map(|e| (e.topic().to_owned(), e.partition()))
                 .collect();
-            tracing::info!(?assigned, "partitions assigned");
+            PartitionsAssigned {
+                partitions: &assigned,
+            }
+            .emit(&self.metrics);
             for (topic, partition) in assigned {
                 if let Some(t) = core.topics.input(&topic) {
                     core.tasks.assigned.push((t, partition));

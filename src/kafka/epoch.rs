@@ -20,6 +20,7 @@ use super::ServiceError;
 use super::collector::{Destination, Tag};
 use super::process::Core;
 use crate::changelog::{self, Unit};
+use crate::telemetry::events::{ChangelogSent, EpochCommitted, InternalEvent, OffsetsCommitted};
 
 /// Sealed epochs allowed in flight before processing waits for acknowledgements.
 pub(super) const MAX_EPOCHS_IN_FLIGHT: usize = 50;
@@ -166,7 +167,7 @@ impl Core {
                     )?;
                 }
                 let sent = records.len() as u64;
-                self.metrics.changelog_records.inc_by(sent);
+                ChangelogSent { records: sent }.emit(&self.metrics);
                 let front = &mut self.epochs.sealed[0];
                 front.changelog_sent = true;
                 front.outputs += sent;
@@ -185,22 +186,18 @@ impl Core {
             };
             self.faults.before_commit(done.commits.count());
             if done.commits.count() > 0 {
-                match consumer.commit(&done.commits, mode) {
-                    Ok(()) => self.metrics.commits.with_label_values(&["ok"]).inc(),
-                    Err(e) => {
-                        // The changelog holds these offsets: a restart skips the work instead of
-                        // repeating it, and the next commit supersedes this one.
-                        self.metrics.commits.with_label_values(&["error"]).inc();
-                        tracing::warn!(error = %e, "offset commit failed");
-                    }
+                let result = consumer.commit(&done.commits, mode);
+                OffsetsCommitted {
+                    result: result.as_ref().copied(),
                 }
+                .emit(&self.metrics);
             }
             // Every record of the epoch is acknowledged: its counter serves a later epoch.
             self.collector.forget(id);
-            self.metrics.cycles.inc();
-            self.metrics
-                .cycle_duration
-                .observe(done.sealed_at.elapsed().as_secs_f64());
+            EpochCommitted {
+                seconds: done.sealed_at.elapsed().as_secs_f64(),
+            }
+            .emit(&self.metrics);
         }
         let stalled = self
             .epochs

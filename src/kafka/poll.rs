@@ -13,8 +13,8 @@ use super::ServiceError;
 use super::batch_queue::{Consumed, Fetched};
 use super::contexts::GroupContext;
 use crate::engine::{Engine, InputTopic, PreparedVotes, Record};
-use crate::http::Health;
-use crate::metrics::Metrics;
+use crate::telemetry::http::Health;
+use crate::telemetry::metrics::Metrics;
 use crate::topics::TopicTable;
 
 /// Records per batch handed from the polling thread to the processing thread, which applies a

@@ -23,9 +23,10 @@ use crate::config::Config;
 use crate::engine::output::Output;
 use crate::engine::reputation::ReputationTable;
 use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState, Record, Settings};
-use crate::http::Health;
-use crate::metrics::Metrics;
 use crate::prefetch;
+use crate::telemetry::events::{InternalEvent, RecordRevoked, RecordsProcessed};
+use crate::telemetry::http::Health;
+use crate::telemetry::metrics::Metrics;
 use crate::topics::TopicTable;
 
 /// How many records ahead of the one it applies the processing thread prefetches state (see
@@ -77,7 +78,12 @@ impl Tally {
 
     fn flush(&mut self, topics: &TopicTable, metrics: &Metrics) {
         for ((topic, outcome), n) in self.counts.drain() {
-            metrics.record_n(topics.input_name(topic), outcome, n);
+            RecordsProcessed {
+                topic: topics.input_name(topic),
+                outcome,
+                count: n,
+            }
+            .emit(metrics);
         }
     }
 }
@@ -140,10 +146,10 @@ impl Core {
                 .get(&key)
                 .is_some_and(|&revoked| polled.generation < revoked)
             {
-                self.metrics
-                    .records
-                    .with_label_values(&[self.topics.input_name(topic), "revoked"])
-                    .inc();
+                RecordRevoked {
+                    topic: self.topics.input_name(topic),
+                }
+                .emit(&self.metrics);
                 return Ok(());
             }
             self.tasks.assigned.push(key);
@@ -215,7 +221,12 @@ impl Core {
         let outcome =
             self.engine
                 .process(&mut scratch, &mut self.reputations, &record, &mut self.out);
-        self.metrics.record(msg.topic(), outcome);
+        RecordsProcessed {
+            topic: msg.topic(),
+            outcome,
+            count: 1,
+        }
+        .emit(&self.metrics);
         self.metrics.reputations.set(self.reputations.len() as i64);
         let outs = std::mem::take(&mut self.out);
         let result = self.publish(&outs);

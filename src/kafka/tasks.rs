@@ -14,7 +14,8 @@ use super::contexts::QuietReader;
 use crate::changelog::{Restorer, Unit};
 use crate::config::Config;
 use crate::engine::{IdMap, InputTopic, PartitionState};
-use crate::metrics::Metrics;
+use crate::telemetry::events::{InternalEvent, PartitionRestored, RestoreFinished};
+use crate::telemetry::metrics::Metrics;
 use crate::topics::TopicTable;
 
 /// The state of one owned input partition.
@@ -100,9 +101,13 @@ impl Tasks {
             let (state, offset) = restorer
                 .finish()
                 .map_err(|source| ServiceError::Restore { unit, source })?;
-            metrics.restore_records.inc_by(records);
-            metrics.restore_bytes.inc_by(bytes);
-            tracing::info!(?unit, records, bytes, offset, "restored partition state");
+            PartitionRestored {
+                unit: &unit,
+                records,
+                bytes,
+                offset,
+            }
+            .emit(metrics);
             self.units.insert(
                 key,
                 Owned {
@@ -112,10 +117,11 @@ impl Tasks {
                 },
             );
         }
-        metrics
-            .restore_duration
-            .observe(started.elapsed().as_secs_f64());
-        metrics.partitions_owned.set(self.units.len() as i64);
+        RestoreFinished {
+            seconds: started.elapsed().as_secs_f64(),
+            owned: self.units.len(),
+        }
+        .emit(metrics);
         Ok(())
     }
 }

@@ -1,4 +1,5 @@
 //! Prometheus metrics of the Kafka service, named with their units as Prometheus recommends.
+//! What moves them is in [`super::events`].
 //!
 //! One [`Metrics`] value owns a private registry, so tests and several services in one process
 //! never collide; `/metrics` renders it in the text exposition format.
@@ -7,9 +8,6 @@ use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
-
-use crate::engine::Outcome;
-use crate::engine::contract::rejection::ErrorCode;
 
 /// Every metric of the service.
 pub struct Metrics {
@@ -251,37 +249,6 @@ impl Metrics {
         }
     }
 
-    /// Counts one processed input record.
-    pub fn record(&self, topic: &str, outcome: Outcome) {
-        self.record_n(topic, outcome, 1);
-    }
-
-    /// Counts `n` input records with the same outcome.
-    pub fn record_n(&self, topic: &str, outcome: Outcome, n: u64) {
-        match outcome {
-            Outcome::Applied => self
-                .records
-                .with_label_values(&[topic, "applied"])
-                .inc_by(n),
-            Outcome::Late => self.records.with_label_values(&[topic, "late"]).inc_by(n),
-            Outcome::Replayed => self
-                .records
-                .with_label_values(&[topic, "replayed"])
-                .inc_by(n),
-            Outcome::Rejected(code) => {
-                let result = if code == ErrorCode::DuplicateEventId {
-                    "duplicate"
-                } else {
-                    "dead_lettered"
-                };
-                self.records.with_label_values(&[topic, result]).inc_by(n);
-                self.dead_letters
-                    .with_label_values(&[topic, code.as_str()])
-                    .inc_by(n);
-            }
-        }
-    }
-
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
@@ -290,29 +257,5 @@ impl Metrics {
             return format!("# encoding failed: {e}\n");
         }
         String::from_utf8(buf).unwrap_or_default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn renders_counted_outcomes() {
-        let m = Metrics::new();
-        m.record("jury.votes", Outcome::Applied);
-        m.record("jury.votes", Outcome::Rejected(ErrorCode::DuplicateEventId));
-        m.record("jury.votes", Outcome::Rejected(ErrorCode::InvalidJson));
-        let text = m.render();
-        assert!(
-            text.contains(r#"jurystream_records_total{result="applied",topic="jury.votes"} 1"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"jurystream_records_total{result="duplicate",topic="jury.votes"} 1"#)
-        );
-        assert!(text.contains(
-            r#"jurystream_dead_letters_total{error="invalid_json",topic="jury.votes"} 1"#
-        ));
     }
 }

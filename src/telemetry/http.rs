@@ -11,7 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::metrics::Metrics;
+use crate::telemetry::metrics::Metrics;
 
 /// What the endpoints report.
 #[derive(Default)]

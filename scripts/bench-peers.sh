@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs jurystream beside what a user would otherwise write (a hand-written confluent-kafka
+# consumer and a Quix Streams app applying the same HumanJudge update per project) on one broker
+# and one corpus: events/s, CPU per event and peak RSS of each (benches/peers/run.py).
+#
+# usage: scripts/bench-peers.sh [EVENTS] [PROJECTS]    (default 300000 10000)
+# The broker is KAFKA_BOOTSTRAP_SERVERS if set, else a tansu started here: the release build under
+# TANSU_RELEASE_ROOT if that is set (see scripts/bench-load.sh), else the tests' debug build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv-peers/bin/python ]; then
+  python3 -m venv .venv-peers
+fi
+if ! .venv-peers/bin/python -c "import quixstreams, confluent_kafka" 2>/dev/null; then
+  .venv-peers/bin/pip install --quiet -r benches/peers/requirements.txt
+fi
+cargo build --release --locked --bin jurystream
+bootstrap="${KAFKA_BOOTSTRAP_SERVERS:-}"
+if [ -z "$bootstrap" ]; then
+  if [ -n "${TANSU_RELEASE_ROOT:-}" ]; then
+    scripts/install-tansu.sh --release "$TANSU_RELEASE_ROOT"
+    bin="$TANSU_RELEASE_ROOT/bin/tansu"
+  else
+    scripts/install-tansu.sh
+    bin="${CARGO_HOME:-$HOME/.cargo}/bin/tansu"
+  fi
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  dir=$(mktemp -d)
+  (cd "$dir" && exec "$bin" broker --listener-url "tcp://127.0.0.1:$port" \
+    --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine memory://tansu/ >tansu.log 2>&1) &
+  broker=$!
+  trap 'kill "$broker" 2>/dev/null; rm -rf "$dir"' EXIT
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+  done
+  bootstrap="127.0.0.1:$port"
+fi
+.venv-peers/bin/python benches/peers/run.py "$bootstrap" target/release/jurystream "$@"
