@@ -36,7 +36,7 @@
 mod render;
 mod restore;
 
-use serde::ser::SerializeSeq;
+use serde::ser::{Error as _, SerializeSeq};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 
@@ -157,7 +157,11 @@ struct Hex(u128);
 
 impl Serialize for Hex {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&format_args!("{:032x}", self.0))
+        // The hex crate, not `format!("{:032x}")`: a project record carries up to 32 of these
+        // and `fmt`'s integer formatting was a seventh of rendering a flush.
+        let mut digits = [0u8; 32];
+        hex::encode_to_slice(self.0.to_be_bytes(), &mut digits).map_err(S::Error::custom)?;
+        s.serialize_str(std::str::from_utf8(&digits).map_err(S::Error::custom)?)
     }
 }
 
