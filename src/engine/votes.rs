@@ -80,8 +80,9 @@ fn score_output(
 
 impl Engine {
     /// A vote payload read and checked against the contract, with the time it is observed at:
-    /// the validation both [`Engine::process`] and [`Engine::prepare_votes`] do. The payload is
-    /// parsed into `doc`, which the batch borrows from.
+    /// the validation both [`Engine::process`] and [`Engine::prepare_votes`] do. A valid payload
+    /// of the plain shape is read in one pass ([`VoteBatch::scan`]); anything else is parsed into
+    /// `doc`, which the batch then borrows from.
     pub(super) fn validate_votes<'d>(
         &self,
         record: &Record<'_>,
@@ -94,8 +95,13 @@ impl Engine {
             max_id_bytes: l.max_id_bytes,
             reject_unknown_fields: l.reject_unknown_fields,
         };
-        let doc = doc.insert(json::parse(payload).map_err(parse_rejection)?);
-        let batch = VoteBatch::from_json(doc, limits)?;
+        let batch = match VoteBatch::scan(payload, limits) {
+            Some(batch) => batch,
+            None => {
+                let doc = doc.insert(json::parse(payload).map_err(parse_rejection)?);
+                VoteBatch::from_json(doc, limits)?
+            }
+        };
         let at = self.event_time(batch.occurred_at, record)?;
         Ok((batch, at))
     }

@@ -7,6 +7,8 @@ use super::json::Json;
 use super::rejection::{ErrorCode, Rejection};
 use super::time::EventTime;
 
+mod scan;
+
 /// A validated vote batch, borrowing its strings from the parsed payload.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VoteBatch<'a> {
@@ -50,6 +52,13 @@ const BATCH_FIELDS: [&str; 5] = ["event_id", "project_id", "occurred_at", "item_
 const VOTE_FIELDS: [&str; 4] = ["voter_id", "verdict", "value", "reputation"];
 
 impl<'d> VoteBatch<'d> {
+    /// A valid batch of the plain shape read from `payload` in one pass (see `scan`): the hot
+    /// path. `None` for anything else, which [`super::json::parse`] and
+    /// [`VoteBatch::from_json`] then read and word the rejection for.
+    pub fn scan(payload: &'d [u8], limits: VoteLimits) -> Option<VoteBatch<'d>> {
+        scan::valid_batch(std::str::from_utf8(payload).ok()?, limits)
+    }
+
     /// Validates a parsed payload ([`super::json::parse`], the one reader of every topic)
     /// against the `jury.votes` contract.
     pub fn from_json(doc: &'d Json<'_>, limits: VoteLimits) -> Result<VoteBatch<'d>, Rejection> {
