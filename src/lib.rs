@@ -7,15 +7,18 @@
 //!
 //! - [`engine`]: the pure core: no I/O, no clock, no async. Its facade applies one record at a
 //!   time to the state it belongs to and appends the records to publish.
-//!   - `engine::contract`: the input formats, one reader per input topic, and the rejections;
+//!   - `engine::contract`: the input formats, one reader for every input topic (and, measured
+//!     to be worth it, a one-pass reader of valid vote batches), and the rejections;
 //!   - `engine::model`: the formulas (score, dedupe, session, consensus, bias, stats,
 //!     leaderboard);
 //!   - `engine::votes`, `engine::judging`: the two pipelines;
 //!   - `engine::state`, `engine::journal`: per-partition state and what changed in it;
-//!   - `engine::record`, `engine::output`: what goes in and what comes out.
+//!   - `engine::record`, `engine::output`: what goes in and what comes out;
+//!   - `engine::settings`: all the engine may know of the configuration.
 //! - [`changelog`]: partition state as compacted changelog records (`render`) and back
 //!   (`restore`). Pure.
 //! - [`replay`]: the file runtime.
+//! - [`topics`]: the one table between the engine's topics and their configured names.
 //! - [`kafka`]: the service: `run` builds the clients and the two threads (`poll`, `process`);
 //!   `collector` produces, `epoch` is the commit protocol, `tasks` holds the owned partitions'
 //!   state, `contexts` the rebalance callbacks, `batch_queue` the batch consume (the only FFI
@@ -27,8 +30,8 @@
 //!
 //! Dependencies point down: [`config`] imports nothing of the crate; the engine imports
 //! nothing outside `engine/` but [`config`] (its settings) and [`prefetch`]; [`changelog`]
-//! imports the engine; [`kafka`] and [`replay`] import the engine and the changelog, and
-//! [`kafka`] reports through [`telemetry`].
+//! imports the engine; [`topics`] names the engine's topics; [`kafka`] and [`replay`] import
+//! the engine, the changelog and the topic table, and [`kafka`] reports through [`telemetry`].
 
 pub mod changelog;
 pub mod config;
