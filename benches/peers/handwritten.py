@@ -6,6 +6,7 @@ Exits once it has applied EVENTS records."""
 
 import json
 import sys
+import time
 
 from confluent_kafka import Consumer, Producer
 
@@ -26,7 +27,16 @@ def main():
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "enable.idempotence": True})
     consumer.subscribe([source])
     projects = {}
-    done = 0
+    done = committed = 0
+
+    def commit():
+        # Only what was applied since the last commit (committing nothing new is an error).
+        nonlocal committed
+        if done > committed:
+            producer.flush()
+            consumer.commit(asynchronous=False)
+            committed = done
+
     while done < events:
         for msg in consumer.consume(num_messages=512, timeout=0.1):
             if msg.error():
@@ -46,11 +56,12 @@ def main():
                         producer.poll(0.01)
             producer.poll(0)
             done += 1
-        if done and done % 50_000 < 512:
-            producer.flush()
-            consumer.commit(asynchronous=False)
-    producer.flush()
-    consumer.commit(asynchronous=False)
+            if done == 1:
+                print(f"first {time.monotonic()}", flush=True)
+        if done - committed >= 50_000:
+            commit()
+    print(f"last {time.monotonic()}", flush=True)
+    commit()
     consumer.close()
 
 

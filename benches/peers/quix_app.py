@@ -6,6 +6,7 @@ usage: quix_app.py BOOTSTRAP INPUT_TOPIC OUTPUT_TOPIC GROUP EVENTS STATE_DIR
 Exits once it has applied EVENTS records."""
 
 import sys
+import time
 
 from quixstreams import Application
 from quixstreams.models import TopicConfig
@@ -38,7 +39,10 @@ def main():
 
     def count(_):
         seen["n"] += 1
+        if seen["n"] == 1:
+            print(f"first {time.monotonic()}", flush=True)
         if seen["n"] >= events:
+            print(f"last {time.monotonic()}", flush=True)
             app.stop()
 
     sdf = app.dataframe(topic)
