@@ -38,6 +38,7 @@ mod restore;
 
 use serde::ser::{Error as _, SerializeSeq};
 use serde::{Deserialize, Serialize, Serializer};
+use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::engine::contract::time::EventTime;
@@ -103,36 +104,111 @@ impl Unit {
     }
 
     /// The key of one of this unit's records, as text.
-    fn key(self, kind: &str, ids: &[&str]) -> String {
+    fn key(self, slot: Slot<'_>) -> String {
         let mut b = Vec::new();
-        push_json(
-            &mut b,
-            &Key {
-                unit: self,
-                kind,
-                ids,
-            },
-        );
+        push_json(&mut b, &Key { unit: self, slot });
         String::from_utf8_lossy(&b).into_owned()
     }
 }
 
+/// The piece of a unit's state one changelog record holds: its key after the unit. Written as
+/// the rest of the key's JSON array (see [`Key`]), read back by [`Slot::from_parts`]; the
+/// restore decodes each kind with a function of its own.
+#[derive(Debug, PartialEq, Eq, Hash, Clone, Copy)]
+pub(super) enum Slot<'a> {
+    /// The last input offset the unit's state includes: `["v",3,"offset"]`.
+    Offset,
+    /// A vote project: its score and its open dedupe bucket. `["v",3,"project","proj-42"]`.
+    Project(&'a str),
+    /// A closed bucket of a project's dedupe window: `["v",3,"seen","proj-42","12"]`.
+    Seen(&'a str, u64),
+    /// An open session: `["j",3,"session","proj-42","council-981"]`.
+    Session(&'a str, &'a str),
+    /// A completed session's id, by fingerprint: `["j",3,"completed","proj-42","<32 hex>"]`.
+    Completed(&'a str, u128),
+    /// A project's bias roll-up.
+    Audit(&'a str),
+    /// A leaderboard row: project, category, model.
+    Board(&'a str, &'a str, &'a str),
+    /// The session book's watermark and creation counter.
+    Book,
+    /// Chunk `n` of a judge-scores flush's redo record: `["j",3,"redo","0"]`.
+    Redo(u64),
+}
+
+impl<'a> Slot<'a> {
+    /// The kind's name in the key.
+    fn kind(self) -> &'static str {
+        match self {
+            Slot::Offset => "offset",
+            Slot::Project(_) => "project",
+            Slot::Seen(..) => "seen",
+            Slot::Session(..) => "session",
+            Slot::Completed(..) => "completed",
+            Slot::Audit(_) => "audit",
+            Slot::Board(..) => "board",
+            Slot::Book => "book",
+            Slot::Redo(_) => "redo",
+        }
+    }
+
+    /// The slot named by a key's elements after its unit (`["project","proj-42"]`), or why
+    /// they name none.
+    fn from_parts(parts: &'a [Value]) -> Result<Slot<'a>, &'static str> {
+        let kind = parts.first().and_then(Value::as_str).unwrap_or_default();
+        let ids: Vec<&str> = parts.iter().skip(1).filter_map(Value::as_str).collect();
+        let number = |s: &str| s.parse().map_err(|_| "an index is not a number");
+        let hex = |s: &str| u128::from_str_radix(s, 16).map_err(|_| "fingerprint is not hex");
+        Ok(match (kind, ids.as_slice()) {
+            ("offset", []) => Slot::Offset,
+            ("project", [p]) => Slot::Project(p),
+            ("seen", [p, bucket]) => Slot::Seen(p, number(bucket)?),
+            ("session", [p, s]) => Slot::Session(p, s),
+            ("completed", [p, f]) => Slot::Completed(p, hex(f)?),
+            ("audit", [p]) => Slot::Audit(p),
+            ("board", [p, c, m]) => Slot::Board(p, c, m),
+            ("book", []) => Slot::Book,
+            ("redo", [n]) => Slot::Redo(number(n)?),
+            _ => return Err("unknown kind of state"),
+        })
+    }
+}
+
 /// A changelog key, written as the JSON array `["v",3,"project","proj-42"]`: the unit's tag and
-/// partition, the kind of state, then the ids that name it.
+/// partition, the slot's kind, then the ids that name it (numbers as decimal strings,
+/// fingerprints as [`Hex`]).
 struct Key<'a> {
     unit: Unit,
-    kind: &'a str,
-    ids: &'a [&'a str],
+    slot: Slot<'a>,
 }
 
 impl Serialize for Key<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(3 + self.ids.len()))?;
+        let mut seq = s.serialize_seq(None)?;
         seq.serialize_element(self.unit.tag())?;
         seq.serialize_element(&self.unit.partition)?;
-        seq.serialize_element(self.kind)?;
-        for id in self.ids {
-            seq.serialize_element(id)?;
+        seq.serialize_element(self.slot.kind())?;
+        match self.slot {
+            Slot::Offset | Slot::Book => {}
+            Slot::Project(p) | Slot::Audit(p) => seq.serialize_element(p)?,
+            Slot::Seen(p, bucket) => {
+                seq.serialize_element(p)?;
+                seq.serialize_element(&bucket.to_string())?;
+            }
+            Slot::Session(p, session) => {
+                seq.serialize_element(p)?;
+                seq.serialize_element(session)?;
+            }
+            Slot::Completed(p, fingerprint) => {
+                seq.serialize_element(p)?;
+                seq.serialize_element(&Hex(fingerprint))?;
+            }
+            Slot::Board(p, category, model) => {
+                seq.serialize_element(p)?;
+                seq.serialize_element(category)?;
+                seq.serialize_element(model)?;
+            }
+            Slot::Redo(n) => seq.serialize_element(&n.to_string())?,
         }
         seq.end()
     }

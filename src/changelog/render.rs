@@ -79,7 +79,7 @@ impl Records {
 
     /// Appends the record holding the last input offset applied to `unit`'s state.
     pub(super) fn push_offset(&mut self, unit: Unit, offset: i64) {
-        self.push(unit, "offset", &[], |b| {
+        self.push(unit, Slot::Offset, |b| {
             push_json(b, &OffsetValue { offset })
         });
     }
@@ -97,15 +97,9 @@ impl Records {
     }
 
     /// Appends a record: its key, then its value if `value` writes one (a tombstone if not).
-    fn push(
-        &mut self,
-        unit: Unit,
-        kind: &str,
-        ids: &[&str],
-        value: impl FnOnce(&mut Vec<u8>) -> bool,
-    ) {
+    fn push(&mut self, unit: Unit, slot: Slot<'_>, value: impl FnOnce(&mut Vec<u8>) -> bool) {
         let start = self.bytes.len();
-        push_json(&mut self.bytes, &Key { unit, kind, ids });
+        push_json(&mut self.bytes, &Key { unit, slot });
         let key_end = self.bytes.len();
         let end = if value(&mut self.bytes) {
             Some(self.bytes.len())
@@ -125,7 +119,7 @@ impl Records {
     /// slot's last change: a completed-window entry's sequence number is not kept in the state).
     fn push_slot(&mut self, unit: Unit, state: &PartitionState, slot: Slot<'_>, change: &Change) {
         match slot {
-            Slot::Project(project) => self.push(unit, "project", &[project], |b| {
+            Slot::Project(project) => self.push(unit, slot, |b| {
                 state
                     .projects
                     .get(project)
@@ -138,7 +132,7 @@ impl Records {
                     InputTopic::Votes => state.projects.get(project).map(|p| &p.seen),
                     _ => state.judge_projects.get(project).map(|p| &p.seen),
                 };
-                self.push(unit, "seen", &[project, &bucket.to_string()], |b| {
+                self.push(unit, slot, |b| {
                     window.is_some_and(|w| {
                         push_bucket(b, w.range(bucket * SEEN_BUCKET, (bucket + 1) * SEEN_BUCKET))
                     })
@@ -150,54 +144,36 @@ impl Records {
                     .projects
                     .get(project)
                     .and_then(|p| p.open.get(session));
-                self.push(unit, "session", &[project, session], |b| {
-                    open.is_some_and(|s| push_json(b, s))
-                });
+                self.push(unit, slot, |b| open.is_some_and(|s| push_json(b, s)));
             }
-            Slot::Completed(project, fingerprint) => {
-                let hex = format!("{fingerprint:032x}");
-                self.push(unit, "completed", &[project, &hex], |b| match change {
+            Slot::Completed(..) => {
+                self.push(unit, slot, |b| match change {
                     Change::Completed { seq, .. } => push_json(b, &Seq { seq: *seq }),
                     _ => false,
                 });
             }
             Slot::Audit(project) => {
                 let audit = state.judge_projects.get(project).map(|p| &p.audit);
-                self.push(unit, "audit", &[project], |b| {
-                    audit.is_some_and(|a| push_json(b, a))
-                });
+                self.push(unit, slot, |b| audit.is_some_and(|a| push_json(b, a)));
             }
             Slot::Board(project, category, model) => {
                 let row = state
                     .judge_projects
                     .get(project)
                     .and_then(|p| p.board.rows.get(&(category.to_owned(), model.to_owned())));
-                self.push(unit, "board", &[project, category, model], |b| {
-                    row.is_some_and(|r| push_json(b, r))
-                });
+                self.push(unit, slot, |b| row.is_some_and(|r| push_json(b, r)));
             }
             Slot::Book => {
                 let meta = BookMeta {
                     watermark: state.sessions.watermark,
                     next_seq: state.sessions.next_seq(),
                 };
-                self.push(unit, "book", &[], |b| push_json(b, &meta));
+                self.push(unit, slot, |b| push_json(b, &meta));
             }
+            // Written by the flush itself (its offset and redo records), never by a change.
+            Slot::Offset | Slot::Redo(_) => {}
         }
     }
-}
-
-/// What a change rewrites: changes with the same slot in one flush produce one record.
-#[derive(Debug, PartialEq, Eq, Hash, Clone, Copy)]
-pub(super) enum Slot<'a> {
-    /// A vote project: its score and its open dedupe bucket.
-    Project(&'a str),
-    Seen(&'a str, u64),
-    Session(&'a str, &'a str),
-    Completed(&'a str, u128),
-    Audit(&'a str),
-    Board(&'a str, &'a str, &'a str),
-    Book,
 }
 
 /// [`open_bucket`] for a flush's changes in order: a vote event's changes name the same project
@@ -295,7 +271,7 @@ pub struct Renderer {
     redo_chunk_bytes: usize,
     /// How many redo chunks each unit last wrote: when a flush needs fewer, the rest are
     /// deleted.
-    redo_chunks: HashMap<Unit, usize>,
+    redo_chunks: HashMap<Unit, u64>,
     /// A judge-scores flush's state records, before they are written after their redo record.
     body: Records,
 }
@@ -377,14 +353,12 @@ impl Renderer {
                 }
             }
             chunk.last = records.peek().is_none();
-            out.push(unit, "redo", &[&chunks.to_string()], |b| {
-                push_json(b, &chunk)
-            });
+            out.push(unit, Slot::Redo(chunks), |b| push_json(b, &chunk));
             chunks += 1;
         }
         let before = self.redo_chunks.insert(unit, chunks).unwrap_or(0);
         for stale in chunks..before {
-            out.push(unit, "redo", &[&stale.to_string()], |_| false);
+            out.push(unit, Slot::Redo(stale), |_| false);
         }
     }
 

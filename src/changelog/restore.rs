@@ -1,7 +1,7 @@
 //! Restoring a partition's state from its changelog partition: the latest value per key, as
 //! compaction would keep it, and the redo record of a flush a crash cut short.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use serde_json::Value;
 
@@ -70,11 +70,7 @@ impl Restorer {
                 continue;
             };
             let parts = key_parts(&key)?;
-            let Some(index) = parts
-                .get(3)
-                .and_then(Value::as_str)
-                .and_then(|i| i.parse().ok())
-            else {
+            let Ok(Slot::Redo(index)) = Slot::from_parts(&parts[2..]) else {
                 return Err(ChangelogError::Key {
                     key,
                     reason: "a redo chunk's index is not a number".to_owned(),
@@ -117,7 +113,7 @@ impl Restorer {
         // A complete redo record newer than the offset record is a flush that may have been cut
         // after it: its records go over the state records read (see the module doc).
         if let Some((redo_offset, records)) = self.take_redo()? {
-            let offset_key = self.unit.key("offset", &[]);
+            let offset_key = self.unit.key(Slot::Offset);
             let written = self
                 .latest
                 .get(&offset_key)
@@ -131,87 +127,145 @@ impl Restorer {
                 self.latest.insert(offset_key, value.ok());
             }
         }
-        let mut state = PartitionState::journaled();
-        let mut offset = None;
-        let mut seen: IdMap<String, Vec<(u64, u128)>> = IdMap::default();
-        // Per vote project, the newest id its record counts (see the module doc).
-        let mut counted: IdMap<String, u64> = IdMap::default();
-        let mut completed: IdMap<String, Vec<(u64, u128)>> = IdMap::default();
-        let mut sessions: IdMap<String, ProjectSessions> = IdMap::default();
-        let (mut watermark, mut next_seq) = (None, 0);
+        let mut restored = Restored::default();
         for (key, value) in self.latest {
             let Some(value) = value else { continue };
-            let parts = key_parts(&key)?;
-            let ids: Vec<&str> = parts.iter().skip(3).filter_map(Value::as_str).collect();
-            let kind = parts.get(2).and_then(Value::as_str).unwrap_or_default();
             let bad = |reason: &str| ChangelogError::Key {
                 key: key.clone(),
                 reason: reason.to_owned(),
             };
+            let parts = key_parts(&key)?;
+            let slot = Slot::from_parts(parts.get(2..).unwrap_or_default()).map_err(bad)?;
             let v: Value = from_value(&key, serde_json::from_slice(&value).unwrap_or(Value::Null))?;
-            let fp =
-                |s: &str| u128::from_str_radix(s, 16).map_err(|_| bad("fingerprint is not hex"));
-            match (kind, ids.as_slice()) {
-                ("offset", []) => offset = offset_in(&v),
-                ("project", [project]) => {
-                    let record: ProjectRecord<String> = from_value(&key, v)?;
-                    if let Some(newest) = record.seen.iter().map(|(s, _)| *s).max() {
-                        counted.insert(project.to_string(), newest);
-                    }
-                    let entries = seen.entry(project.to_string()).or_default();
-                    for (seq, f) in record.seen {
-                        entries.push((seq, fp(&f)?));
-                    }
-                    let mut restored = VoteProject::new(record.score);
-                    restored.applied_through = record.offset;
-                    state.projects.insert(ProjectKey::from(*project), restored);
+            match slot {
+                Slot::Offset => restored.offset = offset_in(&v),
+                Slot::Project(p) => restored.project(p, from_value(&key, v)?).map_err(bad)?,
+                Slot::Seen(p, _) => restored.seen(p, from_value(&key, v)?).map_err(bad)?,
+                Slot::Completed(p, fp) => restored.completed(p, fp, from_value(&key, v)?),
+                Slot::Session(p, session) => restored.session(p, session, from_value(&key, v)?),
+                Slot::Audit(p) => restored.audit(p, from_value(&key, v)?),
+                Slot::Board(p, category, model) => {
+                    restored.board(p, category, model, from_value(&key, v)?)
                 }
-                ("seen", [project, _bucket]) => {
-                    let ids: Vec<(u64, String)> = from_value(&key, v)?;
-                    let entries = seen.entry(project.to_string()).or_default();
-                    for (seq, f) in ids {
-                        entries.push((seq, fp(&f)?));
-                    }
-                }
-                ("completed", [project, f]) => {
-                    let s: Seq = from_value(&key, v)?;
-                    completed
-                        .entry(project.to_string())
-                        .or_default()
-                        .push((s.seq, fp(f)?));
-                }
-                ("session", [project, session]) => {
-                    let s: Session = from_value(&key, v)?;
-                    sessions
-                        .entry(project.to_string())
-                        .or_default()
-                        .open
-                        .insert(session.to_string(), s);
-                }
-                ("audit", [project]) => {
-                    let audit: ProjectAudit = from_value(&key, v)?;
-                    state
-                        .judge_projects
-                        .entry(project.to_string())
-                        .or_default()
-                        .audit = audit;
-                }
-                ("board", [project, category, model]) => {
-                    let row: std::collections::VecDeque<Entry> = from_value(&key, v)?;
-                    let p = state.judge_projects.entry(project.to_string()).or_default();
-                    p.board
-                        .rows
-                        .insert((category.to_string(), model.to_string()), row);
-                }
-                ("book", []) => {
-                    let meta: BookMeta = from_value(&key, v)?;
-                    (watermark, next_seq) = (meta.watermark, meta.next_seq);
-                }
-                _ => return Err(bad("unknown kind of state")),
+                Slot::Book => restored.book(from_value(&key, v)?),
+                // Taken out above: what is left of a redo record is a cut one.
+                Slot::Redo(_) => {}
             }
         }
+        Ok(restored.finish(self.unit.topic))
+    }
+}
+
+/// A unit's state as its changelog records are decoded, one function per kind of record, in
+/// any order (the latest value per key, as compaction keeps it).
+#[derive(Default)]
+struct Restored {
+    state: PartitionState,
+    offset: Option<i64>,
+    /// Dedupe ids per project, from project and seen records.
+    seen: IdMap<String, Vec<(u64, u128)>>,
+    /// Per vote project, the newest id its record counts (see the module doc).
+    counted: IdMap<String, u64>,
+    completed: IdMap<String, Vec<(u64, u128)>>,
+    sessions: IdMap<String, ProjectSessions>,
+    watermark: Option<EventTime>,
+    next_seq: u64,
+}
+
+/// A fingerprint as a record holds it (32 hex digits).
+fn fingerprint(hex: &str) -> Result<u128, &'static str> {
+    u128::from_str_radix(hex, 16).map_err(|_| "fingerprint is not hex")
+}
+
+impl Restored {
+    /// A vote project's record: its score, offset and the ids of its open bucket.
+    fn project(
+        &mut self,
+        project: &str,
+        record: ProjectRecord<String>,
+    ) -> Result<(), &'static str> {
+        if let Some(newest) = record.seen.iter().map(|(s, _)| *s).max() {
+            self.counted.insert(project.to_owned(), newest);
+        }
+        let entries = self.seen.entry(project.to_owned()).or_default();
+        for (seq, f) in record.seen {
+            entries.push((seq, fingerprint(&f)?));
+        }
+        let mut restored = VoteProject::new(record.score);
+        restored.applied_through = record.offset;
+        self.state
+            .projects
+            .insert(ProjectKey::from(project), restored);
+        Ok(())
+    }
+
+    /// A closed bucket of a project's dedupe window.
+    fn seen(&mut self, project: &str, ids: Vec<(u64, String)>) -> Result<(), &'static str> {
+        let entries = self.seen.entry(project.to_owned()).or_default();
+        for (seq, f) in ids {
+            entries.push((seq, fingerprint(&f)?));
+        }
+        Ok(())
+    }
+
+    /// A completed session's id.
+    fn completed(&mut self, project: &str, fingerprint: u128, s: Seq) {
+        self.completed
+            .entry(project.to_owned())
+            .or_default()
+            .push((s.seq, fingerprint));
+    }
+
+    /// An open session.
+    fn session(&mut self, project: &str, session: &str, s: Session) {
+        self.sessions
+            .entry(project.to_owned())
+            .or_default()
+            .open
+            .insert(session.to_owned(), s);
+    }
+
+    /// A project's bias roll-up.
+    fn audit(&mut self, project: &str, audit: ProjectAudit) {
+        self.state
+            .judge_projects
+            .entry(project.to_owned())
+            .or_default()
+            .audit = audit;
+    }
+
+    /// A leaderboard row.
+    fn board(&mut self, project: &str, category: &str, model: &str, row: VecDeque<Entry>) {
+        let p = self
+            .state
+            .judge_projects
+            .entry(project.to_owned())
+            .or_default();
+        p.board
+            .rows
+            .insert((category.to_owned(), model.to_owned()), row);
+    }
+
+    /// The session book's watermark and creation counter.
+    fn book(&mut self, meta: BookMeta) {
+        (self.watermark, self.next_seq) = (meta.watermark, meta.next_seq);
+    }
+
+    /// The state of a unit of `topic` (journaling) and the last input offset it includes.
+    fn finish(self, topic: InputTopic) -> (PartitionState, Option<i64>) {
+        let Restored {
+            mut state,
+            offset,
+            seen,
+            counted,
+            completed,
+            mut sessions,
+            watermark,
+            next_seq,
+        } = self;
+        state.journal = Some(Vec::new());
         for (project, mut entries) in seen {
-            match self.unit.topic {
+            match topic {
                 InputTopic::Votes => {
                     // Ids newer than the project record's are from a flush cut short: their
                     // events are not in the score and will be replayed. (Ids written twice by
@@ -232,7 +286,7 @@ impl Restorer {
             sessions.entry(project).or_default().completed = RecentIds::restore(entries);
         }
         state.sessions = SessionBook::restore(sessions, watermark, next_seq);
-        Ok((state, offset))
+        (state, offset)
     }
 }
 

@@ -735,3 +735,39 @@ fn fingerprints_and_buckets_are_spelled_as_documented() {
     };
     assert_eq!(offset_record(negative, 1).key, r#"["v",-1,"offset"]"#);
 }
+
+#[test]
+fn every_kind_of_key_is_written_and_read_back() {
+    let unit = Unit {
+        topic: InputTopic::JudgeScores,
+        partition: 3,
+    };
+    for (slot, text) in [
+        (Slot::Offset, r#"["j",3,"offset"]"#),
+        (Slot::Project("p/1"), r#"["j",3,"project","p/1"]"#),
+        (Slot::Seen("p", 12), r#"["j",3,"seen","p","12"]"#),
+        (
+            Slot::Session("p", "s\"1"),
+            r#"["j",3,"session","p","s\"1"]"#,
+        ),
+        (
+            Slot::Completed("p", 0xab),
+            r#"["j",3,"completed","p","000000000000000000000000000000ab"]"#,
+        ),
+        (Slot::Audit("p"), r#"["j",3,"audit","p"]"#),
+        (Slot::Board("p", "", "m"), r#"["j",3,"board","p","","m"]"#),
+        (Slot::Book, r#"["j",3,"book"]"#),
+        (Slot::Redo(2), r#"["j",3,"redo","2"]"#),
+    ] {
+        assert_eq!(unit.key(slot), text);
+        let parts: Vec<serde_json::Value> = serde_json::from_str(text).unwrap();
+        assert_eq!(Slot::from_parts(&parts[2..]), Ok(slot), "{text}");
+    }
+    let parts: Vec<serde_json::Value> = serde_json::from_str(r#"["j",3,"seen","p","x"]"#).unwrap();
+    assert_eq!(
+        Slot::from_parts(&parts[2..]),
+        Err("an index is not a number")
+    );
+    let parts: Vec<serde_json::Value> = serde_json::from_str(r#"["j",3,"nope"]"#).unwrap();
+    assert_eq!(Slot::from_parts(&parts[2..]), Err("unknown kind of state"));
+}
