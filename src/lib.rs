@@ -12,7 +12,8 @@
 //!   - `engine::model`: the formulas (score, dedupe, session, consensus, bias, stats,
 //!     leaderboard);
 //!   - `engine::votes`, `engine::judging`: the two pipelines;
-//!   - `engine::state`, `engine::journal`: per-partition state and what changed in it;
+//!   - `engine::state`, `engine::journal`, `engine::ids`: per-partition state, what changed in
+//!     it, and the maps and keys of ids;
 //!   - `engine::record`, `engine::output`: what goes in and what comes out;
 //!   - `engine::settings`: all the engine may know of the configuration.
 //! - [`changelog`]: partition state as compacted changelog records (`render`) and back
@@ -20,8 +21,9 @@
 //! - [`replay`]: the file runtime.
 //! - [`topics`]: the one table between the engine's topics and their configured names.
 //! - [`kafka`]: the service: `run` builds the clients and the two threads (`poll`, `process`);
-//!   `collector` produces, `epoch` is the commit protocol, `tasks` holds the owned partitions'
-//!   state, `contexts` the rebalance callbacks, `batch_queue` the batch consume (the only FFI
+//!   `core` is the processor's state they share, `collector` produces, `epoch` is the commit
+//!   protocol, `tasks` holds the owned partitions' state, `contexts` the rebalance callbacks,
+//!   `clients` the client settings and topics, `batch_queue` the batch consume (the only FFI
 //!   module), `faults` the crash injection of the recovery tests.
 //! - [`telemetry`]: Prometheus metrics, the internal events that log and count in one place,
 //!   and the `/metrics`, `/healthz`, `/readyz` endpoints.

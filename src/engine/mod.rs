@@ -6,6 +6,7 @@
 //! records, the same input always produces the same output, whichever runtime drives it.
 
 pub mod contract;
+pub mod ids;
 pub mod journal;
 mod judging;
 pub mod model;
@@ -22,12 +23,11 @@ use contract::time::EventTime;
 use output::{DeadLetter, Output};
 use reputation::{ReputationChange, ReputationTable};
 
-pub use journal::Change;
+pub use ids::{IdMap, ProjectKey};
+pub use journal::{Change, JournalHint};
 pub use record::{InputTopic, Outcome, Receipt, Record};
 pub use settings::Settings;
-pub use state::{
-    Coalescing, IdMap, JournalHint, JudgeProject, PartitionState, ProjectKey, VoteProject,
-};
+pub use state::{Coalescing, JudgeProject, PartitionState, VoteProject};
 pub use votes::PreparedVotes;
 
 /// The stateless processor: its settings plus the code that applies records to state.

@@ -2,9 +2,8 @@
 //! changed (see [`super::journal`]), so that a partition's state moves between instances as a
 //! unit.
 
-use std::collections::HashMap;
-
-use super::journal::Change;
+use super::ids::{IdMap, ProjectKey};
+use super::journal::{Change, JournalHint};
 use super::model::bias::ProjectAudit;
 use super::model::dedupe::{RecentIds, Remembered};
 use super::model::leaderboard::Board;
@@ -41,21 +40,6 @@ impl VoteProject {
     }
 }
 
-/// The position of a vote project's change in the current journal, if it has one. With 10,000
-/// busy projects a flush interleaves their batches, and joining only a batch that follows its
-/// own project's made one change per event: the changelog then hashed six times the slots it
-/// wrote. The hint may be stale (the runtime takes the journal at every flush); it is trusted
-/// only when the change it points at is this project's. It is not state: it is never written
-/// or restored, and every two hints compare equal, so a restored project equals a running one.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct JournalHint(pub(super) Option<usize>);
-
-impl PartialEq for JournalHint {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
 /// Coalescing of a vote project's `jury.scores` updates: `jury.scores` is a compacted table, so
 /// the runtime publishes a project's first update at once and holds back later ones within
 /// `output.scores_coalesce_ms`, keeping only the latest, which [`super::Engine::release_held`] emits
@@ -86,16 +70,6 @@ pub struct JudgeProject {
     pub audit: ProjectAudit,
     pub board: Board,
 }
-
-/// The hash map for ids that arrive from outside (projects, sessions, fingerprints of them):
-/// foldhash is several times faster than std's SipHash on short keys and still seeded per
-/// process, so crafted ids cannot force collisions. Nothing may depend on its iteration order.
-pub type IdMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-
-/// A project id as a map key. Ids of up to 24 bytes are stored in the key itself, so finding a
-/// project compares bytes already in the table instead of following a pointer to them: with
-/// 10,000 busy projects that pointer was a cache miss and half the time of finding a project.
-pub type ProjectKey = compact_str::CompactString;
 
 /// The state behind one input partition: everything a record can change, so that a partition's
 /// state moves between instances as a unit (and replay keeps one per partition, like Kafka).

@@ -10,12 +10,13 @@ use smallvec::SmallVec;
 
 use super::contract::json::{self, Json};
 use super::contract::vote::{self, VoteBatch, VoteLimits};
+use super::ids::ProjectKey;
 use super::journal::note_votes;
 use super::model::dedupe;
 use super::model::score::{ProjectScore, weighted_mean};
 use super::output::{Output, OutputTopic, OutputValue, ScoreValue};
 use super::reputation::ReputationTable;
-use super::state::{Coalescing, PartitionState, ProjectKey, VoteProject};
+use super::state::{Coalescing, PartitionState, VoteProject};
 use super::{Engine, InputTopic, Outcome, Receipt, Record, parse_rejection};
 
 /// A `jury.votes` record validated by [`Engine::prepare_votes`] and not yet applied: what

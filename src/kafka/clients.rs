@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
+use rdkafka::ClientContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -12,6 +13,21 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::ServiceError;
 use crate::config::Config;
+
+/// Readers poll to the end of partitions, so end-of-partition is expected, not an error.
+pub struct QuietReader;
+
+impl ClientContext for QuietReader {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let eof = matches!(error, KafkaError::PartitionEOF(_))
+            || matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF));
+        if !eof {
+            tracing::warn!(%error, reason, "reader");
+        }
+    }
+}
+
+impl ConsumerContext for QuietReader {}
 
 /// Settings every client shares: brokers, identity and security (the password is read from its
 /// environment variable or file here and never logged).

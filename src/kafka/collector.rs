@@ -22,10 +22,9 @@ use crate::telemetry::events::{AlertPublished, DeliveryFailed, InternalEvent};
 use crate::telemetry::metrics::Metrics;
 
 /// Epochs whose acknowledgements [`Delivery`] counts, in a ring indexed by epoch: more than can
-/// be live at once (the sealed ones, at most one past [`super::epoch::MAX_EPOCHS_IN_FLIGHT`]
-/// before processing waits, and the one being filled), so no two live epochs share a counter.
-const ACKED_EPOCHS: usize = 64;
-const _: () = assert!(ACKED_EPOCHS > super::epoch::MAX_EPOCHS_IN_FLIGHT + 2);
+/// be live at once (`super::core::MAX_EPOCHS_IN_FLIGHT` sealed, checked there, and the one
+/// being filled), so no two live epochs share a counter.
+pub(super) const ACKED_EPOCHS: usize = 64;
 
 /// Where a produced record goes: an output topic, or the state changelog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +172,7 @@ impl Collector {
         })
     }
 
+    /// Produces one record, waiting for queue space if the local queue is full.
     pub fn send(
         &self,
         topic: &str,
@@ -221,6 +221,10 @@ impl Collector {
         )
     }
 
+    /// Serves every delivery report that has arrived. A zero-timeout poll serves at most one
+    /// report event (one produce response): polling once per pass let acknowledgements pile up
+    /// in the queue, and an idle service took seconds to commit what the broker had long
+    /// acknowledged.
     pub fn serve_delivery_reports(&self) {
         let reports = &self.producer.context().reports;
         loop {
@@ -232,6 +236,7 @@ impl Collector {
         }
     }
 
+    /// Fails if the producer reported an undeliverable record: nothing after it may be committed.
     pub fn check_delivery(&self) -> Result<(), ServiceError> {
         let ctx = self.producer.context();
         if ctx.failures.load(Ordering::Relaxed) > 0 {

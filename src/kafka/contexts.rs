@@ -1,39 +1,23 @@
-//! The consumers' contexts: the group consumer's (lag from statistics, and the rebalance
-//! callbacks that hand partitions over) and the quiet one of the readers that read partitions to
-//! their end. The producer's context is the record collector's [`super::collector::Delivery`].
+//! The group consumer's context: lag from statistics, and the rebalance callbacks that hand
+//! partitions over. The readers' context is [`super::clients::QuietReader`]; the producer's is the record collector's [`super::collector::Delivery`].
 //!
 //! The rebalance callbacks run on the polling thread and take the processing thread's lock, so
 //! state never changes while a partition is handed over: a revoked partition is flushed,
 //! committed and dropped inside the callback, before another instance owns it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, ConsumerContext, Rebalance};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
 
 use super::ServiceError;
 use super::batch_queue::ForwardTo;
-use super::process::Core;
+use super::core::{Core, lock};
 use crate::telemetry::events::{InternalEvent, PartitionsAssigned, PartitionsRevoked};
 use crate::telemetry::metrics::Metrics;
-
-/// Readers poll to the end of partitions, so end-of-partition is expected, not an error.
-pub(super) struct QuietReader;
-
-impl ClientContext for QuietReader {
-    fn error(&self, error: KafkaError, reason: &str) {
-        let eof = matches!(error, KafkaError::PartitionEOF(_))
-            || matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF));
-        if !eof {
-            tracing::warn!(%error, reason, "reader");
-        }
-    }
-}
-
-impl ConsumerContext for QuietReader {}
 
 /// The consumer context: lag from statistics, and the revoke callback.
 pub(super) struct GroupContext {
@@ -132,8 +116,4 @@ impl ConsumerContext for GroupContext {
             }
         }
     }
-}
-
-pub(super) fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
-    core.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

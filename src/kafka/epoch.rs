@@ -9,7 +9,6 @@
 //! 4. [`Core::drain`] seals and waits until everything is committed (revocation, shutdown, or
 //!    too many epochs in flight).
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -18,56 +17,18 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::ServiceError;
 use super::collector::{Destination, Tag};
-use super::process::Core;
-use crate::changelog::{self, Unit};
+use super::core::{Core, Epoch};
+use crate::changelog::Unit;
 use crate::telemetry::events::{ChangelogSent, EpochCommitted, InternalEvent, OffsetsCommitted};
-
-/// Sealed epochs allowed in flight before processing waits for acknowledgements.
-pub(super) const MAX_EPOCHS_IN_FLIGHT: usize = 50;
 
 /// Changelog buffers kept for reuse: an epoch takes one when it is sealed and gives it back
 /// once its changelog is sent, so in steady state one or two circulate.
 const SPARE_RECORD_BUFFERS: usize = 2;
 
-/// The work of one cycle on its way to being committed. Epochs move strictly in order: an
-/// epoch's changelog is sent once all its outputs are acknowledged (and every earlier epoch is
-/// committed), and its offsets are committed once its changelog is acknowledged. Consumption
-/// never waits for this unless too many epochs are in flight.
-pub(super) struct Epoch {
-    id: u64,
-    outputs: u64,
-    changelog: changelog::Records,
-    changelog_sent: bool,
-    commits: TopicPartitionList,
-    sealed_at: Instant,
-}
-
-/// The sealed epochs and what sealing them needs.
-pub(super) struct Epochs {
-    /// Sealed epochs waiting for acknowledgements, oldest first.
-    pub sealed: VecDeque<Epoch>,
-    /// Renders each epoch's changelog, keeping its working memory.
-    renderer: changelog::Renderer,
-    /// Changelog buffers of sent epochs, for the next ones (see [`changelog::Records`]).
-    spare_records: Vec<changelog::Records>,
-}
-
-impl Epochs {
-    /// Epochs whose changelog redo records name `run` (see [`changelog::Renderer::new`]).
-    pub fn new(run: u64, redo_chunk_bytes: usize) -> Epochs {
-        Epochs {
-            sealed: VecDeque::new(),
-            renderer: changelog::Renderer::new(run, redo_chunk_bytes),
-            spare_records: Vec::new(),
-        }
-    }
-}
-
 impl Core {
-    pub(super) fn epoch_pending(&self) -> bool {
-        self.collector.epoch_outputs > 0 || self.tasks.units.values().any(|u| u.pending.is_some())
-    }
-
+    /// Ends the current epoch: publishes held scores, renders the changelog of every partition
+    /// that processed records (to be sent once the outputs are acknowledged) and notes the
+    /// offsets to commit after that.
     pub(super) fn seal(&mut self) -> Result<(), ServiceError> {
         self.flush_tally();
         let keys = self.tasks.owned_keys();
@@ -134,6 +95,9 @@ impl Core {
         Ok(())
     }
 
+    /// Moves sealed epochs forward as far as acknowledgements allow: sends the changelog of the
+    /// oldest epoch whose outputs are all acknowledged, commits the offsets of the oldest epoch
+    /// whose changelog is acknowledged.
     pub(super) fn advance<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
@@ -208,6 +172,8 @@ impl Core {
         Ok(())
     }
 
+    /// Seals the current epoch and waits until every epoch is committed (revocation, shutdown,
+    /// or too many epochs in flight). During a broker outage this keeps waiting, not ready.
     pub(super) fn drain<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,

@@ -22,16 +22,18 @@
 //! batches (from a queue of its own, `batch_queue`), validates vote batches (parsing is a
 //! third of a record's cost) and destroys the messages of applied batches; the **processing
 //! thread** (`process`) applies them in order, publishes through the record collector
-//! (`collector`), seals and commits (`epoch`) and serves the reputation table. The owned
-//! partitions' state lives in `tasks`; the rebalance callbacks (`contexts`) run on the
-//! polling thread and take the processing thread's lock, so state never changes while a
-//! partition is handed over. Records polled before their partition was revoked and not applied
-//! yet are dropped: their offsets were never committed, so the next owner reads them.
+//! (`collector`), seals and commits (`epoch`) and serves the reputation table. What the two
+//! share, behind one lock, is `core`; the owned partitions' state lives in `tasks`; the
+//! rebalance callbacks (`contexts`) run on the polling thread and take that lock, so state
+//! never changes while a partition is handed over. Records polled before their partition was
+//! revoked and not applied yet are dropped: their offsets were never committed, so the next
+//! owner reads them.
 
 mod batch_queue;
 pub mod clients;
 mod collector;
 mod contexts;
+mod core;
 mod epoch;
 mod faults;
 mod poll;
@@ -52,12 +54,13 @@ use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
 use crate::topics::TopicTable;
 use batch_queue::{Fetched, ForwardTo};
+use clients::QuietReader;
 use collector::Collector;
-use contexts::{GroupContext, QuietReader, lock};
-use epoch::Epochs;
+use contexts::GroupContext;
+use core::{Core, Epochs, lock};
 use poll::{BATCHES_IN_FLIGHT, poll_records};
 pub use process::message_record;
-use process::{Core, process_records};
+use process::process_records;
 use tasks::read_to_end;
 
 /// Why the service stopped with an error.
@@ -181,7 +184,7 @@ pub fn run(
             })?;
         let result = process_records(
             &core,
-            consumer,
+            (consumer, &consumer.context().failed),
             (receiver, recycle, queued),
             &reputations,
             &stop,

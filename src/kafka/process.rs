@@ -3,138 +3,31 @@
 //! [`crate::prefetch`]), publishes the outputs through the record collector, keeps the
 //! reputation table current, and seals and commits epoch by epoch (see [`super::epoch`]).
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 
 use super::ServiceError;
-use super::collector::Collector;
-use super::contexts::{GroupContext, QuietReader, lock};
-use super::epoch::{Epochs, MAX_EPOCHS_IN_FLIGHT};
-use super::faults::Faults;
+use super::clients::QuietReader;
+use super::core::{Core, MAX_EPOCHS_IN_FLIGHT, lock};
 use super::poll::{Polled, record};
-use super::tasks::Tasks;
 use crate::config::Config;
-use crate::engine::output::Output;
-use crate::engine::reputation::ReputationTable;
-use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState, Record, Settings};
+use crate::engine::{InputTopic, Outcome, PartitionState, Record};
 use crate::prefetch;
 use crate::telemetry::events::{InternalEvent, RecordRevoked, RecordsProcessed};
-use crate::telemetry::http::Health;
-use crate::telemetry::metrics::Metrics;
-use crate::topics::TopicTable;
 
 /// How many records ahead of the one it applies the processing thread prefetches state (see
 /// [`Engine::prefetch`]): a record takes about a microsecond to apply, several times a cache
 /// miss, so a few records ahead is early enough, and late enough that the line is still there.
 const PREFETCH_AHEAD: usize = 4;
 
-/// Everything the processing loop and the rebalance callback share.
-pub(super) struct Core {
-    pub engine: Engine,
-    /// The service's configuration (the engine has its own part of it).
-    pub config: Config,
-    pub topics: TopicTable,
-    /// The producer and the epoch it fills.
-    pub collector: Collector,
-    /// The owned partitions' state.
-    pub tasks: Tasks,
-    /// The sealed epochs.
-    pub epochs: Epochs,
-    pub reputations: ReputationTable,
-    out: Vec<Output>,
-    pub metrics: Arc<Metrics>,
-    pub health: Arc<Health>,
-    pub stop: Arc<AtomicBool>,
-    pub last_gauges: Instant,
-    /// The time at the start of the current pass (one clock read per pass, not per record).
-    now: Instant,
-    /// When the service started: records carry `now` as milliseconds since, for coalescing.
-    started: Instant,
-    /// Crash injection for the recovery tests (see [`super::faults`]).
-    pub faults: Faults,
-    /// Records processed, and their outcomes not yet added to the metrics.
-    processed: u64,
-    tally: Tally,
-}
-
-/// Outcome counts kept locally and added to the Prometheus counters once per pass (up to
-/// [`PASS_RECORDS`] records): a labelled counter lookup per record would cost more than parsing
-/// some records.
-#[derive(Default)]
-struct Tally {
-    counts: IdMap<(InputTopic, Outcome), u64>,
-}
-
-impl Tally {
-    fn count(&mut self, topic: InputTopic, outcome: Outcome) {
-        *self.counts.entry((topic, outcome)).or_default() += 1;
-    }
-
-    fn flush(&mut self, topics: &TopicTable, metrics: &Metrics) {
-        for ((topic, outcome), n) in self.counts.drain() {
-            RecordsProcessed {
-                topic: topics.input_name(topic),
-                outcome,
-                count: n,
-            }
-            .emit(metrics);
-        }
-    }
-}
-
 impl Core {
-    /// A processor with no partitions that runs `config`, whose records go out through
-    /// `collector` and whose epochs are sealed into `epochs`.
-    pub(super) fn new(
-        config: &Config,
-        collector: Collector,
-        epochs: Epochs,
-        (metrics, health, stop): (&Arc<Metrics>, &Arc<Health>, &Arc<AtomicBool>),
-    ) -> Core {
-        Core {
-            engine: Engine::new(Settings::of(config)),
-            config: config.clone(),
-            topics: TopicTable::new(&config.topics),
-            collector,
-            tasks: Tasks::default(),
-            epochs,
-            reputations: ReputationTable::default(),
-            out: Vec::new(),
-            metrics: Arc::clone(metrics),
-            health: Arc::clone(health),
-            stop: Arc::clone(stop),
-            last_gauges: Instant::now(),
-            now: Instant::now(),
-            started: Instant::now(),
-            faults: Faults::from_env(),
-            processed: 0,
-            tally: Tally::default(),
-        }
-    }
-
-    /// Publishes `outs` in order.
-    fn publish(&mut self, outs: &[Output]) -> Result<(), ServiceError> {
-        outs.iter().try_for_each(|o| {
-            let topic = self.topics.output_name(o.topic);
-            self.collector.publish(topic, o)
-        })
-    }
-
-    /// Restores every assigned partition not restored yet (see [`Tasks::restore_assigned`]).
-    pub(super) fn restore_assigned(&mut self) -> Result<(), ServiceError> {
-        if self.tasks.assigned.is_empty() {
-            return Ok(());
-        }
-        self.tasks
-            .restore_assigned(&self.config, &self.topics, &self.metrics)
-    }
-
+    /// Processes one input record of an owned partition, restoring its state first if needed.
     fn process(&mut self, polled: &Polled<'_>) -> Result<(), ServiceError> {
         let msg = &polled.msg;
         let topic = polled.topic;
@@ -202,6 +95,9 @@ impl Core {
         result
     }
 
+    /// Starts loading what applying `polled` will touch: its payload, and its project's state
+    /// (see [`Engine::prefetch`]). The message itself was prefetched a step earlier, so reading
+    /// where its payload is does not stall.
     fn prefetch(&self, polled: &Polled<'_>) {
         let Some(prepared) = &polled.votes else {
             return;
@@ -214,6 +110,7 @@ impl Core {
         }
     }
 
+    /// Applies a `jury.reputations` record to the global table.
     pub(super) fn reputation(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), ServiceError> {
         let record = reputation_record(msg);
         self.out.clear();
@@ -232,64 +129,6 @@ impl Core {
         let result = self.publish(&outs);
         self.out = outs;
         result
-    }
-
-    pub(super) fn release_held(&mut self, keys: &[(InputTopic, i32)]) -> Result<(), ServiceError> {
-        // Collected into the kept output buffer first (the units are borrowed while they
-        // release them).
-        let mut held = std::mem::take(&mut self.out);
-        held.clear();
-        for key in keys {
-            if let Some(owned) = self.tasks.units.get_mut(key) {
-                self.engine.release_held(&mut owned.state, &mut held);
-            }
-        }
-        let released = self.publish(&held);
-        self.out = held;
-        released
-    }
-
-    pub(super) fn flush_tally(&mut self) {
-        self.tally.flush(&self.topics, &self.metrics);
-    }
-
-    pub(super) fn update_gauges(&mut self) {
-        self.last_gauges = Instant::now();
-        let mut open = 0;
-        let mut scores: Vec<(&str, u64, f64)> = Vec::new();
-        for owned in self.tasks.units.values() {
-            open += owned.state.sessions.open_sessions();
-            scores.extend(
-                owned
-                    .state
-                    .projects
-                    .iter()
-                    .map(|(p, v)| (p.as_str(), v.score.evaluations, v.score.score)),
-            );
-        }
-        self.metrics.open_sessions.set(open as i64);
-        self.metrics.projects.set(scores.len() as i64);
-        let m = &self.config.metrics;
-        let shown: Vec<(&str, u64, f64)> = if m.score_projects.is_empty() {
-            // The top N by evaluations (ties by id), in linear time: with many projects a full
-            // sort held up processing for milliseconds once a second.
-            let by_rank =
-                |a: &(&str, u64, f64), b: &(&str, u64, f64)| b.1.cmp(&a.1).then(a.0.cmp(b.0));
-            if m.score_top_n < scores.len() {
-                scores.select_nth_unstable_by(m.score_top_n, by_rank);
-                scores.truncate(m.score_top_n);
-            }
-            scores
-        } else {
-            scores
-                .into_iter()
-                .filter(|(p, _, _)| m.score_projects.iter().any(|x| x == p))
-                .collect()
-        };
-        self.metrics.project_score.reset();
-        for (p, _, s) in shown {
-            self.metrics.project_score.with_label_values(&[p]).set(s);
-        }
     }
 }
 
@@ -344,9 +183,9 @@ pub fn message_record<'m>(msg: &'m impl Message, input: InputTopic, topic: &'m s
 
 /// The processing thread: applies polled batches in order, keeps the reputation table current,
 /// and seals, produces and commits cycle by cycle, until `stop` is set or polling ends.
-pub(super) fn process_records<'c>(
+pub(super) fn process_records<'c, C: ConsumerContext>(
     core: &Mutex<Core>,
-    consumer: &BaseConsumer<GroupContext>,
+    (consumer, failed): (&BaseConsumer<C>, &Mutex<Option<ServiceError>>),
     (batches, recycle, queued): (
         Receiver<Vec<Polled<'c>>>,
         SyncSender<Vec<Polled<'c>>>,
@@ -396,13 +235,8 @@ pub(super) fn process_records<'c>(
             // it has enough batches, here on drop).
             let _ = recycle.try_send(batch);
         }
-        if let Some(e) = consumer
-            .context()
-            .failed
-            .lock()
-            .ok()
-            .and_then(|mut f| f.take())
-        {
+        // The first failure outside this thread (see `contexts::GroupContext::fail`).
+        if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
             return Err(e);
         }
         if last_reputations.elapsed() >= Duration::from_millis(10) {

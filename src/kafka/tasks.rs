@@ -10,7 +10,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::ServiceError;
 use super::clients;
-use super::contexts::QuietReader;
+use super::clients::QuietReader;
 use crate::changelog::{Restorer, Unit};
 use crate::config::Config;
 use crate::engine::{IdMap, InputTopic, PartitionState};
@@ -39,6 +39,8 @@ pub(super) struct Tasks {
 }
 
 impl Tasks {
+    /// The owned partitions, in order (epochs and releases go partition by partition, so what
+    /// they produce does not depend on the map's order).
     pub fn owned_keys(&self) -> Vec<(InputTopic, i32)> {
         let mut keys: Vec<(InputTopic, i32)> = self.units.keys().copied().collect();
         keys.sort();
@@ -52,6 +54,8 @@ impl Tasks {
         self.fences.insert(key, generation);
     }
 
+    /// Restores every assigned partition not restored yet, reading all the changelog partitions
+    /// they need in one pass (votes and judge-scores partition p share changelog partition p).
     pub fn restore_assigned(
         &mut self,
         cfg: &Config,

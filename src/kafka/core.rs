@@ -1,0 +1,240 @@
+//! The processor's state, shared by the processing thread ([`super::process`]), the commit
+//! protocol ([`super::epoch`]) and the rebalance callbacks ([`super::contexts`]), which take it
+//! through one lock: the engine, the owned partitions, the record collector and the sealed
+//! epochs, with the few operations all of them use.
+
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use rdkafka::TopicPartitionList;
+
+use super::ServiceError;
+use super::collector::{ACKED_EPOCHS, Collector};
+use super::faults::Faults;
+use super::tasks::Tasks;
+use crate::changelog;
+use crate::config::Config;
+use crate::engine::output::Output;
+use crate::engine::reputation::ReputationTable;
+use crate::engine::{Engine, IdMap, InputTopic, Outcome, Settings};
+use crate::telemetry::events::{InternalEvent, RecordsProcessed};
+use crate::telemetry::http::Health;
+use crate::telemetry::metrics::Metrics;
+use crate::topics::TopicTable;
+
+/// Sealed epochs allowed in flight before processing waits for acknowledgements.
+pub(super) const MAX_EPOCHS_IN_FLIGHT: usize = 50;
+
+const _: () = assert!(ACKED_EPOCHS > MAX_EPOCHS_IN_FLIGHT + 2);
+
+/// Everything the processing loop and the rebalance callback share.
+pub(super) struct Core {
+    pub engine: Engine,
+    /// The service's configuration (the engine has its own part of it).
+    pub config: Config,
+    pub topics: TopicTable,
+    /// The producer and the epoch it fills.
+    pub collector: Collector,
+    /// The owned partitions' state.
+    pub tasks: Tasks,
+    /// The sealed epochs.
+    pub epochs: Epochs,
+    pub reputations: ReputationTable,
+    pub out: Vec<Output>,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    pub stop: Arc<AtomicBool>,
+    pub last_gauges: Instant,
+    /// The time at the start of the current pass (one clock read per pass, not per record).
+    pub now: Instant,
+    /// When the service started: records carry `now` as milliseconds since, for coalescing.
+    pub started: Instant,
+    /// Crash injection for the recovery tests (see [`super::faults`]).
+    pub faults: Faults,
+    /// Records processed, and their outcomes not yet added to the metrics.
+    pub processed: u64,
+    pub tally: Tally,
+}
+
+/// Outcome counts kept locally and added to the Prometheus counters once per pass (up to
+/// [`PASS_RECORDS`] records): a labelled counter lookup per record would cost more than parsing
+/// some records.
+#[derive(Default)]
+pub(super) struct Tally {
+    counts: IdMap<(InputTopic, Outcome), u64>,
+}
+
+impl Tally {
+    pub fn count(&mut self, topic: InputTopic, outcome: Outcome) {
+        *self.counts.entry((topic, outcome)).or_default() += 1;
+    }
+
+    fn flush(&mut self, topics: &TopicTable, metrics: &Metrics) {
+        for ((topic, outcome), n) in self.counts.drain() {
+            RecordsProcessed {
+                topic: topics.input_name(topic),
+                outcome,
+                count: n,
+            }
+            .emit(metrics);
+        }
+    }
+}
+
+/// The work of one cycle on its way to being committed. Epochs move strictly in order: an
+/// epoch's changelog is sent once all its outputs are acknowledged (and every earlier epoch is
+/// committed), and its offsets are committed once its changelog is acknowledged. Consumption
+/// never waits for this unless too many epochs are in flight.
+pub(super) struct Epoch {
+    pub id: u64,
+    pub outputs: u64,
+    pub changelog: changelog::Records,
+    pub changelog_sent: bool,
+    pub commits: TopicPartitionList,
+    pub sealed_at: Instant,
+}
+
+/// The sealed epochs and what sealing them needs.
+pub(super) struct Epochs {
+    /// Sealed epochs waiting for acknowledgements, oldest first.
+    pub sealed: VecDeque<Epoch>,
+    /// Renders each epoch's changelog, keeping its working memory.
+    pub renderer: changelog::Renderer,
+    /// Changelog buffers of sent epochs, for the next ones (see [`changelog::Records`]).
+    pub spare_records: Vec<changelog::Records>,
+}
+
+impl Epochs {
+    /// Epochs whose changelog redo records name `run` (see [`changelog::Renderer::new`]).
+    pub fn new(run: u64, redo_chunk_bytes: usize) -> Epochs {
+        Epochs {
+            sealed: VecDeque::new(),
+            renderer: changelog::Renderer::new(run, redo_chunk_bytes),
+            spare_records: Vec::new(),
+        }
+    }
+}
+
+impl Core {
+    /// A processor with no partitions that runs `config`, whose records go out through
+    /// `collector` and whose epochs are sealed into `epochs`.
+    pub(super) fn new(
+        config: &Config,
+        collector: Collector,
+        epochs: Epochs,
+        (metrics, health, stop): (&Arc<Metrics>, &Arc<Health>, &Arc<AtomicBool>),
+    ) -> Core {
+        Core {
+            engine: Engine::new(Settings::of(config)),
+            config: config.clone(),
+            topics: TopicTable::new(&config.topics),
+            collector,
+            tasks: Tasks::default(),
+            epochs,
+            reputations: ReputationTable::default(),
+            out: Vec::new(),
+            metrics: Arc::clone(metrics),
+            health: Arc::clone(health),
+            stop: Arc::clone(stop),
+            last_gauges: Instant::now(),
+            now: Instant::now(),
+            started: Instant::now(),
+            faults: Faults::from_env(),
+            processed: 0,
+            tally: Tally::default(),
+        }
+    }
+
+    /// Publishes `outs` in order.
+    pub(super) fn publish(&mut self, outs: &[Output]) -> Result<(), ServiceError> {
+        outs.iter().try_for_each(|o| {
+            let topic = self.topics.output_name(o.topic);
+            self.collector.publish(topic, o)
+        })
+    }
+
+    /// Restores every assigned partition not restored yet (see [`Tasks::restore_assigned`]).
+    pub(super) fn restore_assigned(&mut self) -> Result<(), ServiceError> {
+        if self.tasks.assigned.is_empty() {
+            return Ok(());
+        }
+        self.tasks
+            .restore_assigned(&self.config, &self.topics, &self.metrics)
+    }
+
+    /// Publishes the scores held back by coalescing (see [`crate::engine::Coalescing`]) in the
+    /// partitions `keys`, in that order. Runs every `output.scores_coalesce_ms` and when an epoch
+    /// is sealed, so a held score waits at most one coalescing interval and is always in the
+    /// epoch of the records that caused it.
+    pub(super) fn release_held(&mut self, keys: &[(InputTopic, i32)]) -> Result<(), ServiceError> {
+        // Collected into the kept output buffer first (the units are borrowed while they
+        // release them).
+        let mut held = std::mem::take(&mut self.out);
+        held.clear();
+        for key in keys {
+            if let Some(owned) = self.tasks.units.get_mut(key) {
+                self.engine.release_held(&mut owned.state, &mut held);
+            }
+        }
+        let released = self.publish(&held);
+        self.out = held;
+        released
+    }
+
+    /// Adds the outcomes counted since the last call to the metrics.
+    pub(super) fn flush_tally(&mut self) {
+        self.tally.flush(&self.topics, &self.metrics);
+    }
+
+    /// Whether the current epoch has anything to seal: records processed or outputs sent.
+    pub(super) fn epoch_pending(&self) -> bool {
+        self.collector.epoch_outputs > 0 || self.tasks.units.values().any(|u| u.pending.is_some())
+    }
+
+    /// Open sessions, projects, and the bounded project-score view.
+    pub(super) fn update_gauges(&mut self) {
+        self.last_gauges = Instant::now();
+        let mut open = 0;
+        let mut scores: Vec<(&str, u64, f64)> = Vec::new();
+        for owned in self.tasks.units.values() {
+            open += owned.state.sessions.open_sessions();
+            scores.extend(
+                owned
+                    .state
+                    .projects
+                    .iter()
+                    .map(|(p, v)| (p.as_str(), v.score.evaluations, v.score.score)),
+            );
+        }
+        self.metrics.open_sessions.set(open as i64);
+        self.metrics.projects.set(scores.len() as i64);
+        let m = &self.config.metrics;
+        let shown: Vec<(&str, u64, f64)> = if m.score_projects.is_empty() {
+            // The top N by evaluations (ties by id), in linear time: with many projects a full
+            // sort held up processing for milliseconds once a second.
+            let by_rank =
+                |a: &(&str, u64, f64), b: &(&str, u64, f64)| b.1.cmp(&a.1).then(a.0.cmp(b.0));
+            if m.score_top_n < scores.len() {
+                scores.select_nth_unstable_by(m.score_top_n, by_rank);
+                scores.truncate(m.score_top_n);
+            }
+            scores
+        } else {
+            scores
+                .into_iter()
+                .filter(|(p, _, _)| m.score_projects.iter().any(|x| x == p))
+                .collect()
+        };
+        self.metrics.project_score.reset();
+        for (p, _, s) in shown {
+            self.metrics.project_score.with_label_values(&[p]).set(s);
+        }
+    }
+}
+
+/// The processor, whatever a panic elsewhere left it in: its state is only changed whole.
+pub(super) fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
+    core.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
