@@ -24,16 +24,7 @@ if [ -z "$bootstrap" ]; then
     scripts/install-tansu.sh
     bin="${CARGO_HOME:-$HOME/.cargo}/bin/tansu"
   fi
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  dir=$(mktemp -d)
-  (cd "$dir" && exec "$bin" broker --listener-url "tcp://127.0.0.1:$port" \
-    --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine memory://tansu/ >tansu.log 2>&1) &
-  broker=$!
-  trap 'kill "$broker" 2>/dev/null; rm -rf "$dir"' EXIT
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
-    sleep 0.1
-  done
-  bootstrap="127.0.0.1:$port"
+  # shellcheck source=start-tansu.sh
+  source scripts/start-tansu.sh "$bin"
 fi
 .venv-peers/bin/python benches/peers/run.py "$bootstrap" target/release/jurystream "$@"

@@ -8,10 +8,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
+use rdkafka::{ClientContext, TopicPartitionList};
 
 use super::ServiceError;
 use super::batch_queue::ForwardTo;
@@ -75,11 +75,7 @@ impl ConsumerContext for GroupContext {
             return;
         };
         let mut core = lock(&self.core);
-        let revoked: Vec<(String, i32)> = tpl
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_owned(), e.partition()))
-            .collect();
+        let revoked = partitions(tpl);
         if let Err(e) = core.drain(consumer, CommitMode::Sync) {
             tracing::error!(error = %e, "could not finish the cycle before revocation");
             self.fail(e);
@@ -100,11 +96,7 @@ impl ConsumerContext for GroupContext {
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
             let mut core = lock(&self.core);
-            let assigned: Vec<(String, i32)> = tpl
-                .elements()
-                .iter()
-                .map(|e| (e.topic().to_owned(), e.partition()))
-                .collect();
+            let assigned = partitions(tpl);
             PartitionsAssigned {
                 partitions: &assigned,
             }
@@ -116,4 +108,12 @@ impl ConsumerContext for GroupContext {
             }
         }
     }
+}
+
+/// The topics and partitions of a rebalance's list.
+fn partitions(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_owned(), e.partition()))
+        .collect()
 }

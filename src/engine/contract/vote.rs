@@ -331,6 +331,13 @@ mod tests {
             code(r#"{"event_id": "e", "project_id": "p", "votes": [], "votes": []}"#),
             ErrorCode::DuplicateField
         );
+        // Repeated unknown members too, as in every topic's objects.
+        assert_eq!(
+            code(&batch(
+                r#"{"voter_id": "u", "value": 1, "why": 1, "why": 2}"#
+            )),
+            ErrorCode::DuplicateField
+        );
         assert_eq!(
             code(r#"{"event_id": "e", "project_id": "p", "occurred_at": "noon", "votes": []}"#),
             ErrorCode::InvalidTimestamp
