@@ -86,12 +86,32 @@ impl Output {
             OutputValue::Score(v) => Cow::Owned(v.render(self.key.as_deref().unwrap_or_default())),
         }
     }
+
+    /// The value as JSON bytes, for a runtime that publishes many: one rendered when it was made
+    /// as it is, a score written into `buffer`, which the runtime keeps from record to record.
+    pub fn value_bytes<'b>(&'b self, buffer: &'b mut Vec<u8>) -> &'b [u8] {
+        match &self.value {
+            OutputValue::Json(text) => text.as_bytes(),
+            OutputValue::Score(v) => {
+                buffer.clear();
+                v.write(self.key.as_deref().unwrap_or_default(), buffer);
+                buffer
+            }
+        }
+    }
 }
 
 impl ScoreValue {
     /// The `jury.scores` record of `project_id`.
     pub fn render(&self, project_id: &str) -> String {
-        render(&ScoreRecord {
+        let mut b = Vec::new();
+        self.write(project_id, &mut b);
+        String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+
+    /// Appends the `jury.scores` record of `project_id` to `b`.
+    pub fn write(&self, project_id: &str, b: &mut Vec<u8>) {
+        let record = ScoreRecord {
             project_id,
             score: self.score,
             freshness: self.freshness,
@@ -100,7 +120,13 @@ impl ScoreValue {
             evaluations: self.evaluations,
             votes: self.votes,
             last_event_at: self.last_event_at,
-        })
+        };
+        // Writing our own plain struct into a vector cannot fail; if it ever did, the error
+        // text is published instead, as `render` does for every other record.
+        if let Err(e) = serde_json::to_writer(&mut *b, &record) {
+            b.clear();
+            b.extend_from_slice(format!("{{\"render_error\":{:?}}}", e.to_string()).as_bytes());
+        }
     }
 }
 
@@ -214,6 +240,17 @@ mod tests {
             v.render("proj-42"),
             r#"{"project_id":"proj-42","score":0.75,"freshness":0.25,"alpha":0.75,"lambda":0.01,"evaluations":3,"votes":7,"last_event_at":"2026-11-20T10:00:07.250Z"}"#
         );
+        // Published through a buffer that held an earlier record: the same bytes.
+        let out = Output {
+            topic: OutputTopic::Scores,
+            key: Some("proj-42".to_owned()),
+            value: OutputValue::Score(v),
+            alert: None,
+        };
+        let mut buffer = b"an earlier, longer record".to_vec();
+        assert_eq!(out.value_bytes(&mut buffer), out.render().as_bytes());
+        let letter = Output::json(OutputTopic::DeadLetters, None, &[1, 2]);
+        assert_eq!(letter.value_bytes(&mut buffer), b"[1,2]");
     }
 
     proptest::proptest! {

@@ -64,8 +64,8 @@ pub enum Outcome {
     Late,
     /// A vote batch the state already holds: its offset is at or below the last one applied to
     /// its project, which happens only when records are read again after a restore (see
-    /// [`super::VoteProject::applied_through`]). Nothing changes and nothing is published: its outputs
-    /// were published before the state that holds it was written.
+    /// [`super::VoteProject::applied_through`]). Nothing changes and nothing is published: its
+    /// outputs were published before the state that holds it was written.
     Replayed,
     /// Dead-lettered with this code; state is unchanged.
     Rejected(ErrorCode),

@@ -42,11 +42,11 @@ impl VoteProject {
 
 /// Coalescing of a vote project's `jury.scores` updates: `jury.scores` is a compacted table, so
 /// the runtime publishes a project's first update at once and holds back later ones within
-/// `output.scores_coalesce_ms`, keeping only the latest, which [`super::Engine::release_held`] emits
-/// at the end of the runtime's cycle. It lives in the project because the runtime used to keep it
-/// in a map of its own, and finding the project there again was a cache miss per event with
-/// 10,000 busy projects. Like [`JournalHint`] it is not state: never written or restored, and
-/// every two compare equal.
+/// `output.scores_coalesce_ms`, keeping only the latest, which
+/// [`super::Engine::release_held`] emits at the end of the runtime's cycle. It lives in the
+/// project because the runtime used to keep it in a map of its own, and finding the project
+/// there again was a cache miss per event with 10,000 busy projects. Like [`JournalHint`] it is
+/// not state: never written or restored, and every two compare equal.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Coalescing {
     /// The runtime clock (ms) when the project's last score was emitted at once.

@@ -145,6 +145,8 @@ pub(super) struct Collector {
     /// The epoch being filled, and how many records it has sent.
     pub epoch: u64,
     pub epoch_outputs: u64,
+    /// Score records are written here, one after the other (the producer copies each).
+    buffer: Vec<u8>,
 }
 
 impl Collector {
@@ -169,6 +171,7 @@ impl Collector {
             metrics: Arc::clone(metrics),
             epoch: 0,
             epoch_outputs: 0,
+            buffer: Vec::new(),
         })
     }
 
@@ -206,19 +209,21 @@ impl Collector {
         if let Some((scope, kind)) = out.alert {
             AlertPublished { scope, kind }.emit(&self.metrics);
         }
-        let value = out.render();
         self.epoch_outputs += 1;
-        self.send(
+        let mut buffer = std::mem::take(&mut self.buffer);
+        let sent = self.send(
             topic,
             None,
             out.key.as_deref().map(str::as_bytes),
-            Some(value.as_bytes()),
+            Some(out.value_bytes(&mut buffer)),
             Tag {
                 destination: Destination::Output(out.topic),
                 event_ms,
                 epoch: self.epoch,
             },
-        )
+        );
+        self.buffer = buffer;
+        sent
     }
 
     /// Serves every delivery report that has arrived. A zero-timeout poll serves at most one

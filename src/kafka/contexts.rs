@@ -1,5 +1,6 @@
 //! The group consumer's context: lag from statistics, and the rebalance callbacks that hand
-//! partitions over. The readers' context is [`super::clients::QuietReader`]; the producer's is the record collector's [`super::collector::Delivery`].
+//! partitions over. The readers' context is [`super::clients::QuietReader`]; the producer's is
+//! the record collector's [`super::collector::Delivery`].
 //!
 //! The rebalance callbacks run on the polling thread and take the processing thread's lock, so
 //! state never changes while a partition is handed over: a revoked partition is flushed,
