@@ -72,6 +72,9 @@ pub struct Kafka {
     pub commit_interval_ms: u64,
     /// Seconds to finish in-flight work, flush and commit after SIGTERM/SIGINT.
     pub shutdown_timeout_secs: u64,
+    /// Seconds to reach the brokers at start; beyond, `run` stops with an error naming
+    /// `kafka.bootstrap_servers` instead of waiting on.
+    pub connect_timeout_secs: u64,
     pub security_protocol: String,
     pub sasl_mechanism: String,
     pub sasl_username: String,
@@ -100,6 +103,7 @@ impl Default for Kafka {
             fetch_wait_max_ms: 20,
             commit_interval_ms: 250,
             shutdown_timeout_secs: 30,
+            connect_timeout_secs: 15,
             security_protocol: "plaintext".into(),
             sasl_mechanism: String::new(),
             sasl_username: String::new(),
@@ -536,6 +540,10 @@ impl Config {
             k.replication_factor.max(0) as usize,
         )?;
         positive("kafka.commit_interval_ms", k.commit_interval_ms as usize)?;
+        positive(
+            "kafka.connect_timeout_secs",
+            k.connect_timeout_secs as usize,
+        )?;
         if !["text", "json"].contains(&self.log.format.as_str()) {
             return Err(invalid("log.format", "must be \"text\" or \"json\""));
         }

@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -28,6 +28,18 @@ pub enum ReplayError {
     Read(#[source] std::io::Error),
     #[error("writing the output: {0}")]
     Write(#[source] std::io::Error),
+    /// A line longer than any record can be: replay reads a line whole, so it refuses one
+    /// instead of exhausting memory on an endless one.
+    #[error(
+        "line {line} is longer than {max} bytes, more than any record can take (limits.max_message_bytes)"
+    )]
+    LineTooLong { line: i64, max: usize },
+}
+
+/// The longest line a replay reads: a payload of `limits.max_message_bytes` written as a JSON
+/// string (every byte escaped as `\uXXXX` at worst) and the rest of its envelope.
+pub fn max_line_bytes(max_message_bytes: usize) -> usize {
+    max_message_bytes.saturating_mul(6).saturating_add(64 << 10)
 }
 
 /// Counts for the one-line summary.
@@ -99,16 +111,23 @@ pub fn replay(
     let mut line = Vec::with_capacity(1024);
     let mut outs: Vec<Output> = Vec::new();
     let mut line_no: i64 = 0;
+    let max_line = max_line_bytes(engine.settings().limits.max_message_bytes);
     loop {
         line.clear();
-        if input
+        let read = (&mut input)
+            .take(max_line as u64 + 1)
             .read_until(b'\n', &mut line)
-            .map_err(ReplayError::Read)?
-            == 0
-        {
+            .map_err(ReplayError::Read)?;
+        if read == 0 {
             break;
         }
         line_no += 1;
+        if line.strip_suffix(b"\n").unwrap_or(&line).len() > max_line {
+            return Err(ReplayError::LineTooLong {
+                line: line_no,
+                max: max_line,
+            });
+        }
         let text = line.trim_ascii();
         if text.is_empty() {
             continue;
@@ -195,6 +214,26 @@ mod tests {
         let (engine, topics) = (Engine::new(Settings::default()), TopicTable::default());
         let summary = replay(&engine, &topics, input.as_bytes(), &mut out).unwrap();
         (summary, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn a_line_longer_than_any_record_stops_the_replay_naming_it() {
+        let mut settings = Settings::default();
+        settings.limits.max_message_bytes = 10;
+        let (engine, topics) = (Engine::new(settings), TopicTable::default());
+        let max = max_line_bytes(10);
+        let at_most = format!("{}\n", "x".repeat(max));
+        let longer = "y".repeat(max + 1);
+        let input = format!("{at_most}{longer}");
+        let mut out = Vec::new();
+        let result = replay(&engine, &topics, input.as_bytes(), &mut out);
+        assert!(
+            matches!(result, Err(ReplayError::LineTooLong { line: 2, max: m }) if m == max),
+            "{result:?}"
+        );
+        // The line within the bound was read, and dead-lettered as no record.
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("invalid_envelope"), "{text}");
     }
 
     #[test]

@@ -104,3 +104,44 @@ fn missing_input_file_is_a_clear_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no/such/file.jsonl"));
 }
+
+#[test]
+fn an_endless_line_stops_the_replay_at_once_naming_the_line() {
+    let started = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .args(["replay", "--input", "/dev/full", "--output", "-"])
+        .output()
+        .expect("run jurystream");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("line 1 is longer than"), "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
+#[test]
+fn run_without_a_broker_fails_fast_naming_the_setting_and_the_address() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    // Nothing listens there once the listener above is dropped.
+    let address = format!("127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .arg("run")
+        .env("JURYSTREAM_KAFKA__BOOTSTRAP_SERVERS", &address)
+        .env("JURYSTREAM_KAFKA__CONNECT_TIMEOUT_SECS", "2")
+        .env("JURYSTREAM_HTTP__BIND", "127.0.0.1:0")
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run jurystream");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The error the command ends with: one line naming the setting and the address.
+    let error = stderr.lines().find(|l| l.starts_with("Error: "));
+    assert!(
+        error.is_some_and(|l| l.contains("kafka.bootstrap_servers") && l.contains(&address)),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+}

@@ -170,6 +170,21 @@ fn topics(cfg: &Config) -> Vec<(&str, bool)> {
     ]
 }
 
+/// Fails within `kafka.connect_timeout_secs` with an error naming the brokers if none of them
+/// answers: without this the admin client waits a minute and names neither setting nor address.
+pub fn check_reachable(cfg: &Config) -> Result<(), ServiceError> {
+    let secs = cfg.kafka.connect_timeout_secs;
+    let probe: BaseConsumer = reader_config(cfg, "probe")?.create()?;
+    probe
+        .fetch_metadata(None, Duration::from_secs(secs))
+        .map(drop)
+        .map_err(|error| ServiceError::Unreachable {
+            servers: cfg.kafka.bootstrap_servers.clone(),
+            secs,
+            error,
+        })
+}
+
 /// Creates missing topics (when configured) and checks that every topic exists and that the
 /// changelog has a partition for every input partition.
 pub fn ensure_topics(cfg: &Config) -> Result<(), ServiceError> {

@@ -68,6 +68,15 @@ use tasks::read_to_end;
 pub enum ServiceError {
     #[error("kafka: {0}")]
     Kafka(#[from] KafkaError),
+    #[error(
+        "cannot reach Kafka at kafka.bootstrap_servers = {servers:?} within {secs} s ({error}); \
+         is a broker running there?"
+    )]
+    Unreachable {
+        servers: String,
+        secs: u64,
+        error: KafkaError,
+    },
     #[error("configuration: {0}")]
     Config(String),
     #[error("topics: {0}")]
@@ -130,6 +139,7 @@ pub fn run(
     health: Arc<Health>,
     stop: Arc<AtomicBool>,
 ) -> Result<(), ServiceError> {
+    clients::check_reachable(&config)?;
     clients::ensure_topics(&config)?;
     // The polling thread validates with its own copy of the (stateless) engine.
     let engine = Engine::new(Settings::of(&config));

@@ -53,10 +53,16 @@ impl EventTime {
 
     /// RFC 3339 with any offset and any number of fraction digits. Digits beyond the ninth are
     /// below a nanosecond and are dropped; everything up to the nanosecond is kept.
+    ///
+    /// A leap second (`23:59:60`, legal RFC 3339) is the last nanosecond of the second before
+    /// it, `23:59:59.999999999`, whatever its fraction: the time line has no room for it, and
+    /// this keeps it after every instant before it and before every one after it.
     pub fn parse_rfc3339(text: &str) -> Result<Self, TimeError> {
         let parsed =
             DateTime::parse_from_rfc3339(text).map_err(|e| TimeError::Syntax(e.to_string()))?;
-        EventTime::new(parsed.timestamp(), parsed.timestamp_subsec_nanos())
+        // chrono gives a leap second as the second before it with 1e9 or more nanoseconds.
+        let nanos = parsed.timestamp_subsec_nanos().min(999_999_999);
+        EventTime::new(parsed.timestamp(), nanos)
     }
 
     /// Seconds from `earlier` to `self` (negative when `self` is earlier). Exact for any gap a
@@ -209,6 +215,15 @@ mod tests {
             prop_assert_eq!(fraction, needed);
             prop_assert_eq!(EventTime::parse_rfc3339(&text), Ok(at));
         }
+    }
+
+    #[test]
+    fn a_leap_second_is_the_last_nanosecond_of_the_second_before() {
+        let last = t("2016-12-31T23:59:59.999999999Z");
+        assert_eq!(t("2016-12-31T23:59:60Z"), last);
+        assert_eq!(t("2016-12-31T23:59:60.5Z"), last);
+        assert_eq!(t("2017-01-01T00:59:60+01:00"), last);
+        assert!(t("2016-12-31T23:59:59Z") < last && last < t("2017-01-01T00:00:00Z"));
     }
 
     #[test]
