@@ -239,6 +239,16 @@ pub struct Limits {
     pub reject_unknown_fields: bool,
 }
 
+impl Limits {
+    /// The largest record the service reads or writes: an accepted payload plus its envelope
+    /// (key, headers). The Kafka clients are configured with it, and no output may exceed it.
+    pub fn max_record_bytes(&self) -> usize {
+        self.max_message_bytes
+            .saturating_add(64 << 10)
+            .min(1_000_000_000)
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {

@@ -268,8 +268,8 @@ mod tests {
             lines[0]
         );
         assert!(lines[1].contains(r#""evaluations":2"#));
-        assert!(lines[2].starts_with(r#"{"topic":"jury.dead-letters","key":"p","value":{"source_topic":"jury.votes","partition":1,"offset":6,"key":"p","error":"invalid_json""#), "{}", lines[2]);
-        assert!(lines[3].contains(r#""source_topic":"replay","partition":null,"offset":5,"key":null,"error":"invalid_envelope""#), "{}", lines[3]);
+        assert!(lines[2].starts_with(r#"{"topic":"jury.dead-letters","key":"p","value":{"source_topic":"jury.votes","partition":1,"offset":6,"key":"p","key_bytes":1,"error":"invalid_json""#), "{}", lines[2]);
+        assert!(lines[3].contains(r#""source_topic":"replay","partition":null,"offset":5,"key":null,"key_bytes":0,"error":"invalid_envelope""#), "{}", lines[3]);
     }
 
     #[test]

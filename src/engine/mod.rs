@@ -73,7 +73,7 @@ impl Engine {
             rejection,
             self.settings.limits.dead_letter_payload_bytes,
         );
-        out.push(letter.into_output());
+        out.push(letter.into_output(self.settings.limits.max_record_bytes()));
         Outcome::Rejected(rejection.code)
     }
 

@@ -171,15 +171,24 @@ pub struct Source<'a> {
     pub payload: Option<&'a [u8]>,
 }
 
-/// `jury.dead-letters`: a rejected record with the reason and (a prefix of) the original payload.
+/// The most bytes of a rejection's message a dead letter carries: messages echo offending
+/// values, and a hostile value must not make a dead letter too large to publish.
+pub const DEAD_LETTER_MESSAGE_BYTES: usize = 512;
+
+/// `jury.dead-letters`: a rejected record with the reason and (a prefix of) the original key and
+/// payload. Every field is bounded, so a dead letter can always be published.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeadLetter<'a> {
     pub source_topic: &'a str,
     pub partition: Option<i32>,
     pub offset: Option<i64>,
+    /// The original key as text, cut like the payload.
     pub key: Option<Cow<'a, str>>,
+    /// The original key's length in bytes.
+    pub key_bytes: usize,
     pub error: &'static str,
-    pub message: &'a str,
+    /// The rejection's message, cut to [`DEAD_LETTER_MESSAGE_BYTES`] (with its length then).
+    pub message: Cow<'a, str>,
     /// The original payload as text (invalid UTF-8 replaced by U+FFFD), cut at a character
     /// boundary to at most the configured number of bytes; `null` for a tombstone.
     pub payload: Option<Cow<'a, str>>,
@@ -189,22 +198,36 @@ pub struct DeadLetter<'a> {
 
 impl<'a> DeadLetter<'a> {
     pub fn new(source: Source<'a>, rejection: &'a Rejection, max_payload_bytes: usize) -> Self {
+        let message = &rejection.message;
         DeadLetter {
             source_topic: source.topic,
             partition: source.partition,
             offset: source.offset,
-            key: source.key.map(String::from_utf8_lossy),
+            key: source.key.map(|k| truncate_text(k, max_payload_bytes)),
+            key_bytes: source.key.map_or(0, <[u8]>::len),
             error: rejection.code.as_str(),
-            message: &rejection.message,
+            message: match truncate_text(message.as_bytes(), DEAD_LETTER_MESSAGE_BYTES) {
+                Cow::Borrowed(m) if m.len() == message.len() => Cow::Borrowed(m),
+                cut => Cow::Owned(format!("{cut}... ({} bytes)", message.len())),
+            },
             payload: source.payload.map(|p| truncate_text(p, max_payload_bytes)),
             payload_bytes: source.payload.map_or(0, <[u8]>::len),
         }
     }
 
-    /// The dead letter as an output record, keyed like its source record.
-    pub fn into_output(self) -> Output {
+    /// The dead letter as an output record, keyed like its source record (its key as cut). If
+    /// key and value together would still exceed `max_record_bytes` (escaping can make a
+    /// payload of control characters six times longer), it goes without key and payload, which
+    /// its lengths still describe.
+    pub fn into_output(mut self, max_record_bytes: usize) -> Output {
         let key = self.key.as_deref().map(str::to_owned);
-        Output::json(OutputTopic::DeadLetters, key, &self)
+        let out = Output::json(OutputTopic::DeadLetters, key, &self);
+        let size = out.key.as_ref().map_or(0, String::len) + out.render().len();
+        if size <= max_record_bytes {
+            return out;
+        }
+        (self.key, self.payload) = (None, None);
+        Output::json(OutputTopic::DeadLetters, None, &self)
     }
 }
 
@@ -299,12 +322,54 @@ mod tests {
             key: Some(b"proj-42"),
             payload: Some(b"not json at all"),
         };
-        let out = DeadLetter::new(source, &r, 8).into_output();
+        let out = DeadLetter::new(source, &r, 8).into_output(1 << 20);
         assert_eq!(out.topic, OutputTopic::DeadLetters);
         assert_eq!(out.key.as_deref(), Some("proj-42"));
         assert_eq!(
             out.render(),
-            r#"{"source_topic":"jury.votes","partition":3,"offset":17,"key":"proj-42","error":"invalid_json","message":"expected value at line 1 column 1","payload":"not json","payload_bytes":15}"#
+            r#"{"source_topic":"jury.votes","partition":3,"offset":17,"key":"proj-42","key_bytes":7,"error":"invalid_json","message":"expected value at line 1 column 1","payload":"not json","payload_bytes":15}"#
         );
+    }
+
+    /// A hostile record: a 200 KB key and a 150,000-character value echoed in the message,
+    /// all control characters (each escaped to six bytes in JSON).
+    #[test]
+    fn every_field_of_a_dead_letter_is_bounded() {
+        let key = vec![1u8; 200_000];
+        let value = "\u{1}".repeat(150_000);
+        let r = Rejection::new(
+            ErrorCode::UnknownVerdict,
+            format!("`votes[0].verdict` is {value:?}; expected \"pass\" or \"flag\""),
+        );
+        let payload = vec![2u8; 300_000];
+        let source = Source {
+            topic: "jury.votes",
+            partition: Some(0),
+            offset: Some(9),
+            key: Some(&key),
+            payload: Some(&payload),
+        };
+        let out = DeadLetter::new(source, &r, 64 << 10).into_output(1 << 20);
+        let value: serde_json::Value = serde_json::from_str(&out.render()).unwrap();
+        assert_eq!(out.key.as_ref().map(String::len), Some(64 << 10));
+        assert_eq!(value["key_bytes"], 200_000);
+        assert_eq!(value["payload_bytes"], 300_000);
+        let message = value["message"].as_str().unwrap();
+        assert!(
+            message.len() <= DEAD_LETTER_MESSAGE_BYTES + 40,
+            "{}",
+            message.len()
+        );
+        assert!(message.ends_with(&format!("... ({} bytes)", r.message.len())));
+        assert!(out.key.as_ref().map_or(0, String::len) + out.render().len() <= 1 << 20);
+        // Under a limit the cut fields still exceed, the letter goes without key and payload.
+        let small = DeadLetter::new(source, &r, 64 << 10).into_output(100_000);
+        let value: serde_json::Value = serde_json::from_str(&small.render()).unwrap();
+        assert_eq!(
+            (small.key.as_ref(), &value["payload"]),
+            (None, &serde_json::Value::Null)
+        );
+        assert_eq!(value["key_bytes"], 200_000);
+        assert!(small.render().len() <= 100_000);
     }
 }

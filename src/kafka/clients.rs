@@ -87,9 +87,7 @@ pub fn assign_from_beginning<C: ConsumerContext>(
 
 /// librdkafka's limit for a message must cover the largest accepted payload plus its envelope.
 fn message_max(cfg: &Config) -> String {
-    (cfg.limits.max_message_bytes + 64 * 1024)
-        .min(1_000_000_000)
-        .to_string()
+    cfg.limits.max_record_bytes().to_string()
 }
 
 /// What every consumer of the service shares: no auto-commit, start at the earliest record, and
