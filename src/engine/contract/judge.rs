@@ -25,6 +25,16 @@ pub struct Scale {
     pub max: f64,
 }
 
+impl Scale {
+    /// `(s - min) / (max - min)` in 0..=1, computed on halves: halving is exact, so the result
+    /// is the same to the bit, and a scale as wide as `-1e308..=1e308`, whose width overflows an
+    /// `f64`, still puts its middle at 0.5 instead of every score at 0.
+    pub fn normalize(self, s: f64) -> f64 {
+        let (s, min, max) = (s / 2.0, self.min / 2.0, self.max / 2.0);
+        ((s - min) / (max - min)).clamp(0.0, 1.0)
+    }
+}
+
 /// Candidate metadata; a later value of each field wins when ballots are merged.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CandidateMeta {
@@ -262,7 +272,7 @@ fn read_scores(
                 ),
             ));
         }
-        let n = ((s - scale.min) / (scale.max - scale.min)).clamp(0.0, 1.0);
+        let n = scale.normalize(s);
         if scores.insert(id.to_string(), n).is_some() {
             return Err(Rejection::new(
                 ErrorCode::DuplicateField,
@@ -506,5 +516,43 @@ mod tests {
                 position: Some(3)
             }
         );
+    }
+
+    #[test]
+    fn normalizing_survives_a_scale_whose_width_overflows() {
+        let wide = Scale {
+            min: -1e308,
+            max: 1e308,
+        };
+        assert_eq!(wide.normalize(5.0), 0.5);
+        assert_eq!(wide.normalize(1e308), 1.0);
+        assert_eq!(wide.normalize(-1e308), 0.0);
+        let usual = Scale {
+            min: 1.0,
+            max: 10.0,
+        };
+        assert_eq!(usual.normalize(5.5), 0.5);
+        assert_eq!(usual.normalize(10.0), 1.0);
+    }
+
+    proptest::proptest! {
+        /// On every finite scale and score within it, the normalized score is in 0..=1 and
+        /// equals `(s - min) / (max - min)` wherever that does not overflow.
+        #[test]
+        fn normalized_scores_are_bounded_and_exact(
+            a in proptest::num::f64::NORMAL | proptest::num::f64::ZERO,
+            b in proptest::num::f64::NORMAL | proptest::num::f64::ZERO,
+            t in 0.0..=1.0f64,
+        ) {
+            let (min, max) = if a < b { (a, b) } else { (b, a) };
+            proptest::prop_assume!(min < max);
+            let s = (min + t * (max / 2.0 - min / 2.0) * 2.0).clamp(min, max);
+            let n = Scale { min, max }.normalize(s);
+            proptest::prop_assert!((0.0..=1.0).contains(&n), "{n}");
+            if (max - min).is_finite() && (max - min).abs() > f64::MIN_POSITIVE * 4.0 {
+                let plain = ((s - min) / (max - min)).clamp(0.0, 1.0);
+                proptest::prop_assert_eq!(n, plain);
+            }
+        }
     }
 }
