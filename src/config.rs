@@ -237,6 +237,10 @@ pub struct Limits {
     pub dedupe_window: usize,
     /// Reject events with fields the contract does not define (`unknown_field`) instead of ignoring them.
     pub reject_unknown_fields: bool,
+    /// How far an event's `occurred_at` may lie after its record's timestamp, in seconds:
+    /// beyond, it is dead-lettered (`occurred_at_in_future`) rather than pushing its project's
+    /// last event time, and with it every later batch's decay, into the future.
+    pub max_future_skew_secs: u64,
 }
 
 impl Limits {
@@ -258,6 +262,7 @@ impl Default for Limits {
             dead_letter_payload_bytes: 64 << 10,
             dedupe_window: 100_000,
             reject_unknown_fields: false,
+            max_future_skew_secs: 3600,
         }
     }
 }

@@ -143,6 +143,20 @@ impl Engine {
         record: &Record<'_>,
     ) -> Result<EventTime, Rejection> {
         if let Some(t) = occurred_at {
+            // Checked against the record's own timestamp, the runtime's only clock of the
+            // producer's: far enough ahead, it would freeze its project's decay until then.
+            let skew = self.settings.limits.max_future_skew_secs;
+            if let Some(ms) = record.timestamp_ms
+                && let Ok(stamped) = EventTime::from_epoch_millis(ms)
+                && t > stamped.plus_seconds(i64::try_from(skew).unwrap_or(i64::MAX))
+            {
+                return Err(Rejection::new(
+                    ErrorCode::OccurredAtInFuture,
+                    format!(
+                        "`occurred_at` {t} is more than {skew} s after the record timestamp {stamped}"
+                    ),
+                ));
+            }
             return Ok(t);
         }
         let ms = record.timestamp_ms.ok_or_else(|| {

@@ -999,3 +999,53 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_occurred_at_far_after_its_record_timestamp_is_dead_lettered_and_moves_nothing() {
+    let mut h = Harness::new();
+    let stamped = |payload: &str, ms: i64, h: &mut Harness| {
+        let mut r = rec("jury.votes", None);
+        r.payload = Some(payload.as_bytes());
+        r.timestamp_ms = Some(ms);
+        h.send_record(r)
+    };
+    let at = |secs: i64| 1_795_168_800_000 + secs * 1000;
+    let ok = votes(
+        "e1",
+        "2026-11-20T10:00:00Z",
+        r#"{"voter_id": "u", "value": 1}"#,
+    );
+    assert_eq!(stamped(&ok, at(0), &mut h), Outcome::Applied);
+    let before = h.state.clone();
+    // Dated 2099 in a record stamped in 2026: beyond the default hour of skew.
+    let future = votes(
+        "e2",
+        "2099-01-01T00:00:00Z",
+        r#"{"voter_id": "u", "value": 0}"#,
+    );
+    assert_eq!(
+        stamped(&future, at(1), &mut h),
+        Outcome::Rejected(ErrorCode::OccurredAtInFuture)
+    );
+    assert_eq!(h.state, before);
+    assert!(
+        h.last()["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("3600 s after the record timestamp")),
+        "{}",
+        h.last()
+    );
+    // Within the skew it is applied, and a record without a timestamp is not checked.
+    let soon = votes(
+        "e3",
+        "2026-11-20T10:59:00Z",
+        r#"{"voter_id": "u", "value": 1}"#,
+    );
+    assert_eq!(stamped(&soon, at(0), &mut h), Outcome::Applied);
+    let unstamped = votes(
+        "e4",
+        "2099-01-01T00:00:00Z",
+        r#"{"voter_id": "u", "value": 1}"#,
+    );
+    assert_eq!(h.send("jury.votes", &unstamped), Outcome::Applied);
+}

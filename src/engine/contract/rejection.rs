@@ -39,11 +39,12 @@ pub enum ErrorCode {
     InvalidScale,
     ScoreOutOfScale,
     SessionCompleted,
+    OccurredAtInFuture,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests and metric pre-registration.
-    pub const ALL: [ErrorCode; 31] = [
+    pub const ALL: [ErrorCode; 32] = [
         ErrorCode::InvalidEnvelope,
         ErrorCode::UnknownTopic,
         ErrorCode::EmptyPayload,
@@ -75,6 +76,7 @@ impl ErrorCode {
         ErrorCode::InvalidScale,
         ErrorCode::ScoreOutOfScale,
         ErrorCode::SessionCompleted,
+        ErrorCode::OccurredAtInFuture,
     ];
 
     /// The wire spelling, e.g. `duplicate_event_id`.
@@ -111,6 +113,7 @@ impl ErrorCode {
             ErrorCode::InvalidScale => "invalid_scale",
             ErrorCode::ScoreOutOfScale => "score_out_of_scale",
             ErrorCode::SessionCompleted => "session_completed",
+            ErrorCode::OccurredAtInFuture => "occurred_at_in_future",
         }
     }
 }
