@@ -70,7 +70,7 @@ impl Restorer {
                 continue;
             };
             let parts = key_parts(&key)?;
-            let Ok(Slot::Redo(index)) = Slot::from_parts(&parts[2..]) else {
+            let Ok(Slot::Redo(index)) = Slot::from_parts(parts.get(2..).unwrap_or_default()) else {
                 return Err(ChangelogError::Key {
                     key,
                     reason: "a redo chunk's index is not a number".to_owned(),

@@ -18,7 +18,7 @@ use crate::changelog;
 use crate::config::Config;
 use crate::engine::output::Output;
 use crate::engine::reputation::ReputationTable;
-use crate::engine::{Engine, IdMap, InputTopic, Outcome, Settings};
+use crate::engine::{Engine, IdMap, InputTopic, Outcome};
 use crate::telemetry::events::{InternalEvent, RecordsProcessed};
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
@@ -122,14 +122,15 @@ impl Core {
     /// `collector` and whose epochs are sealed into `epochs`.
     pub(super) fn new(
         config: &Config,
+        (engine, topics): (Engine, TopicTable),
         collector: Collector,
         epochs: Epochs,
         (metrics, health, stop): (&Arc<Metrics>, &Arc<Health>, &Arc<AtomicBool>),
     ) -> Core {
         Core {
-            engine: Engine::new(Settings::of(config)),
+            engine,
             config: config.clone(),
-            topics: TopicTable::new(&config.topics),
+            topics,
             collector,
             tasks: Tasks::default(),
             epochs,

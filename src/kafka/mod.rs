@@ -146,6 +146,7 @@ pub fn run(
     let topics = TopicTable::new(&config.topics);
     let core = Arc::new(Mutex::new(Core::new(
         &config,
+        (engine.clone(), topics.clone()),
         Collector::new(&config, &metrics)?,
         Epochs::new(run_id(), config.limits.max_message_bytes / 2),
         (&metrics, &health, &stop),
