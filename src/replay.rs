@@ -280,19 +280,29 @@ mod tests {
             )
         };
         // Offsets 3 and 4, then 4 again (the same record: replayed, no output), then event e1
-        // at a new offset (a resend: a duplicate).
-        let input = [line(3, "e1"), line(4, "e2"), line(4, "e2"), line(5, "e1")].join("\n");
+        // at a new offset (a resend: a duplicate), then a new event at an old offset (out of
+        // order).
+        let input = [
+            line(3, "e1"),
+            line(4, "e2"),
+            line(4, "e2"),
+            line(5, "e1"),
+            line(2, "e3"),
+        ]
+        .join("\n");
         let (summary, out) = run(&input);
         assert_eq!(
             (summary.applied, summary.replayed, summary.dead_lettered),
-            (2, 1, 1)
+            (2, 1, 2)
         );
-        assert_eq!(summary.outputs, 3, "{out}");
-        assert!(
-            out.lines()
-                .nth(2)
-                .is_some_and(|l| l.contains("duplicate_event_id"))
-        );
+        assert_eq!(summary.outputs, 4, "{out}");
+        let errors: Vec<_> = out
+            .lines()
+            .skip(2)
+            .map(|l| l.contains("duplicate_event_id") || l.contains("offset_out_of_order"))
+            .collect();
+        assert_eq!(errors, [true, true], "{out}");
+        assert!(out.lines().nth(3).is_some_and(|l| l.contains("offset_out_of_order")));
     }
 
     #[test]

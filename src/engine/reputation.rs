@@ -12,7 +12,7 @@ use super::contract::rejection::{ErrorCode, Rejection};
 /// Voter id -> reputation. Hashed with foldhash, like the state's maps (see
 /// [`super::IdMap`]): every vote without an explicit reputation looks its voter up here, and
 /// std's SipHash was most of that lookup.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct ReputationTable {
     entries: super::IdMap<String, f64>,
 }

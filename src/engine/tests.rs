@@ -95,6 +95,31 @@ fn a_batch_at_or_below_its_projects_last_offset_is_replayed() {
         h.send("jury.votes", &e2),
         Outcome::Rejected(ErrorCode::DuplicateEventId)
     );
+    // A new event below the project's last offset came out of order: dead-lettered, visibly,
+    // through both the prepared and the plain path, and nothing changes.
+    let before = h.state.clone();
+    let e3 = votes("e3", "2026-11-20T10:00:09Z", one);
+    for prepared in [false, true] {
+        h.next_offset = 1;
+        let outcome = if prepared {
+            let mut record = rec("jury.votes", Some(e3.as_bytes()));
+            record.offset = Some(1);
+            let p = h.engine.prepare_votes(&record).expect("a valid batch");
+            h.out.clear();
+            h.engine
+                .apply_prepared(&mut h.state, &mut h.reps, &record, &p, &mut h.out)
+        } else {
+            h.send("jury.votes", &e3)
+        };
+        assert_eq!(outcome, Outcome::Rejected(ErrorCode::OffsetOutOfOrder));
+        assert_eq!(h.out.len(), 1);
+        let dl = h.last();
+        assert_eq!(dl["offset"], 1);
+        let message = dl["message"].as_str().unwrap_or("");
+        assert!(message.starts_with("offset 1 is at or below 1,"), "{message}");
+        assert!(message.contains(r#""e3""#), "{message}");
+        assert_eq!(h.state, before);
+    }
     // Another project's batch at a low offset is its own: applied.
     h.next_offset = 0;
     let other = e1.replace("proj-42", "proj-7");
@@ -1048,4 +1073,71 @@ fn an_occurred_at_far_after_its_record_timestamp_is_dead_lettered_and_moves_noth
         r#"{"voter_id": "u", "value": 1}"#,
     );
     assert_eq!(h.send("jury.votes", &unstamped), Outcome::Applied);
+}
+
+/// One rule for every input topic: the same hostile member, at the top of the event or inside a
+/// nested object (a vote, a candidate), gets the same code on `jury.votes`, `jury.judge-scores`
+/// and `jury.reputations`; without it each event applies.
+#[test]
+fn every_input_topic_reads_by_one_rule() {
+    // (topic, the event up to its last member, the same around a nested object ending in `{}`)
+    let events = [
+        (
+            "jury.votes",
+            r#"{"event_id": "e", "project_id": "p", "occurred_at": 0, "votes": [{"voter_id": "u", "value": 1}]"#,
+            r#"{"event_id": "e", "project_id": "p", "occurred_at": 0, "votes": [{"voter_id": "u", "value": 1{}}]}"#,
+        ),
+        (
+            "jury.judge-scores",
+            r#"{"event_id": "e", "project_id": "p", "session_id": "s", "occurred_at": 0, "judge": "j", "scores": {"A": 5}, "candidates": {"A": {"author": "m"}}"#,
+            r#"{"event_id": "e", "project_id": "p", "session_id": "s", "occurred_at": 0, "judge": "j", "scores": {"A": 5}, "candidates": {"A": {"author": "m"{}}}}"#,
+        ),
+        (
+            "jury.reputations",
+            r#"{"voter_id": "u", "reputation": 2"#,
+            r#"{"voter_id": "u", "reputation": 2{}}"#,
+        ),
+    ];
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let hostile = [
+        (r#", "x": 1, "x": 2"#.to_string(), ErrorCode::DuplicateField),
+        (r#", "x": "\ud800""#.to_string(), ErrorCode::InvalidJson),
+        (r#", "x": "\udc00\ud800""#.to_string(), ErrorCode::InvalidJson),
+        (format!(r#", "x": {deep}"#), ErrorCode::InvalidJson),
+        (r#", "x": 1e400"#.to_string(), ErrorCode::ValueOutOfRange),
+        (r#", "x": NaN"#.to_string(), ErrorCode::NonFiniteNumber),
+    ];
+    let mut strict = Config::default();
+    strict.limits.reject_unknown_fields = true;
+    for (topic, top, nested) in events {
+        let plain = [format!("{top}}}"), nested.replace("{}", "")];
+        for payload in &plain {
+            assert_eq!(Harness::new().send(topic, payload), Outcome::Applied, "{payload}");
+            let mut h = Harness {
+                engine: Engine::new(Settings::of(&strict)),
+                ..Harness::new()
+            };
+            assert_eq!(h.send(topic, payload), Outcome::Applied, "{payload}");
+            let unknown = payload.replacen(r#""p""#, r#""p", "x": 1"#, 1);
+            let unknown = if unknown == *payload {
+                payload.replacen(r#""u""#, r#""u", "x": 1"#, 1)
+            } else {
+                unknown
+            };
+            assert_eq!(
+                h.send(topic, &unknown),
+                Outcome::Rejected(ErrorCode::UnknownField),
+                "{unknown}"
+            );
+        }
+        for (member, code) in &hostile {
+            for payload in [format!("{top}{member}}}"), nested.replace("{}", member)] {
+                let mut h = Harness::new();
+                let shown = &payload[..payload.len().min(200)];
+                assert_eq!(h.send(topic, &payload), Outcome::Rejected(*code), "{shown}");
+                assert_eq!(h.state, PartitionState::default(), "{shown}");
+                assert_eq!(h.reps, ReputationTable::default(), "{shown}");
+            }
+        }
+    }
 }

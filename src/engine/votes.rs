@@ -178,6 +178,7 @@ impl Engine {
                 votes: prepared.votes.len(),
             };
             self.apply_weighed(state, &weighed, prepared.at, record.receipt(), out)
+                .ok()
         });
         applied.unwrap_or_else(|| self.process(state, reputations, record, out))
     }
@@ -214,20 +215,37 @@ impl Engine {
             votes: batch.votes.len(),
         };
         self.apply_weighed(state, &weighed, at, receipt, out)
-            .ok_or_else(|| {
-                Rejection::new(
+            .map_err(|declined| match declined {
+                Declined::Resend => Rejection::new(
                     ErrorCode::DuplicateEventId,
                     format!(
                         "`event_id` {:?} was already applied to project {:?}",
                         batch.event_id, batch.project_id
                     ),
-                )
+                ),
+                Declined::OutOfOrder { through } => Rejection::new(
+                    ErrorCode::OffsetOutOfOrder,
+                    format!(
+                        "offset {} is at or below {through}, the offset of project {:?}'s last \
+                         applied batch from this partition, and `event_id` {:?} is not one it \
+                         remembers: offsets only grow within a partition",
+                        receipt.offset.unwrap_or(through),
+                        batch.project_id,
+                        batch.event_id
+                    ),
+                ),
             })
     }
 
-    /// [`Engine::apply_batch`] once the batch's votes are weighed. `None` if its event id is a
-    /// resend, and then nothing has changed: a project it would create cannot have seen the
-    /// id, and the window's probe that finds it changes nothing.
+    /// [`Engine::apply_batch`] once the batch's votes are weighed. Declined if its event id is
+    /// a resend or it comes out of order, and then nothing has changed: a project it would
+    /// create cannot have seen the id, and the window's probe that finds it changes nothing.
+    ///
+    /// A batch at or below its project's last applied offset is the same record read again
+    /// (after a crash cut a changelog flush short) when the project remembers its id: it is
+    /// [`Outcome::Replayed`], silently. One whose id it does not remember cannot be told from a
+    /// new event that came out of order, so it is declined rather than dropped unseen or
+    /// counted a second time.
     fn apply_weighed(
         &self,
         state: &mut PartitionState,
@@ -235,7 +253,7 @@ impl Engine {
         at: EventTime,
         receipt: Receipt,
         out: &mut Vec<Output>,
-    ) -> Option<Outcome> {
+    ) -> Result<Outcome, Declined> {
         let project = match state.projects.get_mut(batch.project_id) {
             Some(p) => p,
             None => state
@@ -248,13 +266,18 @@ impl Engine {
         if let (Some(offset), Some(through)) = (receipt.offset, project.applied_through)
             && offset <= through
         {
-            return Some(Outcome::Replayed);
+            return if project.seen.find(batch.fingerprint) {
+                Ok(Outcome::Replayed)
+            } else {
+                Err(Declined::OutOfOrder { through })
+            };
         }
         // One probe of the window both detects a resend and remembers the id (nothing below
         // can reject the batch): with a full window each probe is a cache miss.
         let remembered = project
             .seen
-            .insert_fingerprint(batch.fingerprint, self.settings.limits.dedupe_window)?;
+            .insert_fingerprint(batch.fingerprint, self.settings.limits.dedupe_window)
+            .ok_or(Declined::Resend)?;
         if receipt.offset.is_some() {
             project.applied_through = receipt.offset;
         }
@@ -297,12 +320,21 @@ impl Engine {
             batch.project_id,
             &remembered,
         );
-        Some(if step.late {
+        Ok(if step.late {
             Outcome::Late
         } else {
             Outcome::Applied
         })
     }
+}
+
+/// Why [`Engine::apply_weighed`] declined a batch.
+enum Declined {
+    /// Its event id was applied to the project before.
+    Resend,
+    /// Its offset is at or below `through`, the project's last applied one, and its id is not
+    /// remembered.
+    OutOfOrder { through: i64 },
 }
 
 impl Engine {

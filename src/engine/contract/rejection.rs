@@ -40,11 +40,12 @@ pub enum ErrorCode {
     ScoreOutOfScale,
     SessionCompleted,
     OccurredAtInFuture,
+    OffsetOutOfOrder,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests and metric pre-registration.
-    pub const ALL: [ErrorCode; 32] = [
+    pub const ALL: [ErrorCode; 33] = [
         ErrorCode::InvalidEnvelope,
         ErrorCode::UnknownTopic,
         ErrorCode::EmptyPayload,
@@ -77,6 +78,7 @@ impl ErrorCode {
         ErrorCode::ScoreOutOfScale,
         ErrorCode::SessionCompleted,
         ErrorCode::OccurredAtInFuture,
+        ErrorCode::OffsetOutOfOrder,
     ];
 
     /// The wire spelling, e.g. `duplicate_event_id`.
@@ -114,6 +116,7 @@ impl ErrorCode {
             ErrorCode::ScoreOutOfScale => "score_out_of_scale",
             ErrorCode::SessionCompleted => "session_completed",
             ErrorCode::OccurredAtInFuture => "occurred_at_in_future",
+            ErrorCode::OffsetOutOfOrder => "offset_out_of_order",
         }
     }
 }

@@ -182,8 +182,8 @@ impl RecentIds {
         }
     }
 
-    /// Whether `fp` is in the ring, by the index.
-    fn find(&self, fp: u128) -> bool {
+    /// Whether the id whose [`fingerprint`] is `fp` was accepted recently.
+    pub fn find(&self, fp: u128) -> bool {
         if self.index.is_empty() {
             return false;
         }
