@@ -196,6 +196,7 @@ fn bench_journaled_epoch(c: &mut Criterion) {
                 let record = Record {
                     offset: Some(next),
                     clock_ms: Some(clock_at(i)),
+                    held_projects: 0,
                     ..vote_record(p)
                 };
                 next += 1;
@@ -313,6 +314,7 @@ fn vote_record(payload: &str) -> Record<'_> {
         key: None,
         timestamp_ms: None,
         clock_ms: None,
+        held_projects: 0,
         payload: Some(payload.as_bytes()),
     }
 }

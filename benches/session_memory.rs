@@ -39,8 +39,64 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOC: Counting = Counting;
 
 fn main() {
+    projects();
     sessions();
+    largest_session();
     dedupe_window();
+}
+
+/// One vote batch to each of 100,000 projects: the bytes a project costs before its dedupe
+/// window fills (its one remembered id included).
+fn projects() {
+    const PROJECTS: usize = 100_000;
+    let payloads = (0..PROJECTS).map(|i| {
+        format!(
+            r#"{{"event_id":"ev-{i:010}","project_id":"proj-{i:08}","occurred_at":{},"votes":[{{"voter_id":"u-1","value":0.75}}]}}"#,
+            1_795_168_800_000 + i as i64
+        )
+    });
+    let (state, held) = held_by("jury.votes", payloads);
+    assert_eq!(state.project_count(), PROJECTS);
+    println!(
+        "votes/project_memory: {PROJECTS} projects of one batch hold {held} bytes = {} bytes per project",
+        held / PROJECTS as isize
+    );
+}
+
+/// One session at the default limits (`sessions.max_judges` ballots, each scoring
+/// `sessions.max_candidates` candidates, all with metadata), held open.
+fn largest_session() {
+    let s = Config::default().sessions;
+    let (judges, candidates) = (s.max_judges, s.max_candidates);
+    let scores: Vec<String> = (0..candidates)
+        .map(|c| format!(r#""cand-{c:06}":{}"#, c % 10 + 1))
+        .collect();
+    let meta: Vec<String> = (0..candidates)
+        .map(|c| {
+            format!(
+                r#""cand-{c:06}":{{"author":"m-{}","position":{c}}}"#,
+                c % 20
+            )
+        })
+        .collect();
+    let payloads = (0..judges).map(move |j| {
+        format!(
+            r#"{{"event_id":"e-{j}","project_id":"proj-1","session_id":"sess-1","occurred_at":{},"judge":"judge-{j:03}","scores":{{{}}},"candidates":{{{}}}}}"#,
+            1_795_168_800_000 + j as i64,
+            scores.join(","),
+            meta.join(",")
+        )
+    });
+    let (state, held) = held_by("jury.judge-scores", payloads);
+    let open = &state.sessions.projects["proj-1"].open["sess-1"];
+    assert_eq!(
+        (open.ballots.len(), open.candidates.len()),
+        (judges, candidates)
+    );
+    println!(
+        "sessions/largest_session_memory: one session of {judges} judges x {candidates} candidates holds {held} bytes = {} bytes per score",
+        held / (judges * candidates) as isize
+    );
 }
 
 /// Applies `payloads` as consecutive records of `topic`'s partition 0 to a fresh partition state
@@ -61,6 +117,7 @@ fn held_by(topic: &str, payloads: impl Iterator<Item = String>) -> (PartitionSta
             key: None,
             timestamp_ms: None,
             clock_ms: None,
+            held_projects: 0,
             payload: Some(payload.as_bytes()),
         };
         engine.process(&mut state, &mut reps, &r, &mut out);

@@ -241,6 +241,10 @@ pub struct Limits {
     /// beyond, it is dead-lettered (`occurred_at_in_future`) rather than pushing its project's
     /// last event time, and with it every later batch's decay, into the future.
     pub max_future_skew_secs: u64,
+    /// Most projects one instance holds, over all its partitions (a project with both votes and
+    /// judge sessions counts twice): a record that would add one more is dead-lettered
+    /// (`project_limit`), so a flood of project ids costs dead letters, not memory.
+    pub max_projects: usize,
 }
 
 impl Limits {
@@ -263,6 +267,7 @@ impl Default for Limits {
             dedupe_window: 100_000,
             reject_unknown_fields: false,
             max_future_skew_secs: 3600,
+            max_projects: 1_000_000,
         }
     }
 }
@@ -334,6 +339,11 @@ pub struct Sessions {
     pub max_open_total: usize,
     /// Completed session ids remembered per project, to dead-letter late ballots (`session_completed`).
     pub completed_window: usize,
+    /// Most candidates and most judges in one session: a ballot that would bring its session
+    /// beyond either is dead-lettered (`session_limit`), because a session's memory and its
+    /// consensus record grow with their product.
+    pub max_candidates: usize,
+    pub max_judges: usize,
     pub strategy: Strategy,
     pub method: Method,
     /// Drop a judge's score and rank for a candidate it authored.
@@ -351,6 +361,8 @@ impl Default for Sessions {
             max_open_per_project: 1_000,
             max_open_total: 100_000,
             completed_window: 100_000,
+            max_candidates: 1_000,
+            max_judges: 100,
             strategy: Strategy::WeightedAverage,
             method: Method::NormalizedScores,
             exclude_self_votes: true,
@@ -483,6 +495,7 @@ impl Config {
             l.dead_letter_payload_bytes,
         )?;
         positive("limits.dedupe_window", l.dedupe_window)?;
+        positive("limits.max_projects", l.max_projects)?;
         at_most(
             "limits.dedupe_window",
             l.dedupe_window,
@@ -514,6 +527,8 @@ impl Config {
         positive("sessions.max_open_per_project", se.max_open_per_project)?;
         positive("sessions.max_open_total", se.max_open_total)?;
         positive("sessions.completed_window", se.completed_window)?;
+        positive("sessions.max_candidates", se.max_candidates)?;
+        positive("sessions.max_judges", se.max_judges)?;
         for (judge, w) in &se.judge_weights {
             if !w.is_finite() || *w <= 0.0 {
                 return Err(invalid(

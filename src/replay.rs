@@ -111,6 +111,8 @@ pub fn replay(
     let mut line = Vec::with_capacity(1024);
     let mut outs: Vec<Output> = Vec::new();
     let mut line_no: i64 = 0;
+    // Projects held over all states, for `limits.max_projects`.
+    let mut held_projects = 0;
     let max_line = max_line_bytes(engine.settings().limits.max_message_bytes);
     loop {
         line.clear();
@@ -144,6 +146,7 @@ pub fn replay(
                         key: env.key.as_deref().map(str::as_bytes),
                         timestamp_ms: env.timestamp_ms,
                         clock_ms: None,
+                        held_projects,
                         payload: payload.as_deref(),
                     };
                     let partition = env.partition.unwrap_or(0);
@@ -153,7 +156,10 @@ pub fn replay(
                             .entry((env.topic.to_string(), partition))
                             .or_default(),
                     };
-                    engine.process(state, &mut reputations, &record, &mut outs)
+                    let before = state.project_count();
+                    let outcome = engine.process(state, &mut reputations, &record, &mut outs);
+                    held_projects += state.project_count().saturating_sub(before);
+                    outcome
                 }
                 Err(e) => reject_line(engine, line_no, text, &e, &mut outs),
             },
@@ -184,6 +190,7 @@ fn reject_line(
         key: None,
         timestamp_ms: None,
         clock_ms: None,
+        held_projects: 0,
         payload: Some(text),
     };
     let rejection = Rejection::new(
@@ -302,7 +309,37 @@ mod tests {
             .map(|l| l.contains("duplicate_event_id") || l.contains("offset_out_of_order"))
             .collect();
         assert_eq!(errors, [true, true], "{out}");
-        assert!(out.lines().nth(3).is_some_and(|l| l.contains("offset_out_of_order")));
+        assert!(
+            out.lines()
+                .nth(3)
+                .is_some_and(|l| l.contains("offset_out_of_order"))
+        );
+    }
+
+    #[test]
+    fn max_projects_counts_the_projects_of_every_partition() {
+        let mut settings = Settings::default();
+        settings.limits.max_projects = 2;
+        let (engine, topics) = (Engine::new(settings), TopicTable::default());
+        let line = |partition: i32, event: &str, project: &str| {
+            format!(
+                r#"{{"topic": "jury.votes", "partition": {partition}, "value": {{"event_id": "{event}", "project_id": "{project}", "occurred_at": 0, "votes": [{{"voter_id": "u", "value": 1}}]}}}}"#
+            )
+        };
+        let input = [
+            line(0, "e1", "a"),
+            line(1, "e2", "b"),
+            line(2, "e3", "c"),
+            line(2, "e4", "a"),
+        ]
+        .join("\n");
+        let mut out = Vec::new();
+        let summary = replay(&engine, &topics, input.as_bytes(), &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        // a and b fill the instance; c is refused; a in another partition is a project of that
+        // partition's state, so it is refused too.
+        assert_eq!((summary.applied, summary.dead_lettered), (2, 2), "{out}");
+        assert_eq!(out.matches("project_limit").count(), 2, "{out}");
     }
 
     #[test]

@@ -68,6 +68,7 @@ fn run(
             key: None,
             timestamp_ms: None,
             clock_ms: None,
+            held_projects: 0,
             payload: Some(p.as_bytes()),
         };
         out.clear();
@@ -526,6 +527,7 @@ fn judged(payloads: &[String]) -> (PartitionState, Vec<Change>) {
             key: None,
             timestamp_ms: None,
             clock_ms: None,
+            held_projects: 0,
             payload: Some(p.as_bytes()),
         };
         engine.process(

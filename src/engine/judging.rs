@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::contract::json;
-use super::contract::judge::{JudgeAction, JudgeEvent, JudgeLimits, Scale};
+use super::contract::judge::{BallotEvent, JudgeAction, JudgeEvent, JudgeLimits, Scale};
 use super::contract::rejection::{ErrorCode, Rejection};
 use super::journal::Change;
 use super::model::bias::{audit_session, session_alerts};
@@ -61,11 +61,22 @@ impl Engine {
                 ),
             ));
         }
+        if record.held_projects >= self.settings.limits.max_projects
+            && !state.judge_projects.contains_key(project)
+        {
+            return Err(super::votes::project_limit(
+                project,
+                self.settings.limits.max_projects,
+            ));
+        }
         if state.sessions.is_completed(project, session) {
             return Err(Rejection::new(
                 ErrorCode::SessionCompleted,
                 format!("session {session:?} of project {project:?} has already completed"),
             ));
+        }
+        if let JudgeAction::Ballot(ballot) = &event.action {
+            self.check_session_size(state, project, session, ballot)?;
         }
         let remembered = state
             .judge_projects
@@ -98,6 +109,40 @@ impl Engine {
             self.finish_session(state, completed, out);
         }
         Ok(Outcome::Applied)
+    }
+
+    /// Refuses a ballot that would bring its session beyond `sessions.max_judges` judges or
+    /// `sessions.max_candidates` candidates: a session's memory and its consensus record grow
+    /// with both.
+    fn check_session_size(
+        &self,
+        state: &PartitionState,
+        project: &str,
+        session: &str,
+        ballot: &BallotEvent<'_>,
+    ) -> Result<(), Rejection> {
+        let s = &self.settings.sessions;
+        let (judges, candidates) = state.sessions.size_with(project, session, ballot);
+        for (what, n, max, key) in [
+            ("judges", judges, s.max_judges, "sessions.max_judges"),
+            (
+                "candidates",
+                candidates,
+                s.max_candidates,
+                "sessions.max_candidates",
+            ),
+        ] {
+            if n > max {
+                return Err(Rejection::new(
+                    ErrorCode::SessionLimit,
+                    format!(
+                        "the ballot would give session {session:?} of project {project:?} {n} \
+                         {what}, more than {max} ({key})"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Publishes a completed session: consensus, session and project bias alerts, leaderboard.

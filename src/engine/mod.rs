@@ -20,7 +20,7 @@ mod votes;
 use contract::json::{self, ParseFailure};
 use contract::rejection::{ErrorCode, Rejection};
 use contract::time::EventTime;
-use output::{DeadLetter, Output};
+use output::{DeadLetter, Output, OutputValue};
 use reputation::{ReputationChange, ReputationTable};
 
 pub use ids::{IdMap, ProjectKey};
@@ -55,9 +55,43 @@ impl Engine {
         record: &Record<'_>,
         out: &mut Vec<Output>,
     ) -> Outcome {
+        let start = out.len();
         match self.try_process(state, reputations, record, out) {
-            Ok(outcome) => outcome,
+            Ok(outcome) => {
+                self.bound_outputs(record, &mut out[start..]);
+                outcome
+            }
             Err(rejection) => self.reject(record, &rejection, out),
+        }
+    }
+
+    /// Replaces each of `record`'s outputs that would exceed the record limit with a dead letter
+    /// that says so (`output_too_large`), so no input, however hostile, makes a record the
+    /// producer refuses. The session limits keep consensus records well within it; this is what
+    /// holds whatever the ids' escaping or the configuration.
+    fn bound_outputs(&self, record: &Record<'_>, outs: &mut [Output]) {
+        let max = self.settings.limits.max_record_bytes();
+        for o in outs {
+            let OutputValue::Json(text) = &o.value else {
+                continue;
+            };
+            let size = text.len() + o.key.as_ref().map_or(0, String::len);
+            if size > max {
+                let rejection = Rejection::new(
+                    ErrorCode::OutputTooLarge,
+                    format!(
+                        "the record was applied, but its {} output would be {size} bytes, above \
+                         the {max}-byte record limit, and is not published",
+                        o.topic.label()
+                    ),
+                );
+                let letter = DeadLetter::new(
+                    record.source(),
+                    &rejection,
+                    self.settings.limits.dead_letter_payload_bytes,
+                );
+                *o = letter.into_output(max);
+            }
         }
     }
 

@@ -23,6 +23,11 @@ pub struct Record<'a> {
     /// a project's `jury.scores` updates within `output.scores_coalesce_ms` are coalesced (see
     /// [`super::Coalescing`]); `None` (replay) emits one score per applied batch.
     pub clock_ms: Option<u64>,
+    /// How many projects the runtime's instance holds before this record, over all its
+    /// partitions (see [`super::PartitionState::project_count`]): at `limits.max_projects` a
+    /// record that would add one is dead-lettered (`project_limit`). The runtime counts, as only
+    /// it sees every partition it owns.
+    pub held_projects: usize,
 }
 
 /// Where and when a runtime received a record, as far as applying a vote batch needs it.
@@ -33,6 +38,8 @@ pub struct Receipt {
     pub offset: Option<i64>,
     /// The runtime's clock, for coalescing (see [`Record::clock_ms`]).
     pub clock_ms: Option<u64>,
+    /// See [`Record::held_projects`].
+    pub held_projects: usize,
 }
 
 impl<'a> Record<'a> {
@@ -41,6 +48,7 @@ impl<'a> Record<'a> {
         Receipt {
             offset: self.offset,
             clock_ms: self.clock_ms,
+            held_projects: self.held_projects,
         }
     }
 

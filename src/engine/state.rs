@@ -98,6 +98,13 @@ impl PartitionState {
         }
     }
 
+    /// The projects this state holds, as `limits.max_projects` counts them: a vote project and
+    /// a judge project each count one, even under the same id, because each is an entry of its
+    /// own (and one extra lookup per new project would buy only a nicer number).
+    pub fn project_count(&self) -> usize {
+        self.projects.len() + self.judge_projects.len()
+    }
+
     pub(super) fn note(&mut self, change: impl FnOnce() -> Change) {
         if let Some(j) = &mut self.journal {
             j.push(change());

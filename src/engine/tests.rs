@@ -26,6 +26,7 @@ fn rec<'a>(topic: &'a str, payload: Option<&'a [u8]>) -> Record<'a> {
         key: None,
         timestamp_ms: None,
         clock_ms: None,
+        held_projects: 0,
         payload,
     }
 }
@@ -116,7 +117,10 @@ fn a_batch_at_or_below_its_projects_last_offset_is_replayed() {
         let dl = h.last();
         assert_eq!(dl["offset"], 1);
         let message = dl["message"].as_str().unwrap_or("");
-        assert!(message.starts_with("offset 1 is at or below 1,"), "{message}");
+        assert!(
+            message.starts_with("offset 1 is at or below 1,"),
+            "{message}"
+        );
         assert!(message.contains(r#""e3""#), "{message}");
         assert_eq!(h.state, before);
     }
@@ -204,6 +208,7 @@ fn record_timestamp_stands_in_for_occurred_at() {
     let r = Record {
         timestamp_ms: Some(1_795_168_807_250),
         clock_ms: None,
+        held_projects: 0,
         ..rec("jury.votes", Some(payload.as_bytes()))
     };
     assert_eq!(h.send_record(r), Outcome::Applied);
@@ -1102,7 +1107,10 @@ fn every_input_topic_reads_by_one_rule() {
     let hostile = [
         (r#", "x": 1, "x": 2"#.to_string(), ErrorCode::DuplicateField),
         (r#", "x": "\ud800""#.to_string(), ErrorCode::InvalidJson),
-        (r#", "x": "\udc00\ud800""#.to_string(), ErrorCode::InvalidJson),
+        (
+            r#", "x": "\udc00\ud800""#.to_string(),
+            ErrorCode::InvalidJson,
+        ),
         (format!(r#", "x": {deep}"#), ErrorCode::InvalidJson),
         (r#", "x": 1e400"#.to_string(), ErrorCode::ValueOutOfRange),
         (r#", "x": NaN"#.to_string(), ErrorCode::NonFiniteNumber),
@@ -1112,7 +1120,11 @@ fn every_input_topic_reads_by_one_rule() {
     for (topic, top, nested) in events {
         let plain = [format!("{top}}}"), nested.replace("{}", "")];
         for payload in &plain {
-            assert_eq!(Harness::new().send(topic, payload), Outcome::Applied, "{payload}");
+            assert_eq!(
+                Harness::new().send(topic, payload),
+                Outcome::Applied,
+                "{payload}"
+            );
             let mut h = Harness {
                 engine: Engine::new(Settings::of(&strict)),
                 ..Harness::new()
@@ -1140,4 +1152,187 @@ fn every_input_topic_reads_by_one_rule() {
             }
         }
     }
+}
+
+/// An instance at `limits.max_projects` refuses a record that would add a project, on either
+/// topic, and keeps applying to the projects it holds.
+#[test]
+fn a_new_project_beyond_max_projects_is_dead_lettered() {
+    let mut config = Config::default();
+    config.limits.max_projects = 2;
+    let mut h = Harness {
+        engine: Engine::new(Settings::of(&config)),
+        ..Harness::new()
+    };
+    let one = r#"{"voter_id": "u", "value": 1}"#;
+    let vote = |event: &str, project: &str| {
+        votes(event, "2026-11-20T10:00:00Z", one).replace("proj-42", project)
+    };
+    let judge = |event: &str, project: &str| {
+        ballot(event, "s", 0, "j", r#", "scores": {"A": 5}"#).replace("proj-42", project)
+    };
+    // What the runtime passes: the projects held before each record.
+    let send = |h: &mut Harness, topic: &str, payload: &str| {
+        let held = h.state.project_count();
+        h.send_record(Record {
+            held_projects: held,
+            ..rec(topic, Some(payload.as_bytes()))
+        })
+    };
+    assert_eq!(
+        send(&mut h, "jury.votes", &vote("e1", "a")),
+        Outcome::Applied
+    );
+    assert_eq!(
+        send(&mut h, "jury.judge-scores", &judge("e2", "a")),
+        Outcome::Applied
+    );
+    assert_eq!(h.state.project_count(), 2);
+    let before = h.state.clone();
+    for (topic, payload) in [
+        ("jury.votes", vote("e3", "b")),
+        ("jury.judge-scores", judge("e4", "b")),
+    ] {
+        assert_eq!(
+            send(&mut h, topic, &payload),
+            Outcome::Rejected(ErrorCode::ProjectLimit)
+        );
+        let message = h.last()["message"].as_str().unwrap_or("").to_owned();
+        assert!(message.contains(r#"project "b""#), "{message}");
+        assert!(message.contains("2 this instance holds"), "{message}");
+        assert_eq!(h.state, before);
+    }
+    // The projects it holds go on.
+    assert_eq!(
+        send(&mut h, "jury.votes", &vote("e5", "a")),
+        Outcome::Applied
+    );
+    assert_eq!(
+        send(
+            &mut h,
+            "jury.judge-scores",
+            &judge("e6", "a").replace(r#""j""#, r#""k""#)
+        ),
+        Outcome::Applied
+    );
+}
+
+/// A ballot that would bring its session beyond `sessions.max_judges` judges or
+/// `sessions.max_candidates` candidates is dead-lettered; a judge's new ballot within them
+/// replaces its old one as before.
+#[test]
+fn a_ballot_beyond_the_session_limits_is_dead_lettered() {
+    let mut config = Config::default();
+    config.sessions.max_judges = 2;
+    config.sessions.max_candidates = 3;
+    let mut h = Harness {
+        engine: Engine::new(Settings::of(&config)),
+        ..Harness::new()
+    };
+    let b = |event: &str, judge: &str, rest: &str| ballot(event, "s", 0, judge, rest);
+    assert_eq!(
+        h.send(
+            "jury.judge-scores",
+            &b("e1", "j1", r#", "scores": {"A": 5, "B": 6}"#)
+        ),
+        Outcome::Applied
+    );
+    // Candidates count over scores, rankings and metadata, old and new.
+    for (event, rest) in [
+        ("e2", r#", "scores": {"C": 5, "D": 6}"#),
+        (
+            "e3",
+            r#", "scores": {"A": 5}, "candidates": {"C": {}, "D": {}}"#,
+        ),
+        (
+            "e4",
+            r#", "scores": {"A": 5}, "ranking": ["A", "B", "C", "D"]"#,
+        ),
+    ] {
+        let before = h.state.clone();
+        assert_eq!(
+            h.send("jury.judge-scores", &b(event, "j2", rest)),
+            Outcome::Rejected(ErrorCode::SessionLimit),
+            "{rest}"
+        );
+        let message = h.last()["message"].as_str().unwrap_or("").to_owned();
+        assert!(
+            message.contains("4 candidates, more than 3 (sessions.max_candidates)"),
+            "{message}"
+        );
+        assert_eq!(h.state, before);
+    }
+    assert_eq!(
+        h.send(
+            "jury.judge-scores",
+            &b("e5", "j2", r#", "scores": {"A": 5, "C": 6}"#)
+        ),
+        Outcome::Applied
+    );
+    let before = h.state.clone();
+    assert_eq!(
+        h.send(
+            "jury.judge-scores",
+            &b("e6", "j3", r#", "scores": {"A": 5}"#)
+        ),
+        Outcome::Rejected(ErrorCode::SessionLimit)
+    );
+    let message = h.last()["message"].as_str().unwrap_or("").to_owned();
+    assert!(
+        message.contains("3 judges, more than 2 (sessions.max_judges)"),
+        "{message}"
+    );
+    assert_eq!(h.state, before);
+    // j1 again: a replacement, still two judges.
+    assert_eq!(
+        h.send(
+            "jury.judge-scores",
+            &b("e7", "j1", r#", "scores": {"A": 7}"#)
+        ),
+        Outcome::Applied
+    );
+}
+
+/// An output that would exceed the record limit is replaced by a dead letter that names it,
+/// whatever the configuration lets through: here a consensus of three ballots of 300
+/// candidates each, with 250-byte ids, under a 100 kB message limit.
+#[test]
+fn an_output_beyond_the_record_limit_becomes_a_dead_letter() {
+    let mut config = Config::default();
+    config.limits.max_message_bytes = 100_000;
+    config.sessions.max_candidates = 10_000;
+    let max = config.limits.max_record_bytes();
+    let mut h = Harness {
+        engine: Engine::new(Settings::of(&config)),
+        ..Harness::new()
+    };
+    for judge in 0..3 {
+        let scores: Vec<String> = (judge * 300..judge * 300 + 300)
+            .map(|i| format!(r#""{}{i:05}": {}"#, "c".repeat(245), i % 10 + 1))
+            .collect();
+        let rest = format!(
+            r#", "expected_judges": 3, "scores": {{{}}}"#,
+            scores.join(", ")
+        );
+        let payload = ballot(&format!("e{judge}"), "s", 0, &format!("j{judge}"), &rest);
+        assert!(payload.len() < 100_000);
+        assert_eq!(h.send("jury.judge-scores", &payload), Outcome::Applied);
+    }
+    assert!(!h.out.is_empty());
+    let mut letters = 0;
+    for o in &h.out {
+        let text = o.render();
+        assert!(text.len() <= max, "{} bytes", text.len());
+        if o.topic == OutputTopic::DeadLetters {
+            letters += 1;
+            let dl: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(dl["error"], "output_too_large");
+            let message = dl["message"].as_str().unwrap_or("");
+            assert!(
+                message.contains("its consensus output would be"),
+                "{message}"
+            );
+        }
+    }
+    assert_eq!(letters, 1, "{:?}", topics(&h.out));
 }

@@ -234,6 +234,9 @@ impl Engine {
                         batch.event_id
                     ),
                 ),
+                Declined::ProjectLimit => {
+                    project_limit(batch.project_id, self.settings.limits.max_projects)
+                }
             })
     }
 
@@ -256,6 +259,9 @@ impl Engine {
     ) -> Result<Outcome, Declined> {
         let project = match state.projects.get_mut(batch.project_id) {
             Some(p) => p,
+            None if receipt.held_projects >= self.settings.limits.max_projects => {
+                return Err(Declined::ProjectLimit);
+            }
             None => state
                 .projects
                 .entry(ProjectKey::from(batch.project_id))
@@ -335,6 +341,19 @@ enum Declined {
     /// Its offset is at or below `through`, the project's last applied one, and its id is not
     /// remembered.
     OutOfOrder { through: i64 },
+    /// It would add a project to an instance at `limits.max_projects`.
+    ProjectLimit,
+}
+
+/// The rejection of a record that would add `project` to an instance holding `max` projects.
+pub(super) fn project_limit(project: &str, max: usize) -> Rejection {
+    Rejection::new(
+        ErrorCode::ProjectLimit,
+        format!(
+            "project {project:?} would be one more than the {max} this instance holds \
+             (limits.max_projects)"
+        ),
+    )
 }
 
 impl Engine {

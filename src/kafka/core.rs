@@ -210,7 +210,10 @@ impl Core {
             );
         }
         self.metrics.open_sessions.set(open as i64);
-        self.metrics.projects.set(scores.len() as i64);
+        self.metrics.projects.set(self.tasks.held_projects as i64);
+        self.metrics
+            .projects_limit
+            .set(self.config.limits.max_projects as i64);
         let m = &self.config.metrics;
         let shown: Vec<(&str, u64, f64)> = if m.score_projects.is_empty() {
             // The top N by evaluations (ties by id), in linear time: with many projects a full

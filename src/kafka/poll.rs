@@ -147,6 +147,7 @@ pub(super) fn record<'m>(msg: &'m Consumed<'_>, input: InputTopic, topic: &'m st
         key: msg.key(),
         timestamp_ms: msg.timestamp_ms(),
         clock_ms: None,
+        held_projects: 0,
         payload: msg.payload(),
     }
 }

@@ -62,8 +62,10 @@ impl Core {
                 u64::try_from(self.now.duration_since(self.started).as_millis())
                     .unwrap_or(u64::MAX),
             ),
+            held_projects: self.tasks.held_projects,
             ..record(msg, topic, self.topics.input_name(topic))
         };
+        let before = unit.state.project_count();
         // Timing every record would cost more than some records take: sample one in 16.
         self.processed += 1;
         let started = self.processed.is_multiple_of(16).then(Instant::now);
@@ -83,6 +85,7 @@ impl Core {
                 &mut self.out,
             ),
         };
+        self.tasks.held_projects += unit.state.project_count().saturating_sub(before);
         if let Some(started) = started {
             self.metrics
                 .processing
@@ -177,6 +180,7 @@ pub fn message_record<'m>(msg: &'m impl Message, input: InputTopic, topic: &'m s
         key: msg.key(),
         timestamp_ms: msg.timestamp().to_millis(),
         clock_ms: None,
+        held_projects: 0,
         payload: msg.payload(),
     }
 }

@@ -36,6 +36,9 @@ pub(super) struct Tasks {
     /// Revoked partitions and the revocation that took them: a record of one polled before that
     /// revocation (see [`super::poll::Polled::generation`]) is dropped, not applied.
     pub fences: IdMap<(InputTopic, i32), u64>,
+    /// Projects held over all owned partitions, for `limits.max_projects` (see
+    /// [`crate::engine::Record::held_projects`]).
+    pub held_projects: usize,
 }
 
 impl Tasks {
@@ -49,7 +52,11 @@ impl Tasks {
 
     /// Drops the partition `key`, taken by revocation number `generation`.
     pub fn revoke(&mut self, key: (InputTopic, i32), generation: u64) {
-        self.units.remove(&key);
+        if let Some(owned) = self.units.remove(&key) {
+            self.held_projects = self
+                .held_projects
+                .saturating_sub(owned.state.project_count());
+        }
         self.assigned.retain(|k| *k != key);
         self.fences.insert(key, generation);
     }
@@ -112,6 +119,7 @@ impl Tasks {
                 offset,
             }
             .emit(metrics);
+            self.held_projects += state.project_count();
             self.units.insert(
                 key,
                 Owned {

@@ -35,6 +35,7 @@ pub struct Metrics {
     pub producer_retries: IntGauge,
     pub open_sessions: IntGauge,
     pub projects: IntGauge,
+    pub projects_limit: IntGauge,
     pub partitions_owned: IntGauge,
     pub restore_duration: Histogram,
     pub restore_records: IntCounter,
@@ -199,7 +200,12 @@ impl Metrics {
             projects: gauge(
                 &r,
                 "jurystream_projects",
-                "Projects with a score in owned partitions",
+                "Projects held in owned partitions, as limits.max_projects counts them",
+            ),
+            projects_limit: gauge(
+                &r,
+                "jurystream_projects_limit",
+                "limits.max_projects: beyond it new projects are dead-lettered (project_limit)",
             ),
             partitions_owned: gauge(
                 &r,

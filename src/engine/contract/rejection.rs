@@ -41,11 +41,14 @@ pub enum ErrorCode {
     SessionCompleted,
     OccurredAtInFuture,
     OffsetOutOfOrder,
+    ProjectLimit,
+    SessionLimit,
+    OutputTooLarge,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests and metric pre-registration.
-    pub const ALL: [ErrorCode; 33] = [
+    pub const ALL: [ErrorCode; 36] = [
         ErrorCode::InvalidEnvelope,
         ErrorCode::UnknownTopic,
         ErrorCode::EmptyPayload,
@@ -79,6 +82,9 @@ impl ErrorCode {
         ErrorCode::SessionCompleted,
         ErrorCode::OccurredAtInFuture,
         ErrorCode::OffsetOutOfOrder,
+        ErrorCode::ProjectLimit,
+        ErrorCode::SessionLimit,
+        ErrorCode::OutputTooLarge,
     ];
 
     /// The wire spelling, e.g. `duplicate_event_id`.
@@ -117,6 +123,9 @@ impl ErrorCode {
             ErrorCode::SessionCompleted => "session_completed",
             ErrorCode::OccurredAtInFuture => "occurred_at_in_future",
             ErrorCode::OffsetOutOfOrder => "offset_out_of_order",
+            ErrorCode::ProjectLimit => "project_limit",
+            ErrorCode::SessionLimit => "session_limit",
+            ErrorCode::OutputTooLarge => "output_too_large",
         }
     }
 }

@@ -72,11 +72,38 @@ impl Session {
         );
     }
 
+    /// What the session would hold with `ballot` added: (judges, candidates). Its candidates
+    /// are every id named in a score, a ranking or candidate metadata.
+    pub fn size_with(&self, ballot: &BallotEvent<'_>) -> (usize, usize) {
+        let judges = self.ballots.len() + usize::from(!self.ballots.contains_key(ballot.judge));
+        (judges, candidates_with(Some(self), ballot))
+    }
+
     /// All expected judges have reported.
     pub fn is_full(&self) -> bool {
         self.expected_judges
             .is_some_and(|n| self.ballots.len() >= n as usize)
     }
+}
+
+/// The distinct candidate ids of `session` (if any) and `ballot` together.
+fn candidates_with(session: Option<&Session>, ballot: &BallotEvent<'_>) -> usize {
+    let held = session.into_iter().flat_map(|s| {
+        let scored = s.ballots.values().flat_map(|b| {
+            let ranked = b.ranking.iter().flatten();
+            b.scores.keys().chain(ranked)
+        });
+        s.candidates.keys().chain(scored)
+    });
+    let new = ballot
+        .scores
+        .keys()
+        .chain(ballot.ranking.iter().flatten())
+        .chain(ballot.candidates.keys());
+    held.chain(new)
+        .map(String::as_str)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
 }
 
 /// Why a session completed.
@@ -149,6 +176,24 @@ impl SessionBook {
         self.projects
             .get(project)
             .is_some_and(|p| p.completed.contains(session) && !p.open.contains_key(session))
+    }
+
+    /// What session `session_id` of `project` would hold with `ballot` added: (judges,
+    /// candidates), counting from nothing if it is not open.
+    pub fn size_with(
+        &self,
+        project: &str,
+        session_id: &str,
+        ballot: &BallotEvent<'_>,
+    ) -> (usize, usize) {
+        match self
+            .projects
+            .get(project)
+            .and_then(|p| p.open.get(session_id))
+        {
+            Some(s) => s.size_with(ballot),
+            None => (1, candidates_with(None, ballot)),
+        }
     }
 
     /// Open sessions on this partition.
