@@ -844,3 +844,204 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
         );
     }
 }
+
+/// Appends `value` to `records` as the next record of `topic`'s `partition`.
+fn append(records: &mut Vec<Rec>, topic: &str, partition: i32, key: Option<String>, value: &str) {
+    let offset = records
+        .iter()
+        .filter(|r| r.topic == topic && r.partition == partition)
+        .map(|r| r.offset + 1)
+        .max()
+        .unwrap_or(0);
+    records.push(Rec {
+        topic: topic.to_owned(),
+        partition,
+        offset,
+        key,
+        timestamp_ms: 1_795_168_800_000,
+        value: Some(value.to_owned()),
+    });
+}
+
+/// One hostile record of each kind in a live stream: every other record is published as replay
+/// publishes it, the one output the producer refuses (a consensus larger than its configured
+/// `message.max.bytes`) is counted and dropped without holding anything up, and the service is
+/// ready throughout.
+#[test]
+fn poison_records_never_wedge_the_service() {
+    let broker = Broker::shared();
+    let prefix = "poison";
+    let port = free_port();
+    let extra = "[limits]\ndead_letter_payload_bytes = 4096\n\n[kafka.producer]\n\"message.max.bytes\" = \"150000\"\n";
+    let Setup {
+        dir,
+        config,
+        mut records,
+    } = setup(&broker.bootstrap, prefix, &sample_shape(), port, extra);
+    let (votes, judges) = (format!("{prefix}.votes"), format!("{prefix}.judge-scores"));
+    let vote = |event: &str, at: &str, rest: &str| {
+        format!(
+            r#"{{"event_id": "{event}", "project_id": "proj-0", "occurred_at": {at}, "votes": [{{"voter_id": "u-1", "value": 1{rest}}}]}}"#
+        )
+    };
+    let ballot = |event: &str, session: &str, rest: &str| {
+        format!(
+            r#"{{"event_id": "{event}", "project_id": "proj-1", "session_id": "{session}", "occurred_at": 1795168800000, "judge": "judge-0", "expected_judges": 1{rest}}}"#
+        )
+    };
+    let key = |p: &str| Some(p.to_owned());
+    // A verdict of 150,000 control characters (a dead letter that echoed it was 977 kB).
+    let verdict = format!(
+        r#"{{"event_id": "x-1", "project_id": "proj-0", "votes": [{{"voter_id": "u-1", "verdict": "{}"}}]}}"#,
+        "\\u0001".repeat(150_000)
+    );
+    append(&mut records, &votes, 0, key("proj-0"), &verdict);
+    // A 200 kB key of control characters on a record that is not an event.
+    append(
+        &mut records,
+        &votes,
+        0,
+        Some("\u{1}".repeat(200_000)),
+        "{not json",
+    );
+    // A leap second (applied), a far-future occurred_at, a lone surrogate, duplicate members,
+    // nesting 100,000 deep.
+    append(
+        &mut records,
+        &votes,
+        0,
+        key("proj-0"),
+        &vote("x-2", r#""2026-11-20T10:59:60Z""#, ""),
+    );
+    append(
+        &mut records,
+        &votes,
+        0,
+        key("proj-0"),
+        &vote("x-3", r#""2099-01-01T00:00:00Z""#, ""),
+    );
+    append(
+        &mut records,
+        &votes,
+        0,
+        key("proj-0"),
+        &vote("x-4", "1795168800000", r#", "x": "\ud800""#),
+    );
+    append(
+        &mut records,
+        &votes,
+        0,
+        key("proj-0"),
+        &vote("x-5", "1795168800000", r#", "x": 1, "x": 2"#),
+    );
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    append(
+        &mut records,
+        &votes,
+        0,
+        key("proj-0"),
+        &vote("x-6", "1795168800000", &format!(r#", "x": {deep}"#)),
+    );
+    // A scale whose width overflows (applied: a 5 is 0.5), a session beyond
+    // sessions.max_candidates, and a valid session whose consensus (~270 kB) the producer
+    // refuses.
+    append(
+        &mut records,
+        &judges,
+        1,
+        key("proj-1"),
+        &ballot(
+            "y-1",
+            "wide",
+            r#", "scale": {"min": -1e308, "max": 1e308}, "scores": {"A": 5}"#,
+        ),
+    );
+    let many: Vec<String> = (0..1001).map(|c| format!(r#""c{c}": 5"#)).collect();
+    append(
+        &mut records,
+        &judges,
+        1,
+        key("proj-1"),
+        &ballot(
+            "y-2",
+            "many",
+            &format!(r#", "scores": {{{}}}"#, many.join(", ")),
+        ),
+    );
+    let long: Vec<String> = (0..400)
+        .map(|c| format!(r#""{}{c:04}": {}"#, "c".repeat(226), c % 10 + 1))
+        .collect();
+    append(
+        &mut records,
+        &judges,
+        1,
+        key("proj-1"),
+        &ballot(
+            "y-3",
+            "long",
+            &format!(r#", "scores": {{{}}}"#, long.join(", ")),
+        ),
+    );
+    produce(&broker.bootstrap, &records);
+    let mut expect = replayed(&config, &records);
+    let refused: Vec<String> = expect
+        .consensus
+        .iter()
+        .filter(|c| c.len() > 150_000)
+        .cloned()
+        .collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "one consensus record is beyond the producer's limit"
+    );
+    expect.consensus.remove(&refused[0]);
+    let codes: BTreeSet<String> = expect
+        .dead_letters
+        .iter()
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .filter_map(|d| d["error"].as_str().map(str::to_owned))
+        .collect();
+    for code in [
+        "unknown_verdict",
+        "invalid_json",
+        "occurred_at_in_future",
+        "duplicate_field",
+        "session_limit",
+    ] {
+        assert!(codes.contains(code), "{code} in {codes:?}");
+    }
+    assert!(expect.dead_letters.iter().all(|d| d.len() < 100_000));
+
+    let service = Service::start_ready(&config, dir.path().join("service.log"));
+    // Ready throughout: /readyz polled every 50 ms until every record is handled.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut not_ready = 0;
+    while service.records_handled() < inputs(&records) && std::time::Instant::now() < deadline {
+        if !support::http_get(port, "/readyz").is_some_and(|b| b.starts_with("ready")) {
+            not_ready += 1;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        service.records_handled(),
+        inputs(&records),
+        "{}",
+        service.log_text()
+    );
+    assert_eq!(
+        not_ready,
+        0,
+        "not ready {not_ready} times: {}",
+        service.log_text()
+    );
+    assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
+    assert!(
+        support::metric_sum(&service.metrics(), "jurystream_outputs_refused_total") == 1,
+        "{}",
+        service.metrics()
+    );
+    assert!(service.wait_caught_up(&records, Duration::from_secs(30)));
+    let status = service.terminate();
+    assert!(status.success(), "exit {status:?}");
+}

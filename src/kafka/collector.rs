@@ -18,7 +18,7 @@ use super::ServiceError;
 use super::clients;
 use crate::config::Config;
 use crate::engine::output::{Output, OutputTopic, OutputValue};
-use crate::telemetry::events::{AlertPublished, DeliveryFailed, InternalEvent};
+use crate::telemetry::events::{AlertPublished, DeliveryFailed, InternalEvent, OutputRefused};
 use crate::telemetry::metrics::Metrics;
 
 /// Epochs whose acknowledgements [`Delivery`] counts, in a ring indexed by epoch: more than can
@@ -65,6 +65,29 @@ pub(super) struct Tag {
     pub event_ms: Option<i64>,
     /// The epoch the record belongs to (see [`Epoch`]).
     pub epoch: u64,
+}
+
+/// Whether `e` refuses one record for good (too large, invalid, against the topic's policy):
+/// producing it again would fail again. An output refused so is counted and logged, and its
+/// epoch goes on without it, so one record can never wedge the service; a changelog record
+/// refused so still stops it, because the state it carries cannot be left out.
+fn refused_for_good(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::MessageSizeTooLarge
+                | RDKafkaErrorCode::InvalidMessageSize
+                | RDKafkaErrorCode::InvalidMessage
+                | RDKafkaErrorCode::InvalidRecord
+                | RDKafkaErrorCode::PolicyViolation
+        )
+    )
+}
+
+/// Whether `e`, for a record bound for `destination`, is an output refused for good (see
+/// [`refused_for_good`]).
+fn output_refused(destination: Destination, e: &KafkaError) -> bool {
+    matches!(destination, Destination::Output(_)) && refused_for_good(e)
 }
 
 fn now_ms() -> i64 {
@@ -123,6 +146,15 @@ impl ProducerContext for Delivery {
                     }
                 }
             }
+            Err((e, _)) if output_refused(tag.destination, e) => {
+                // Settled: the epoch waits for no report of it any more.
+                self.acked_count(tag.epoch).fetch_add(1, Ordering::Relaxed);
+                OutputRefused {
+                    topic: tag.destination.label(),
+                    error: e,
+                }
+                .emit(&self.metrics);
+            }
             Err((e, _)) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
                 DeliveryFailed {
@@ -175,7 +207,9 @@ impl Collector {
         })
     }
 
-    /// Produces one record, waiting for queue space if the local queue is full.
+    /// Produces one record, waiting for queue space if the local queue is full. `Ok(false)`: an
+    /// output the client refused for good before queueing it (see [`refused_for_good`]),
+    /// counted and logged; no delivery report will come for it.
     pub fn send(
         &self,
         topic: &str,
@@ -183,17 +217,26 @@ impl Collector {
         key: Option<&[u8]>,
         payload: Option<&[u8]>,
         tag: Tag,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<bool, ServiceError> {
+        let destination = tag.destination;
         let mut record = BaseRecord::<[u8], [u8], Box<Tag>>::with_opaque_to(topic, Box::new(tag));
         record.partition = partition;
         record.key = key;
         record.payload = payload;
         loop {
             match self.producer.send(record) {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(true),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                     self.producer.poll(Duration::from_millis(10));
                     record = r;
+                }
+                Err((e, _)) if output_refused(destination, &e) => {
+                    OutputRefused {
+                        topic: destination.label(),
+                        error: &e,
+                    }
+                    .emit(&self.metrics);
+                    return Ok(false);
                 }
                 Err((e, _)) => return Err(ServiceError::Delivery(e.to_string())),
             }
@@ -209,7 +252,6 @@ impl Collector {
         if let Some((scope, kind)) = out.alert {
             AlertPublished { scope, kind }.emit(&self.metrics);
         }
-        self.epoch_outputs += 1;
         let mut buffer = std::mem::take(&mut self.buffer);
         let sent = self.send(
             topic,
@@ -223,7 +265,10 @@ impl Collector {
             },
         );
         self.buffer = buffer;
-        sent
+        if sent? {
+            self.epoch_outputs += 1;
+        }
+        Ok(())
     }
 
     /// Serves every delivery report that has arrived. A zero-timeout poll serves at most one
@@ -270,5 +315,24 @@ impl Collector {
             .context()
             .acked_count(epoch)
             .store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_outputs_refused_for_good_are_dropped() {
+        let output = Destination::Output(OutputTopic::Consensus);
+        let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        let timed_out = KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut);
+        assert!(output_refused(output, &too_large));
+        assert!(!output_refused(Destination::State, &too_large));
+        assert!(!output_refused(output, &timed_out));
+        assert!(!output_refused(
+            output,
+            &KafkaError::MessageProduction(RDKafkaErrorCode::BrokerTransportFailure)
+        ));
     }
 }

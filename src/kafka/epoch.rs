@@ -118,6 +118,7 @@ impl Core {
                     if cut == Some(i) {
                         self.faults.abort_mid_changelog(&self.collector.producer, i);
                     }
+                    // A changelog record is never refused quietly (see `Collector::send`).
                     self.collector.send(
                         self.topics.state(),
                         Some(r.partition),

@@ -76,6 +76,24 @@ impl InternalEvent for DeliveryFailed<'_> {
     }
 }
 
+/// The client or broker refused an output record for good (too large for the broker's limit,
+/// invalid): it is dropped and its epoch goes on, so one record never wedges the service.
+pub struct OutputRefused<'a> {
+    /// The destination's metric label.
+    pub topic: &'a str,
+    pub error: &'a KafkaError,
+}
+
+impl InternalEvent for OutputRefused<'_> {
+    fn emit(self, metrics: &Metrics) {
+        tracing::error!(error = %self.error, topic = self.topic, "output refused, dropped");
+        metrics
+            .outputs_refused
+            .with_label_values(&[self.topic])
+            .inc();
+    }
+}
+
 /// A bias alert was published.
 pub struct AlertPublished {
     pub scope: &'static str,

@@ -32,6 +32,7 @@ pub struct Metrics {
     pub cycle_duration: Histogram,
     pub commits: IntCounterVec,
     pub producer_errors: IntCounter,
+    pub outputs_refused: IntCounterVec,
     pub producer_retries: IntGauge,
     pub open_sessions: IntGauge,
     pub projects: IntGauge,
@@ -186,6 +187,12 @@ impl Metrics {
                 &r,
                 "jurystream_producer_errors_total",
                 "Records the producer failed to deliver",
+            ),
+            outputs_refused: counter_vec(
+                &r,
+                "jurystream_outputs_refused_total",
+                "Output records the client or broker refused for good (too large, invalid), dropped",
+                &["topic"],
             ),
             producer_retries: gauge(
                 &r,
