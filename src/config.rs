@@ -699,6 +699,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("sessions.default_scale_min"), "{e}");
+        for (toml, key) in [
+            ("[sessions]\nmax_candidates = 0", "sessions.max_candidates"),
+            ("[sessions]\nmax_judges = 0", "sessions.max_judges"),
+            ("[limits]\nmax_projects = 0", "limits.max_projects"),
+        ] {
+            let e = Config::from_toml(toml).unwrap_err().to_string();
+            assert!(e.contains(key), "{e}");
+        }
     }
 
     #[test]

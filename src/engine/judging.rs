@@ -64,7 +64,7 @@ impl Engine {
         if record.held_projects >= self.settings.limits.max_projects
             && !state.judge_projects.contains_key(project)
         {
-            return Err(super::votes::project_limit(
+            return Err(super::project_limit(
                 project,
                 self.settings.limits.max_projects,
             ));

@@ -208,6 +208,18 @@ impl Engine {
     }
 }
 
+/// The rejection of a record that would add `project` to an instance holding `max` projects
+/// (`limits.max_projects`), on either topic that creates projects.
+fn project_limit(project: &str, max: usize) -> Rejection {
+    Rejection::new(
+        ErrorCode::ProjectLimit,
+        format!(
+            "project {project:?} would be one more than the {max} this instance holds \
+             (limits.max_projects)"
+        ),
+    )
+}
+
 /// The rejection for a payload that is not JSON at all.
 fn parse_rejection(e: ParseFailure) -> Rejection {
     match e {

@@ -235,7 +235,7 @@ impl Engine {
                     ),
                 ),
                 Declined::ProjectLimit => {
-                    project_limit(batch.project_id, self.settings.limits.max_projects)
+                    super::project_limit(batch.project_id, self.settings.limits.max_projects)
                 }
             })
     }
@@ -343,17 +343,6 @@ enum Declined {
     OutOfOrder { through: i64 },
     /// It would add a project to an instance at `limits.max_projects`.
     ProjectLimit,
-}
-
-/// The rejection of a record that would add `project` to an instance holding `max` projects.
-pub(super) fn project_limit(project: &str, max: usize) -> Rejection {
-    Rejection::new(
-        ErrorCode::ProjectLimit,
-        format!(
-            "project {project:?} would be one more than the {max} this instance holds \
-             (limits.max_projects)"
-        ),
-    )
 }
 
 impl Engine {
