@@ -1336,3 +1336,19 @@ fn an_output_beyond_the_record_limit_becomes_a_dead_letter() {
     }
     assert_eq!(letters, 1, "{:?}", topics(&h.out));
 }
+
+/// `item_id` is informational: one of tens of kB (within the message limit) costs no vote, on
+/// the full reader and the one-pass one alike.
+#[test]
+fn a_long_item_id_costs_no_vote() {
+    let long = format!(
+        r#"{{"event_id": "e1", "project_id": "p", "occurred_at": 0, "item_id": "{}", "votes": [{{"voter_id": "u", "value": 1}}]}}"#,
+        "t".repeat(50_000)
+    );
+    let mut h = Harness::new();
+    assert_eq!(h.send("jury.votes", &long), Outcome::Applied);
+    let record = rec("jury.votes", Some(long.as_bytes()));
+    assert!(h.engine.prepare_votes(&record).is_some());
+    let empty = long.replace(&"t".repeat(50_000), "").replace("e1", "e2");
+    assert_eq!(h.send("jury.votes", &empty), Outcome::Applied);
+}

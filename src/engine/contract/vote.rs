@@ -100,7 +100,9 @@ fn read_header<'d>(f: &Fields<'d, '_, '_>, limits: VoteLimits) -> Result<Header<
     let event_id = f.id("event_id", limits.max_id_bytes)?;
     let project_id = f.id("project_id", limits.max_id_bytes)?;
     let occurred_at = f.opt_time("occurred_at")?;
-    let item_id = f.opt_id("item_id", limits.max_id_bytes)?;
+    // Informational (it names what was voted on, nothing is keyed by it), so it is bounded by
+    // the message size, not by `limits.max_id_bytes`: a long trace id must not cost a vote.
+    let item_id = f.opt_str("item_id")?;
     Ok((event_id, project_id, occurred_at, item_id))
 }
 

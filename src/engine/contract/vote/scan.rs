@@ -46,10 +46,7 @@ pub(super) fn valid_batch(text: &str, limits: VoteLimits) -> Option<VoteBatch<'_
         event_id: id(event_id?)?,
         project_id: id(project_id?)?,
         occurred_at,
-        item_id: match item_id {
-            Some(i) => Some(id(i)?),
-            None => None,
-        },
+        item_id,
         votes: votes?,
     })
 }
@@ -352,14 +349,15 @@ mod tests {
             .map(|v| (v.voter_id, v.value, v.reputation))
             .collect();
         assert_eq!(votes, [("u-0001", 1.0, Some(0.9)), ("u-8", 0.75, None)]);
-        // One vote or one id byte fewer allowed: the full path words the rejection.
+        // One vote or one event-id byte fewer allowed: the full path words the rejection. (The
+        // 14-byte item_id is informational, not bound by max_id_bytes.)
         let tighter = [
             VoteLimits {
                 max_votes: 1,
                 ..limits
             },
             VoteLimits {
-                max_id_bytes: 13,
+                max_id_bytes: 12,
                 ..limits
             },
         ];
