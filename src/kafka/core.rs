@@ -127,6 +127,10 @@ impl Core {
         epochs: Epochs,
         (metrics, health, stop): (&Arc<Metrics>, &Arc<Health>, &Arc<AtomicBool>),
     ) -> Core {
+        // A setting, not a reading: shown once, beside the `jurystream_projects` it bounds.
+        metrics
+            .projects_limit
+            .set(i64::try_from(config.limits.max_projects).unwrap_or(i64::MAX));
         Core {
             engine,
             config: config.clone(),
@@ -211,9 +215,6 @@ impl Core {
         }
         self.metrics.open_sessions.set(open as i64);
         self.metrics.projects.set(self.tasks.held_projects as i64);
-        self.metrics
-            .projects_limit
-            .set(self.config.limits.max_projects as i64);
         let m = &self.config.metrics;
         let shown: Vec<(&str, u64, f64)> = if m.score_projects.is_empty() {
             // The top N by evaluations (ties by id), in linear time: with many projects a full
