@@ -113,6 +113,7 @@ fn bench_parse_validate_apply(c: &mut Criterion) {
                         out.clear();
                         let record = Record {
                             offset: Some(i as i64),
+                            position: Some(i as i64),
                             ..vote_record(p)
                         };
                         black_box(engine.process(state, &mut reps, &record, out));
@@ -195,6 +196,7 @@ fn bench_journaled_epoch(c: &mut Criterion) {
                 out.clear();
                 let record = Record {
                     offset: Some(next),
+                    position: Some(next),
                     clock_ms: Some(clock_at(i)),
                     held_projects: 0,
                     ..vote_record(p)
@@ -311,6 +313,7 @@ fn vote_record(payload: &str) -> Record<'_> {
         input: Some(InputTopic::Votes),
         partition: Some(0),
         offset: None,
+        position: None,
         key: None,
         timestamp_ms: None,
         clock_ms: None,

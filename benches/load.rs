@@ -12,7 +12,9 @@
 //! counts, default `1,10000,100000`; empty for none), `LOAD_LATENCY=0` to skip the latency runs,
 //! `LOAD_FETCH_WAIT_MS` for every consumer's `fetch.wait.max.ms` (default 10),
 //! `LOAD_SERVICE_CONFIG` for TOML appended to the service's configuration (e.g.
-//! `[kafka.producer]` settings to try), `LOAD_IO_RECORDS` for the records per event (c) writes
+//! `[kafka.producer]` settings to try), `LOAD_PARTITIONING` for the `input.partitioning` modes
+//! (b) and (c) run in, each in every round (comma-separated, default `by_key,repartition`; the
+//! latency runs use the first), `LOAD_IO_RECORDS` for the records per event (c) writes
 //! instead of jurystream's, `LOAD_IO_VALIDATE=1` for a (c) whose polling thread also reads and
 //! validates every event as the service's does (the least work any correct service does).
 
@@ -217,14 +219,19 @@ fn raw_consume_produce(
 /// logging warnings only, once it is ready. It runs the shipped cycle length (the default
 /// `kafka.commit_interval_ms`, overridable through the usual `JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS`),
 /// not the tests' shorter one, and the same fetch wait as the raw loop ([`fetch_wait_ms`]).
-fn start_service(bootstrap: &str, dir: &std::path::Path, prefix: &str, votes: &str) -> Service {
+fn start_service(
+    bootstrap: &str,
+    dir: &std::path::Path,
+    (prefix, partitioning): (&str, &str),
+    votes: &str,
+) -> Service {
     let config = write_config(
         dir,
         prefix,
         bootstrap,
         free_port(),
         &format!(
-            "[log]\nlevel = \"warn\"\n{}",
+            "[input]\npartitioning = \"{partitioning}\"\n\n[log]\nlevel = \"warn\"\n{}",
             std::env::var("LOAD_SERVICE_CONFIG").unwrap_or_default()
         ),
     );
@@ -257,12 +264,12 @@ fn start_service(bootstrap: &str, dir: &std::path::Path, prefix: &str, votes: &s
 fn service_throughput(
     bootstrap: &str,
     dir: &std::path::Path,
-    prefix: &str,
+    (prefix, partitioning): (&str, &str),
     votes: &str,
     n: usize,
 ) -> (f64, f64, f64) {
     create_topics(bootstrap, prefix, PARTITIONS);
-    let service = start_service(bootstrap, dir, prefix, votes);
+    let service = start_service(bootstrap, dir, (prefix, partitioning), votes);
     let mut first = None;
     loop {
         let m = service.metrics();
@@ -348,14 +355,14 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 fn latency(
     bootstrap: &str,
     dir: &std::path::Path,
-    prefix: &str,
+    (prefix, partitioning): (&str, &str),
     rate: usize,
     secs: usize,
     projects: usize,
 ) -> (i64, i64, i64, usize) {
     create_topics(bootstrap, prefix, PARTITIONS);
     let topic = format!("{prefix}.votes");
-    let service = start_service(bootstrap, dir, prefix, &topic);
+    let service = start_service(bootstrap, dir, (prefix, partitioning), &topic);
     let measured_from = offer(bootstrap, &topic, rate, secs, |i, now| {
         event(i, projects, now)
     });
@@ -447,6 +454,16 @@ fn rounds() -> usize {
         .max(1)
 }
 
+/// The `input.partitioning` modes the service runs in (`LOAD_PARTITIONING`).
+fn partitionings() -> Vec<String> {
+    std::env::var("LOAD_PARTITIONING")
+        .unwrap_or_else(|_| "by_key,repartition".into())
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
 /// One round's measurements (or their medians).
 struct Row {
     /// (a) msg/s.
@@ -523,9 +540,10 @@ fn main() {
     }
     let rounds = rounds();
     println!(
-        "| projects | round | raw consume (msg/s) | jurystream end to end (events/s) | ratio | outputs per event | changelog records per event | raw consume + produce as many records (events/s) | jurystream / that |"
+        "| projects | partitioning | round | raw consume (msg/s) | jurystream end to end (events/s) | ratio | outputs per event | changelog records per event | raw consume + produce as many records (events/s) | jurystream / that |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let modes = partitionings();
     let scenarios: Vec<usize> = std::env::var("LOAD_PROJECTS")
         .unwrap_or_else(|_| "1,10000,100000".into())
         .split(',')
@@ -544,47 +562,65 @@ fn main() {
             send(&p, &topic, &key, &payload);
         }
         p.flush(Duration::from_secs(120)).expect("flush");
-        let mut rows = Vec::with_capacity(rounds);
+        let mut rows: Vec<Vec<Row>> = modes.iter().map(|_| Vec::new()).collect();
         for round in 1..=rounds {
             let raw = raw_consume(&broker.bootstrap, &topic, n);
-            // A fresh service per round: its own group, outputs and changelog, the same input.
-            let own = format!("{prefix}-r{round}");
-            let (svc, outputs, changelog) =
-                service_throughput(&broker.bootstrap, dir.path(), &own, &topic, n);
-            // A topic this vote-only load leaves empty.
-            let out = format!("{own}.consensus");
-            let per_event = io_records().unwrap_or(outputs + changelog);
-            let io =
-                raw_consume_produce(&broker.bootstrap, &topic, &out, n, per_event, io_validate());
-            let row = Row {
-                raw,
-                svc,
-                outputs,
-                changelog,
-                io,
-            };
-            println!(
-                "| {projects} | {round} | {} |",
-                row.cells(svc / raw, svc / io)
-            );
-            rows.push(row);
-            // The broker keeps every record in memory, and with 100,000 projects a round writes
-            // over a million: later rounds ran slower on the leftovers (26%, 23%, 17% of (a)).
-            support::delete_topics(&broker.bootstrap, &own);
+            for (mode, partitioning) in modes.iter().enumerate() {
+                // A fresh service per round and mode: its own group, outputs and changelog,
+                // the same input.
+                let own = format!("{prefix}-{partitioning}-r{round}");
+                let (svc, outputs, changelog) = service_throughput(
+                    &broker.bootstrap,
+                    dir.path(),
+                    (&own, partitioning),
+                    &topic,
+                    n,
+                );
+                // A topic this vote-only load leaves empty.
+                let out = format!("{own}.consensus");
+                let per_event = io_records().unwrap_or(outputs + changelog);
+                let io = raw_consume_produce(
+                    &broker.bootstrap,
+                    &topic,
+                    &out,
+                    n,
+                    per_event,
+                    io_validate(),
+                );
+                let row = Row {
+                    raw,
+                    svc,
+                    outputs,
+                    changelog,
+                    io,
+                };
+                println!(
+                    "| {projects} | {partitioning} | {round} | {} |",
+                    row.cells(svc / raw, svc / io)
+                );
+                rows[mode].push(row);
+                // The broker keeps every record in memory, and with 100,000 projects a round
+                // writes over a million: later rounds ran slower on the leftovers (26%, 23%,
+                // 17% of (a)).
+                support::delete_topics(&broker.bootstrap, &own);
+                support::delete_topic(&broker.bootstrap, &format!("{own}-group-repartition"));
+            }
         }
-        if rounds > 1 {
-            let m = |f: fn(&Row) -> f64| median(rows.iter().map(f));
-            let row = Row {
-                raw: m(|r| r.raw),
-                svc: m(|r| r.svc),
-                outputs: m(|r| r.outputs),
-                changelog: m(|r| r.changelog),
-                io: m(|r| r.io),
-            };
-            println!(
-                "| {projects} | **median** | {} |",
-                row.cells(m(|r| r.svc / r.raw), m(|r| r.svc / r.io))
-            );
+        for (rows, partitioning) in rows.iter().zip(&modes) {
+            if rounds > 1 {
+                let m = |f: fn(&Row) -> f64| median(rows.iter().map(f));
+                let row = Row {
+                    raw: m(|r| r.raw),
+                    svc: m(|r| r.svc),
+                    outputs: m(|r| r.outputs),
+                    changelog: m(|r| r.changelog),
+                    io: m(|r| r.io),
+                };
+                println!(
+                    "| {projects} | {partitioning} | **median** | {} |",
+                    row.cells(m(|r| r.svc / r.raw), m(|r| r.svc / r.io))
+                );
+            }
         }
     }
     if std::env::var("LOAD_LATENCY").is_ok_and(|v| v == "0") {
@@ -592,14 +628,20 @@ fn main() {
     }
     let (r50, r99, rmax, raw_samples) =
         raw_latency(&broker.bootstrap, &format!("rawlatency-{run}"), 10_000, 10);
-    let (p50, p99, max, samples) = latency(
-        &broker.bootstrap,
-        dir.path(),
-        &format!("latency-{run}"),
-        10_000,
-        10,
-        10_000,
-    );
+    let measured: Vec<(String, (i64, i64, i64, usize))> = modes
+        .iter()
+        .map(|partitioning| {
+            let l = latency(
+                &broker.bootstrap,
+                dir.path(),
+                (&format!("latency-{partitioning}-{run}"), partitioning),
+                10_000,
+                10,
+                10_000,
+            );
+            (partitioning.clone(), l)
+        })
+        .collect();
     println!(
         "\nlatency at 10,000 events/s offered for {WARMUP_SECS} s warm-up + 10 s measured (10,000 projects, fetch.wait.max.ms = {}):",
         fetch_wait_ms()
@@ -607,5 +649,9 @@ fn main() {
     println!("| path | samples | p50 (ms) | p99 (ms) | max (ms) |");
     println!("|---|---:|---:|---:|---:|");
     println!("| raw: produce -> consume loop | {raw_samples} | {r50} | {r99} | {rmax} |");
-    println!("| jurystream: event time -> score published | {samples} | {p50} | {p99} | {max} |");
+    for (partitioning, (p50, p99, max, samples)) in measured {
+        println!(
+            "| jurystream ({partitioning}): event time -> score published | {samples} | {p50} | {p99} | {max} |"
+        );
+    }
 }

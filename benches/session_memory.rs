@@ -114,6 +114,7 @@ fn held_by(topic: &str, payloads: impl Iterator<Item = String>) -> (PartitionSta
             input: TopicTable::default().input(topic),
             partition: Some(0),
             offset: Some(i as i64),
+            position: Some(i as i64),
             key: None,
             timestamp_ms: None,
             clock_ms: None,

@@ -34,6 +34,7 @@ fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    pub input: Input,
     pub topics: Topics,
     pub limits: Limits,
     pub scoring: Scoring,
@@ -190,6 +191,26 @@ impl Default for Metrics {
     }
 }
 
+/// How the service finds each record's project state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Input {
+    pub partitioning: Partitioning,
+}
+
+/// Where a project's state lives in the Kafka service (see the README, "Partitioning").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Partitioning {
+    /// Every input record is forwarded to `<group_id>-repartition`, keyed and partitioned by
+    /// its `project_id`, and applied from there: correct whatever producers key by.
+    #[default]
+    Repartition,
+    /// Records are applied from the partition they were produced to; a record not keyed by its
+    /// `project_id` is dead-lettered (`key_not_project_id`).
+    ByKey,
+}
+
 /// Topic names, input and output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -202,6 +223,8 @@ pub struct Topics {
     pub bias_alerts: String,
     pub leaderboard: String,
     pub dead_letters: String,
+    /// The state changelog; empty (the default) names it after the consumer group,
+    /// `<group_id>-state`.
     pub state: String,
 }
 
@@ -216,7 +239,7 @@ impl Default for Topics {
             bias_alerts: "jury.bias-alerts".into(),
             leaderboard: "jury.leaderboard".into(),
             dead_letters: "jury.dead-letters".into(),
-            state: "jury.state".into(),
+            state: String::new(),
         }
     }
 }
@@ -331,10 +354,11 @@ pub struct Sessions {
     /// Scale of ballots that give none.
     pub default_scale_min: f64,
     pub default_scale_max: f64,
-    /// A session completes ("timeout") once its partition's event-time watermark passes its last
+    /// A session completes ("timeout") once its project's event-time watermark passes its last
     /// activity by this many seconds.
     pub timeout_secs: u64,
-    /// Most open sessions per project and per input partition; beyond, the oldest is "evicted".
+    /// Most open sessions per project and per partition's state; beyond, the oldest is
+    /// "evicted".
     pub max_open_per_project: usize,
     pub max_open_total: usize,
     /// Completed session ids remembered per project, to dead-letter late ballots (`session_completed`).
@@ -476,11 +500,16 @@ impl Config {
             ("topics.bias_alerts", &t.bias_alerts),
             ("topics.leaderboard", &t.leaderboard),
             ("topics.dead_letters", &t.dead_letters),
-            ("topics.state", &t.state),
         ] {
             if name.is_empty() || name.len() > 249 {
                 return Err(invalid(key, "a topic name has 1 to 249 characters"));
             }
+        }
+        if t.state.len() > 249 {
+            return Err(invalid(
+                "topics.state",
+                "a topic name has 1 to 249 characters",
+            ));
         }
         let inputs = [&t.votes, &t.judge_scores, &t.reputations];
         if inputs[0] == inputs[1] || inputs[0] == inputs[2] || inputs[1] == inputs[2] {

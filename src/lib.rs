@@ -12,17 +12,20 @@
 //!   - `engine::model`: the formulas (score, dedupe, session, consensus, bias, stats,
 //!     leaderboard);
 //!   - `engine::votes`, `engine::judging`: the two pipelines;
-//!   - `engine::state`, `engine::journal`, `engine::ids`: per-partition state, what changed in
-//!     it, and the maps and keys of ids;
+//!   - `engine::routing`: a record's project, read for the stage that repartitions by it;
+//!   - `engine::state`, `engine::journal`, `engine::origins`, `engine::ids`: per-partition
+//!     state, what changed in it, which input records it holds, and the maps and keys of ids;
 //!   - `engine::record`, `engine::output`: what goes in and what comes out;
 //!   - `engine::settings`: all the engine may know of the configuration.
 //! - [`changelog`]: partition state as compacted changelog records (`render`) and back
 //!   (`restore`). Pure.
 //! - [`replay`]: the file runtime.
-//! - [`topics`]: the one table between the engine's topics and their configured names.
+//! - [`topics`]: the one table between the engine's topics and their configured names, and the
+//!   names of the internal topics.
 //! - [`kafka`]: the service: `run` builds the clients and the two threads (`poll`, `process`);
-//!   `core` is the processor's state they share, `collector` produces, `epoch` is the commit
-//!   protocol, `tasks` holds the owned partitions' state, `contexts` the rebalance callbacks,
+//!   `core` is the processor's state they share, `repartition` the stage that forwards input
+//!   records by project, `collector` produces, `epoch` is the commit protocol, `tasks` holds
+//!   the owned partitions' state, `contexts` the rebalance callbacks,
 //!   `clients` the client settings and topics, `batch_queue` the batch consume (the only FFI
 //!   module), `faults` the crash injection of the recovery tests.
 //! - [`telemetry`]: Prometheus metrics, the internal events that log and count in one place,

@@ -192,7 +192,7 @@ fn run_replay(config: Config, input: &str, output: &str) -> Result<()> {
     let started = Instant::now();
     let summary = replay::replay(
         &engine,
-        &TopicTable::new(&config.topics),
+        &TopicTable::new(&config.topics, &config.kafka.group_id),
         BufReader::with_capacity(1 << 16, reader),
         BufWriter::with_capacity(1 << 16, writer),
     )?;

@@ -6,7 +6,6 @@
 //! is `{"topic", "key", "value"}` in processing order. The file is streamed, never loaded whole.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::io::{BufRead, Read, Write};
 
 use serde::Deserialize;
@@ -49,8 +48,8 @@ pub struct Summary {
     pub applied: u64,
     pub late: u64,
     pub dead_lettered: u64,
-    /// Vote batches at or below their project's last applied offset (see
-    /// [`Outcome::Replayed`]).
+    /// Records at or below the last offset processed from their partition: the same records
+    /// read again (see [`Outcome::Replayed`]).
     pub replayed: u64,
     pub outputs: u64,
 }
@@ -104,15 +103,15 @@ pub fn replay(
     mut input: impl BufRead,
     mut output: impl Write,
 ) -> Result<Summary, ReplayError> {
-    // One state per (topic, partition), exactly as the Kafka service keeps it.
-    let mut states: HashMap<(String, i32), PartitionState> = HashMap::new();
+    // One state for the whole file: a project's records are applied in file order wherever
+    // their partitions say they were, which is the order the Kafka service applies them in
+    // once they are repartitioned by project.
+    let mut state = PartitionState::default();
     let mut reputations = ReputationTable::default();
     let mut summary = Summary::default();
     let mut line = Vec::with_capacity(1024);
     let mut outs: Vec<Output> = Vec::new();
     let mut line_no: i64 = 0;
-    // Projects held over all states, for `limits.max_projects`.
-    let mut held_projects = 0;
     let max_line = max_line_bytes(engine.settings().limits.max_message_bytes);
     loop {
         line.clear();
@@ -143,23 +142,15 @@ pub fn replay(
                         input: topics.input(&env.topic),
                         partition: env.partition,
                         offset: env.offset,
+                        // No changelog: only offsets identify a record read again.
+                        position: None,
                         key: env.key.as_deref().map(str::as_bytes),
                         timestamp_ms: env.timestamp_ms,
                         clock_ms: None,
-                        held_projects,
+                        held_projects: state.project_count(),
                         payload: payload.as_deref(),
                     };
-                    let partition = env.partition.unwrap_or(0);
-                    let state = match states.get_mut(&(env.topic.to_string(), partition)) {
-                        Some(state) => state,
-                        None => states
-                            .entry((env.topic.to_string(), partition))
-                            .or_default(),
-                    };
-                    let before = state.project_count();
-                    let outcome = engine.process(state, &mut reputations, &record, &mut outs);
-                    held_projects += state.project_count().saturating_sub(before);
-                    outcome
+                    engine.process(&mut state, &mut reputations, &record, &mut outs)
                 }
                 Err(e) => reject_line(engine, line_no, text, &e, &mut outs),
             },
@@ -187,6 +178,7 @@ fn reject_line(
         input: None,
         partition: None,
         offset: Some(line_no),
+        position: None,
         key: None,
         timestamp_ms: None,
         clock_ms: None,
@@ -213,6 +205,8 @@ pub fn write_output(topics: &TopicTable, w: &mut impl Write, out: &Output) -> st
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
     use crate::engine::Settings;
 
@@ -280,44 +274,47 @@ mod tests {
     }
 
     #[test]
-    fn a_vote_record_read_again_at_its_offset_is_replayed() {
-        let line = |offset: i64, event: &str| {
+    fn a_record_read_again_at_its_offset_is_replayed_once() {
+        let vote = |offset: i64, event: &str| {
             format!(
                 r#"{{"topic": "jury.votes", "partition": 2, "offset": {offset}, "value": {{"event_id": "{event}", "project_id": "p", "occurred_at": 0, "votes": [{{"voter_id": "u", "value": 1}}]}}}}"#
             )
         };
+        let bad = |offset: i64| {
+            format!(
+                r#"{{"topic": "jury.judge-scores", "partition": 0, "offset": {offset}, "value": "not json"}}"#
+            )
+        };
         // Offsets 3 and 4, then 4 again (the same record: replayed, no output), then event e1
-        // at a new offset (a resend: a duplicate), then a new event at an old offset (out of
-        // order).
+        // at a new offset (a resend: a duplicate), then offset 2 (below the partition's last:
+        // a record read again, whatever it holds). A rejected record read again is not
+        // dead-lettered twice, and each partition is its own sequence.
         let input = [
-            line(3, "e1"),
-            line(4, "e2"),
-            line(4, "e2"),
-            line(5, "e1"),
-            line(2, "e3"),
+            vote(3, "e1"),
+            vote(4, "e2"),
+            vote(4, "e2"),
+            vote(5, "e1"),
+            vote(2, "e3"),
+            bad(4),
+            bad(4),
+            vote(0, "e4").replace("\"partition\": 2", "\"partition\": 1"),
         ]
         .join("\n");
         let (summary, out) = run(&input);
         assert_eq!(
             (summary.applied, summary.replayed, summary.dead_lettered),
-            (2, 1, 2)
+            (3, 3, 2),
+            "{out}"
         );
-        assert_eq!(summary.outputs, 4, "{out}");
-        let errors: Vec<_> = out
+        let errors: Vec<&str> = out
             .lines()
-            .skip(2)
-            .map(|l| l.contains("duplicate_event_id") || l.contains("offset_out_of_order"))
+            .filter_map(|l| l.split(r#""error":""#).nth(1)?.split('"').next())
             .collect();
-        assert_eq!(errors, [true, true], "{out}");
-        assert!(
-            out.lines()
-                .nth(3)
-                .is_some_and(|l| l.contains("offset_out_of_order"))
-        );
+        assert_eq!(errors, ["duplicate_event_id", "invalid_json"], "{out}");
     }
 
     #[test]
-    fn max_projects_counts_the_projects_of_every_partition() {
+    fn max_projects_counts_every_project_once_wherever_its_records_are() {
         let mut settings = Settings::default();
         settings.limits.max_projects = 2;
         let (engine, topics) = (Engine::new(settings), TopicTable::default());
@@ -336,10 +333,10 @@ mod tests {
         let mut out = Vec::new();
         let summary = replay(&engine, &topics, input.as_bytes(), &mut out).unwrap();
         let out = String::from_utf8(out).unwrap();
-        // a and b fill the instance; c is refused; a in another partition is a project of that
-        // partition's state, so it is refused too.
-        assert_eq!((summary.applied, summary.dead_lettered), (2, 2), "{out}");
-        assert_eq!(out.matches("project_limit").count(), 2, "{out}");
+        // a and b fill the instance; c is refused; a in another partition is still project a.
+        assert_eq!((summary.applied, summary.dead_lettered), (3, 1), "{out}");
+        assert_eq!(out.matches("project_limit").count(), 1, "{out}");
+        assert!(out.contains(r#""evaluations":2"#), "{out}");
     }
 
     #[test]
@@ -354,5 +351,142 @@ mod tests {
         let (summary, out) = run(input);
         assert_eq!(summary.applied, 3, "{out}");
         assert!(out.contains(r#""score":1.0"#));
+    }
+
+    /// One generated event of a stream: a vote batch, a judge ballot, or a record no reader
+    /// accepts, with the key and partition a producer gave it.
+    #[derive(Debug, Clone)]
+    enum Event {
+        Votes {
+            project: u8,
+            event: u8,
+            secs: u16,
+            values: Vec<u8>,
+        },
+        Ballot {
+            project: u8,
+            session: u8,
+            judge: u8,
+            secs: u16,
+            a: u8,
+            b: u8,
+        },
+        Bad {
+            project: u8,
+        },
+    }
+
+    fn arb_event() -> impl proptest::strategy::Strategy<Value = Event> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0..4u8, 0..40u8, 0..600u16, prop::collection::vec(0..2u8, 1..4))
+                .prop_map(|(project, event, secs, values)| Event::Votes { project, event, secs, values }),
+            3 => (0..3u8, 0..3u8, 0..3u8, 0..600u16, 1..10u8, 1..10u8)
+                .prop_map(|(project, session, judge, secs, a, b)| Event::Ballot { project, session, judge, secs, a, b }),
+            1 => (0..4u8).prop_map(|project| Event::Bad { project }),
+        ]
+    }
+
+    impl Event {
+        fn project(&self) -> u8 {
+            match self {
+                Event::Votes { project, .. }
+                | Event::Ballot { project, .. }
+                | Event::Bad { project } => *project,
+            }
+        }
+
+        /// The replay line of this event as the `seq`-th record of the stream, produced with
+        /// `key` to `partition` at `offset`.
+        fn line(&self, seq: usize, key: Option<&str>, partition: i32, offset: i64) -> String {
+            let t = |secs: u16| format!("2026-11-20T10:{:02}:{:02}Z", secs / 60, secs % 60);
+            let (topic, value) = match self {
+                Event::Votes {
+                    project,
+                    event,
+                    secs,
+                    values,
+                } => {
+                    let votes: Vec<String> = values
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| format!(r#"{{"voter_id": "u{i}", "value": {v}}}"#))
+                        .collect();
+                    (
+                        "jury.votes",
+                        format!(
+                            r#"{{"event_id": "v{event}", "project_id": "p{project}", "occurred_at": "{}", "votes": [{}]}}"#,
+                            t(*secs),
+                            votes.join(", ")
+                        ),
+                    )
+                }
+                Event::Ballot {
+                    project,
+                    session,
+                    judge,
+                    secs,
+                    a,
+                    b,
+                } => (
+                    "jury.judge-scores",
+                    format!(
+                        r#"{{"event_id": "b{seq}", "project_id": "p{project}", "session_id": "s{session}", "occurred_at": "{}", "judge": "j{judge}", "scores": {{"A": {a}, "B": {b}}}, "candidates": {{"A": {{"author": "m1"}}, "B": {{"author": "m2"}}}}, "expected_judges": 3, "category": "c"}}"#,
+                        t(*secs)
+                    ),
+                ),
+                Event::Bad { project } => (
+                    "jury.votes",
+                    format!(r#""{{\"project_id\": \"p{project}\", oops""#),
+                ),
+            };
+            let key = key.map_or("null".to_owned(), |k| format!("{k:?}"));
+            format!(
+                r#"{{"topic": "{topic}", "partition": {partition}, "offset": {offset}, "key": {key}, "value": {value}}}"#
+            )
+        }
+    }
+
+    /// The stream's replay file, each record produced with the key and partition `place`
+    /// gives it, at the next offset of its topic's partition.
+    fn file(events: &[Event], place: impl Fn(usize, &Event) -> (Option<String>, i32)) -> String {
+        let mut next: HashMap<(bool, i32), i64> = HashMap::new();
+        let mut lines = Vec::new();
+        for (seq, e) in events.iter().enumerate() {
+            let (key, partition) = place(seq, e);
+            let offset = next
+                .entry((matches!(e, Event::Ballot { .. }), partition))
+                .or_default();
+            lines.push(e.line(seq, key.as_deref(), partition, *offset));
+            *offset += 1;
+        }
+        lines.join("\n")
+    }
+
+    /// The output lines but dead letters, which name the record's own partition and offset.
+    fn results(out: &str) -> Vec<&str> {
+        out.lines()
+            .filter(|l| !l.starts_with(r#"{"topic":"jury.dead-letters""#))
+            .collect()
+    }
+
+    proptest::proptest! {
+        /// Results never depend on how producers key or partition: any assignment of keys and
+        /// partitions to a stream, file order kept, gives the outputs of the same stream keyed
+        /// and partitioned by project.
+        #[test]
+        fn any_keys_and_partitions_give_the_results_of_keying_by_project(
+            events in proptest::collection::vec(arb_event(), 1..120),
+            places in proptest::collection::vec((proptest::option::of(0..50u16), 0..4i32), 120),
+        ) {
+            let by_project = file(&events, |_, e| (Some(format!("p{}", e.project())), i32::from(e.project() % 2)));
+            let mis_keyed = file(&events, |seq, _| {
+                let (key, partition) = places[seq];
+                (key.map(|k| format!("k{k}")), partition)
+            });
+            let (expected, got) = (run(&by_project), run(&mis_keyed));
+            proptest::prop_assert_eq!(results(&got.1), results(&expected.1));
+            proptest::prop_assert_eq!(got.0, expected.0);
+        }
     }
 }

@@ -6,16 +6,39 @@ use crate::config;
 use crate::engine::InputTopic;
 use crate::engine::output::OutputTopic;
 
-/// The configured topic names.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The configured topic names, and the internal topics named after the consumer group.
+#[derive(Debug, Clone, PartialEq)]
 pub struct TopicTable {
     names: config::Topics,
+    /// `<group_id>-state` unless `topics.state` names the changelog.
+    state: String,
+    /// `<group_id>-repartition`.
+    repartition: String,
+}
+
+impl Default for TopicTable {
+    fn default() -> Self {
+        TopicTable::new(
+            &config::Topics::default(),
+            &config::Kafka::default().group_id,
+        )
+    }
 }
 
 impl TopicTable {
-    pub fn new(names: &config::Topics) -> TopicTable {
+    /// The names of `names`, and the internal topics of consumer group `group_id`: like Kafka
+    /// Streams', they are named after the group (its application id), so two deployments with
+    /// different groups never share state.
+    pub fn new(names: &config::Topics, group_id: &str) -> TopicTable {
+        let state = if names.state.is_empty() {
+            format!("{group_id}-state")
+        } else {
+            names.state.clone()
+        };
         TopicTable {
             names: names.clone(),
+            state,
+            repartition: format!("{group_id}-repartition"),
         }
     }
 
@@ -50,7 +73,13 @@ impl TopicTable {
 
     /// The state changelog's name.
     pub fn state(&self) -> &str {
-        &self.names.state
+        &self.state
+    }
+
+    /// The repartition topic's name: the inputs' records keyed by project (see
+    /// `crate::kafka`).
+    pub fn repartition(&self) -> &str {
+        &self.repartition
     }
 }
 
@@ -70,6 +99,16 @@ mod tests {
             table.output_name(OutputTopic::DeadLetters),
             "jury.dead-letters"
         );
-        assert_eq!(table.state(), "jury.state");
+        assert_eq!(table.state(), "jurystream-state");
+        assert_eq!(table.repartition(), "jurystream-repartition");
+        let named = config::Topics {
+            state: "jury.state".into(),
+            ..config::Topics::default()
+        };
+        let other = TopicTable::new(&named, "g2");
+        assert_eq!(
+            (other.state(), other.repartition()),
+            ("jury.state", "g2-repartition")
+        );
     }
 }

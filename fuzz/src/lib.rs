@@ -4,7 +4,10 @@
 //! the committed corpus through it in CI.
 //!
 //! Invariants checked on every input, beyond "does not panic":
-//! - a record the engine rejects leaves the state as it was and makes exactly one dead letter;
+//! - a record the engine rejects leaves the state as it was (but for the note of its offset)
+//!   and makes exactly one dead letter;
+//! - the repartitioning stage's reading of a record's project agrees with the full reader: a
+//!   record whose project it cannot read is rejected, and an applied one is its project's;
 //! - the prepared path of a vote batch (the one-pass reader) agrees with the full reader: same
 //!   outcome, same outputs, same state;
 //! - every output renders to JSON within the record limit;
@@ -45,6 +48,7 @@ fn records(input: InputTopic, topic: &str, data: &[u8]) {
             input: Some(input),
             partition: Some(0),
             offset: Some(offset as i64),
+            position: Some(offset as i64),
             key: payload.get(..4),
             timestamp_ms: Some(1_795_168_800_000),
             clock_ms: None,
@@ -55,8 +59,26 @@ fn records(input: InputTopic, topic: &str, data: &[u8]) {
         out.clear();
         let outcome = engine.process(&mut state, &mut reps, &record, &mut out);
         if let Outcome::Rejected(_) = outcome {
-            assert_eq!(state, before, "a rejected record changed state");
+            let noted = PartitionState {
+                origins: state.origins.clone(),
+                ..before.clone()
+            };
+            assert_eq!(state, noted, "a rejected record changed state");
             assert_eq!(out.len(), 1, "a rejection makes one dead letter");
+        }
+        if input != InputTopic::Reputations {
+            match engine.project_of(&record) {
+                Err(_) => assert!(
+                    matches!(outcome, Outcome::Rejected(_)),
+                    "a record whose project cannot be read was applied"
+                ),
+                Ok(project) if outcome == Outcome::Applied => assert!(
+                    state.projects.contains_key(project.as_ref())
+                        || state.judge_projects.contains_key(project.as_ref()),
+                    "applied to another project than {project:?}"
+                ),
+                Ok(_) => {}
+            }
         }
         if let Some(prepared) = engine.prepare_votes(&record) {
             let (mut again, mut again_reps, mut again_out) =

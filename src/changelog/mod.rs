@@ -1,7 +1,8 @@
 //! The state changelog: partition state as compacted key/value records, and back.
 //!
-//! Every input partition's state is written to the same-numbered partition of the changelog topic
-//! (`jury.state`). Keys are JSON arrays, so ids may contain any character:
+//! The state of every partition the service keeps state for (of the repartition topic, or of an
+//! input with `by_key`) is written to the same-numbered partition of the changelog topic
+//! (`<group_id>-state`). Keys are JSON arrays, so ids may contain any character:
 //! `["v", 3, "project", "proj-42"]`, `["j", 3, "session", "proj-42", "council-981"]`. The first two
 //! elements name the unit (`v` = votes, `j` = judge-scores; the partition), the third the kind of
 //! state. A tombstone (no value) deletes. Restoring reads the partition from the beginning and
@@ -47,7 +48,7 @@ use crate::engine::model::dedupe::RecentIds;
 use crate::engine::model::leaderboard::Entry;
 use crate::engine::model::score::ProjectScore;
 use crate::engine::model::session::{ProjectSessions, Session, SessionBook};
-use crate::engine::{Change, IdMap, InputTopic, PartitionState, ProjectKey, VoteProject};
+use crate::engine::{Change, IdMap, InputTopic, Origins, PartitionState, ProjectKey, VoteProject};
 
 pub use render::{RecordRef, Records, Renderer};
 pub use restore::Restorer;
@@ -90,11 +91,7 @@ pub struct Unit {
 
 impl Unit {
     fn tag(self) -> &'static str {
-        match self.topic {
-            InputTopic::Votes => "v",
-            InputTopic::JudgeScores => "j",
-            InputTopic::Reputations => "r",
-        }
+        tag(self.topic)
     }
 
     /// How every key of this unit begins, `["v",3,`: what [`Restorer`] recognises its unit's
@@ -111,6 +108,20 @@ impl Unit {
     }
 }
 
+/// How an input topic is named in changelog keys and values.
+fn tag(topic: InputTopic) -> &'static str {
+    match topic {
+        InputTopic::Votes => "v",
+        InputTopic::JudgeScores => "j",
+        InputTopic::Reputations => "r",
+    }
+}
+
+/// The input topic a [`tag`] names.
+fn topic_of(tag: &str) -> Option<InputTopic> {
+    InputTopic::ALL.into_iter().find(|t| self::tag(*t) == tag)
+}
+
 /// The piece of a unit's state one changelog record holds: its key after the unit. Written as
 /// the rest of the key's JSON array (see [`Key`]), read back by [`Slot::from_parts`]; the
 /// restore decodes each kind with a function of its own.
@@ -118,6 +129,11 @@ impl Unit {
 pub(super) enum Slot<'a> {
     /// The last input offset the unit's state includes: `["v",3,"offset"]`.
     Offset,
+    /// The last offset processed from each input partition whose records reach the unit (see
+    /// [`crate::engine::Origins`]), `[["v",0,41],["v",2,17]]`: written with every flush, after
+    /// its state records (inside a judge-scores flush's redo record), so it never claims a
+    /// record the restored state does not hold. `["v",3,"origins"]`.
+    Origins,
     /// A vote project: its score and its open dedupe bucket. `["v",3,"project","proj-42"]`.
     Project(&'a str),
     /// A closed bucket of a project's dedupe window: `["v",3,"seen","proj-42","12"]`.
@@ -130,7 +146,9 @@ pub(super) enum Slot<'a> {
     Audit(&'a str),
     /// A leaderboard row: project, category, model.
     Board(&'a str, &'a str, &'a str),
-    /// The session book's watermark and creation counter.
+    /// A judge-scores project's watermark: `["j",3,"watermark","proj-42"]`.
+    Watermark(&'a str),
+    /// The session book's creation counter.
     Book,
     /// Chunk `n` of a judge-scores flush's redo record: `["j",3,"redo","0"]`.
     Redo(u64),
@@ -141,12 +159,14 @@ impl<'a> Slot<'a> {
     fn kind(self) -> &'static str {
         match self {
             Slot::Offset => "offset",
+            Slot::Origins => "origins",
             Slot::Project(_) => "project",
             Slot::Seen(..) => "seen",
             Slot::Session(..) => "session",
             Slot::Completed(..) => "completed",
             Slot::Audit(_) => "audit",
             Slot::Board(..) => "board",
+            Slot::Watermark(_) => "watermark",
             Slot::Book => "book",
             Slot::Redo(_) => "redo",
         }
@@ -161,12 +181,14 @@ impl<'a> Slot<'a> {
         let hex = |s: &str| u128::from_str_radix(s, 16).map_err(|_| "fingerprint is not hex");
         Ok(match (kind, ids.as_slice()) {
             ("offset", []) => Slot::Offset,
+            ("origins", []) => Slot::Origins,
             ("project", [p]) => Slot::Project(p),
             ("seen", [p, bucket]) => Slot::Seen(p, number(bucket)?),
             ("session", [p, s]) => Slot::Session(p, s),
             ("completed", [p, f]) => Slot::Completed(p, hex(f)?),
             ("audit", [p]) => Slot::Audit(p),
             ("board", [p, c, m]) => Slot::Board(p, c, m),
+            ("watermark", [p]) => Slot::Watermark(p),
             ("book", []) => Slot::Book,
             ("redo", [n]) => Slot::Redo(number(n)?),
             _ => return Err("unknown kind of state"),
@@ -189,8 +211,8 @@ impl Serialize for Key<'_> {
         seq.serialize_element(&self.unit.partition)?;
         seq.serialize_element(self.slot.kind())?;
         match self.slot {
-            Slot::Offset | Slot::Book => {}
-            Slot::Project(p) | Slot::Audit(p) => seq.serialize_element(p)?,
+            Slot::Offset | Slot::Origins | Slot::Book => {}
+            Slot::Project(p) | Slot::Audit(p) | Slot::Watermark(p) => seq.serialize_element(p)?,
             Slot::Seen(p, bucket) => {
                 seq.serialize_element(p)?;
                 seq.serialize_element(&bucket.to_string())?;
@@ -219,10 +241,18 @@ struct Seq {
     seq: u64,
 }
 
+/// The session book's record. (A changelog written before watermarks were per project also
+/// holds the partition's `watermark` here, which restore ignores: the projects' own start with
+/// their next event.)
 #[derive(Serialize, Deserialize)]
 struct BookMeta {
-    watermark: Option<EventTime>,
     next_seq: u64,
+}
+
+/// A project's watermark record.
+#[derive(Serialize, Deserialize)]
+struct WatermarkValue {
+    watermark: EventTime,
 }
 
 /// Ids per dedupe-window changelog record.

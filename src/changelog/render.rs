@@ -84,6 +84,20 @@ impl Records {
         });
     }
 
+    /// Appends the record of the last offset processed from each input partition that reached
+    /// `unit` (see [`Slot::Origins`]), unless there is none.
+    fn push_origins(&mut self, unit: Unit, origins: &Origins) {
+        if origins.is_empty() {
+            return;
+        }
+        let entries: Vec<(&str, i32, i64)> = origins
+            .entries()
+            .into_iter()
+            .map(|(t, p, o)| (super::tag(t), p, o))
+            .collect();
+        self.push(unit, Slot::Origins, |b| push_json(b, &entries));
+    }
+
     /// Appends `other`'s records.
     fn append(&mut self, other: &Records) {
         let base = self.bytes.len();
@@ -163,15 +177,25 @@ impl Records {
                     .and_then(|p| p.board.rows.get(&(category.to_owned(), model.to_owned())));
                 self.push(unit, slot, |b| row.is_some_and(|r| push_json(b, r)));
             }
+            Slot::Watermark(project) => {
+                let watermark = state
+                    .sessions
+                    .projects
+                    .get(project)
+                    .and_then(|p| p.watermark);
+                self.push(unit, slot, |b| {
+                    watermark.is_some_and(|watermark| push_json(b, &WatermarkValue { watermark }))
+                });
+            }
             Slot::Book => {
                 let meta = BookMeta {
-                    watermark: state.sessions.watermark,
                     next_seq: state.sessions.next_seq(),
                 };
                 self.push(unit, slot, |b| push_json(b, &meta));
             }
-            // Written by the flush itself (its offset and redo records), never by a change.
-            Slot::Offset | Slot::Redo(_) => {}
+            // Written by the flush itself (its offset, origins and redo records), never by a
+            // change.
+            Slot::Offset | Slot::Origins | Slot::Redo(_) => {}
         }
     }
 }
@@ -249,6 +273,7 @@ impl Change {
                 category,
                 model,
             } => Slot::Board(project, category, model),
+            Change::Watermark { project } => Slot::Watermark(project),
             Change::Book => Slot::Book,
         };
         emit(slot);
@@ -314,13 +339,19 @@ impl Renderer {
                 let mut body = std::mem::take(&mut self.body);
                 body.clear();
                 self.render_state(unit, state, changes, &mut body);
+                body.push_origins(unit, &state.origins);
                 if !body.is_empty() {
                     self.push_redo(unit, offset, &body, out);
                     out.append(&body);
                 }
                 self.body = body;
             }
-            _ => self.render_state(unit, state, changes, out),
+            (_, offset) => {
+                self.render_state(unit, state, changes, out);
+                if offset.is_some() {
+                    out.push_origins(unit, &state.origins);
+                }
+            }
         }
         if let Some(offset) = offset {
             out.push_offset(unit, offset);

@@ -139,6 +139,7 @@ impl Restorer {
             let v: Value = from_value(&key, serde_json::from_slice(&value).unwrap_or(Value::Null))?;
             match slot {
                 Slot::Offset => restored.offset = offset_in(&v),
+                Slot::Origins => restored.state.origins = origins_in(&key, v)?,
                 Slot::Project(p) => restored.project(p, from_value(&key, v)?).map_err(bad)?,
                 Slot::Seen(p, _) => restored.seen(p, from_value(&key, v)?).map_err(bad)?,
                 Slot::Completed(p, fp) => restored.completed(p, fp, from_value(&key, v)?),
@@ -146,6 +147,11 @@ impl Restorer {
                 Slot::Audit(p) => restored.audit(p, from_value(&key, v)?),
                 Slot::Board(p, category, model) => {
                     restored.board(p, category, model, from_value(&key, v)?)
+                }
+                Slot::Watermark(p) => {
+                    let value: WatermarkValue = from_value(&key, v)?;
+                    restored.sessions.entry(p.to_owned()).or_default().watermark =
+                        Some(value.watermark);
                 }
                 Slot::Book => restored.book(from_value(&key, v)?),
                 // Taken out above: what is left of a redo record is a cut one.
@@ -168,7 +174,6 @@ struct Restored {
     counted: IdMap<String, u64>,
     completed: IdMap<String, Vec<(u64, u128)>>,
     sessions: IdMap<String, ProjectSessions>,
-    watermark: Option<EventTime>,
     next_seq: u64,
 }
 
@@ -246,9 +251,9 @@ impl Restored {
             .insert((category.to_owned(), model.to_owned()), row);
     }
 
-    /// The session book's watermark and creation counter.
+    /// The session book's creation counter.
     fn book(&mut self, meta: BookMeta) {
-        (self.watermark, self.next_seq) = (meta.watermark, meta.next_seq);
+        self.next_seq = meta.next_seq;
     }
 
     /// The state of a unit of `topic` (journaling) and the last input offset it includes.
@@ -260,7 +265,6 @@ impl Restored {
             counted,
             completed,
             mut sessions,
-            watermark,
             next_seq,
         } = self;
         state.journal = Some(Vec::new());
@@ -285,7 +289,7 @@ impl Restored {
         for (project, entries) in completed {
             sessions.entry(project).or_default().completed = RecentIds::restore(entries);
         }
-        state.sessions = SessionBook::restore(sessions, watermark, next_seq);
+        state.sessions = SessionBook::restore(sessions, next_seq);
         (state, offset)
     }
 }
@@ -301,6 +305,20 @@ fn key_parts(key: &str) -> Result<Vec<Value>, ChangelogError> {
 /// The input offset an offset record's value holds (see [`OffsetValue`]).
 fn offset_in(value: &Value) -> Option<i64> {
     value.get("offset")?.as_i64()
+}
+
+/// The origins an origins record's value holds (see [`Slot::Origins`]).
+fn origins_in(key: &str, value: Value) -> Result<Origins, ChangelogError> {
+    let entries: Vec<(String, i32, i64)> = from_value(key, value)?;
+    let mut all = Vec::with_capacity(entries.len());
+    for (tag, partition, offset) in entries {
+        let topic = super::topic_of(&tag).ok_or_else(|| ChangelogError::Key {
+            key: key.to_owned(),
+            reason: format!("origin topic {tag:?} is no input"),
+        })?;
+        all.push((topic, partition, offset));
+    }
+    Ok(Origins::restore(all))
 }
 
 fn from_value<T: serde::de::DeserializeOwned>(key: &str, v: Value) -> Result<T, ChangelogError> {

@@ -65,6 +65,7 @@ fn run(
             input: Some(unit.topic),
             partition: Some(unit.partition),
             offset: Some(offset),
+            position: Some(offset),
             key: None,
             timestamp_ms: None,
             clock_ms: None,
@@ -103,10 +104,14 @@ fn run(
                 .collect();
             assert_eq!(live, fresh);
             // Without an offset, the state records alone.
+            // With it, the same records (after the redo record), then the origins and the
+            // offset.
             let body = records(unit, state, &changes);
-            let redo = flush_records.len() - 1 - body.len();
+            let n = flush_records.len();
+            let redo = n - 2 - body.len();
             assert!(redo == 0 || unit.topic == InputTopic::JudgeScores);
-            assert_eq!(flush_records[redo..flush_records.len() - 1], body[..]);
+            assert_eq!(flush_records[redo..n - 2], body[..]);
+            assert_eq!(flush_records[n - 2], origins_record(unit, state));
             assert_eq!(flush_records.last(), Some(&offset_record(unit, offset)));
             log.extend(flush_records);
         }
@@ -144,6 +149,20 @@ fn offset_record(unit: Unit, offset: i64) -> StateRecord {
     let rendered: Vec<StateRecord> = out.iter().map(StateRecord::from).collect();
     assert_eq!(rendered.len(), 1);
     rendered[0].clone()
+}
+
+/// The origins record of `unit`'s `state`, as documented: `[["v",3,41],...]`.
+fn origins_record(unit: Unit, state: &PartitionState) -> StateRecord {
+    let entries: Vec<(&str, i32, i64)> = state
+        .origins
+        .entries()
+        .into_iter()
+        .map(|(t, p, o)| (tag(t), p, o))
+        .collect();
+    StateRecord {
+        key: unit.key(Slot::Origins),
+        value: Some(serde_json::to_string(&entries).unwrap()),
+    }
 }
 
 /// Small windows and limits, so short streams evict, complete and time out.
@@ -300,10 +319,19 @@ fn one_record_per_vote_project_per_flush() {
     let mut state = PartitionState::journaled();
     let payloads: Vec<String> = (0..33).map(|i| vote(i, 0, i as i64)).collect();
     let mut log = Vec::new();
-    // 10 events of one project in one flush: one record, the score with its 10 ids.
+    // 10 events of one project in one flush: one record, the score with its 10 ids (then the
+    // flush's origins and offset).
     run(&engine, VOTES, &mut state, &payloads[..10], 0, 10, &mut log);
     let keys: Vec<&str> = log.iter().map(|r| r.key.as_str()).collect();
-    assert_eq!(keys, [r#"["v",0,"project","p/0"]"#, r#"["v",0,"offset"]"#]);
+    assert_eq!(
+        keys,
+        [
+            r#"["v",0,"project","p/0"]"#,
+            r#"["v",0,"origins"]"#,
+            r#"["v",0,"offset"]"#
+        ]
+    );
+    assert_eq!(log[1].value.as_deref(), Some(r#"[["v",0,9]]"#));
     let value: serde_json::Value =
         serde_json::from_str(log[0].value.as_deref().unwrap_or_default()).expect("json");
     assert_eq!(value["seen"].as_array().map(Vec::len), Some(10));
@@ -325,6 +353,7 @@ fn one_record_per_vote_project_per_flush() {
         [
             r#"["v",0,"seen","p/0","0"]"#,
             r#"["v",0,"project","p/0"]"#,
+            r#"["v",0,"origins"]"#,
             r#"["v",0,"offset"]"#
         ]
     );
@@ -524,6 +553,7 @@ fn judged(payloads: &[String]) -> (PartitionState, Vec<Change>) {
             input: Some(InputTopic::JudgeScores),
             partition: Some(JUDGES.partition),
             offset: Some(i as i64),
+            position: Some(i as i64),
             key: None,
             timestamp_ms: None,
             clock_ms: None,
@@ -746,6 +776,7 @@ fn every_kind_of_key_is_written_and_read_back() {
     };
     for (slot, text) in [
         (Slot::Offset, r#"["j",3,"offset"]"#),
+        (Slot::Origins, r#"["j",3,"origins"]"#),
         (Slot::Project("p/1"), r#"["j",3,"project","p/1"]"#),
         (Slot::Seen("p", 12), r#"["j",3,"seen","p","12"]"#),
         (

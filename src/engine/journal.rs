@@ -42,7 +42,9 @@ pub enum Change {
         category: String,
         model: String,
     },
-    /// The session book's watermark and creation counter.
+    /// A judge-scores project's watermark.
+    Watermark { project: String },
+    /// The session book's creation counter.
     Book,
 }
 

@@ -46,6 +46,7 @@ impl Engine {
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {
         let event = JudgeEvent::from_json(doc, self.judge_limits())?;
+        self.check_key(record, event.project_id)?;
         let at = self.event_time(event.occurred_at, record)?;
         let (project, session) = (event.project_id, event.session_id);
         if state
@@ -103,6 +104,9 @@ impl Engine {
         state.note(|| Change::Session {
             project: project.to_owned(),
             session: session.to_owned(),
+        });
+        state.note(|| Change::Watermark {
+            project: project.to_owned(),
         });
         state.note(|| Change::Book);
         for completed in done {

@@ -10,9 +10,11 @@ pub mod ids;
 pub mod journal;
 mod judging;
 pub mod model;
+pub mod origins;
 pub mod output;
 pub mod record;
 pub mod reputation;
+mod routing;
 pub mod settings;
 pub mod state;
 mod votes;
@@ -25,6 +27,7 @@ use reputation::{ReputationChange, ReputationTable};
 
 pub use ids::{IdMap, ProjectKey};
 pub use journal::{Change, JournalHint};
+pub use origins::Origins;
 pub use record::{InputTopic, Outcome, Receipt, Record};
 pub use settings::Settings;
 pub use state::{Coalescing, JudgeProject, PartitionState, VoteProject};
@@ -46,9 +49,27 @@ impl Engine {
     }
 
     /// Processes one record: validates it, applies it to `state` (or to `reputations`), and
-    /// appends what to publish to `out`. A rejected record leaves all state unchanged and
-    /// appends exactly one dead letter.
+    /// appends what to publish to `out`. A rejected record leaves all state unchanged but for
+    /// the note that its offset was processed ([`Origins`]), and appends exactly one dead
+    /// letter. A record at or below the last offset processed from its partition is a copy of
+    /// one processed before and is skipped ([`Outcome::Replayed`]).
     pub fn process(
+        &self,
+        state: &mut PartitionState,
+        reputations: &mut ReputationTable,
+        record: &Record<'_>,
+        out: &mut Vec<Output>,
+    ) -> Outcome {
+        if state.origins.is_copy(record) {
+            return Outcome::Replayed;
+        }
+        let outcome = self.process_new(state, reputations, record, out);
+        state.origins.advance(record);
+        outcome
+    }
+
+    /// [`Engine::process`] for a record that is not a copy.
+    fn process_new(
         &self,
         state: &mut PartitionState,
         reputations: &mut ReputationTable,
@@ -169,6 +190,27 @@ impl Engine {
             ));
         }
         Ok(())
+    }
+
+    /// With `input.partitioning = "by_key"` the service keeps a project's state in the
+    /// partition its records are keyed to, so a record keyed by anything but its project would
+    /// split the project's state: it is refused instead (`key_not_project_id`).
+    fn check_key(&self, record: &Record<'_>, project: &str) -> Result<(), Rejection> {
+        if !self.settings.key_is_project || record.key == Some(project.as_bytes()) {
+            return Ok(());
+        }
+        let key = match record.key {
+            Some(k) => format!("key {:?}", String::from_utf8_lossy(k)),
+            None => "no key".to_owned(),
+        };
+        Err(Rejection::new(
+            ErrorCode::KeyNotProjectId,
+            format!(
+                "the record has {key}, not its project_id {project:?}: with input.partitioning = \
+                 \"by_key\" every record must be keyed by its project, or the project's state \
+                 would split across partitions"
+            ),
+        ))
     }
 
     fn event_time(

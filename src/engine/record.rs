@@ -12,8 +12,15 @@ pub struct Record<'a> {
     /// Which input that topic is; `None` for a topic that is no input of jurystream (a replay
     /// file may name any), which is dead-lettered.
     pub input: Option<InputTopic>,
+    /// The partition and offset of the record in its topic: where it came from, as outputs and
+    /// dead letters name it, and how a copy of it is recognised (see [`super::Origins`]).
     pub partition: Option<i32>,
     pub offset: Option<i64>,
+    /// The record's offset in the log the state it is applied to follows, which the state's
+    /// changelog counts in: the internal repartition topic's offset when the Kafka service
+    /// repartitions, the input's own offset when it does not, and `None` in replay, which keeps
+    /// no changelog (see [`Receipt::position`]).
+    pub position: Option<i64>,
     pub key: Option<&'a [u8]>,
     /// The record timestamp, used when the payload has no `occurred_at`.
     pub timestamp_ms: Option<i64>,
@@ -33,9 +40,9 @@ pub struct Record<'a> {
 /// Where and when a runtime received a record, as far as applying a vote batch needs it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Receipt {
-    /// The record's input offset: a batch at or below its project's
+    /// The record's [`Record::position`]: a batch at or below its project's
     /// [`super::VoteProject::applied_through`] is already in the state.
-    pub offset: Option<i64>,
+    pub position: Option<i64>,
     /// The runtime's clock, for coalescing (see [`Record::clock_ms`]).
     pub clock_ms: Option<u64>,
     /// See [`Record::held_projects`].
@@ -46,7 +53,7 @@ impl<'a> Record<'a> {
     /// Where and when the record was received.
     pub fn receipt(&self) -> Receipt {
         Receipt {
-            offset: self.offset,
+            position: self.position,
             clock_ms: self.clock_ms,
             held_projects: self.held_projects,
         }
@@ -70,10 +77,11 @@ pub enum Outcome {
     Applied,
     /// A vote batch older than the project's latest: counted, but the score did not move.
     Late,
-    /// A vote batch the state already holds: its offset is at or below the last one applied to
-    /// its project, which happens only when records are read again after a restore (see
+    /// A record the state already holds, read again: its offset is at or below the last one
+    /// processed from its partition (see [`super::Origins`]), or, for a vote batch, its position
+    /// is at or below the last one applied to its project (see
     /// [`super::VoteProject::applied_through`]). Nothing changes and nothing is published: its
-    /// outputs were published before the state that holds it was written.
+    /// outputs were published when it was first processed.
     Replayed,
     /// Dead-lettered with this code; state is unchanged.
     Rejected(ErrorCode),

@@ -3,7 +3,7 @@
 //! configuration, and tells it which input each record comes from ([`super::Record::input`]),
 //! so the engine knows nothing of Kafka, topic names, HTTP or logging.
 
-use crate::config::{Bias, Config, Leaderboard, Limits, Scoring, Sessions};
+use crate::config::{Bias, Config, Leaderboard, Limits, Partitioning, Scoring, Sessions};
 
 /// The engine's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,6 +16,10 @@ pub struct Settings {
     /// `output.scores_coalesce_ms`: a project's `jury.scores` updates within this many
     /// milliseconds of the runtime's clock are coalesced (see [`super::Coalescing`]).
     pub scores_coalesce_ms: u64,
+    /// `input.partitioning = "by_key"`: the runtime keeps each project's state in the partition
+    /// its records are keyed to, so a record must be keyed by its project
+    /// (`key_not_project_id`).
+    pub key_is_project: bool,
 }
 
 impl Settings {
@@ -28,6 +32,7 @@ impl Settings {
             bias: config.bias.clone(),
             leaderboard: config.leaderboard.clone(),
             scores_coalesce_ms: config.output.scores_coalesce_ms,
+            key_is_project: config.input.partitioning == Partitioning::ByKey,
         }
     }
 }

@@ -9,6 +9,7 @@ use super::model::dedupe::{RecentIds, Remembered};
 use super::model::leaderboard::Board;
 use super::model::score::ProjectScore;
 use super::model::session::SessionBook;
+use super::origins::Origins;
 
 /// The state of one project's votes.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,16 +72,20 @@ pub struct JudgeProject {
     pub board: Board,
 }
 
-/// The state behind one input partition: everything a record can change, so that a partition's
-/// state moves between instances as a unit (and replay keeps one per partition, like Kafka).
+/// The state of the projects one partition holds: everything a record can change, so that a
+/// partition's state moves between instances as a unit. The Kafka service keeps one per
+/// partition it owns (of the repartition topic, or of an input keyed by project); replay keeps
+/// one for the whole file.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PartitionState {
     /// `jury.votes`: project scores.
     pub projects: IdMap<ProjectKey, VoteProject>,
-    /// `jury.judge-scores`: open sessions and the partition's watermark.
+    /// `jury.judge-scores`: open sessions and each project's watermark.
     pub sessions: SessionBook,
     /// `jury.judge-scores`: per-project dedupe, bias roll-up and leaderboard.
     pub judge_projects: IdMap<String, JudgeProject>,
+    /// The last offset processed from each input partition, to recognise copies.
+    pub origins: Origins,
     /// When set, every state change is noted here for the runtime's changelog.
     pub journal: Option<Vec<Change>>,
     /// Vote projects with a held score (see [`Coalescing`]), in the order they were first held;

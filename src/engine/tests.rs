@@ -23,6 +23,7 @@ fn rec<'a>(topic: &'a str, payload: Option<&'a [u8]>) -> Record<'a> {
         input: TopicTable::default().input(topic),
         partition: Some(0),
         offset: None,
+        position: None,
         key: None,
         timestamp_ms: None,
         clock_ms: None,
@@ -36,7 +37,9 @@ struct Harness {
     state: PartitionState,
     reps: ReputationTable,
     out: Vec<Output>,
-    /// The offset of the next record sent, as Kafka numbers a partition's records.
+    /// The position of the next record sent in the log the state follows (see
+    /// [`Record::position`]). Records carry no offset: what a copy's offset does is tested with
+    /// [`crate::engine::Origins`] and in `a_copy_of_any_record_is_skipped_once`.
     next_offset: i64,
 }
 
@@ -55,7 +58,7 @@ impl Harness {
     }
     /// Processes `record` at the partition's next offset.
     fn send_record(&mut self, mut record: Record<'_>) -> Outcome {
-        record.offset = Some(self.next_offset);
+        record.position = Some(self.next_offset);
         self.next_offset += 1;
         self.out.clear();
         self.engine
@@ -104,7 +107,7 @@ fn a_batch_at_or_below_its_projects_last_offset_is_replayed() {
         h.next_offset = 1;
         let outcome = if prepared {
             let mut record = rec("jury.votes", Some(e3.as_bytes()));
-            record.offset = Some(1);
+            record.position = Some(1);
             let p = h.engine.prepare_votes(&record).expect("a valid batch");
             h.out.clear();
             h.engine
@@ -115,7 +118,6 @@ fn a_batch_at_or_below_its_projects_last_offset_is_replayed() {
         assert_eq!(outcome, Outcome::Rejected(ErrorCode::OffsetOutOfOrder));
         assert_eq!(h.out.len(), 1);
         let dl = h.last();
-        assert_eq!(dl["offset"], 1);
         let message = dl["message"].as_str().unwrap_or("");
         assert!(
             message.starts_with("offset 1 is at or below 1,"),
@@ -567,7 +569,7 @@ proptest! {
         for (payload, secs) in &payloads {
             let mut record = rec("jury.votes", Some(payload.as_bytes()));
             record.timestamp_ms = secs.map(|s| 1_700_000_000_000 + s * 1000);
-            record.offset = Some(plain.next_offset);
+            record.position = Some(plain.next_offset);
             let expected = plain.send_record(record);
             split.out.clear();
             let outcome = match split.engine.prepare_votes(&record) {
@@ -731,6 +733,33 @@ fn watermark_times_sessions_out() {
     );
     assert_eq!(c["last_event_at"], "2026-11-20T10:05:01Z");
     assert_eq!(h.state.sessions.open_sessions(), 1);
+}
+
+#[test]
+fn a_session_times_out_by_its_own_projects_event_time_only() {
+    let mut h = Harness::new();
+    h.send(
+        "jury.judge-scores",
+        &ballot("e1", "old", 0, "j1", r#", "scores": {"A": 5}"#),
+    );
+    // Another project's events, however late, are not this project's clock: whichever other
+    // projects share its partition, and in whatever order partitions were interleaved, its
+    // session completes at the same point of its own records.
+    let other =
+        ballot("e2", "s", 10_000, "j1", r#", "scores": {"A": 5}"#).replace("proj-42", "proj-7");
+    assert_eq!(h.send("jury.judge-scores", &other), Outcome::Applied);
+    assert!(h.out.is_empty());
+    assert_eq!(h.state.sessions.open_sessions(), 2);
+    // Its own next event, past the timeout, completes it.
+    h.send(
+        "jury.judge-scores",
+        &ballot("e3", "new", 301, "j1", r#", "scores": {"A": 6}"#),
+    );
+    let c = consensus_of(&h);
+    assert_eq!(
+        (c["session_id"].as_str(), c["completed_by"].as_str()),
+        (Some("old"), Some("timeout"))
+    );
 }
 
 #[test]

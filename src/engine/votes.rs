@@ -92,12 +92,7 @@ impl Engine {
         payload: &'d [u8],
         doc: &'d mut Option<Json<'d>>,
     ) -> Result<(VoteBatch<'d>, EventTime), Rejection> {
-        let l = &self.settings.limits;
-        let limits = VoteLimits {
-            max_votes: l.max_votes_per_event,
-            max_id_bytes: l.max_id_bytes,
-            reject_unknown_fields: l.reject_unknown_fields,
-        };
+        let limits = self.vote_limits();
         let batch = match VoteBatch::scan(payload, limits) {
             Some(batch) => batch,
             None => {
@@ -105,8 +100,19 @@ impl Engine {
                 VoteBatch::from_json(doc, limits)?
             }
         };
+        self.check_key(record, batch.project_id)?;
         let at = self.event_time(batch.occurred_at, record)?;
         Ok((batch, at))
+    }
+
+    /// What the vote contract's limits are.
+    pub(super) fn vote_limits(&self) -> VoteLimits {
+        let l = &self.settings.limits;
+        VoteLimits {
+            max_votes: l.max_votes_per_event,
+            max_id_bytes: l.max_id_bytes,
+            reject_unknown_fields: l.reject_unknown_fields,
+        }
     }
 
     /// Validates a `jury.votes` record without applying it, for a runtime that reads and
@@ -166,6 +172,9 @@ impl Engine {
         prepared: &PreparedVotes,
         out: &mut Vec<Output>,
     ) -> Outcome {
+        if state.origins.is_copy(record) {
+            return Outcome::Replayed;
+        }
         let weights = prepared.votes.iter().map(|v| {
             let table = || v.voter.as_deref().and_then(|id| reputations.get(id));
             (vote::weight(v.reputation, table), v.value)
@@ -180,7 +189,9 @@ impl Engine {
             self.apply_weighed(state, &weighed, prepared.at, record.receipt(), out)
                 .ok()
         });
-        applied.unwrap_or_else(|| self.process(state, reputations, record, out))
+        let outcome = applied.unwrap_or_else(|| self.process_new(state, reputations, record, out));
+        state.origins.advance(record);
+        outcome
     }
 
     /// Applies a validated vote batch observed at `at`: the HumanJudge update, duplicate
@@ -227,9 +238,9 @@ impl Engine {
                     ErrorCode::OffsetOutOfOrder,
                     format!(
                         "offset {} is at or below {through}, the offset of project {:?}'s last \
-                         applied batch from this partition, and `event_id` {:?} is not one it \
-                         remembers: offsets only grow within a partition",
-                        receipt.offset.unwrap_or(through),
+                         applied batch in the log its state follows, and `event_id` {:?} is not \
+                         one it remembers: offsets only grow within a partition",
+                        receipt.position.unwrap_or(through),
                         batch.project_id,
                         batch.event_id
                     ),
@@ -244,7 +255,7 @@ impl Engine {
     /// a resend or it comes out of order, and then nothing has changed: a project it would
     /// create cannot have seen the id, and the window's probe that finds it changes nothing.
     ///
-    /// A batch at or below its project's last applied offset is the same record read again
+    /// A batch at or below its project's last applied position is the same record read again
     /// (after a crash cut a changelog flush short) when the project remembers its id: it is
     /// [`Outcome::Replayed`], silently. One whose id it does not remember cannot be told from a
     /// new event that came out of order, so it is declined rather than dropped unseen or
@@ -269,7 +280,7 @@ impl Engine {
                     VoteProject::new(ProjectScore::new(self.settings.scoring.initial_score))
                 }),
         };
-        if let (Some(offset), Some(through)) = (receipt.offset, project.applied_through)
+        if let (Some(offset), Some(through)) = (receipt.position, project.applied_through)
             && offset <= through
         {
             return if project.seen.find(batch.fingerprint) {
@@ -284,8 +295,8 @@ impl Engine {
             .seen
             .insert_fingerprint(batch.fingerprint, self.settings.limits.dedupe_window)
             .ok_or(Declined::Resend)?;
-        if receipt.offset.is_some() {
-            project.applied_through = receipt.offset;
+        if receipt.position.is_some() {
+            project.applied_through = receipt.position;
         }
         let lambda = self.settings.scoring.lambda_for(batch.project_id);
         let step = project

@@ -211,6 +211,28 @@ impl Consumed<'_> {
         bytes(self.raw().key, self.raw().key_len)
     }
 
+    /// The value of the record's last header named `name` (a C string), if it has one: how the
+    /// repartition topic's records carry the coordinates of the input record they copy.
+    pub fn header(&self, name: &CStr) -> Option<&[u8]> {
+        let mut headers = ptr::null_mut();
+        let mut value = ptr::null();
+        let mut size = 0;
+        // SAFETY: the message is live and owns its headers (librdkafka parses them into it on
+        // the first call); the value found is owned by them, so it lives as long as the
+        // message, to which `bytes` ties the slice.
+        unsafe {
+            if rd::rd_kafka_message_headers(self.ptr.as_ptr(), &mut headers)
+                != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+                || rd::rd_kafka_header_get_last(headers, name.as_ptr(), &mut value, &mut size)
+                    != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+            {
+                return None;
+            }
+        }
+        // A header without a value reads as an empty one.
+        Some(bytes(value.cast_mut(), size).unwrap_or_default())
+    }
+
     /// The record's timestamp in milliseconds, if it has one.
     pub fn timestamp_ms(&self) -> Option<i64> {
         let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;

@@ -12,7 +12,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::ServiceError;
-use crate::config::Config;
+use crate::config::{Config, Partitioning};
+use crate::topics::TopicTable;
 
 /// Readers poll to the end of partitions, so end-of-partition is expected, not an error.
 pub struct QuietReader;
@@ -90,6 +91,16 @@ fn message_max(cfg: &Config) -> String {
     cfg.limits.max_record_bytes().to_string()
 }
 
+/// The largest record the producer sends: `message.max.bytes` as configured for it, or the
+/// record limit it is given by default.
+pub fn producer_record_limit(cfg: &Config) -> usize {
+    cfg.kafka
+        .producer
+        .get("message.max.bytes")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| cfg.limits.max_record_bytes())
+}
+
 /// What every consumer of the service shares: no auto-commit, start at the earliest record, and
 /// the fetch settings.
 fn fetching_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
@@ -152,10 +163,11 @@ pub fn producer_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
     Ok(c)
 }
 
-/// Topics and whether they are compacted tables.
-fn topics(cfg: &Config) -> Vec<(&str, bool)> {
+/// Topics and whether they are compacted tables: the configured ones and the group's internal
+/// ones (the repartition topic only when records are repartitioned).
+fn topics<'a>(cfg: &'a Config, names: &'a TopicTable) -> Vec<(&'a str, bool)> {
     let t = &cfg.topics;
-    vec![
+    let mut all = vec![
         (t.votes.as_str(), false),
         (t.judge_scores.as_str(), false),
         (t.reputations.as_str(), true),
@@ -164,8 +176,12 @@ fn topics(cfg: &Config) -> Vec<(&str, bool)> {
         (t.bias_alerts.as_str(), false),
         (t.leaderboard.as_str(), true),
         (t.dead_letters.as_str(), false),
-        (t.state.as_str(), true),
-    ]
+        (names.state(), true),
+    ];
+    if cfg.input.partitioning == Partitioning::Repartition {
+        all.push((names.repartition(), false));
+    }
+    all
 }
 
 /// Fails within `kafka.connect_timeout_secs` with an error naming the brokers if none of them
@@ -185,8 +201,8 @@ pub fn check_reachable(cfg: &Config) -> Result<(), ServiceError> {
 
 /// Creates missing topics (when configured) and checks that every topic exists and that the
 /// changelog has a partition for every input partition.
-pub fn ensure_topics(cfg: &Config) -> Result<(), ServiceError> {
-    let wanted = topics(cfg);
+pub fn ensure_topics(cfg: &Config, names: &TopicTable) -> Result<(), ServiceError> {
+    let wanted = topics(cfg, names);
     if cfg.kafka.create_topics {
         let admin: AdminClient<DefaultClientContext> = base_config(cfg)?.create()?;
         let new: Vec<NewTopic> = wanted
@@ -239,13 +255,23 @@ pub fn ensure_topics(cfg: &Config) -> Result<(), ServiceError> {
         }
         partitions.insert(*name, found);
     }
-    let inputs =
-        partitions[cfg.topics.votes.as_str()].max(partitions[cfg.topics.judge_scores.as_str()]);
-    let state = partitions[cfg.topics.state.as_str()];
-    if state < inputs {
+    // Each partition of the log state is kept for has its state in the changelog's partition
+    // of the same number.
+    let (logs, named) = match cfg.input.partitioning {
+        Partitioning::Repartition => (
+            partitions[names.repartition()],
+            format!("the repartition topic {}", names.repartition()),
+        ),
+        Partitioning::ByKey => (
+            partitions[cfg.topics.votes.as_str()].max(partitions[cfg.topics.judge_scores.as_str()]),
+            "the inputs".to_owned(),
+        ),
+    };
+    let state = partitions[names.state()];
+    if state < logs {
         return Err(ServiceError::Topic(format!(
-            "changelog {} has {state} partitions but the inputs have {inputs}; it needs at least as many",
-            cfg.topics.state
+            "changelog {} has {state} partitions but {named} has {logs}; it needs at least as many",
+            names.state()
         )));
     }
     Ok(())

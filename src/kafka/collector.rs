@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::statistics::Statistics;
 
@@ -26,11 +27,13 @@ use crate::telemetry::metrics::Metrics;
 /// being filled), so no two live epochs share a counter.
 pub(super) const ACKED_EPOCHS: usize = 64;
 
-/// Where a produced record goes: an output topic, or the state changelog.
+/// Where a produced record goes: an output topic, the state changelog, or the repartition
+/// topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Destination {
     Output(OutputTopic),
     State,
+    Repartition,
 }
 
 impl Destination {
@@ -39,7 +42,7 @@ impl Destination {
         OutputTopic::ALL
             .into_iter()
             .map(Destination::Output)
-            .chain([Destination::State])
+            .chain([Destination::State, Destination::Repartition])
     }
 
     /// Its position among [`Destination::all`].
@@ -47,6 +50,7 @@ impl Destination {
         match self {
             Destination::Output(t) => t as usize,
             Destination::State => OutputTopic::ALL.len(),
+            Destination::Repartition => OutputTopic::ALL.len() + 1,
         }
     }
 
@@ -55,6 +59,7 @@ impl Destination {
         match self {
             Destination::Output(t) => t.label(),
             Destination::State => "state",
+            Destination::Repartition => "repartition",
         }
     }
 }
@@ -70,7 +75,10 @@ pub(super) struct Tag {
 /// Whether `e` refuses one record for good (too large, invalid, against the topic's policy):
 /// producing it again would fail again. An output refused so is counted and logged, and its
 /// epoch goes on without it, so one record can never wedge the service; a changelog record
-/// refused so still stops it, because the state it carries cannot be left out.
+/// refused so still stops it, because the state it carries cannot be left out. A forwarded
+/// input record is kept within the producer's limit by the forwarding stage (see
+/// `super::repartition`), which dead-letters a larger one; one the broker still refuses is
+/// counted like an output.
 fn refused_for_good(e: &KafkaError) -> bool {
     matches!(
         e.rdkafka_error_code(),
@@ -84,10 +92,10 @@ fn refused_for_good(e: &KafkaError) -> bool {
     )
 }
 
-/// Whether `e`, for a record bound for `destination`, is an output refused for good (see
-/// [`refused_for_good`]).
+/// Whether `e`, for a record bound for `destination`, is an output (or a forwarded input
+/// record) refused for good (see [`refused_for_good`]).
 fn output_refused(destination: Destination, e: &KafkaError) -> bool {
-    matches!(destination, Destination::Output(_)) && refused_for_good(e)
+    destination != Destination::State && refused_for_good(e)
 }
 
 fn now_ms() -> i64 {
@@ -214,8 +222,7 @@ impl Collector {
         &self,
         topic: &str,
         partition: Option<i32>,
-        key: Option<&[u8]>,
-        payload: Option<&[u8]>,
+        (key, payload, headers): (Option<&[u8]>, Option<&[u8]>, Option<OwnedHeaders>),
         tag: Tag,
     ) -> Result<bool, ServiceError> {
         let destination = tag.destination;
@@ -223,6 +230,7 @@ impl Collector {
         record.partition = partition;
         record.key = key;
         record.payload = payload;
+        record.headers = headers;
         loop {
             match self.producer.send(record) {
                 Ok(()) => return Ok(true),
@@ -256,8 +264,11 @@ impl Collector {
         let sent = self.send(
             topic,
             None,
-            out.key.as_deref().map(str::as_bytes),
-            Some(out.value_bytes(&mut buffer)),
+            (
+                out.key.as_deref().map(str::as_bytes),
+                Some(out.value_bytes(&mut buffer)),
+                None,
+            ),
             Tag {
                 destination: Destination::Output(out.topic),
                 event_ms,
@@ -266,6 +277,33 @@ impl Collector {
         );
         self.buffer = buffer;
         if sent? {
+            self.epoch_outputs += 1;
+        }
+        Ok(())
+    }
+
+    /// Produces a forwarded input record to the repartition topic `topic`, keyed by its
+    /// project, in the current epoch: the epoch's input offsets are committed only once it is
+    /// acknowledged.
+    pub fn forward(
+        &mut self,
+        topic: &str,
+        project: &str,
+        payload: &[u8],
+        headers: OwnedHeaders,
+    ) -> Result<(), ServiceError> {
+        let sent = self.send(
+            topic,
+            None,
+            (Some(project.as_bytes()), Some(payload), Some(headers)),
+            Tag {
+                destination: Destination::Repartition,
+                event_ms: None,
+                epoch: self.epoch,
+            },
+        )?;
+        // Refused at once: counted and logged by `send`, and no report will come.
+        if sent {
             self.epoch_outputs += 1;
         }
         Ok(())
@@ -328,6 +366,7 @@ mod tests {
         let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
         let timed_out = KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut);
         assert!(output_refused(output, &too_large));
+        assert!(output_refused(Destination::Repartition, &too_large));
         assert!(!output_refused(Destination::State, &too_large));
         assert!(!output_refused(output, &timed_out));
         assert!(!output_refused(

@@ -83,9 +83,7 @@ impl ConsumerContext for GroupContext {
         }
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         for (topic, partition) in &revoked {
-            if let Some(t) = core.topics.input(topic) {
-                core.tasks.revoke((t, *partition), generation);
-            }
+            core.revoke(topic, *partition, generation);
         }
         PartitionsRevoked {
             partitions: &revoked,
@@ -103,9 +101,7 @@ impl ConsumerContext for GroupContext {
             }
             .emit(&self.metrics);
             for (topic, partition) in assigned {
-                if let Some(t) = core.topics.input(&topic) {
-                    core.tasks.assigned.push((t, partition));
-                }
+                core.assign(&topic, partition);
             }
         }
     }

@@ -15,11 +15,11 @@ use super::collector::{ACKED_EPOCHS, Collector};
 use super::faults::Faults;
 use super::tasks::Tasks;
 use crate::changelog;
-use crate::config::Config;
+use crate::config::{Config, Partitioning};
 use crate::engine::output::Output;
 use crate::engine::reputation::ReputationTable;
 use crate::engine::{Engine, IdMap, InputTopic, Outcome};
-use crate::telemetry::events::{InternalEvent, RecordsProcessed};
+use crate::telemetry::events::{InternalEvent, RecordsForwarded, RecordsProcessed};
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
 use crate::topics::TopicTable;
@@ -53,6 +53,9 @@ pub(super) struct Core {
     pub started: Instant,
     /// Crash injection for the recovery tests (see [`super::faults`]).
     pub faults: Faults,
+    /// The largest record the forwarding stage may produce (see
+    /// [`super::clients::producer_record_limit`]).
+    pub forward_limit: usize,
     /// Records processed, and their outcomes not yet added to the metrics.
     pub processed: u64,
     pub tally: Tally,
@@ -64,6 +67,7 @@ pub(super) struct Core {
 #[derive(Default)]
 pub(super) struct Tally {
     counts: IdMap<(InputTopic, Outcome), u64>,
+    forwarded: IdMap<InputTopic, u64>,
 }
 
 impl Tally {
@@ -71,7 +75,18 @@ impl Tally {
         *self.counts.entry((topic, outcome)).or_default() += 1;
     }
 
+    pub fn forwarded(&mut self, topic: InputTopic) {
+        *self.forwarded.entry(topic).or_default() += 1;
+    }
+
     fn flush(&mut self, topics: &TopicTable, metrics: &Metrics) {
+        for (topic, n) in self.forwarded.drain() {
+            RecordsForwarded {
+                topic: topics.input_name(topic),
+                count: n,
+            }
+            .emit(metrics);
+        }
         for ((topic, outcome), n) in self.counts.drain() {
             RecordsProcessed {
                 topic: topics.input_name(topic),
@@ -147,6 +162,7 @@ impl Core {
             now: Instant::now(),
             started: Instant::now(),
             faults: Faults::from_env(),
+            forward_limit: super::clients::producer_record_limit(config),
             processed: 0,
             tally: Tally::default(),
         }
@@ -195,7 +211,60 @@ impl Core {
 
     /// Whether the current epoch has anything to seal: records processed or outputs sent.
     pub(super) fn epoch_pending(&self) -> bool {
-        self.collector.epoch_outputs > 0 || self.tasks.units.values().any(|u| u.pending.is_some())
+        self.collector.epoch_outputs > 0
+            || !self.tasks.forwarded.is_empty()
+            || self.tasks.units.values().any(|u| u.pending.is_some())
+    }
+
+    /// Whether input records are forwarded to the repartition topic (see
+    /// [`super::repartition`]).
+    pub(super) fn repartitions(&self) -> bool {
+        self.config.input.partitioning == Partitioning::Repartition
+    }
+
+    /// The topic whose partitions the state of `topic`'s records follows: the repartition
+    /// topic, or with `by_key` the input itself.
+    pub(super) fn log_name(&self, topic: InputTopic) -> &str {
+        if self.repartitions() {
+            self.topics.repartition()
+        } else {
+            self.topics.input_name(topic)
+        }
+    }
+
+    /// The stateful units of partition `partition` of topic `topic` (see [`Tasks`]): both of a
+    /// repartition-topic partition, one of an input partition with `by_key`, none otherwise.
+    fn units_of(&self, topic: &str, partition: i32) -> Vec<(InputTopic, i32)> {
+        if topic == self.topics.repartition() {
+            return vec![
+                (InputTopic::Votes, partition),
+                (InputTopic::JudgeScores, partition),
+            ];
+        }
+        match self.topics.input(topic) {
+            Some(t) if !self.repartitions() => vec![(t, partition)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Takes partition `partition` of `topic`: its state is restored when its first record
+    /// arrives.
+    pub(super) fn assign(&mut self, topic: &str, partition: i32) {
+        let units = self.units_of(topic, partition);
+        self.tasks.assigned.extend(units);
+    }
+
+    /// Drops partition `partition` of `topic`, taken by revocation number `generation`, after
+    /// everything it processed is committed.
+    pub(super) fn revoke(&mut self, topic: &str, partition: i32, generation: u64) {
+        for unit in self.units_of(topic, partition) {
+            self.tasks.revoke(unit, generation);
+        }
+        if let Some(t) = self.topics.input(topic)
+            && self.repartitions()
+        {
+            self.tasks.revoke_forwarding((t, partition), generation);
+        }
     }
 
     /// Open sessions, projects, and the bounded project-score view.

@@ -9,6 +9,7 @@
 //! 4. [`Core::drain`] seals and waits until everything is committed (revocation, shutdown, or
 //!    too many epochs in flight).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -34,7 +35,16 @@ impl Core {
         let keys = self.tasks.owned_keys();
         self.release_held(&keys)?;
         let mut changelog = self.epochs.spare_records.pop().unwrap_or_default();
-        let mut commits = TopicPartitionList::new();
+        // The next offset to read of each partition consumed: the two units of a
+        // repartition-topic partition share it.
+        let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        for (&(topic, partition), &offset) in &self.tasks.forwarded {
+            next.insert(
+                (self.topics.input_name(topic).to_owned(), partition),
+                offset + 1,
+            );
+        }
+        self.tasks.forwarded.clear();
         for key in keys {
             let Some(owned) = self.tasks.units.get_mut(&key) else {
                 continue;
@@ -66,12 +76,18 @@ impl Core {
             if let Some(j) = owned.state.journal.as_mut() {
                 *j = changes;
             }
-            let topic = self.topics.input_name(key.0);
-            commits.add_partition_offset(topic, key.1, Offset::Offset(offset + 1))?;
+            let at = next
+                .entry((self.log_name(key.0).to_owned(), key.1))
+                .or_default();
+            *at = (*at).max(offset + 1);
+        }
+        let mut commits = TopicPartitionList::new();
+        for ((topic, partition), offset) in next {
+            commits.add_partition_offset(&topic, partition, Offset::Offset(offset))?;
             self.metrics
                 .input_position
-                .with_label_values(&[topic, &key.1.to_string()])
-                .set(offset + 1);
+                .with_label_values(&[&topic, &partition.to_string()])
+                .set(offset);
         }
         let c = &mut self.collector;
         if c.epoch_outputs > 0 || commits.count() > 0 {
@@ -122,8 +138,7 @@ impl Core {
                     self.collector.send(
                         self.topics.state(),
                         Some(r.partition),
-                        Some(r.key),
-                        r.value,
+                        (Some(r.key), r.value, None),
                         Tag {
                             destination: Destination::State,
                             event_ms: None,

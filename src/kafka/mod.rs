@@ -18,6 +18,12 @@
 //! least once (a re-published output is identical). A partition taken away by a rebalance is
 //! flushed, committed and dropped inside the revoke callback, before another instance owns it.
 //!
+//! With `input.partitioning = "repartition"` (the default) the same loop runs two stages, like a
+//! Kafka Streams topology with a repartition topic: input records are forwarded, keyed by their
+//! project, to `<group_id>-repartition` (`repartition`), and that topic's records are applied;
+//! a forward is an output of its epoch, so an input offset is committed only once its record is
+//! in the repartition topic. With `by_key` input records are applied where they are.
+//!
 //! Two threads share the work. The **polling thread** (`poll`) reads the group's records in
 //! batches (from a queue of its own, `batch_queue`), validates vote batches (parsing is a
 //! third of a record's cost) and destroys the messages of applied batches; the **processing
@@ -38,6 +44,7 @@ mod epoch;
 mod faults;
 mod poll;
 mod process;
+mod repartition;
 mod tasks;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -48,7 +55,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 
 use crate::changelog::{ChangelogError, Unit};
-use crate::config::Config;
+use crate::config::{Config, Partitioning};
 use crate::engine::{Engine, Settings};
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
@@ -140,10 +147,10 @@ pub fn run(
     stop: Arc<AtomicBool>,
 ) -> Result<(), ServiceError> {
     clients::check_reachable(&config)?;
-    clients::ensure_topics(&config)?;
+    let topics = TopicTable::new(&config.topics, &config.kafka.group_id);
+    clients::ensure_topics(&config, &topics)?;
     // The polling thread validates with its own copy of the (stateless) engine.
     let engine = Engine::new(Settings::of(&config));
-    let topics = TopicTable::new(&config.topics);
     let core = Arc::new(Mutex::new(Core::new(
         &config,
         (engine.clone(), topics.clone()),
@@ -163,7 +170,12 @@ pub fn run(
             forward_to: ForwardTo::default(),
         })?;
     let fetched = Fetched::new(&consumer, &consumer.context().forward_to)?;
-    consumer.subscribe(&[&config.topics.votes, &config.topics.judge_scores])?;
+    let repartition = config.input.partitioning == Partitioning::Repartition;
+    let mut subscribed = vec![config.topics.votes.as_str(), &config.topics.judge_scores];
+    if repartition {
+        subscribed.push(topics.repartition());
+    }
+    consumer.subscribe(&subscribed)?;
     health.set_ready(true, &metrics);
     metrics.up.set(1.0);
     tracing::info!(group = %config.kafka.group_id, "consuming");
@@ -186,7 +198,7 @@ pub fn run(
             .spawn_scoped(s, move || {
                 poll_records(
                     (consumer, fetched),
-                    (engine, topics),
+                    (engine, topics, repartition),
                     (&sender, &recycled, queued),
                     halt,
                     health,

@@ -12,6 +12,7 @@ use rdkafka::message::Message;
 use super::ServiceError;
 use super::batch_queue::{Consumed, Fetched};
 use super::contexts::GroupContext;
+use super::repartition::{Origin, Routed, route};
 use crate::engine::{Engine, InputTopic, PreparedVotes, Record};
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
@@ -44,16 +45,33 @@ pub(super) const BATCHES_IN_FLIGHT: usize = 64;
 /// (many projects) the queue stays deep and the polling thread parses everything, as before.
 const PREPARE_FROM_QUEUED: usize = 2;
 
+/// What the processing thread does with a polled record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Source {
+    /// An input record, forwarded to the repartition topic by its project (see
+    /// [`super::repartition`]).
+    Forward,
+    /// An input record, applied to the state of its own partition (`by_key`).
+    Input,
+    /// A repartition-topic record, applied to the state of its partition as the input record
+    /// it copies.
+    Repartitioned(Origin),
+}
+
 /// A record on its way from the polling thread to the processing thread.
 pub(super) struct Polled<'c> {
     pub msg: Consumed<'c>,
+    /// Its input topic (for a repartition-topic record, its origin's).
     pub topic: InputTopic,
     /// The message's partition, read while the polling thread has the message in cache.
     pub partition: i32,
+    pub source: Source,
     /// Revocations before it was polled.
     pub generation: u64,
     /// The validated batch, for a valid vote record.
     pub votes: Option<PreparedVotes>,
+    /// For a record to forward, its project as the polling thread read it.
+    pub routed: Option<Routed>,
 }
 
 /// The polling thread: reads the group's records in batches and validates vote batches, so that
@@ -64,7 +82,7 @@ pub(super) struct Polled<'c> {
 /// inside `poll`.
 pub(super) fn poll_records<'c>(
     (consumer, fetched): (&BaseConsumer<GroupContext>, &'c Fetched<'_>),
-    (engine, topics): (&Engine, &TopicTable),
+    (engine, topics, repartition): (&Engine, &TopicTable, bool),
     (batches, recycled, queued): (
         &SyncSender<Vec<Polled<'c>>>,
         &Receiver<Vec<Polled<'c>>>,
@@ -110,18 +128,39 @@ pub(super) fn poll_records<'c>(
                 health.set_ready(false, metrics);
                 continue;
             }
-            let Some(topic) = topics.input(msg.topic()) else {
-                continue;
+            let name = msg.topic();
+            let (topic, source) = match topics.input(name) {
+                Some(topic) if repartition => (topic, Source::Forward),
+                Some(topic) => (topic, Source::Input),
+                None if name == topics.repartition() => {
+                    let origin = Origin::read(&msg, topics);
+                    // One without an input topic is dead-lettered by the engine; the votes
+                    // state is as good as any to count it in.
+                    let topic = origin.input.unwrap_or(InputTopic::Votes);
+                    (topic, Source::Repartitioned(origin))
+                }
+                None => continue,
             };
-            let votes = prepare
-                .then(|| engine.prepare_votes(&record(&msg, topic, topics.input_name(topic))))
-                .flatten();
-            batch.push(Polled {
+            let polled = Polled {
                 partition: msg.partition(),
                 msg,
                 topic,
+                source,
                 generation,
+                votes: None,
+                routed: None,
+            };
+            // What the processing thread would read first, read here while the queue is deep
+            // (see `PREPARE_FROM_QUEUED`).
+            let (votes, routed) = match source {
+                _ if !prepare => (None, None),
+                Source::Forward => (None, Some(route(engine, &polled.record(topics)))),
+                _ => (engine.prepare_votes(&polled.record(topics)), None),
+            };
+            batch.push(Polled {
                 votes,
+                routed,
+                ..polled
             });
         }
         if batch.is_empty() {
@@ -135,15 +174,32 @@ pub(super) fn poll_records<'c>(
     }
 }
 
+impl Polled<'_> {
+    /// The engine's view of the record.
+    pub fn record<'m>(&'m self, topics: &'m TopicTable) -> Record<'m> {
+        match &self.source {
+            Source::Repartitioned(origin) => origin.record(&self.msg, topics),
+            Source::Forward | Source::Input => {
+                own_record(&self.msg, self.topic, topics.input_name(self.topic))
+            }
+        }
+    }
+}
+
 /// The engine's view of a consumed record from input topic `input`, named `topic` (its
 /// configured name: the record's own is read through librdkafka, a `strlen` and a UTF-8 check,
 /// once per record, to know which input it is).
-pub(super) fn record<'m>(msg: &'m Consumed<'_>, input: InputTopic, topic: &'m str) -> Record<'m> {
+pub(super) fn own_record<'m>(
+    msg: &'m Consumed<'_>,
+    input: InputTopic,
+    topic: &'m str,
+) -> Record<'m> {
     Record {
         topic,
         input: Some(input),
         partition: Some(msg.partition()),
         offset: Some(msg.offset()),
+        position: Some(msg.offset()),
         key: msg.key(),
         timestamp_ms: msg.timestamp_ms(),
         clock_ms: None,

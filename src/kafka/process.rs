@@ -15,7 +15,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use super::ServiceError;
 use super::clients::QuietReader;
 use super::core::{Core, MAX_EPOCHS_IN_FLIGHT, lock};
-use super::poll::{Polled, record};
+use super::poll::{Polled, Source};
 use crate::config::Config;
 use crate::engine::{InputTopic, Outcome, PartitionState, Record};
 use crate::prefetch;
@@ -29,6 +29,9 @@ const PREFETCH_AHEAD: usize = 4;
 impl Core {
     /// Processes one input record of an owned partition, restoring its state first if needed.
     fn process(&mut self, polled: &Polled<'_>) -> Result<(), ServiceError> {
+        if polled.source == Source::Forward {
+            return self.forward(polled);
+        }
         let msg = &polled.msg;
         let topic = polled.topic;
         let key = (topic, polled.partition);
@@ -63,7 +66,7 @@ impl Core {
                     .unwrap_or(u64::MAX),
             ),
             held_projects: self.tasks.held_projects,
-            ..record(msg, topic, self.topics.input_name(topic))
+            ..polled.record(&self.topics)
         };
         let before = unit.state.project_count();
         // Timing every record would cost more than some records take: sample one in 16.
@@ -177,6 +180,7 @@ pub fn message_record<'m>(msg: &'m impl Message, input: InputTopic, topic: &'m s
         input: Some(input),
         partition: Some(msg.partition()),
         offset: Some(msg.offset()),
+        position: Some(msg.offset()),
         key: msg.key(),
         timestamp_ms: msg.timestamp().to_millis(),
         clock_ms: None,

@@ -28,9 +28,20 @@ pub(super) struct Owned {
 }
 
 /// The owned partitions, and those assigned and not restored yet or revoked.
+///
+/// A stateful unit is the state of one input topic's records in one partition of the log it
+/// follows: of the repartition topic (its votes and its judge scores are two units, as their
+/// changelog records are), or of that input topic itself with `by_key`. An input partition
+/// whose records are forwarded to the repartition topic keeps no state: only the offset to
+/// commit once its forwards are acknowledged.
 #[derive(Default)]
 pub(super) struct Tasks {
     pub units: IdMap<(InputTopic, i32), Owned>,
+    /// Input partitions forwarded to the repartition topic, and the last offset forwarded (or
+    /// dead-lettered) since the last sealed epoch.
+    pub forwarded: IdMap<(InputTopic, i32), i64>,
+    /// Like `fences`, for forwarded input partitions.
+    pub forward_fences: IdMap<(InputTopic, i32), u64>,
     /// Partitions assigned but not restored yet.
     pub assigned: Vec<(InputTopic, i32)>,
     /// Revoked partitions and the revocation that took them: a record of one polled before that
@@ -59,6 +70,12 @@ impl Tasks {
         }
         self.assigned.retain(|k| *k != key);
         self.fences.insert(key, generation);
+    }
+
+    /// Stops forwarding input partition `key`, taken by revocation number `generation`.
+    pub fn revoke_forwarding(&mut self, key: (InputTopic, i32), generation: u64) {
+        self.forwarded.remove(&key);
+        self.forward_fences.insert(key, generation);
     }
 
     /// Restores every assigned partition not restored yet, reading all the changelog partitions

@@ -47,6 +47,22 @@ impl InternalEvent for RecordsProcessed<'_> {
     }
 }
 
+/// Input records forwarded to the repartition topic by their project (they are counted again,
+/// by outcome, when they are applied from there).
+pub struct RecordsForwarded<'a> {
+    pub topic: &'a str,
+    pub count: u64,
+}
+
+impl InternalEvent for RecordsForwarded<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics
+            .forwarded
+            .with_label_values(&[self.topic])
+            .inc_by(self.count);
+    }
+}
+
 /// A record polled before its partition was revoked, dropped unapplied: its offset was never
 /// committed, so the partition's next owner reads it.
 pub struct RecordRevoked<'a> {

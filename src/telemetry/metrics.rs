@@ -15,6 +15,8 @@ pub struct Metrics {
     /// Input records by topic and result: applied, late, dead_lettered, duplicate, replayed,
     /// revoked.
     pub records: IntCounterVec,
+    /// Input records forwarded to the repartition topic, by input topic.
+    pub forwarded: IntCounterVec,
     /// Dead letters by input topic and error code.
     pub dead_letters: IntCounterVec,
     /// Output records acknowledged by the broker, by output topic.
@@ -144,6 +146,12 @@ impl Metrics {
                 "jurystream_records_total",
                 "Input records by topic and result",
                 &["topic", "result"],
+            ),
+            forwarded: counter_vec(
+                &r,
+                "jurystream_records_forwarded_total",
+                "Input records forwarded to the repartition topic by their project, by input topic",
+                &["topic"],
             ),
             dead_letters: counter_vec(
                 &r,

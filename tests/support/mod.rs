@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod published;
 pub mod stream;
 
 use std::collections::{BTreeMap, HashMap};
@@ -284,6 +285,9 @@ pub struct Service {
     pub child: Child,
     pub http_port: u16,
     pub log: PathBuf,
+    /// The broker and consumer group of its configuration.
+    pub bootstrap: String,
+    pub group: String,
 }
 
 impl Service {
@@ -298,6 +302,13 @@ impl Service {
             .find_map(|l| l.strip_prefix("bind = \"127.0.0.1:"))
             .and_then(|p| p.trim_end_matches('"').parse().ok())
             .unwrap_or(9464);
+        let setting = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} = \"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        let (bootstrap, group) = (setting("bootstrap_servers"), setting("group_id"));
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -315,6 +326,8 @@ impl Service {
             child,
             http_port,
             log,
+            bootstrap,
+            group,
         }
     }
 
@@ -410,24 +423,74 @@ fn next_offsets(records: &[Rec]) -> BTreeMap<(&str, i32), i64> {
 }
 
 /// Waits until, for every (topic, partition) of `records`, one of `services` reports a
-/// `jurystream_input_position` at or past the offset after its last record: between them,
-/// everything was processed or skipped.
+/// `jurystream_input_position` at or past the offset after its last record, and, when they
+/// repartition (the default), the same for every record of the group's repartition topic:
+/// between them, everything was processed or skipped.
 pub fn wait_caught_up(services: &[&Service], records: &[Rec], timeout: Duration) -> bool {
-    let want = next_offsets(records);
     let deadline = Instant::now() + timeout;
+    let inputs: BTreeMap<(String, i32), i64> = next_offsets(records)
+        .into_iter()
+        .map(|((t, p), o)| ((t.to_owned(), p), o))
+        .collect();
+    if !wait_positions(services, &inputs, deadline) {
+        return false;
+    }
+    let Some(first) = services.first() else {
+        return true;
+    };
+    // The inputs' positions move when their records are forwarded, a little before the
+    // forwards are all written: read the repartition topic's end until it holds still.
+    let topic = format!("{}-repartition", first.group);
+    let mut ends = BTreeMap::new();
+    loop {
+        let now: BTreeMap<(String, i32), i64> = log_ends(&first.bootstrap, &topic)
+            .into_iter()
+            .map(|(p, o)| ((topic.clone(), p), o))
+            .collect();
+        if now == ends {
+            return true;
+        }
+        if !wait_positions(services, &now, deadline) {
+            return false;
+        }
+        ends = now;
+    }
+}
+
+/// Waits until, for each (topic, partition) of `want`, one of `services` reports a
+/// `jurystream_input_position` at or past its offset, or the group has committed it (an
+/// earlier incarnation did all of it).
+fn wait_positions(
+    services: &[&Service],
+    want: &BTreeMap<(String, i32), i64>,
+    deadline: Instant,
+) -> bool {
+    let group = services
+        .first()
+        .map(|s| GroupOffsets::new(&s.bootstrap, &s.group));
+    let partitions: Vec<(&str, i32)> = want.keys().map(|(t, p)| (t.as_str(), *p)).collect();
     while Instant::now() < deadline {
+        let committed = group
+            .as_ref()
+            .map_or_else(Vec::new, |g| g.committed(&partitions));
         let metrics: Vec<String> = services.iter().map(|s| s.metrics()).collect();
-        let done = want.iter().all(|((topic, partition), next)| {
-            let prefix = format!(
-                "jurystream_input_position{{partition=\"{partition}\",topic=\"{topic}\"}} "
-            );
-            metrics.iter().any(|m| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix(&prefix))
-                    .and_then(|v| v.trim().parse::<i64>().ok())
-                    .is_some_and(|v| v >= *next)
-            })
-        });
+        let done = want
+            .iter()
+            .enumerate()
+            .all(|(i, ((topic, partition), next))| {
+                if committed.get(i).copied().flatten() >= Some(*next) {
+                    return true;
+                }
+                let prefix = format!(
+                    "jurystream_input_position{{partition=\"{partition}\",topic=\"{topic}\"}} "
+                );
+                metrics.iter().any(|m| {
+                    m.lines()
+                        .find_map(|l| l.strip_prefix(&prefix))
+                        .and_then(|v| v.trim().parse::<i64>().ok())
+                        .is_some_and(|v| v >= *next)
+                })
+            });
         if done {
             return true;
         }
@@ -436,9 +499,94 @@ pub fn wait_caught_up(services: &[&Service], records: &[Rec], timeout: Duration)
     false
 }
 
+/// One record of a topic as read back, with where it is and its headers.
+#[derive(Debug, Clone)]
+pub struct LogRecord {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl LogRecord {
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+/// Every record of `topic` (none if it does not exist), partition by partition in offset order.
+pub fn read_log(bootstrap: &str, topic: &str) -> Vec<LogRecord> {
+    use rdkafka::message::Headers;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("log-{topic}-{}", free_port()))
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .expect("consumer");
+    let Ok(md) = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) else {
+        return Vec::new();
+    };
+    let partitions = md
+        .topics()
+        .first()
+        .filter(|t| t.error().is_none())
+        .map_or(0, |t| t.partitions().len());
+    if partitions == 0 {
+        return Vec::new();
+    }
+    clients::assign_from_beginning(&consumer, topic).expect("assign");
+    let mut out = Vec::new();
+    let mut eof: HashMap<i32, bool> = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline
+        && !(0..partitions as i32).all(|p| eof.get(&p).copied().unwrap_or(false))
+    {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                eof.insert(m.partition(), false);
+                let headers = m.headers().map_or_else(Vec::new, |h| {
+                    h.iter()
+                        .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
+                        .collect()
+                });
+                out.push(LogRecord {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    headers,
+                });
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                eof.insert(p, true);
+            }
+            _ => {}
+        }
+    }
+    out.sort_by_key(|r| (r.partition, r.offset));
+    out
+}
+
+/// The offset after the last record of each partition of `topic` (none if it does not exist).
+pub fn log_ends(bootstrap: &str, topic: &str) -> BTreeMap<i32, i64> {
+    let mut ends = BTreeMap::new();
+    for r in read_log(bootstrap, topic) {
+        let e = ends.entry(r.partition).or_insert(0);
+        *e = (*e).max(r.offset + 1);
+    }
+    ends
+}
+
 /// Reads a consumer group's committed offsets from the broker, through a consumer that never
 /// joins the group: what a restart would resume from.
-pub struct GroupOffsets(BaseConsumer);
+pub struct GroupOffsets(BaseConsumer, String, String);
 
 impl GroupOffsets {
     pub fn new(bootstrap: &str, group: &str) -> GroupOffsets {
@@ -449,6 +597,8 @@ impl GroupOffsets {
                 .set("enable.auto.commit", "false")
                 .create()
                 .expect("consumer"),
+            group.to_owned(),
+            bootstrap.to_owned(),
         )
     }
 
@@ -474,8 +624,15 @@ impl GroupOffsets {
 
     /// Waits until every (topic, partition) of `records` but the reputation table's is committed
     /// past its last record.
+    /// Waits until everything of `records` is committed, and, when the group repartitions,
+    /// everything in its repartition topic (on broker `bootstrap`).
     pub fn wait_committed(&self, records: &[Rec], timeout: Duration) -> bool {
-        let want = next_offsets(records);
+        let mut want = next_offsets(records);
+        let topic = format!("{}-repartition", self.1);
+        let ends = log_ends(&self.2, &topic);
+        for (p, o) in &ends {
+            want.insert((topic.as_str(), *p), *o);
+        }
         let partitions: Vec<(&str, i32)> = want.keys().copied().collect();
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
@@ -539,6 +696,20 @@ pub fn create_topics(bootstrap: &str, prefix: &str, partitions: i32) {
         .collect();
     let admin = admin(bootstrap);
     let _ = block_on(admin.create_topics(&new, &AdminOptions::new()));
+}
+
+/// Deletes `topic` if it exists, reporting on stderr if the broker refused.
+pub fn delete_topic(bootstrap: &str, topic: &str) {
+    let admin = admin(bootstrap);
+    if let Ok(results) =
+        block_on(admin.delete_topics(&[topic], &rdkafka::admin::AdminOptions::new()))
+    {
+        for (topic, code) in results.into_iter().filter_map(Result::err) {
+            if code != rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition {
+                eprintln!("deleting {topic}: {code}");
+            }
+        }
+    }
 }
 
 /// Deletes `prefix`'s topics (see [`topics`]), reporting on stderr any the broker refused.

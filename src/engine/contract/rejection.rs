@@ -44,11 +44,12 @@ pub enum ErrorCode {
     ProjectLimit,
     SessionLimit,
     OutputTooLarge,
+    KeyNotProjectId,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests and metric pre-registration.
-    pub const ALL: [ErrorCode; 36] = [
+    pub const ALL: [ErrorCode; 37] = [
         ErrorCode::InvalidEnvelope,
         ErrorCode::UnknownTopic,
         ErrorCode::EmptyPayload,
@@ -85,6 +86,7 @@ impl ErrorCode {
         ErrorCode::ProjectLimit,
         ErrorCode::SessionLimit,
         ErrorCode::OutputTooLarge,
+        ErrorCode::KeyNotProjectId,
     ];
 
     /// The wire spelling, e.g. `duplicate_event_id`.
@@ -126,6 +128,7 @@ impl ErrorCode {
             ErrorCode::ProjectLimit => "project_limit",
             ErrorCode::SessionLimit => "session_limit",
             ErrorCode::OutputTooLarge => "output_too_large",
+            ErrorCode::KeyNotProjectId => "key_not_project_id",
         }
     }
 }

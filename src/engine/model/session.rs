@@ -1,9 +1,14 @@
-//! Open judge sessions of one input partition: ballots, completion and bounds.
+//! Open judge sessions of the projects of one state: ballots, completion and bounds.
 //!
-//! A session completes when its expected judges have all reported, on `session_close`, when the
-//! partition's event-time watermark passes its last activity plus the timeout, or when it is
-//! evicted to respect the open-session bounds. Every choice here depends only on the records
-//! processed, so replay and the Kafka service complete the same sessions in the same order.
+//! A session completes when its expected judges have all reported, on `session_close`, when its
+//! project's event-time watermark passes its last activity plus the timeout, or when it is
+//! evicted to respect the open-session bounds. The watermark is the project's own (the latest
+//! event time of its judge-scores events), not its partition's: then when a session times out
+//! depends only on its project's records in their order, never on which other projects share
+//! the partition or how the partitions of the input were interleaved on their way to it, so
+//! replay and the Kafka service complete the same sessions in the same order whatever the
+//! partitioning. Only `max_open_total`, a memory bound of the whole state, looks across
+//! projects.
 
 use std::collections::BTreeMap;
 
@@ -141,22 +146,23 @@ pub struct Completed {
     pub remembered: Option<Remembered>,
 }
 
-/// The session ids of one project that are open or recently completed.
+/// The session ids of one project that are open or recently completed, and its event time.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProjectSessions {
     pub open: BTreeMap<String, Session>,
     pub completed: RecentIds,
+    /// The latest event time of the project's accepted judge-scores events: its sessions time
+    /// out against it.
+    pub watermark: Option<EventTime>,
+    /// (last activity, seq) -> open session: timeout order. Derived from `open`.
+    by_activity: BTreeMap<(EventTime, u64), String>,
 }
 
-/// All sessions of one input partition.
+/// All sessions of the projects of one state.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionBook {
     pub projects: IdMap<String, ProjectSessions>,
-    /// The latest event time of an accepted judge-scores event on this partition.
-    pub watermark: Option<EventTime>,
     next_seq: u64,
-    /// (last activity, seq) -> (project, session): timeout order.
-    by_activity: BTreeMap<(EventTime, u64), (String, String)>,
     /// seq -> (project, session): age order, for eviction.
     by_age: BTreeMap<u64, (String, String)>,
 }
@@ -220,7 +226,9 @@ impl SessionBook {
             .map(|s| (s.last_activity, s.seq));
         let seq = match existing {
             Some((last, seq)) => {
-                self.by_activity.remove(&(last, seq));
+                if let Some(p) = self.projects.get_mut(project) {
+                    p.by_activity.remove(&(last, seq));
+                }
                 seq
             }
             None => {
@@ -233,17 +241,15 @@ impl SessionBook {
                 seq
             }
         };
-        let Some(s) = self
-            .projects
-            .get_mut(project)
-            .and_then(|p| p.open.get_mut(session_id))
-        else {
+        let Some(p) = self.projects.get_mut(project) else {
+            return;
+        };
+        let Some(s) = p.open.get_mut(session_id) else {
             return;
         };
         s.add(ballot, at);
         let (last, full) = (s.last_activity, s.is_full());
-        self.by_activity
-            .insert((last, seq), (project.to_owned(), session_id.to_owned()));
+        p.by_activity.insert((last, seq), session_id.to_owned());
         if full {
             self.complete(
                 project,
@@ -255,7 +261,7 @@ impl SessionBook {
             );
         }
         self.enforce_bounds(project, limits, done);
-        self.advance(at, limits, done);
+        self.advance(project, at, limits, done);
     }
 
     /// Completes a session on `session_close` (an empty one if no ballot arrived yet).
@@ -292,7 +298,7 @@ impl SessionBook {
                 remembered,
             });
         }
-        self.advance(at, limits, done);
+        self.advance(project, at, limits, done);
     }
 
     fn complete(
@@ -311,8 +317,7 @@ impl SessionBook {
             return;
         };
         let remembered = p.completed.insert(session_id, limits.completed_window);
-        self.by_activity
-            .remove(&(session.last_activity, session.seq));
+        p.by_activity.remove(&(session.last_activity, session.seq));
         self.by_age.remove(&session.seq);
         let at = if by == CompletedBy::SessionClose {
             at.max(session.last_activity)
@@ -356,18 +361,31 @@ impl SessionBook {
         }
     }
 
-    /// Moves the watermark to `at` (never back) and times out sessions idle for longer than the
-    /// timeout: those whose last activity + timeout is before the watermark.
-    fn advance(&mut self, at: EventTime, limits: BookLimits, done: &mut Vec<Completed>) {
-        let wm = self.watermark.map_or(at, |w| w.max(at));
-        self.watermark = Some(wm);
+    /// Moves `project`'s watermark to `at` (never back) and times out its sessions idle for
+    /// longer than the timeout: those whose last activity + timeout is before the watermark.
+    fn advance(
+        &mut self,
+        project: &str,
+        at: EventTime,
+        limits: BookLimits,
+        done: &mut Vec<Completed>,
+    ) {
+        let p = self.projects.entry(project.to_owned()).or_default();
+        let wm = p.watermark.map_or(at, |w| w.max(at));
+        p.watermark = Some(wm);
         let timeout = i64::try_from(limits.timeout_secs).unwrap_or(i64::MAX);
-        while let Some((&(last, _), (p, s))) = self.by_activity.first_key_value() {
+        loop {
+            let Some(p) = self.projects.get(project) else {
+                return;
+            };
+            let Some((&(last, _), s)) = p.by_activity.first_key_value() else {
+                return;
+            };
             if last.plus_seconds(timeout) >= wm {
-                break;
+                return;
             }
-            let (p, s) = (p.clone(), s.clone());
-            self.complete(&p, &s, CompletedBy::Timeout, wm, limits, done);
+            let s = s.clone();
+            self.complete(project, &s, CompletedBy::Timeout, wm, limits, done);
         }
     }
 
@@ -377,26 +395,21 @@ impl SessionBook {
     }
 
     /// Rebuilds a book from its parts (the changelog's view of it): open sessions, completed
-    /// windows, watermark and creation counter. The indexes are derived from the sessions.
-    pub fn restore(
-        projects: IdMap<String, ProjectSessions>,
-        watermark: Option<EventTime>,
-        next_seq: u64,
-    ) -> Self {
-        let mut book = SessionBook {
-            projects,
-            watermark,
-            next_seq,
-            by_activity: BTreeMap::new(),
-            by_age: BTreeMap::new(),
-        };
-        for (project, p) in &book.projects {
+    /// windows and watermarks per project, and the creation counter. The indexes are derived
+    /// from the sessions.
+    pub fn restore(mut projects: IdMap<String, ProjectSessions>, next_seq: u64) -> Self {
+        let mut by_age = BTreeMap::new();
+        for (project, p) in &mut projects {
+            p.by_activity.clear();
             for (id, s) in &p.open {
-                book.by_activity
-                    .insert((s.last_activity, s.seq), (project.clone(), id.clone()));
-                book.by_age.insert(s.seq, (project.clone(), id.clone()));
+                p.by_activity.insert((s.last_activity, s.seq), id.clone());
+                by_age.insert(s.seq, (project.clone(), id.clone()));
             }
         }
-        book
+        SessionBook {
+            projects,
+            next_seq,
+            by_age,
+        }
     }
 }

@@ -1,0 +1,447 @@
+//! Results never depend on how producers key or partition, against a real broker: records keyed
+//! by anything (or nothing) and spread over every partition are repartitioned by project, across
+//! instances, a `kill -9` and a crash between forwarding and committing, and end in the tables
+//! a replay of the repartition topic gives, with every project's votes counted once; with
+//! `by_key`, a mis-keyed record is dead-lettered instead of splitting its project.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use support::published::{Published, assert_same, published, replayed, replayed_lines};
+use support::stream::{self, Shape};
+use support::{Broker, Rec, Service, create_topics, free_port, produce, read_log, write_config};
+
+fn shape() -> Shape {
+    Shape {
+        partitions: 3,
+        projects: 9,
+        batches_per_project: 12,
+        sessions_per_project: 6,
+    }
+}
+
+/// `records` as producers that key by event (or send no key) produce them: every vote and
+/// ballot keyed by its `event_id` (every fifth with no key) and sent round-robin over the
+/// partitions, the stream's order kept; then three records whose project cannot be read (see
+/// [`HOSTILE`]). Offsets are the ones a fresh topic assigns.
+fn mis_keyed(records: &[Rec], partitions: i32) -> Vec<Rec> {
+    let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    let mut out = Vec::new();
+    let mut place = |out: &mut Vec<Rec>, r: Rec, i: usize| {
+        let partition = (i % partitions as usize) as i32;
+        let offset = next.entry((r.topic.clone(), partition)).or_default();
+        out.push(Rec {
+            partition,
+            offset: *offset,
+            ..r
+        });
+        *offset += 1;
+    };
+    for (i, r) in records.iter().enumerate() {
+        if r.topic.ends_with(".reputations") {
+            out.push(r.clone());
+            continue;
+        }
+        let event_id = r
+            .value
+            .as_deref()
+            .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
+            .and_then(|v| v["event_id"].as_str().map(str::to_owned));
+        let key = event_id.filter(|_| i % 5 != 0);
+        place(&mut out, Rec { key, ..r.clone() }, i);
+    }
+    let votes = records
+        .iter()
+        .find(|r| r.topic.ends_with(".votes"))
+        .map(|r| r.topic.clone())
+        .expect("a votes topic");
+    let n = out.len();
+    for (j, (key, value, _)) in HOSTILE.iter().enumerate() {
+        let hostile = Rec {
+            topic: votes.clone(),
+            partition: 0,
+            offset: 0,
+            key: key.map(|k| k.repeat(if k == "k" { 200_000 } else { 1 })),
+            timestamp_ms: 1_795_168_800_000,
+            value: value.map(str::to_owned),
+        };
+        place(&mut out, hostile, n + j);
+    }
+    out
+}
+
+/// Records whose project cannot be read, with the code the first stage dead-letters them by:
+/// one not JSON under a 200 kB key, one without `project_id`, a tombstone.
+const HOSTILE: [(Option<&str>, Option<&str>, &str); 3] = [
+    (Some("k"), Some("{not json"), "invalid_json"),
+    (
+        None,
+        Some(r#"{"event_id": "x", "votes": []}"#),
+        "missing_field",
+    ),
+    (Some("tomb"), None, "empty_payload"),
+];
+
+/// The records of each partition of the group's repartition topic as a replay file, in offset
+/// order, each as the input record it copies (the coordinates its headers name), after the
+/// reputation table of `records`; and how many records the topic holds. A partition holds all
+/// of each of its projects' records, and its state their whole state, so replaying each
+/// partition on its own gives each project's outputs.
+fn repartition_replays(bootstrap: &str, group: &str, records: &[Rec]) -> Forwarded {
+    let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
+    let log = read_log(bootstrap, &format!("{group}-repartition"));
+    let held = log.len();
+    let mut partitions: BTreeMap<i32, Vec<Rec>> = BTreeMap::new();
+    for r in log {
+        let reps = records
+            .iter()
+            .filter(|r| r.topic.ends_with(".reputations"))
+            .cloned();
+        let (topic, partition, offset, timestamp): (String, i32, i64, Option<i64>) =
+            serde_json::from_slice(r.header("jurystream.origin").expect("an origin"))
+                .expect("[topic, partition, offset, timestamp]");
+        partitions
+            .entry(r.partition)
+            .or_insert_with(|| reps.collect())
+            .push(Rec {
+                topic,
+                partition,
+                offset,
+                key: text(r.header("jurystream.key")),
+                timestamp_ms: timestamp.expect("a timestamp"),
+                value: text(r.value.as_deref()),
+            });
+    }
+    let mut origins = BTreeSet::new();
+    for r in partitions.values().flatten() {
+        if !r.topic.ends_with(".reputations") {
+            origins.insert((r.topic.clone(), r.partition, r.offset));
+        }
+    }
+    Forwarded {
+        files: partitions
+            .values()
+            .map(|rs| stream::replay_lines(rs))
+            .collect(),
+        held,
+        origins,
+    }
+}
+
+/// What the repartition topic holds.
+struct Forwarded {
+    /// A replay file per partition.
+    files: Vec<String>,
+    /// Its records, copies included.
+    held: usize,
+    /// The input records they copy, by topic, partition and offset.
+    origins: BTreeSet<(String, i32, i64)>,
+}
+
+/// What the replays of `files` publish together (their projects are disjoint).
+fn replayed_together(config: &std::path::Path, files: &[String]) -> Published {
+    let mut all = Published {
+        scores: BTreeMap::new(),
+        leaderboard: BTreeMap::new(),
+        consensus: Default::default(),
+        alerts: Default::default(),
+        dead_letters: Default::default(),
+    };
+    for file in files {
+        let p = replayed_lines(config, file);
+        all.scores.extend(p.scores);
+        all.leaderboard.extend(p.leaderboard);
+        all.consensus.extend(p.consensus);
+        all.alerts.extend(p.alerts);
+        all.dead_letters.extend(p.dead_letters);
+    }
+    all
+}
+
+/// Each project's evaluations and votes in a final `jury.scores` table.
+fn counts(published: &Published) -> BTreeMap<String, (u64, u64)> {
+    published
+        .scores
+        .iter()
+        .map(|(project, v)| {
+            let v: serde_json::Value = serde_json::from_str(v).expect("json");
+            let n = |f: &str| v[f].as_u64().unwrap_or_default();
+            (project.clone(), (n("evaluations"), n("votes")))
+        })
+        .collect()
+}
+
+/// Checks a run over the mis-keyed `records` (made from the keyed `keyed`): the records whose
+/// project could not be read were dead-lettered by the first stage naming themselves; every
+/// other output is what replays of the repartition topic's partitions publish; every project counts the
+/// evaluations and votes of the keyed stream. Returns how many records the repartition topic
+/// holds.
+fn assert_repartitioned(
+    bootstrap: &str,
+    prefix: &str,
+    config: &std::path::Path,
+    keyed: &[Rec],
+    records: &[Rec],
+) -> usize {
+    let forwarded = repartition_replays(bootstrap, &format!("{prefix}-group"), records);
+    let expect = replayed_together(config, &forwarded.files);
+    let mut got = published(bootstrap, prefix, &expect);
+    // The first stage's dead letters, of records that were never forwarded: the hostile ones,
+    // and the stream's payloads that are not JSON.
+    let mut first_stage = Vec::new();
+    got.dead_letters.retain(|d| {
+        let v: serde_json::Value = serde_json::from_str(d).expect("json");
+        let at = (
+            v["source_topic"].as_str().unwrap_or_default().to_owned(),
+            v["partition"].as_i64().unwrap_or(-1) as i32,
+            v["offset"].as_i64().unwrap_or(-1),
+        );
+        if forwarded.origins.contains(&at) || at.0.ends_with(".reputations") {
+            return true;
+        }
+        first_stage.push((at, v["error"].as_str().unwrap_or_default().to_owned()));
+        false
+    });
+    for (r, (_, _, code)) in records[records.len() - HOSTILE.len()..].iter().zip(HOSTILE) {
+        let at = (r.topic.clone(), r.partition, r.offset);
+        assert!(
+            first_stage.contains(&(at.clone(), code.to_owned())),
+            "{at:?} dead-lettered as {code}: {first_stage:?}"
+        );
+    }
+    let events = records
+        .iter()
+        .filter(|r| !r.topic.ends_with(".reputations"))
+        .count();
+    assert_eq!(
+        first_stage.len() + forwarded.origins.len(),
+        events,
+        "every record forwarded or dead-lettered once: {first_stage:?}"
+    );
+    assert!(
+        first_stage.iter().all(|(_, code)| [
+            "invalid_json",
+            "non_finite_number",
+            "missing_field",
+            "empty_payload"
+        ]
+        .contains(&code.as_str())),
+        "{first_stage:?}"
+    );
+    assert_same(&got, &expect);
+    let keyed = replayed(config, keyed);
+    assert_eq!(
+        counts(&got),
+        counts(&keyed),
+        "per project (evaluations, votes)"
+    );
+    // A record forwarded twice is not taken for a resent event either.
+    let duplicates = |p: &Published| {
+        p.dead_letters
+            .iter()
+            .filter(|d| d.contains(r#""error":"duplicate_event_id""#))
+            .count()
+    };
+    assert_eq!(
+        duplicates(&got),
+        duplicates(&keyed),
+        "duplicate_event_id dead letters"
+    );
+    forwarded.held
+}
+
+fn start(
+    dir: &std::path::Path,
+    name: &str,
+    prefix: &str,
+    bootstrap: &str,
+    env: &[(&str, &str)],
+) -> Service {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).expect("dir");
+    let config = write_config(&d, prefix, bootstrap, free_port(), "");
+    let service = Service::start_with(&config, d.join("service.log"), env);
+    assert!(
+        service.wait_ready(Duration::from_secs(60)),
+        "{}",
+        service.log_text()
+    );
+    service
+}
+
+#[test]
+fn mis_keyed_records_over_three_instances_a_kill_9_and_a_fourth_count_every_vote_once() {
+    let broker = Broker::shared();
+    let prefix = "part";
+    let dir = tempfile::tempdir().expect("dir");
+    let shape = shape();
+    create_topics(&broker.bootstrap, prefix, shape.partitions);
+    let keyed = stream::generate(prefix, &shape);
+    let records = mis_keyed(&keyed, shape.partitions);
+    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
+    let half = records.len() / 2;
+    produce(&broker.bootstrap, &records[..half]);
+    let mut running: Vec<Service> = ["a", "b", "c"]
+        .iter()
+        .map(|n| start(dir.path(), n, prefix, &broker.bootstrap, &[]))
+        .collect();
+    // Mid-stream, one instance dies without a word; its partitions go to the others once the
+    // group notices, and a fourth joins.
+    std::thread::sleep(Duration::from_secs(3));
+    running.remove(1).kill();
+    produce(&broker.bootstrap, &records[half..]);
+    running.push(start(dir.path(), "d", prefix, &broker.bootstrap, &[]));
+    let refs: Vec<&Service> = running.iter().collect();
+    assert!(
+        support::wait_caught_up(&refs, &records, Duration::from_secs(240)),
+        "{}",
+        refs.iter()
+            .map(|s| s.metrics())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    for s in running {
+        let log = s.log_text();
+        assert!(s.terminate().success(), "{log}");
+    }
+    assert_repartitioned(&broker.bootstrap, prefix, &config, &keyed, &records);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs --features fault-injection"
+)]
+fn a_crash_between_forwarding_and_committing_counts_nothing_twice() {
+    let broker = Broker::shared();
+    let prefix = "fwd";
+    let dir = tempfile::tempdir().expect("dir");
+    let shape = Shape {
+        partitions: 3,
+        projects: 6,
+        batches_per_project: 6,
+        sessions_per_project: 3,
+    };
+    create_topics(&broker.bootstrap, prefix, shape.partitions);
+    let keyed = stream::generate(prefix, &shape);
+    let records = mis_keyed(&keyed, shape.partitions);
+    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
+    produce(&broker.bootstrap, &records);
+    // The first epoch that commits anything forwards records and has them acknowledged, then
+    // dies before committing their input offsets: the restart forwards them again.
+    let crashing = Service::start_with(
+        &config,
+        dir.path().join("crash.log"),
+        &[("JURYSTREAM_CRASH_AFTER_CHANGELOG", "1")],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut crashing = crashing;
+    let status = loop {
+        if let Some(status) = crashing.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "it did not crash: {}",
+            crashing.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let service = Service::start(&config, dir.path().join("service.log"));
+    assert!(
+        service.wait_caught_up(&records, Duration::from_secs(120)),
+        "{}",
+        service.metrics()
+    );
+    let metrics = service.metrics();
+    assert!(service.terminate().success());
+    // Records were forwarded again after the crash, and the copies skipped where they arrived.
+    let forwardable = records
+        .iter()
+        .filter(|r| !r.topic.ends_with(".reputations"))
+        .count()
+        - HOSTILE.len();
+    let copies = assert_repartitioned(&broker.bootstrap, prefix, &config, &keyed, &records);
+    assert!(
+        copies > forwardable,
+        "{copies} records forwarded for {forwardable}"
+    );
+    assert!(
+        metrics.contains(r#"jurystream_records_total{result="replayed""#),
+        "the copies were skipped as replayed: {metrics}"
+    );
+}
+
+#[test]
+fn by_key_dead_letters_a_mis_keyed_record_and_keeps_its_project_whole() {
+    let broker = Broker::shared();
+    let prefix = "bykey";
+    let dir = tempfile::tempdir().expect("dir");
+    let shape = Shape {
+        partitions: 3,
+        projects: 3,
+        batches_per_project: 4,
+        sessions_per_project: 2,
+    };
+    create_topics(&broker.bootstrap, prefix, shape.partitions);
+    let mut records = stream::generate(prefix, &shape);
+    // Two vote batches of proj-0 keyed by their event, in another partition than proj-0's.
+    let votes = format!("{prefix}.votes");
+    for (i, event) in ["stray-1", "stray-2"].iter().enumerate() {
+        let partition = 1;
+        let offset = records
+            .iter()
+            .filter(|r| r.topic == votes && r.partition == partition)
+            .count() as i64;
+        records.push(Rec {
+            topic: votes.clone(),
+            partition,
+            offset,
+            key: (i == 0).then(|| (*event).to_owned()),
+            timestamp_ms: 1_795_168_900_000,
+            value: Some(format!(
+                r#"{{"event_id": "{event}", "project_id": "proj-0", "votes": [{{"voter_id": "u-1", "value": 1}}]}}"#
+            )),
+        });
+    }
+    let config = write_config(
+        dir.path(),
+        prefix,
+        &broker.bootstrap,
+        free_port(),
+        "[input]\npartitioning = \"by_key\"\n",
+    );
+    produce(&broker.bootstrap, &records);
+    let expect = replayed(&config, &records);
+    let codes: Vec<String> = expect
+        .dead_letters
+        .iter()
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .filter(|d| d["error"] == "key_not_project_id")
+        .map(|d| d["message"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(codes.len(), 2, "{codes:?}");
+    assert!(
+        codes[0].contains("stray-1") || codes[1].contains("stray-1"),
+        "{codes:?}"
+    );
+    let service = Service::start(&config, dir.path().join("service.log"));
+    assert!(
+        service.wait_caught_up(&records, Duration::from_secs(90)),
+        "{}",
+        service.metrics()
+    );
+    let metrics = service.metrics();
+    assert!(service.terminate().success());
+    assert!(
+        !metrics.contains("jurystream_records_forwarded_total{"),
+        "{metrics}"
+    );
+    assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
+    // proj-0's votes are all in one state: the keyed ones, not the strays.
+    let keyed_only = replayed(&config, &records[..records.len() - 2]);
+    assert_eq!(expect.scores.get("proj-0"), keyed_only.scores.get("proj-0"));
+}
