@@ -1,5 +1,6 @@
-//! The processing thread (Kafka Streams' processor): applies polled records to their partition's
-//! state through the engine, in order, prefetching a few records ahead (see
+//! The processing thread (Kafka Streams' processor): forwards input records to the repartition
+//! topic by their project (see [`super::repartition`]) or applies polled records to their
+//! partition's state through the engine, in order, prefetching a few records ahead (see
 //! [`crate::prefetch`]), publishes the outputs through the record collector, keeps the
 //! reputation table current, and seals and commits epoch by epoch (see [`super::epoch`]).
 
@@ -15,9 +16,11 @@ use rdkafka::message::{BorrowedMessage, Message};
 use super::ServiceError;
 use super::clients::QuietReader;
 use super::core::{Core, MAX_EPOCHS_IN_FLIGHT, lock};
-use super::poll::{Polled, Source};
+use super::poll::{Polled, Source, own_record};
+use super::repartition::{FORWARD_OVERHEAD, headers, route};
 use crate::config::Config;
-use crate::engine::{InputTopic, Outcome, PartitionState, Record};
+use crate::engine::contract::rejection::{ErrorCode, Rejection};
+use crate::engine::{IdMap, InputTopic, Outcome, PartitionState, Record};
 use crate::prefetch;
 use crate::telemetry::events::{InternalEvent, RecordRevoked, RecordsProcessed};
 
@@ -36,16 +39,7 @@ impl Core {
         let topic = polled.topic;
         let key = (topic, polled.partition);
         if !self.tasks.units.contains_key(&key) {
-            if self
-                .tasks
-                .fences
-                .get(&key)
-                .is_some_and(|&revoked| polled.generation < revoked)
-            {
-                RecordRevoked {
-                    topic: self.topics.input_name(topic),
-                }
-                .emit(&self.metrics);
+            if self.revoked(&self.tasks.fences, polled) {
                 return Ok(());
             }
             self.tasks.assigned.push(key);
@@ -101,6 +95,25 @@ impl Core {
         result
     }
 
+    /// Whether `polled` was polled before `fences` says its partition was revoked: then it is
+    /// dropped unapplied, and counted (its offset was never committed; the next owner reads it).
+    pub(super) fn revoked(
+        &self,
+        fences: &IdMap<(InputTopic, i32), u64>,
+        polled: &Polled<'_>,
+    ) -> bool {
+        let revoked = fences
+            .get(&(polled.topic, polled.partition))
+            .is_some_and(|&revoked| polled.generation < revoked);
+        if revoked {
+            RecordRevoked {
+                topic: self.topics.input_name(polled.topic),
+            }
+            .emit(&self.metrics);
+        }
+        revoked
+    }
+
     /// Starts loading what applying `polled` will touch: its payload, and its project's state
     /// (see [`Engine::prefetch`]). The message itself was prefetched a step earlier, so reading
     /// where its payload is does not stall.
@@ -135,6 +148,65 @@ impl Core {
         let result = self.publish(&outs);
         self.out = outs;
         result
+    }
+}
+
+impl Core {
+    /// Forwards one input record to the repartition topic by its project, or dead-letters it
+    /// if its project cannot be read or it would not fit a record forwarded with its key.
+    pub(super) fn forward(&mut self, polled: &Polled<'_>) -> Result<(), ServiceError> {
+        let key = (polled.topic, polled.partition);
+        if self.revoked(&self.tasks.forward_fences, polled) {
+            return Ok(());
+        }
+        let msg = &polled.msg;
+        self.tasks.forwarded.insert(key, msg.offset());
+        let record = own_record(msg, polled.topic, self.topics.input_name(polled.topic));
+        let limit = self.forward_limit;
+        let routed = match &polled.routed {
+            Some(routed) => routed.clone(),
+            None => route(&self.engine, &record),
+        };
+        let routed = routed.and_then(|project| {
+            // The project is the new key; the old key travels in a header.
+            let size = record.payload.map_or(0, <[u8]>::len)
+                + record.key.map_or(0, <[u8]>::len)
+                + project.len()
+                + FORWARD_OVERHEAD;
+            if size > limit {
+                return Err(Rejection::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!(
+                        "the record and its key, forwarded to the partition of project \
+                         {project:?}, would be {size} bytes, above the {limit} bytes the \
+                         producer sends (message.max.bytes)"
+                    ),
+                ));
+            }
+            Ok(project)
+        });
+        match routed {
+            Ok(project) => {
+                let payload = record.payload.unwrap_or_default();
+                self.collector.forward(
+                    self.topics.repartition(),
+                    &project,
+                    payload,
+                    headers(&record),
+                )?;
+                self.tally.forwarded(polled.topic);
+                Ok(())
+            }
+            Err(rejection) => {
+                self.out.clear();
+                let outcome = self.engine.reject(&record, &rejection, &mut self.out);
+                self.tally.count(polled.topic, outcome);
+                let outs = std::mem::take(&mut self.out);
+                let result = self.publish(&outs);
+                self.out = outs;
+                result
+            }
+        }
     }
 }
 

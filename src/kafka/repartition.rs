@@ -1,4 +1,4 @@
-//! The repartitioning stage (Kafka Streams' repartition topic), the default
+//! The repartitioning stage's records (Kafka Streams' repartition topic), the default
 //! (`input.partitioning = "repartition"`): producers key records however they like, so each input
 //! record is read just far enough to find its project ([`crate::engine::Engine::project_of`])
 //! and forwarded, its payload byte for byte, to `<group_id>-repartition`, keyed by the project,
@@ -10,19 +10,19 @@
 //! is committed only once its forward is acknowledged. A crash after a forward and before that
 //! commit forwards the record again; the copy carries the same origin, and the state it reaches
 //! skips it (see [`crate::engine::Origins`]). A record whose project cannot be read has no
-//! partition to go to and is dead-lettered here, naming its own coordinates.
+//! partition to go to and is dead-lettered by the stage, naming its own coordinates.
+//!
+//! Here: how a forwarded record names its origin (its headers) and how that is read back, and
+//! the project a record goes to. The processing thread forwards (`Core::forward` in
+//! `super::process`); the polling thread reads projects and origins (`super::poll`).
 
 use std::ffi::CStr;
 
 use rdkafka::message::{Header, OwnedHeaders};
 
-use super::ServiceError;
 use super::batch_queue::Consumed;
-use super::core::Core;
-use super::poll::{Polled, own_record};
-use crate::engine::contract::rejection::{ErrorCode, Rejection};
+use crate::engine::contract::rejection::Rejection;
 use crate::engine::{Engine, InputTopic, ProjectKey, Record};
-use crate::telemetry::events::{InternalEvent, RecordRevoked};
 use crate::topics::TopicTable;
 
 /// The headers of a forwarded record: `jurystream.origin`, the JSON array `[topic, partition,
@@ -35,7 +35,7 @@ const KEY: &CStr = c"jurystream.key";
 
 /// Bytes allowed for a forwarded record's headers besides the original key: the header names
 /// and the origin's topic name (at most 249 bytes) and numbers.
-const FORWARD_OVERHEAD: usize = 512;
+pub(super) const FORWARD_OVERHEAD: usize = 512;
 
 /// Where a repartition-topic record came from, read from its headers. A record that does not
 /// name an input topic (not written by this stage) is dead-lettered as from no input.
@@ -98,7 +98,7 @@ fn name(header: &CStr) -> &str {
 }
 
 /// The headers that name `record`'s origin.
-fn headers(record: &Record<'_>) -> OwnedHeaders {
+pub(super) fn headers(record: &Record<'_>) -> OwnedHeaders {
     let origin: OriginHeader<'_> = (
         record.topic,
         record.partition.unwrap_or_default(),
@@ -128,72 +128,4 @@ pub(super) fn route(engine: &Engine, record: &Record<'_>) -> Routed {
     engine
         .project_of(record)
         .map(|p| ProjectKey::from(p.as_ref()))
-}
-
-impl Core {
-    /// Forwards one input record to the repartition topic by its project, or dead-letters it
-    /// if its project cannot be read or it would not fit a record forwarded with its key.
-    pub(super) fn forward(&mut self, polled: &Polled<'_>) -> Result<(), ServiceError> {
-        let key = (polled.topic, polled.partition);
-        if self
-            .tasks
-            .forward_fences
-            .get(&key)
-            .is_some_and(|&revoked| polled.generation < revoked)
-        {
-            RecordRevoked {
-                topic: self.topics.input_name(polled.topic),
-            }
-            .emit(&self.metrics);
-            return Ok(());
-        }
-        let msg = &polled.msg;
-        self.tasks.forwarded.insert(key, msg.offset());
-        let record = own_record(msg, polled.topic, self.topics.input_name(polled.topic));
-        let limit = self.forward_limit;
-        let routed = match &polled.routed {
-            Some(routed) => routed.clone(),
-            None => route(&self.engine, &record),
-        };
-        let routed = routed.and_then(|project| {
-            // The project is the new key; the old key travels in a header.
-            let size = record.payload.map_or(0, <[u8]>::len)
-                + record.key.map_or(0, <[u8]>::len)
-                + project.len()
-                + FORWARD_OVERHEAD;
-            if size > limit {
-                return Err(Rejection::new(
-                    ErrorCode::PayloadTooLarge,
-                    format!(
-                        "the record and its key, forwarded to the partition of project \
-                         {project:?}, would be {size} bytes, above the {limit} bytes the \
-                         producer sends (message.max.bytes)"
-                    ),
-                ));
-            }
-            Ok(project)
-        });
-        match routed {
-            Ok(project) => {
-                let payload = record.payload.unwrap_or_default();
-                self.collector.forward(
-                    self.topics.repartition(),
-                    &project,
-                    payload,
-                    headers(&record),
-                )?;
-                self.tally.forwarded(polled.topic);
-                Ok(())
-            }
-            Err(rejection) => {
-                self.out.clear();
-                let outcome = self.engine.reject(&record, &rejection, &mut self.out);
-                self.tally.count(polled.topic, outcome);
-                let outs = std::mem::take(&mut self.out);
-                let result = self.publish(&outs);
-                self.out = outs;
-                result
-            }
-        }
-    }
 }
