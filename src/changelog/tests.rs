@@ -769,6 +769,27 @@ fn fingerprints_and_buckets_are_spelled_as_documented() {
 }
 
 #[test]
+fn a_changelog_written_before_origins_and_project_watermarks_restores() {
+    // `jury.state` as earlier versions wrote it: the book with the partition's watermark, no
+    // origins, no project watermarks. Read on with `by_key`, the records it holds are skipped by
+    // its offset; its sessions time out by their project's next event.
+    let unit = Unit {
+        topic: InputTopic::JudgeScores,
+        partition: 2,
+    };
+    let mut r = Restorer::new(unit);
+    r.accept(
+        br#"["j",2,"book"]"#,
+        Some(br#"{"watermark":"2026-11-20T10:00:00Z","next_seq":7}"#),
+    );
+    r.accept(br#"["j",2,"offset"]"#, Some(br#"{"offset":41}"#));
+    let (state, offset) = r.finish().expect("an old changelog restores");
+    assert_eq!(offset, Some(41));
+    assert_eq!(state.sessions.next_seq(), 7);
+    assert!(state.origins.is_empty());
+}
+
+#[test]
 fn every_kind_of_key_is_written_and_read_back() {
     let unit = Unit {
         topic: InputTopic::JudgeScores,
