@@ -3,6 +3,7 @@
 //! documented with its formula in docs/.
 
 pub mod bias;
+pub mod bradley_terry;
 pub mod consensus;
 pub mod dedupe;
 pub mod leaderboard;
