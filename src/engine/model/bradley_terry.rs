@@ -198,24 +198,31 @@ fn strengths(t: &Table, rated: &[usize]) -> Vec<f64> {
     p
 }
 
-/// A 95% confidence interval of a rating; `None` on a side where resamples put it unbounded.
+/// A 95% confidence interval of a rating. A bound is infinite where the resamples put the
+/// rating unbounded there: `-inf` for one that never won in them, `+inf` for one that never
+/// lost (both bounds at `+inf` for a model unbeaten in nearly every resample).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Interval {
-    pub low: Option<f64>,
-    pub high: Option<f64>,
+    pub low: f64,
+    pub high: f64,
 }
 
 impl Interval {
-    /// Whether the two intervals share a point (an open side reaches infinitely far).
+    /// Whether the two intervals share a point.
     pub fn overlaps(&self, other: &Interval) -> bool {
-        let low = |i: &Interval| i.low.unwrap_or(f64::NEG_INFINITY);
-        let high = |i: &Interval| i.high.unwrap_or(f64::INFINITY);
-        low(self) <= high(other) && low(other) <= high(self)
+        self.low <= other.high && other.low <= self.high
+    }
+
+    /// A bound as reported: `None` where it is unbounded.
+    pub fn finite(bound: f64) -> Option<f64> {
+        bound.is_finite().then_some(bound)
     }
 }
 
 /// Each model's 95% interval from `rounds` resamples of `sessions` (each a list of outcomes),
-/// drawn with the generator seeded by `seed`; `None` for a model rated in no resample.
+/// drawn with the generator seeded by `seed`; `None` for a model rated in no resample. It costs
+/// `rounds` times the outcomes in `sessions`: a caller on the processing thread bounds what it
+/// passes.
 pub fn bootstrap(
     models: usize,
     sessions: &[Vec<Outcome>],
@@ -253,7 +260,7 @@ pub fn bootstrap(
             s.sort_by(f64::total_cmp);
             let at = |q: f64| {
                 let rank = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len());
-                Some(s[rank - 1]).filter(|v| v.is_finite())
+                s[rank - 1]
             };
             Some(Interval {
                 low: at(0.025),

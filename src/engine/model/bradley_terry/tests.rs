@@ -132,22 +132,39 @@ fn the_bootstrap_is_seeded_and_brackets_the_estimate() {
     let point = fit(3, sessions.iter().flatten());
     for (interval, r) in a.iter().zip(&point) {
         let i = interval.expect("an interval");
-        let (low, high) = (i.low.expect("a low"), i.high.expect("a high"));
+        let (low, high) = (i.low, i.high);
+        assert!(low.is_finite() && high.is_finite(), "{i:?}");
         assert!(low <= rating(r) && rating(r) <= high, "{i:?} {r:?}");
     }
     assert!(a[0].unwrap().overlaps(&a[1].unwrap()) || !a[1].unwrap().overlaps(&a[0].unwrap()));
     let open = Interval {
-        low: Some(1100.0),
-        high: None,
+        low: 1100.0,
+        high: f64::INFINITY,
     };
     assert!(open.overlaps(&Interval {
-        low: Some(5000.0),
-        high: Some(6000.0)
+        low: 5000.0,
+        high: 6000.0
     }));
     assert!(!open.overlaps(&Interval {
-        low: None,
-        high: Some(1099.0)
+        low: f64::NEG_INFINITY,
+        high: 1099.0
     }));
+    // Unbeaten and winless in every resample: at +inf and at -inf, apart.
+    let (up, down) = (
+        Interval {
+            low: f64::INFINITY,
+            high: f64::INFINITY,
+        },
+        Interval {
+            low: f64::NEG_INFINITY,
+            high: f64::NEG_INFINITY,
+        },
+    );
+    assert!(!up.overlaps(&down) && up.overlaps(&up));
+    assert_eq!(
+        (Interval::finite(up.low), Interval::finite(1.5)),
+        (None, Some(1.5))
+    );
     assert_eq!(bootstrap(2, &[], 10, 1), vec![None, None]);
 }
 
@@ -174,7 +191,7 @@ fn coverage(runs: u64, sessions: usize, rounds: usize) -> f64 {
         for (t, i) in truth.iter().zip(intervals) {
             let i = i.expect("every model compared");
             total += 1;
-            inside += usize::from(i.low.is_none_or(|l| l <= *t) && i.high.is_none_or(|h| *t <= h));
+            inside += usize::from(i.low <= *t && *t <= i.high);
         }
     }
     inside as f64 / total as f64
