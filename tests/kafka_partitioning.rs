@@ -331,25 +331,12 @@ fn a_crash_between_forwarding_and_committing_counts_nothing_twice() {
     produce(&broker.bootstrap, &records);
     // The first epoch that commits anything forwards records and has them acknowledged, then
     // dies before committing their input offsets: the restart forwards them again.
-    let crashing = Service::start_with(
+    let mut crashing = Service::start_with(
         &config,
         dir.path().join("crash.log"),
         &[("JURYSTREAM_CRASH_AFTER_CHANGELOG", "1")],
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let mut crashing = crashing;
-    let status = loop {
-        if let Some(status) = crashing.child.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "it did not crash: {}",
-            crashing.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(!status.success());
+    assert!(!crashing.wait_exit(Duration::from_secs(120)).success());
     let service = Service::start(&config, dir.path().join("service.log"));
     assert!(
         service.wait_caught_up(&records, Duration::from_secs(120)),

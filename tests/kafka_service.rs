@@ -263,18 +263,7 @@ fn crash_each(bootstrap: &str, prefix: &str, shape: &Shape, crashes: &[[&str; 3]
     for (n, [var, value, line]) in crashes.iter().enumerate() {
         let mut crashing = Service::start_with(&setup.config, log.clone(), &[(*var, *value)]);
         // It dies at its first epoch with such a flush; one that never comes would hang here.
-        let deadline = std::time::Instant::now() + Duration::from_secs(120);
-        let status = loop {
-            if let Some(status) = crashing.child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{var}={value}: it did not crash: {}",
-                crashing.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let status = crashing.wait_exit(Duration::from_secs(120));
         let text = crashing.log_text();
         assert!(!status.success(), "{var}={value}: {text}");
         let earlier = crashes[..n].iter().filter(|c| c[2] == *line).count();

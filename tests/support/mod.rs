@@ -383,6 +383,23 @@ impl Service {
         self.child.wait().expect("wait for jurystream")
     }
 
+    /// Waits for the process to exit by itself (a crash the test injected), failing the test
+    /// with its log if it is still running after `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for jurystream") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "it did not exit within {timeout:?}: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// kill -9.
     pub fn kill(mut self) {
         let _ = self.child.kill();

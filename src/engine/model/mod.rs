@@ -1,6 +1,6 @@
 //! The formulas: HumanJudge scoring, duplicate windows, judge sessions, consensus, the bias
-//! audit, statistics and the leaderboard. Pure functions and the state they keep; each is
-//! documented with its formula in docs/.
+//! audit, statistics, the leaderboard and Bradley-Terry ratings. Pure functions and the state
+//! they keep; each is documented with its formula in docs/.
 
 pub mod bias;
 pub mod bradley_terry;
