@@ -198,6 +198,13 @@ pub struct Input {
     pub partitioning: Partitioning,
 }
 
+impl Input {
+    /// Whether input records are forwarded to the repartition topic and applied from there.
+    pub fn repartitions(&self) -> bool {
+        self.partitioning == Partitioning::Repartition
+    }
+}
+
 /// Where a project's state lives in the Kafka service (see the README, "Partitioning").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -150,10 +150,7 @@ impl Engine {
                 reputations.apply(&ReputationChange::tombstone(record.key)?);
                 return Ok(Outcome::Applied);
             }
-            return Err(Rejection::new(
-                ErrorCode::EmptyPayload,
-                "a tombstone (null value) is not an event",
-            ));
+            return Err(tombstone());
         };
         self.check_size(payload)?;
         match topic {
@@ -259,6 +256,14 @@ fn project_limit(project: &str, max: usize) -> Rejection {
             "project {project:?} would be one more than the {max} this instance holds \
              (limits.max_projects)"
         ),
+    )
+}
+
+/// The rejection of a tombstone on a topic of events.
+fn tombstone() -> Rejection {
+    Rejection::new(
+        ErrorCode::EmptyPayload,
+        "a tombstone (null value) is not an event",
     )
 }
 

@@ -3,7 +3,7 @@
 //! configuration, and tells it which input each record comes from ([`super::Record::input`]),
 //! so the engine knows nothing of Kafka, topic names, HTTP or logging.
 
-use crate::config::{Bias, Config, Leaderboard, Limits, Partitioning, Scoring, Sessions};
+use crate::config::{Bias, Config, Leaderboard, Limits, Scoring, Sessions};
 
 /// The engine's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,7 +32,7 @@ impl Settings {
             bias: config.bias.clone(),
             leaderboard: config.leaderboard.clone(),
             scores_coalesce_ms: config.output.scores_coalesce_ms,
-            key_is_project: config.input.partitioning == Partitioning::ByKey,
+            key_is_project: !config.input.repartitions(),
         }
     }
 }

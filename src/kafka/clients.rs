@@ -178,7 +178,7 @@ fn topics<'a>(cfg: &'a Config, names: &'a TopicTable) -> Vec<(&'a str, bool)> {
         (t.dead_letters.as_str(), false),
         (names.state(), true),
     ];
-    if cfg.input.partitioning == Partitioning::Repartition {
+    if cfg.input.repartitions() {
         all.push((names.repartition(), false));
     }
     all

@@ -15,7 +15,7 @@ use super::collector::{ACKED_EPOCHS, Collector};
 use super::faults::Faults;
 use super::tasks::Tasks;
 use crate::changelog;
-use crate::config::{Config, Partitioning};
+use crate::config::Config;
 use crate::engine::output::Output;
 use crate::engine::reputation::ReputationTable;
 use crate::engine::{Engine, IdMap, InputTopic, Outcome};
@@ -168,12 +168,16 @@ impl Core {
         }
     }
 
-    /// Publishes `outs` in order.
-    pub(super) fn publish(&mut self, outs: &[Output]) -> Result<(), ServiceError> {
-        outs.iter().try_for_each(|o| {
+    /// Publishes the records in the output buffer (`out`) in order; the buffer keeps its
+    /// allocation for the next record.
+    pub(super) fn publish_out(&mut self) -> Result<(), ServiceError> {
+        let outs = std::mem::take(&mut self.out);
+        let result = outs.iter().try_for_each(|o| {
             let topic = self.topics.output_name(o.topic);
             self.collector.publish(topic, o)
-        })
+        });
+        self.out = outs;
+        result
     }
 
     /// Restores every assigned partition not restored yet (see [`Tasks::restore_assigned`]).
@@ -190,18 +194,13 @@ impl Core {
     /// is sealed, so a held score waits at most one coalescing interval and is always in the
     /// epoch of the records that caused it.
     pub(super) fn release_held(&mut self, keys: &[(InputTopic, i32)]) -> Result<(), ServiceError> {
-        // Collected into the kept output buffer first (the units are borrowed while they
-        // release them).
-        let mut held = std::mem::take(&mut self.out);
-        held.clear();
+        self.out.clear();
         for key in keys {
             if let Some(owned) = self.tasks.units.get_mut(key) {
-                self.engine.release_held(&mut owned.state, &mut held);
+                self.engine.release_held(&mut owned.state, &mut self.out);
             }
         }
-        let released = self.publish(&held);
-        self.out = held;
-        released
+        self.publish_out()
     }
 
     /// Adds the outcomes counted since the last call to the metrics.
@@ -216,16 +215,10 @@ impl Core {
             || self.tasks.units.values().any(|u| u.pending.is_some())
     }
 
-    /// Whether input records are forwarded to the repartition topic (see
-    /// [`super::repartition`]).
-    pub(super) fn repartitions(&self) -> bool {
-        self.config.input.partitioning == Partitioning::Repartition
-    }
-
     /// The topic whose partitions the state of `topic`'s records follows: the repartition
     /// topic, or with `by_key` the input itself.
     pub(super) fn log_name(&self, topic: InputTopic) -> &str {
-        if self.repartitions() {
+        if self.config.input.repartitions() {
             self.topics.repartition()
         } else {
             self.topics.input_name(topic)
@@ -242,7 +235,7 @@ impl Core {
             ];
         }
         match self.topics.input(topic) {
-            Some(t) if !self.repartitions() => vec![(t, partition)],
+            Some(t) if !self.config.input.repartitions() => vec![(t, partition)],
             _ => Vec::new(),
         }
     }
@@ -261,7 +254,7 @@ impl Core {
             self.tasks.revoke(unit, generation);
         }
         if let Some(t) = self.topics.input(topic)
-            && self.repartitions()
+            && self.config.input.repartitions()
         {
             self.tasks.revoke_forwarding((t, partition), generation);
         }

@@ -55,7 +55,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 
 use crate::changelog::{ChangelogError, Unit};
-use crate::config::{Config, Partitioning};
+use crate::config::Config;
 use crate::engine::{Engine, Settings};
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
@@ -170,7 +170,7 @@ pub fn run(
             forward_to: ForwardTo::default(),
         })?;
     let fetched = Fetched::new(&consumer, &consumer.context().forward_to)?;
-    let repartition = config.input.partitioning == Partitioning::Repartition;
+    let repartition = config.input.repartitions();
     let mut subscribed = vec![config.topics.votes.as_str(), &config.topics.judge_scores];
     if repartition {
         subscribed.push(topics.repartition());

@@ -12,7 +12,7 @@ use rdkafka::message::Message;
 use super::ServiceError;
 use super::batch_queue::{Consumed, Fetched};
 use super::contexts::GroupContext;
-use super::repartition::{Origin, Routed, route};
+use super::repartition::{Origin, Routed};
 use crate::engine::{Engine, InputTopic, PreparedVotes, Record};
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
@@ -154,7 +154,7 @@ pub(super) fn poll_records<'c>(
             // (see `PREPARE_FROM_QUEUED`).
             let (votes, routed) = match source {
                 _ if !prepare => (None, None),
-                Source::Forward => (None, Some(route(engine, &polled.record(topics)))),
+                Source::Forward => (None, Some(engine.project_of(&polled.record(topics)))),
                 _ => (engine.prepare_votes(&polled.record(topics)), None),
             };
             batch.push(Polled {

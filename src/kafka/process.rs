@@ -17,9 +17,8 @@ use super::ServiceError;
 use super::clients::QuietReader;
 use super::core::{Core, MAX_EPOCHS_IN_FLIGHT, lock};
 use super::poll::{Polled, Source, own_record};
-use super::repartition::{FORWARD_OVERHEAD, headers, route};
+use super::repartition::{self, headers};
 use crate::config::Config;
-use crate::engine::contract::rejection::{ErrorCode, Rejection};
 use crate::engine::{IdMap, InputTopic, Outcome, PartitionState, Record};
 use crate::prefetch;
 use crate::telemetry::events::{InternalEvent, RecordRevoked, RecordsProcessed};
@@ -89,10 +88,7 @@ impl Core {
                 .observe(started.elapsed().as_secs_f64());
         }
         self.tally.count(topic, outcome);
-        let outs = std::mem::take(&mut self.out);
-        let result = self.publish(&outs);
-        self.out = outs;
-        result
+        self.publish_out()
     }
 
     /// Whether `polled` was polled before `fences` says its partition was revoked: then it is
@@ -144,10 +140,7 @@ impl Core {
         }
         .emit(&self.metrics);
         self.metrics.reputations.set(self.reputations.len() as i64);
-        let outs = std::mem::take(&mut self.out);
-        let result = self.publish(&outs);
-        self.out = outs;
-        result
+        self.publish_out()
     }
 }
 
@@ -165,24 +158,10 @@ impl Core {
         let limit = self.forward_limit;
         let routed = match &polled.routed {
             Some(routed) => routed.clone(),
-            None => route(&self.engine, &record),
+            None => self.engine.project_of(&record),
         };
         let routed = routed.and_then(|project| {
-            // The project is the new key; the old key travels in a header.
-            let size = record.payload.map_or(0, <[u8]>::len)
-                + record.key.map_or(0, <[u8]>::len)
-                + project.len()
-                + FORWARD_OVERHEAD;
-            if size > limit {
-                return Err(Rejection::new(
-                    ErrorCode::PayloadTooLarge,
-                    format!(
-                        "the record and its key, forwarded to the partition of project \
-                         {project:?}, would be {size} bytes, above the {limit} bytes the \
-                         producer sends (message.max.bytes)"
-                    ),
-                ));
-            }
+            repartition::check_size(&record, &project, limit)?;
             Ok(project)
         });
         match routed {
@@ -201,10 +180,7 @@ impl Core {
                 self.out.clear();
                 let outcome = self.engine.reject(&record, &rejection, &mut self.out);
                 self.tally.count(polled.topic, outcome);
-                let outs = std::mem::take(&mut self.out);
-                let result = self.publish(&outs);
-                self.out = outs;
-                result
+                self.publish_out()
             }
         }
     }

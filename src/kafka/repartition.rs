@@ -21,8 +21,8 @@ use std::ffi::CStr;
 use rdkafka::message::{Header, OwnedHeaders};
 
 use super::batch_queue::Consumed;
-use crate::engine::contract::rejection::Rejection;
-use crate::engine::{Engine, InputTopic, ProjectKey, Record};
+use crate::engine::contract::rejection::{ErrorCode, Rejection};
+use crate::engine::{InputTopic, ProjectKey, Record};
 use crate::topics::TopicTable;
 
 /// The headers of a forwarded record: `jurystream.origin`, the JSON array `[topic, partition,
@@ -35,7 +35,7 @@ const KEY: &CStr = c"jurystream.key";
 
 /// Bytes allowed for a forwarded record's headers besides the original key: the header names
 /// and the origin's topic name (at most 249 bytes) and numbers.
-pub(super) const FORWARD_OVERHEAD: usize = 512;
+const FORWARD_OVERHEAD: usize = 512;
 
 /// Where a repartition-topic record came from, read from its headers. A record that does not
 /// name an input topic (not written by this stage) is dead-lettered as from no input.
@@ -123,9 +123,27 @@ pub(super) fn headers(record: &Record<'_>) -> OwnedHeaders {
 /// of an input record when it has time to (see [`super::poll::Polled::routed`]).
 pub(super) type Routed = Result<ProjectKey, Rejection>;
 
-/// Reads the project of `record` (see [`crate::engine::Engine::project_of`]).
-pub(super) fn route(engine: &Engine, record: &Record<'_>) -> Routed {
-    engine
-        .project_of(record)
-        .map(|p| ProjectKey::from(p.as_ref()))
+/// Refuses to forward `record` to `project`'s partition if it would be larger, with its key
+/// in a header, than the `limit` the producer sends.
+pub(super) fn check_size(
+    record: &Record<'_>,
+    project: &str,
+    limit: usize,
+) -> Result<(), Rejection> {
+    // The project is the new key; the old key travels in a header.
+    let size = record.payload.map_or(0, <[u8]>::len)
+        + record.key.map_or(0, <[u8]>::len)
+        + project.len()
+        + FORWARD_OVERHEAD;
+    if size > limit {
+        return Err(Rejection::new(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "the record and its key, forwarded to the partition of project {project:?}, \
+                 would be {size} bytes, above the {limit} bytes the producer sends \
+                 (message.max.bytes)"
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -370,7 +370,11 @@ impl SessionBook {
         limits: BookLimits,
         done: &mut Vec<Completed>,
     ) {
-        let p = self.projects.entry(project.to_owned()).or_default();
+        // Looked up before it is inserted: the project id is copied only for a new project.
+        let p = match self.projects.get_mut(project) {
+            Some(p) => p,
+            None => self.projects.entry(project.to_owned()).or_default(),
+        };
         let wm = p.watermark.map_or(at, |w| w.max(at));
         p.watermark = Some(wm);
         let timeout = i64::try_from(limits.timeout_secs).unwrap_or(i64::MAX);
