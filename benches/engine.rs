@@ -19,6 +19,7 @@ use jurystream::engine::contract::time::EventTime;
 use jurystream::engine::contract::vote::{Vote, VoteBatch};
 use jurystream::engine::model::bias::{audit_session, session_alerts};
 use jurystream::engine::model::consensus::{analyze, interpretation};
+use jurystream::engine::model::leaderboard::{BlockId, Ranking};
 use jurystream::engine::model::session::Session;
 use jurystream::engine::output::Output;
 use jurystream::engine::reputation::ReputationTable;
@@ -305,6 +306,58 @@ fn bench_complete_session(c: &mut Criterion) {
     group.finish();
 }
 
+/// A Bradley-Terry refit of a full 30-day window (31 days of 16 blocks, 200 sessions a day
+/// of four candidates): what a category costs each time it is due. `random` draws the
+/// candidates' models and ranks; `chain` has each model beat the next 20 times and lose to it
+/// once, ratings spread over thousands of points, where minorisation-maximisation crawled.
+fn bench_bradley_terry(c: &mut Criterion) {
+    let mut group = c.benchmark_group("bradley_terry");
+    group.sample_size(10);
+    let at = EventTime::from_epoch_millis(0).unwrap();
+    for models in [10usize, 50] {
+        let names: Vec<String> = (0..models).map(|i| format!("model-{i}")).collect();
+        let mut random = Ranking::default();
+        let mut x = 1u64;
+        for day in 0..31 {
+            for s in 0..200u64 {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let ranks: Vec<(String, usize)> = (0..4)
+                    .map(|j| {
+                        let model = ((x >> (8 * j)) as usize) % models;
+                        (names[model].clone(), ((x >> (3 + 8 * j)) % 4) as usize)
+                    })
+                    .collect();
+                let block = BlockId {
+                    day,
+                    slot: (s % 16) as u8,
+                };
+                random.add(block, &ranks, models);
+            }
+        }
+        let mut chain = Ranking::default();
+        for i in 0..models - 1 {
+            let (a, b) = (names[i].clone(), names[i + 1].clone());
+            for s in 0..20u8 {
+                let block = BlockId {
+                    day: 0,
+                    slot: s % 16,
+                };
+                chain.add(block, &[(a.clone(), 1), (b.clone(), 2)], models);
+            }
+            chain.add(BlockId { day: 1, slot: 0 }, &[(b, 1), (a, 2)], models);
+        }
+        for (name, ranking) in [("random", random), ("chain", chain)] {
+            group.bench_function(format!("refit_{models}_models_{name}_200_rounds"), |b| {
+                let mut r = ranking.clone();
+                b.iter(|| r.fit(at, 200))
+            });
+        }
+    }
+    group.finish();
+}
+
 /// A `jury.votes` record of partition 0 carrying `payload`, with no offset (nothing is
 /// skipped) and no clock (nothing is coalesced); benchmarks that need them set them.
 fn vote_record(payload: &str) -> Record<'_> {
@@ -414,6 +467,7 @@ criterion_group!(
     bench_parse_validate_apply,
     bench_journaled_epoch,
     bench_prefetch,
-    bench_complete_session
+    bench_complete_session,
+    bench_bradley_terry
 );
 criterion_main!(benches);

@@ -456,11 +456,23 @@ impl Default for Bias {
 pub struct Leaderboard {
     /// Sliding event-time window in days.
     pub window_days: u64,
+    /// Bootstrap resamples of the window's session blocks behind each Bradley-Terry interval.
+    pub bootstrap_rounds: usize,
+    /// Models a category's Bradley-Terry fit holds: a refit costs the square of it.
+    pub max_models: usize,
+    /// The Bradley-Terry ratings of a project's category are refitted at most this often, in
+    /// seconds of event time (0: after every session); rows in between carry the last fit.
+    pub bt_interval_secs: u64,
 }
 
 impl Default for Leaderboard {
     fn default() -> Self {
-        Leaderboard { window_days: 30 }
+        Leaderboard {
+            window_days: 30,
+            bootstrap_rounds: 200,
+            max_models: 50,
+            bt_interval_secs: 60,
+        }
     }
 }
 
@@ -592,6 +604,25 @@ impl Config {
         positive(
             "leaderboard.window_days",
             self.leaderboard.window_days as usize,
+        )?;
+        at_most(
+            "leaderboard.window_days",
+            self.leaderboard.window_days as usize,
+            366,
+            "days (a category keeps resampling blocks for each)",
+        )?;
+        at_most(
+            "leaderboard.bootstrap_rounds",
+            self.leaderboard.bootstrap_rounds,
+            10_000,
+            "resamples (each refits the window)",
+        )?;
+        positive("leaderboard.max_models", self.leaderboard.max_models)?;
+        at_most(
+            "leaderboard.max_models",
+            self.leaderboard.max_models,
+            1_000,
+            "models per category (a refit costs their square)",
         )?;
         let k = &self.kafka;
         if k.bootstrap_servers.is_empty() {

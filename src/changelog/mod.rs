@@ -45,7 +45,7 @@ use serde_json::value::RawValue;
 use crate::engine::contract::time::EventTime;
 use crate::engine::model::bias::ProjectAudit;
 use crate::engine::model::dedupe::RecentIds;
-use crate::engine::model::leaderboard::Entry;
+use crate::engine::model::leaderboard::{BlockId, Entry, Ranking};
 use crate::engine::model::score::ProjectScore;
 use crate::engine::model::session::{ProjectSessions, Session, SessionBook};
 use crate::engine::{Change, IdMap, InputTopic, Origins, PartitionState, ProjectKey, VoteProject};
@@ -148,6 +148,11 @@ pub(super) enum Slot<'a> {
     Board(&'a str, &'a str, &'a str),
     /// A judge-scores project's watermark: `["j",3,"watermark","proj-42"]`.
     Watermark(&'a str),
+    /// A category's Bradley-Terry models and last fit: `["j",3,"ranking","proj-42","chat"]`.
+    Ranking(&'a str, &'a str),
+    /// One of a category's Bradley-Terry resampling blocks, by day and slot:
+    /// `["j",3,"block","proj-42","chat","20417.3"]`.
+    Block(&'a str, &'a str, BlockId),
     /// The session book's creation counter.
     Book,
     /// Chunk `n` of a judge-scores flush's redo record: `["j",3,"redo","0"]`.
@@ -167,6 +172,8 @@ impl<'a> Slot<'a> {
             Slot::Audit(_) => "audit",
             Slot::Board(..) => "board",
             Slot::Watermark(_) => "watermark",
+            Slot::Ranking(..) => "ranking",
+            Slot::Block(..) => "block",
             Slot::Book => "book",
             Slot::Redo(_) => "redo",
         }
@@ -189,6 +196,8 @@ impl<'a> Slot<'a> {
             ("audit", [p]) => Slot::Audit(p),
             ("board", [p, c, m]) => Slot::Board(p, c, m),
             ("watermark", [p]) => Slot::Watermark(p),
+            ("ranking", [p, c]) => Slot::Ranking(p, c),
+            ("block", [p, c, b]) => Slot::Block(p, c, b.parse().map_err(|()| "a bad block")?),
             ("book", []) => Slot::Book,
             ("redo", [n]) => Slot::Redo(number(n)?),
             _ => return Err("unknown kind of state"),
@@ -217,9 +226,9 @@ impl Serialize for Key<'_> {
                 seq.serialize_element(p)?;
                 seq.serialize_element(&bucket.to_string())?;
             }
-            Slot::Session(p, session) => {
+            Slot::Session(p, second) | Slot::Ranking(p, second) => {
                 seq.serialize_element(p)?;
-                seq.serialize_element(session)?;
+                seq.serialize_element(second)?;
             }
             Slot::Completed(p, fingerprint) => {
                 seq.serialize_element(p)?;
@@ -229,6 +238,11 @@ impl Serialize for Key<'_> {
                 seq.serialize_element(p)?;
                 seq.serialize_element(category)?;
                 seq.serialize_element(model)?;
+            }
+            Slot::Block(p, category, block) => {
+                seq.serialize_element(p)?;
+                seq.serialize_element(category)?;
+                seq.serialize_element(&block.to_string())?;
             }
             Slot::Redo(n) => seq.serialize_element(&n.to_string())?,
         }

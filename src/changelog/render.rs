@@ -177,6 +177,21 @@ impl Records {
                     .and_then(|p| p.board.rows.get(&(category.to_owned(), model.to_owned())));
                 self.push(unit, slot, |b| row.is_some_and(|r| push_json(b, r)));
             }
+            Slot::Ranking(project, category) => {
+                let ranking = state
+                    .judge_projects
+                    .get(project)
+                    .and_then(|p| p.board.ranked.get(category));
+                self.push(unit, slot, |b| ranking.is_some_and(|r| push_json(b, r)));
+            }
+            Slot::Block(project, category, block) => {
+                let pairs = state
+                    .judge_projects
+                    .get(project)
+                    .and_then(|p| p.board.ranked.get(category))
+                    .and_then(|r| r.blocks.get(&block));
+                self.push(unit, slot, |b| pairs.is_some_and(|p| push_json(b, p)));
+            }
             Slot::Watermark(project) => {
                 let watermark = state
                     .sessions
@@ -274,6 +289,12 @@ impl Change {
                 model,
             } => Slot::Board(project, category, model),
             Change::Watermark { project } => Slot::Watermark(project),
+            Change::Ranking { project, category } => Slot::Ranking(project, category),
+            Change::RankingBlock {
+                project,
+                category,
+                block,
+            } => Slot::Block(project, category, *block),
             Change::Book => Slot::Book,
         };
         emit(slot);

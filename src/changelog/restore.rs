@@ -148,6 +148,17 @@ impl Restorer {
                 Slot::Board(p, category, model) => {
                     restored.board(p, category, model, from_value(&key, v)?)
                 }
+                Slot::Ranking(p, category) => {
+                    let read: Ranking = from_value(&key, v)?;
+                    let ranking = restored.ranking(p, category);
+                    // Its blocks are records of their own, read before or after it.
+                    let blocks = std::mem::take(&mut ranking.blocks);
+                    *ranking = Ranking { blocks, ..read };
+                }
+                Slot::Block(p, category, block) => {
+                    let pairs = from_value(&key, v)?;
+                    restored.ranking(p, category).blocks.insert(block, pairs);
+                }
                 Slot::Watermark(p) => {
                     let value: WatermarkValue = from_value(&key, v)?;
                     restored.sessions.entry(p.to_owned()).or_default().watermark =
@@ -249,6 +260,16 @@ impl Restored {
         p.board
             .rows
             .insert((category.to_owned(), model.to_owned()), row);
+    }
+
+    /// A category's Bradley-Terry material, created empty if new.
+    fn ranking(&mut self, project: &str, category: &str) -> &mut Ranking {
+        let p = self
+            .state
+            .judge_projects
+            .entry(project.to_owned())
+            .or_default();
+        p.board.ranked.entry(category.to_owned()).or_default()
     }
 
     /// The session book's creation counter.

@@ -798,6 +798,12 @@ fn every_kind_of_key_is_written_and_read_back() {
     for (slot, text) in [
         (Slot::Offset, r#"["j",3,"offset"]"#),
         (Slot::Origins, r#"["j",3,"origins"]"#),
+        (Slot::Watermark("p"), r#"["j",3,"watermark","p"]"#),
+        (Slot::Ranking("p", "c"), r#"["j",3,"ranking","p","c"]"#),
+        (
+            Slot::Block("p", "c", BlockId { day: -2, slot: 15 }),
+            r#"["j",3,"block","p","c","-2.15"]"#,
+        ),
         (Slot::Project("p/1"), r#"["j",3,"project","p/1"]"#),
         (Slot::Seen("p", 12), r#"["j",3,"seen","p","12"]"#),
         (

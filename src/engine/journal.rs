@@ -5,6 +5,7 @@ use std::ops::Range;
 
 use super::ids::ProjectKey;
 use super::model::dedupe::Remembered;
+use super::model::leaderboard::BlockId;
 
 /// One piece of partition state that changed. The Kafka runtime writes the current value of
 /// each (or a tombstone, if it is gone) to the changelog; replay does not journal.
@@ -41,6 +42,14 @@ pub enum Change {
         project: String,
         category: String,
         model: String,
+    },
+    /// A category's Bradley-Terry models and fit.
+    Ranking { project: String, category: String },
+    /// One of a category's Bradley-Terry resampling blocks.
+    RankingBlock {
+        project: String,
+        category: String,
+        block: BlockId,
     },
     /// A judge-scores project's watermark.
     Watermark { project: String },

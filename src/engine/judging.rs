@@ -204,14 +204,26 @@ impl Engine {
             out.push(Output::alert(key.clone(), &alert));
         }
         let category = c.session.category.as_deref();
-        let standings = project.board.add(
+        let update = project.board.add(
             &c.project_id,
+            &c.session_id,
             category,
             c.at,
             &analysis,
-            cfg.leaderboard.window_days,
+            &cfg.leaderboard,
         );
-        for standing in standings {
+        state.note(|| Change::Ranking {
+            project: c.project_id.clone(),
+            category: category.unwrap_or("").to_owned(),
+        });
+        for block in update.blocks {
+            state.note(|| Change::RankingBlock {
+                project: c.project_id.clone(),
+                category: category.unwrap_or("").to_owned(),
+                block,
+            });
+        }
+        for standing in update.standings {
             state.note(|| Change::Board {
                 project: standing.project_id.clone(),
                 category: standing.category.clone().unwrap_or_default(),

@@ -763,6 +763,90 @@ fn a_session_times_out_by_its_own_projects_event_time_only() {
 }
 
 #[test]
+fn the_leaderboard_rates_models_by_bradley_terry_over_its_window() {
+    let mut config = Config::default();
+    config.leaderboard.bt_interval_secs = 0;
+    let mut h = Harness {
+        engine: Engine::new(Settings::of(&config)),
+        ..Harness::new()
+    };
+    // Three single-judge sessions of one category: m-a's candidate ranks first twice, m-b's
+    // once. The MLE puts p_a / p_b = 2, so with the geometric mean at 1 the ratings are
+    // 1000 +- 400 * log10(sqrt 2) = 1000 +- 60.206.
+    for (i, (a, b)) in [(8, 3), (8, 3), (3, 8)].into_iter().enumerate() {
+        let rest = format!(
+            r#", "scores": {{"A": {a}, "B": {b}}}, "candidates": {{"A": {{"author": "m-a"}}, "B": {{"author": "m-b"}}}}, "expected_judges": 1, "category": "c""#
+        );
+        let e = format!("e{i}");
+        let s = format!("s{i}");
+        assert_eq!(
+            h.send("jury.judge-scores", &ballot(&e, &s, i as i64, "j1", &rest)),
+            Outcome::Applied
+        );
+    }
+    let rows: Vec<Value> = h
+        .out
+        .iter()
+        .filter(|o| o.topic == OutputTopic::Leaderboard)
+        .map(|o| serde_json::from_str(&o.render()).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2, "both models' rows after a refit");
+    let shift = 400.0 * 2f64.sqrt().log10();
+    for (row, model, rating, rank) in [
+        (&rows[0], "m-a", 1000.0 + shift, 1),
+        (&rows[1], "m-b", 1000.0 - shift, 2),
+    ] {
+        assert_eq!(row["model"], model);
+        let got = row["bt_rating"].as_f64().expect("rated");
+        assert!((got - rating).abs() < 1e-6, "{row}");
+        assert_eq!(row["bt_rank"], rank);
+        assert_eq!(row["comparisons"], 3);
+        assert!(row["bt_note"].is_null());
+        // Three sessions resampled: some draws make one model unbeaten, so the intervals reach
+        // infinity on a side and are reported open there; they overlap.
+        assert_eq!(
+            row["bt_tied_with"].as_array().map(Vec::len),
+            Some(1),
+            "{row}"
+        );
+    }
+}
+
+#[test]
+fn rows_between_bradley_terry_refits_carry_the_last_fit() {
+    // The default refits a category at most once a minute of event time: sessions at 0, 30 and
+    // 61 s refit after the first and the third.
+    let mut h = Harness::new();
+    let mut fits = Vec::new();
+    for (i, at) in [0, 30, 61].into_iter().enumerate() {
+        let rest = r#", "scores": {"A": 8, "B": 3}, "candidates": {"A": {"author": "m-a"}, "B": {"author": "m-b"}}, "expected_judges": 1"#;
+        let (e, s) = (format!("e{i}"), format!("s{i}"));
+        h.out.clear();
+        h.send("jury.judge-scores", &ballot(&e, &s, at, "j1", rest));
+        let rows: Vec<Value> = h
+            .out
+            .iter()
+            .filter(|o| o.topic == OutputTopic::Leaderboard)
+            .map(|o| serde_json::from_str(&o.render()).unwrap())
+            .collect();
+        assert_eq!(rows.len(), 2);
+        fits.push((
+            rows[0]["bt_fitted_at"].clone(),
+            rows[0]["comparisons"].clone(),
+        ));
+    }
+    let at = |s: &str| Value::String(s.to_owned());
+    assert_eq!(
+        fits,
+        [
+            (at("2026-11-20T10:00:00Z"), Value::from(1)),
+            (at("2026-11-20T10:00:00Z"), Value::from(1)),
+            (at("2026-11-20T10:01:01Z"), Value::from(3)),
+        ]
+    );
+}
+
+#[test]
 fn open_session_bounds_evict_the_oldest() {
     let mut config = Config::default();
     config.sessions.max_open_per_project = 2;

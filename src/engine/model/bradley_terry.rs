@@ -2,9 +2,11 @@
 //! Chatbot Arena ranks models, here over the sessions of a leaderboard window.
 //!
 //! Model `i` beats model `j` with probability `p_i / (p_i + p_j)`. The maximum-likelihood
-//! strengths are found by minorisation-maximisation (Hunter 2004):
-//! `p_i <- W_i / sum_j n_ij / (p_i + p_j)`, with `W_i` the score of `i` (a win counts 1, a tie
-//! half) and `n_ij` the comparisons of `i` and `j`, until no `ln p_i` moves by more than 1e-9.
+//! strengths maximise `sum_ij w_ij ln(p_i / (p_i + p_j))`, with `w_ij` the score of `i` against
+//! `j` (a win counts 1, a tie half). The log-likelihood is concave in `theta = ln p`, so
+//! Newton's method with backtracking finds them, until no `ln p_i` moves by more than 1e-9: a
+//! few dozen steps of `O(n^3)` even where minorisation-maximisation (Hunter 2004), linear per
+//! step, needs a hundred thousand (a long chain of near-certain wins).
 //! Strengths are fixed by their geometric mean, 1, and reported on the Elo-like scale
 //! `400 * log10(p) + 1000`, so the rated models average 1000.
 //!
@@ -26,13 +28,15 @@ use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-/// One pairwise outcome: models `a` and `b` (indexes), and `a`'s score against `b`: 1 won, 0.5
-/// tie, 0 lost.
+/// The outcomes of `games` comparisons of models `a` and `b` (indexes), and `a`'s total score
+/// in them: a win counts 1, a tie 0.5, a loss 0. One comparison is `games: 1.0`; a leaderboard
+/// block sums many.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Outcome {
     pub a: usize,
     pub b: usize,
     pub score: f64,
+    pub games: f64,
 }
 
 /// Why a model has no rating.
@@ -78,20 +82,20 @@ impl Table {
             games: vec![vec![0.0; models]; models],
         };
         for o in outcomes {
-            if o.a == o.b || o.a >= models || o.b >= models || !(0.0..=1.0).contains(&o.score) {
+            if o.a == o.b || o.a >= models || o.b >= models || !(0.0..=o.games).contains(&o.score) {
                 continue;
             }
             t.wins[o.a][o.b] += o.score;
-            t.wins[o.b][o.a] += 1.0 - o.score;
-            t.games[o.a][o.b] += 1.0;
-            t.games[o.b][o.a] += 1.0;
+            t.wins[o.b][o.a] += o.games - o.score;
+            t.games[o.a][o.b] += o.games;
+            t.games[o.b][o.a] += o.games;
         }
         t
     }
 }
 
-/// The longest a fit iterates; a strongly connected table converges far sooner.
-const MAX_ITERATIONS: usize = 100_000;
+/// The most Newton steps a fit takes; a strongly connected table converges far sooner.
+const MAX_ITERATIONS: usize = 200;
 
 /// The maximum-likelihood ratings of `models` models from `outcomes` (see the module doc).
 pub fn fit<'a>(models: usize, outcomes: impl Iterator<Item = &'a Outcome>) -> Ratings {
@@ -164,38 +168,108 @@ fn strongly_connected(t: &Table, rated: &[usize]) -> bool {
     })
 }
 
-/// The strengths of `rated` (strongly connected), geometric mean 1, by minorisation-maximisation.
+/// The strengths of `rated` (strongly connected), geometric mean 1, by Newton's method on the
+/// log-likelihood in `theta = ln p` (see the module doc).
 fn strengths(t: &Table, rated: &[usize]) -> Vec<f64> {
-    let won: Vec<f64> = rated
-        .iter()
-        .map(|&i| rated.iter().map(|&j| t.wins[i][j]).sum())
-        .collect();
-    let mut p = vec![1.0; rated.len()];
-    for _ in 0..MAX_ITERATIONS {
-        let mut next: Vec<f64> = (0..rated.len())
-            .map(|a| {
-                let denominator: f64 = (0..rated.len())
-                    .filter(|&b| b != a)
-                    .map(|b| t.games[rated[a]][rated[b]] / (p[a] + p[b]))
-                    .sum();
-                won[a] / denominator
-            })
-            .collect();
-        let mean_ln = next.iter().map(|x| x.ln()).sum::<f64>() / next.len() as f64;
-        for x in &mut next {
-            *x /= mean_ln.exp();
+    let n = rated.len();
+    let mut theta = vec![0.0; n];
+    if n < 2 {
+        return vec![1.0; n];
+    }
+    let log_likelihood = |theta: &[f64]| {
+        let mut l = 0.0;
+        for a in 0..n {
+            for b in a + 1..n {
+                let (i, j) = (rated[a], rated[b]);
+                let d = theta[a] - theta[b];
+                // w_ij ln sigma(d) + w_ji ln sigma(-d), with ln sigma(x) = -ln(1 + e^-x).
+                l -= t.wins[i][j] * softplus(-d) + t.wins[j][i] * softplus(d);
+            }
         }
-        let moved = next
-            .iter()
-            .zip(&p)
-            .map(|(a, b)| (a.ln() - b.ln()).abs())
-            .fold(0.0, f64::max);
-        p = next;
+        l
+    };
+    let mut current = log_likelihood(&theta);
+    for _ in 0..MAX_ITERATIONS {
+        // Gradient and the negated Hessian, with the last model's theta held at 0 (the scale
+        // has one free constant) so the system is positive definite.
+        let m = n - 1;
+        let mut gradient = vec![0.0; m];
+        let mut hessian = vec![vec![0.0; m]; m];
+        for a in 0..n {
+            for b in 0..n {
+                let (i, j) = (rated[a], rated[b]);
+                if a == b || t.games[i][j] == 0.0 {
+                    continue;
+                }
+                let p = 1.0 / (1.0 + (theta[b] - theta[a]).exp());
+                if a < m {
+                    gradient[a] += t.wins[i][j] - t.games[i][j] * p;
+                    hessian[a][a] += t.games[i][j] * p * (1.0 - p);
+                    if b < m {
+                        hessian[a][b] -= t.games[i][j] * p * (1.0 - p);
+                    }
+                }
+            }
+        }
+        let Some(step) = solve(hessian, gradient) else {
+            break;
+        };
+        // Backtrack until the likelihood does not fall: it is concave, so this converges.
+        let mut scale = 1.0;
+        let mut next = theta.clone();
+        loop {
+            for (x, (old, d)) in next.iter_mut().zip(theta.iter().zip(&step)) {
+                *x = old + scale * d;
+            }
+            let l = log_likelihood(&next);
+            if l >= current || scale < 1e-12 {
+                current = l;
+                break;
+            }
+            scale /= 2.0;
+        }
+        let moved = step.iter().map(|d| (scale * d).abs()).fold(0.0, f64::max);
+        theta = next;
         if moved < 1e-9 {
             break;
         }
     }
-    p
+    let mean = theta.iter().sum::<f64>() / n as f64;
+    theta.iter().map(|x| (x - mean).exp()).collect()
+}
+
+/// `ln(1 + e^x)` without overflow.
+fn softplus(x: f64) -> f64 {
+    if x > 0.0 {
+        x + (-x).exp().ln_1p()
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// The solution of `a x = b` for a symmetric positive-definite `a` (Cholesky), or `None` if
+/// `a` is not (numerically) positive definite.
+fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
+    let n = b.len();
+    // a = L L^T, L written over a's lower triangle.
+    for j in 0..n {
+        let d = a[j][j] - (0..j).map(|k| a[j][k] * a[j][k]).sum::<f64>();
+        if d.is_nan() || d <= 0.0 {
+            return None;
+        }
+        a[j][j] = d.sqrt();
+        for i in j + 1..n {
+            let s = a[i][j] - (0..j).map(|k| a[i][k] * a[j][k]).sum::<f64>();
+            a[i][j] = s / a[j][j];
+        }
+    }
+    for i in 0..n {
+        b[i] = (b[i] - (0..i).map(|k| a[i][k] * b[k]).sum::<f64>()) / a[i][i];
+    }
+    for i in (0..n).rev() {
+        b[i] = (b[i] - (i + 1..n).map(|k| a[k][i] * b[k]).sum::<f64>()) / a[i][i];
+    }
+    Some(b)
 }
 
 /// A 95% confidence interval of a rating. A bound is infinite where the resamples put the
@@ -219,7 +293,8 @@ impl Interval {
     }
 }
 
-/// Each model's 95% interval from `rounds` resamples of `sessions` (each a list of outcomes),
+/// Each model's 95% interval from `rounds` resamples of `sessions` (each a list of outcomes:
+/// a session's, or a block of sessions' summed),
 /// drawn with the generator seeded by `seed`; `None` for a model rated in no resample. It costs
 /// `rounds` times the outcomes in `sessions`: a caller on the processing thread bounds what it
 /// passes.
@@ -279,6 +354,7 @@ pub fn seed_of(sessions: &[Vec<Outcome>]) -> u64 {
             bytes.extend_from_slice(&(o.a as u64).to_le_bytes());
             bytes.extend_from_slice(&(o.b as u64).to_le_bytes());
             bytes.extend_from_slice(&o.score.to_bits().to_le_bytes());
+            bytes.extend_from_slice(&o.games.to_bits().to_le_bytes());
         }
         bytes.push(0xFF);
     }

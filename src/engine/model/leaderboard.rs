@@ -5,8 +5,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use super::bradley_terry::{self, Interval, Outcome};
 use super::consensus::Analysis;
 use super::stats;
+use crate::config::Leaderboard;
 use crate::engine::contract::time::EventTime;
 
 /// One candidate's result in one completed session.
@@ -20,10 +22,256 @@ pub struct Entry {
     pub votes: u64,
 }
 
-/// A project's board: (category, model) -> entries inside the window, in completion order.
+/// A project's board: (category, model) -> entries inside the window, in completion order; and
+/// per category, the pairwise outcomes its Bradley-Terry ratings are fitted from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Board {
     pub rows: BTreeMap<(String, String), VecDeque<Entry>>,
+    pub ranked: BTreeMap<String, Ranking>,
+}
+
+/// Slots per day of a category's resampling blocks (see [`Ranking`]).
+pub const BLOCK_SLOTS: u64 = 16;
+
+/// A resampling block: the event-time day (since the epoch) its sessions completed on, and a
+/// slot from the session id's hash. Written `"<day>.<slot>"` in changelog keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BlockId {
+    pub day: i64,
+    pub slot: u8,
+}
+
+impl std::fmt::Display for BlockId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.day, self.slot)
+    }
+}
+
+impl std::str::FromStr for BlockId {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, ()> {
+        let (day, slot) = s.split_once('.').ok_or(())?;
+        Ok(BlockId {
+            day: day.parse().map_err(|_| ())?,
+            slot: slot.parse().map_err(|_| ())?,
+        })
+    }
+}
+
+/// The summed comparisons of two models in a block: `a < b` (indexes into
+/// [`Ranking::models`]), `a`'s score, and the comparisons.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Pair(pub u32, pub u32, pub f64, pub f64);
+
+/// One category's Bradley-Terry material and its last fit.
+///
+/// The window's sessions are summed into blocks of pairwise totals, one per (day, slot of the
+/// session id's hash), and the bootstrap resamples blocks rather than sessions: a cluster
+/// bootstrap, valid as the blocks are independent groups of sessions. A refit then costs the
+/// blocks' pairs, at most `(window_days + 1) * BLOCK_SLOTS` blocks of at most
+/// `max_models * (max_models - 1) / 2` pairs, however many sessions the window holds; the
+/// window is counted in whole days. Each block is a changelog record of its own, so none
+/// outgrows the broker's limit.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ranking {
+    /// The models the blocks index, in order of arrival, at most `leaderboard.max_models`.
+    pub models: Vec<String>,
+    /// Pairwise totals by block, sorted by pair. Written as records of their own.
+    #[serde(skip)]
+    pub blocks: BTreeMap<BlockId, Vec<Pair>>,
+    /// The completion time of the session after which the ratings were last fitted.
+    pub fitted_at: Option<EventTime>,
+    /// The last fit, by model.
+    pub fitted: BTreeMap<String, BtStanding>,
+}
+
+/// A model's Bradley-Terry standing in its category.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BtStanding {
+    /// `400 * log10(p) + 1000`, strengths at geometric mean 1; `None` when unbounded.
+    pub rating: Option<f64>,
+    /// The 95% bootstrap interval, a bound `None` where unbounded; `None` without one.
+    pub interval: Option<(Option<f64>, Option<f64>)>,
+    /// 1 for the highest rating among the rated models.
+    pub rank: Option<usize>,
+    /// Pairwise comparisons it was in.
+    pub comparisons: f64,
+    /// Why it has no rating.
+    pub note: Option<String>,
+}
+
+impl BtStanding {
+    fn bounds(&self) -> Option<Interval> {
+        self.interval.map(|(low, high)| Interval {
+            low: low.unwrap_or(f64::NEG_INFINITY),
+            high: high.unwrap_or(f64::INFINITY),
+        })
+    }
+}
+
+/// What adding a session changed in a category's ranking: the blocks written or dropped.
+pub type Blocks = Vec<BlockId>;
+
+impl Ranking {
+    /// Adds a session's ranks (model, rank) to its block. A model new to the category when it
+    /// already has `max_models` is left out of the comparisons. Returns the block.
+    pub fn add(&mut self, block: BlockId, ranks: &[(String, usize)], max_models: usize) -> BlockId {
+        let mut indexed: Vec<(u32, usize)> = Vec::with_capacity(ranks.len());
+        for (model, rank) in ranks {
+            let index = match self.models.iter().position(|m| m == model) {
+                Some(i) => i,
+                None if self.models.len() < max_models => {
+                    self.models.push(model.clone());
+                    self.models.len() - 1
+                }
+                None => continue,
+            };
+            indexed.push((index as u32, *rank));
+        }
+        let pairs = self.blocks.entry(block).or_default();
+        for (i, &(ma, ra)) in indexed.iter().enumerate() {
+            for &(mb, rb) in &indexed[i + 1..] {
+                if ma == mb {
+                    continue;
+                }
+                let score = match ra.cmp(&rb) {
+                    std::cmp::Ordering::Less => 1.0,
+                    std::cmp::Ordering::Equal => 0.5,
+                    std::cmp::Ordering::Greater => 0.0,
+                };
+                let (a, b, score) = if ma < mb {
+                    (ma, mb, score)
+                } else {
+                    (mb, ma, 1.0 - score)
+                };
+                match pairs.binary_search_by(|p| (p.0, p.1).cmp(&(a, b))) {
+                    Ok(at) => {
+                        pairs[at].2 += score;
+                        pairs[at].3 += 1.0;
+                    }
+                    Err(at) => pairs.insert(at, Pair(a, b, score, 1.0)),
+                }
+            }
+        }
+        block
+    }
+
+    /// Drops the blocks of days before `from_day` and forgets the models no block still
+    /// names (renumbering the rest, which rewrites every block). Returns the blocks changed.
+    fn expire(&mut self, from_day: i64) -> Blocks {
+        let expired: Blocks = self
+            .blocks
+            .range(
+                ..BlockId {
+                    day: from_day,
+                    slot: 0,
+                },
+            )
+            .map(|(id, _)| *id)
+            .collect();
+        if expired.is_empty() {
+            return expired;
+        }
+        for id in &expired {
+            self.blocks.remove(id);
+        }
+        let mut used = vec![false; self.models.len()];
+        for p in self.blocks.values().flatten() {
+            used[p.0 as usize] = true;
+            used[p.1 as usize] = true;
+        }
+        if used.iter().all(|&u| u) {
+            return expired;
+        }
+        let mut renumbered = vec![0u32; self.models.len()];
+        let mut next = 0u32;
+        for (i, &u) in used.iter().enumerate() {
+            renumbered[i] = next;
+            next += u32::from(u);
+        }
+        let mut i = 0;
+        self.models.retain(|_| {
+            i += 1;
+            used[i - 1]
+        });
+        for pairs in self.blocks.values_mut() {
+            for p in pairs.iter_mut() {
+                (p.0, p.1) = (renumbered[p.0 as usize], renumbered[p.1 as usize]);
+            }
+        }
+        expired
+            .into_iter()
+            .chain(self.blocks.keys().copied())
+            .collect()
+    }
+
+    /// Fits the window's ratings and intervals (see [`super::bradley_terry`]).
+    pub fn fit(&mut self, at: EventTime, rounds: usize) {
+        let models = &self.models;
+        let units: Vec<Vec<Outcome>> = self
+            .blocks
+            .values()
+            .map(|pairs| {
+                pairs
+                    .iter()
+                    .map(|p| Outcome {
+                        a: p.0 as usize,
+                        b: p.1 as usize,
+                        score: p.2,
+                        games: p.3,
+                    })
+                    .collect()
+            })
+            .collect();
+        let ratings = bradley_terry::fit(models.len(), units.iter().flatten());
+        let intervals = if rounds == 0 {
+            vec![None; models.len()]
+        } else {
+            let seed = bradley_terry::seed_of(&units);
+            bradley_terry::bootstrap(models.len(), &units, rounds, seed)
+        };
+        let mut comparisons = vec![0.0; models.len()];
+        for o in units.iter().flatten() {
+            comparisons[o.a] += o.games;
+            comparisons[o.b] += o.games;
+        }
+        let mut order: Vec<usize> = (0..models.len()).filter(|&i| ratings[i].is_ok()).collect();
+        order.sort_by(|&a, &b| {
+            let r = |i: usize| ratings[i].as_ref().copied().unwrap_or(f64::NEG_INFINITY);
+            r(b).total_cmp(&r(a)).then(a.cmp(&b))
+        });
+        self.fitted = models
+            .iter()
+            .enumerate()
+            .map(|(i, model)| {
+                let standing = BtStanding {
+                    rating: ratings[i].as_ref().ok().copied(),
+                    interval: intervals[i]
+                        .map(|v| (Interval::finite(v.low), Interval::finite(v.high))),
+                    rank: order.iter().position(|&o| o == i).map(|p| p + 1),
+                    comparisons: comparisons[i],
+                    note: ratings[i].err().map(|u| u.note().to_owned()),
+                };
+                (model.clone(), standing)
+            })
+            .collect();
+        self.fitted_at = Some(at);
+    }
+
+    /// The models whose intervals overlap `model`'s, in name order.
+    fn tied_with(&self, model: &str) -> Vec<String> {
+        let Some(mine) = self.fitted.get(model).and_then(BtStanding::bounds) else {
+            return Vec::new();
+        };
+        self.fitted
+            .iter()
+            .filter(|(other, s)| {
+                other.as_str() != model && s.bounds().is_some_and(|o| mine.overlaps(&o))
+            })
+            .map(|(other, _)| other.clone())
+            .collect()
+    }
 }
 
 /// A `jury.leaderboard` record (compacted, key `project_id/category/model`).
@@ -41,6 +289,16 @@ pub struct Standing {
     pub mean_borda: Option<f64>,
     pub mean_mean_z: Option<f64>,
     pub mean_score: Option<f64>,
+    /// Its Bradley-Terry standing in the category as last fitted (see [`Ranking`]).
+    pub bt_rating: Option<f64>,
+    pub bt_ci_low: Option<f64>,
+    pub bt_ci_high: Option<f64>,
+    pub bt_rank: Option<usize>,
+    pub bt_tied_with: Vec<String>,
+    pub bt_note: Option<String>,
+    pub comparisons: u64,
+    /// The completion time of the session after which the ratings were fitted.
+    pub bt_fitted_at: Option<String>,
     /// The completion time the window ends at.
     pub as_of: String,
 }
@@ -57,24 +315,38 @@ impl Standing {
     }
 }
 
+/// What a completed session changed on a board.
+#[derive(Debug, Default)]
+pub struct Update {
+    /// The rows it changed, in key order.
+    pub standings: Vec<Standing>,
+    /// The category's resampling blocks it wrote or dropped.
+    pub blocks: Blocks,
+}
+
 impl Board {
-    /// Adds a completed session's candidates (those with an `author`) and returns the standings
-    /// it changed, in key order.
+    /// Adds completed session `session`'s candidates (those with an `author`).
     pub fn add(
         &mut self,
         project: &str,
+        session: &str,
         category: Option<&str>,
         at: EventTime,
         a: &Analysis,
-        window_days: u64,
-    ) -> Vec<Standing> {
+        cfg: &Leaderboard,
+    ) -> Update {
+        let window_days = cfg.window_days;
         let window = i64::try_from(window_days.saturating_mul(86_400)).unwrap_or(i64::MAX);
         let from = at.plus_seconds(-window);
         let mut touched = BTreeSet::new();
+        let mut ranks = Vec::new();
         for r in &a.rankings {
             let Some(model) = a.candidates.get(r.candidate).and_then(|c| c.author.clone()) else {
                 continue;
             };
+            if r.votes > 0 {
+                ranks.push((model.clone(), r.rank));
+            }
             let key = (category.unwrap_or("").to_owned(), model);
             self.rows.entry(key.clone()).or_default().push_back(Entry {
                 at,
@@ -86,7 +358,33 @@ impl Board {
             });
             touched.insert(key);
         }
-        touched
+        let cat = category.unwrap_or("").to_owned();
+        let ranking = self.ranked.entry(cat.clone()).or_default();
+        let day = |t: EventTime| t.parts().0.div_euclid(86_400);
+        let mut blocks = ranking.expire(day(from));
+        if !ranks.is_empty() {
+            let slot = (xxhash_rust::xxh3::xxh3_64(session.as_bytes()) % BLOCK_SLOTS) as u8;
+            let block = BlockId { day: day(at), slot };
+            blocks.push(ranking.add(block, &ranks, cfg.max_models));
+        }
+        let due = ranking.fitted_at.is_none_or(|last| {
+            let interval = i64::try_from(cfg.bt_interval_secs).unwrap_or(i64::MAX);
+            at >= last.plus_seconds(interval)
+        });
+        if due {
+            ranking.fit(at, cfg.bootstrap_rounds);
+            // Every model's rating moved: the category's rows are all republished.
+            touched.extend(
+                self.rows
+                    .keys()
+                    .filter(|(c, _)| *c == cat)
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+        }
+        let ranking = &self.ranked[&cat];
+        let full = ranking.models.len() >= cfg.max_models;
+        let standings = touched
             .into_iter()
             .filter_map(|key| {
                 let entries = self.rows.get_mut(&key)?;
@@ -94,10 +392,17 @@ impl Board {
                 let of = |f: fn(&Entry) -> Option<f64>| {
                     stats::mean(&entries.iter().filter_map(f).collect::<Vec<_>>())
                 };
+                let model = &key.1;
+                let bt = ranking.fitted.get(model).cloned().unwrap_or_default();
+                let note = bt.note.or_else(|| {
+                    (full && !ranking.models.contains(model))
+                        .then(|| "not rated: its category has leaderboard.max_models models".into())
+                });
+                let (ci_low, ci_high) = bt.interval.unwrap_or((None, None));
                 Some(Standing {
                     project_id: project.to_owned(),
                     category: category.map(str::to_owned),
-                    model: key.1.clone(),
+                    model: model.clone(),
                     window_days,
                     sessions: entries.len(),
                     wins: entries.iter().filter(|e| e.win).count(),
@@ -105,9 +410,111 @@ impl Board {
                     mean_borda: of(|e| e.borda),
                     mean_mean_z: of(|e| e.mean_z),
                     mean_score: of(|e| e.mean_score),
+                    bt_rating: bt.rating,
+                    bt_ci_low: ci_low,
+                    bt_ci_high: ci_high,
+                    bt_rank: bt.rank,
+                    bt_tied_with: ranking.tied_with(model),
+                    bt_note: note,
+                    comparisons: bt.comparisons as u64,
+                    bt_fitted_at: ranking.fitted_at.map(|t| t.to_string()),
                     as_of: at.to_string(),
                 })
             })
-            .collect()
+            .collect();
+        Update { standings, blocks }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranks(list: &[(&str, usize)]) -> Vec<(String, usize)> {
+        list.iter().map(|(m, r)| ((*m).to_owned(), *r)).collect()
+    }
+
+    const DAY0: BlockId = BlockId { day: 0, slot: 0 };
+
+    #[test]
+    fn a_block_sums_its_sessions_pairs_with_ties_half() {
+        let mut r = Ranking::default();
+        r.add(DAY0, &ranks(&[("b", 1), ("a", 2), ("c", 2)]), 10);
+        r.add(DAY0, &ranks(&[("a", 1), ("b", 2)]), 10);
+        assert_eq!(r.models, ["b", "a", "c"]);
+        // b (0) beat a (1) then lost; b beat c (2); a and c tied.
+        assert_eq!(
+            r.blocks[&DAY0],
+            [
+                Pair(0, 1, 1.0, 2.0),
+                Pair(0, 2, 1.0, 1.0),
+                Pair(1, 2, 0.5, 1.0)
+            ]
+        );
+        // Two candidates of one model are no comparison.
+        r.add(DAY0, &ranks(&[("a", 1), ("a", 2)]), 10);
+        assert_eq!(r.blocks[&DAY0].len(), 3);
+    }
+
+    #[test]
+    fn a_full_category_leaves_new_models_out() {
+        let mut r = Ranking::default();
+        r.add(DAY0, &ranks(&[("a", 1), ("b", 2), ("c", 3)]), 2);
+        assert_eq!(r.models, ["a", "b"]);
+        assert_eq!(r.blocks[&DAY0], [Pair(0, 1, 1.0, 1.0)]);
+    }
+
+    #[test]
+    fn expired_days_drop_their_blocks_and_models_are_renumbered() {
+        let mut r = Ranking::default();
+        let day = |d| BlockId { day: d, slot: 3 };
+        r.add(day(1), &ranks(&[("old", 1), ("a", 2)]), 10);
+        r.add(day(2), &ranks(&[("a", 1), ("b", 2)]), 10);
+        assert_eq!(r.expire(1), Vec::<BlockId>::new());
+        // Day 1 goes; "old" is in no block left, so "a" and "b" become 0 and 1 and day 2's
+        // block is rewritten.
+        assert_eq!(r.expire(2), [day(1), day(2)]);
+        assert_eq!(r.models, ["a", "b"]);
+        assert_eq!(r.blocks[&day(2)], [Pair(0, 1, 1.0, 1.0)]);
+    }
+
+    #[test]
+    fn summed_blocks_fit_as_their_sessions_do() {
+        // m-a beats m-b in two sessions of three: the ratings are 1000 +- 400 log10(sqrt 2),
+        // whether the sessions share a block or not.
+        let shift = 400.0 * 2f64.sqrt().log10();
+        for slots in [[0, 0, 0], [0, 1, 2]] {
+            let mut r = Ranking::default();
+            for (slot, first) in slots.into_iter().zip(["m-a", "m-a", "m-b"]) {
+                let other = if first == "m-a" { "m-b" } else { "m-a" };
+                r.add(
+                    BlockId { day: 0, slot },
+                    &ranks(&[(first, 1), (other, 2)]),
+                    10,
+                );
+            }
+            r.fit(EventTime::new(0, 0).unwrap(), 50);
+            let a = &r.fitted["m-a"];
+            assert!((a.rating.unwrap() - (1000.0 + shift)).abs() < 1e-6);
+            assert_eq!((a.rank, a.comparisons), (Some(1), 3.0));
+            assert!((r.fitted["m-b"].rating.unwrap() - (1000.0 - shift)).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn block_ids_read_back_as_written() {
+        for id in [
+            DAY0,
+            BlockId { day: -3, slot: 15 },
+            BlockId {
+                day: 20417,
+                slot: 7,
+            },
+        ] {
+            assert_eq!(id.to_string().parse(), Ok(id));
+        }
+        for bad in ["", "1", "1.", "a.1", "1.256"] {
+            assert_eq!(bad.parse::<BlockId>(), Err(()), "{bad}");
+        }
     }
 }

@@ -4,7 +4,12 @@ use rand::{Rng, SeedableRng};
 use super::*;
 
 fn outcome(a: usize, b: usize, score: f64) -> Outcome {
-    Outcome { a, b, score }
+    Outcome {
+        a,
+        b,
+        score,
+        games: 1.0,
+    }
 }
 
 /// `n` copies of an outcome.
