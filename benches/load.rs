@@ -16,7 +16,8 @@
 //! (b) and (c) run in, each in every round (comma-separated, default `by_key,repartition`; the
 //! latency runs use the first), `LOAD_IO_RECORDS` for the records per event (c) writes
 //! instead of jurystream's, `LOAD_IO_VALIDATE=1` for a (c) whose polling thread also reads and
-//! validates every event as the service's does (the least work any correct service does).
+//! validates every event as the service's does (the least work any correct service does),
+//! `LOAD_QUERIES=1` for a run of interactive queries while the service ingests 10,000 events/s.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -98,7 +99,7 @@ fn raw_consumer(bootstrap: &str, topic: &str) -> BaseConsumer {
     let c: BaseConsumer = consumer_config(bootstrap, "raw")
         .create()
         .expect("consumer");
-    clients::assign_from_beginning(&c, topic).expect("assign");
+    clients::assign_from_beginning(&c, &[topic]).expect("assign");
     c
 }
 
@@ -376,7 +377,7 @@ fn latency(
         .create()
         .expect("consumer");
     let out_topic = format!("{prefix}.scores");
-    let parts = clients::assign_from_beginning(&c, &out_topic).expect("assign");
+    let parts = clients::assign_from_beginning(&c, &[&out_topic]).expect("assign");
     let mut lat = Vec::new();
     let mut eof = 0;
     while eof < parts {
@@ -401,6 +402,62 @@ fn latency(
     summary(&lat, measured_from)
 }
 
+/// Interactive queries while the service ingests `rate` events/s over `projects` projects for
+/// `secs` seconds: `clients` threads ask `GET /v1/projects/{id}` of random projects in a closed
+/// loop, a new connection per request (HTTP/1.0, as the simplest client does). Returns
+/// requests/s and the p50, p99 and max answer time (µs) from the end of warm-up, the answers
+/// other than 200, and how many of the offered events the service had handled 2 s after the
+/// last was offered (it keeps up if all).
+fn queries_under_load(
+    bootstrap: &str,
+    dir: &std::path::Path,
+    prefix: &str,
+    (rate, secs, projects, clients): (usize, usize, usize, usize),
+) -> (f64, [i64; 3], usize, (u64, usize)) {
+    create_topics(bootstrap, prefix, PARTITIONS);
+    let topic = format!("{prefix}.votes");
+    let service = start_service(bootstrap, dir, (prefix, "repartition"), &topic);
+    let port = service.http_port;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let askers: Vec<_> = (0..clients)
+        .map(|c| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut samples = Vec::new();
+                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ c as u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let path = format!("/v1/projects/proj-{:06}", x as usize % projects);
+                    let asked = Instant::now();
+                    let status = support::http_answer(port, &path).map_or(0, |a| a.status);
+                    samples.push((now_ms(), asked.elapsed().as_micros() as i64, status));
+                }
+                samples
+            })
+        })
+        .collect();
+    let measured_from = offer(bootstrap, &topic, rate, secs, |i, now| {
+        event(i, projects, now)
+    });
+    let measured_to = now_ms();
+    let offered = rate * (WARMUP_SECS + secs);
+    let handled = service.wait_handled(offered as u64, Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let samples: Vec<(i64, i64, u16)> = askers
+        .into_iter()
+        .flat_map(|t| t.join().expect("asker"))
+        .filter(|(at, _, _)| (measured_from..=measured_to).contains(at))
+        .collect();
+    let _ = service.terminate();
+    let not_ok = samples.iter().filter(|(_, _, s)| *s != 200).count();
+    let timed: Vec<(i64, i64)> = samples.iter().map(|(at, us, _)| (*at, *us)).collect();
+    let (p50, p99, max, n) = summary(&timed, measured_from);
+    let span = (measured_to - measured_from).max(1) as f64 / 1000.0;
+    (n as f64 / span, [p50, p99, max], not_ok, (handled, offered))
+}
+
 /// The broker's own latency for comparison: the same offered rate, consumed by a raw loop;
 /// latency = receive time minus the time the event was produced.
 fn raw_latency(bootstrap: &str, prefix: &str, rate: usize, secs: usize) -> (i64, i64, i64, usize) {
@@ -409,7 +466,7 @@ fn raw_latency(bootstrap: &str, prefix: &str, rate: usize, secs: usize) -> (i64,
     let c: BaseConsumer = consumer_config(bootstrap, "rawlat")
         .create()
         .expect("consumer");
-    clients::assign_from_beginning(&c, &topic).expect("assign");
+    clients::assign_from_beginning(&c, &[&topic]).expect("assign");
     let total = rate * (WARMUP_SECS + secs);
     let reader = std::thread::spawn(move || {
         let mut lat = Vec::with_capacity(total);
@@ -621,6 +678,26 @@ fn main() {
                     row.cells(m(|r| r.svc / r.raw), m(|r| r.svc / r.io))
                 );
             }
+        }
+    }
+    if std::env::var("LOAD_QUERIES").is_ok_and(|v| v == "1") {
+        println!(
+            "\ninteractive queries while ingesting 10,000 events/s (10,000 projects, repartition, 10 s after {WARMUP_SECS} s warm-up):"
+        );
+        println!(
+            "| clients | requests/s | p50 (µs) | p99 (µs) | max (µs) | answers other than 200 | events handled 2 s after the last offered |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|");
+        for clients in [1, 4] {
+            let (rps, [p50, p99, max], not_ok, (handled, offered)) = queries_under_load(
+                &broker.bootstrap,
+                dir.path(),
+                &format!("queries{clients}-{run}"),
+                (10_000, 10, 10_000, clients),
+            );
+            println!(
+                "| {clients} | {rps:.0} | {p50} | {p99} | {max} | {not_ok} | {handled} of {offered} |"
+            );
         }
     }
     if std::env::var("LOAD_LATENCY").is_ok_and(|v| v == "0") {

@@ -138,17 +138,36 @@ impl Default for OutputSettings {
     }
 }
 
-/// The HTTP server for /metrics, /healthz and /readyz.
+/// The HTTP server: /metrics, /healthz, /readyz and the interactive queries under /v1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Http {
     pub bind: String,
+    /// The URL other instances send a client to for the projects this one owns; empty:
+    /// `http://<bind>`.
+    pub advertised_url: String,
+    /// Answer a query for a project owned by another instance with that instance's answer,
+    /// fetched once, instead of a `307` (for load balancers that cannot follow redirects).
+    pub proxy_queries: bool,
 }
 
 impl Default for Http {
     fn default() -> Self {
         Http {
             bind: "127.0.0.1:9464".into(),
+            advertised_url: String::new(),
+            proxy_queries: false,
+        }
+    }
+}
+
+impl Http {
+    /// The URL this instance advertises.
+    pub fn advertised(&self) -> String {
+        if self.advertised_url.is_empty() {
+            format!("http://{}", self.bind)
+        } else {
+            self.advertised_url.trim_end_matches('/').to_owned()
         }
     }
 }
@@ -370,6 +389,9 @@ pub struct Sessions {
     pub max_open_total: usize,
     /// Completed session ids remembered per project, to dead-letter late ballots (`session_completed`).
     pub completed_window: usize,
+    /// The latest completed sessions' `jury.consensus` records each project keeps, for the
+    /// interactive queries (`GET .../sessions/{id}`).
+    pub completed_records: usize,
     /// Most candidates and most judges in one session: a ballot that would bring its session
     /// beyond either is dead-lettered (`session_limit`), because a session's memory and its
     /// consensus record grow with their product.
@@ -392,6 +414,7 @@ impl Default for Sessions {
             max_open_per_project: 1_000,
             max_open_total: 100_000,
             completed_window: 100_000,
+            completed_records: 10,
             max_candidates: 1_000,
             max_judges: 100,
             strategy: Strategy::WeightedAverage,
@@ -644,6 +667,12 @@ impl Config {
         if !["text", "json"].contains(&self.log.format.as_str()) {
             return Err(invalid("log.format", "must be \"text\" or \"json\""));
         }
+        at_most(
+            "sessions.completed_records",
+            self.sessions.completed_records,
+            1_000,
+            "per project",
+        )?;
         if self.http.bind.parse::<std::net::SocketAddr>().is_err() {
             return Err(invalid(
                 "http.bind",

@@ -28,6 +28,8 @@
 //!   the owned partitions' state, `contexts` the rebalance callbacks,
 //!   `clients` the client settings and topics, `batch_queue` the batch consume (the only FFI
 //!   module), `faults` the crash injection of the recovery tests.
+//! - [`queries`]: interactive queries: the live per-project view the service keeps, and the
+//!   `/v1` HTTP endpoints that read it.
 //! - [`telemetry`]: Prometheus metrics, the internal events that log and count in one place,
 //!   and the `/metrics`, `/healthz`, `/readyz` endpoints.
 //! - [`config`]: loading and validating the configuration.
@@ -43,6 +45,7 @@ pub mod config;
 pub mod engine;
 pub mod kafka;
 pub mod prefetch;
+pub mod queries;
 pub mod replay;
 pub mod telemetry;
 pub mod topics;

@@ -13,6 +13,8 @@ use clap::{Parser, Subcommand};
 
 use jurystream::config::Config;
 use jurystream::engine::{Engine, Settings};
+use jurystream::queries::api::{self, Queries};
+use jurystream::queries::view::View;
 use jurystream::replay;
 use jurystream::telemetry::http::Health;
 use jurystream::telemetry::metrics::Metrics;
@@ -158,15 +160,26 @@ fn run_service(config: Config) -> Result<()> {
             stop.store(true, Ordering::Relaxed);
         });
     }
+    let view = Arc::new(View::default());
+    let queries = api::routes(Queries {
+        view: Arc::clone(&view),
+        partitions: config
+            .input
+            .repartitions()
+            .then_some(config.kafka.partitions),
+        advertised: config.http.advertised(),
+        max_id_bytes: config.limits.max_id_bytes,
+        proxy: config.http.proxy_queries,
+    });
     let server = runtime.spawn(jurystream::telemetry::http::serve(
         bind,
-        Arc::clone(&metrics),
-        Arc::clone(&health),
+        (Arc::clone(&metrics), Arc::clone(&health)),
+        queries,
         async {
             let _ = done_rx.await;
         },
     ));
-    let result = jurystream::kafka::run(config, metrics, health, stop);
+    let result = jurystream::kafka::run(config, (metrics, health), view, stop);
     let _ = done_tx.send(());
     let _ = runtime.block_on(server);
     runtime.shutdown_timeout(Duration::from_secs(2));

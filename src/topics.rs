@@ -14,6 +14,8 @@ pub struct TopicTable {
     state: String,
     /// `<group_id>-repartition`.
     repartition: String,
+    /// `<group_id>-instances`.
+    instances: String,
 }
 
 impl Default for TopicTable {
@@ -39,6 +41,7 @@ impl TopicTable {
             names: names.clone(),
             state,
             repartition: format!("{group_id}-repartition"),
+            instances: format!("{group_id}-instances"),
         }
     }
 
@@ -81,6 +84,21 @@ impl TopicTable {
     pub fn repartition(&self) -> &str {
         &self.repartition
     }
+
+    /// The instance directory's topic (compacted): which instance's HTTP address serves the
+    /// projects of each repartition-topic partition (see `crate::queries`).
+    pub fn instances(&self) -> &str {
+        &self.instances
+    }
+}
+
+/// The repartition-topic partition of `project`, among `partitions`: the forwarding stage
+/// produces a project's records there, and a query for the project is sent to the instance
+/// that owns it. The service chooses it (rather than the producer's partitioner) so both
+/// places compute it alike.
+pub fn partition_of(project: &str, partitions: i32) -> i32 {
+    let n = u64::try_from(partitions.max(1)).unwrap_or(1);
+    (xxhash_rust::xxh3::xxh3_64(project.as_bytes()) % n) as i32
 }
 
 #[cfg(test)]
@@ -101,6 +119,7 @@ mod tests {
         );
         assert_eq!(table.state(), "jurystream-state");
         assert_eq!(table.repartition(), "jurystream-repartition");
+        assert_eq!(table.instances(), "jurystream-instances");
         let named = config::Topics {
             state: "jury.state".into(),
             ..config::Topics::default()
@@ -109,6 +128,21 @@ mod tests {
         assert_eq!(
             (other.state(), other.repartition()),
             ("jury.state", "g2-repartition")
+        );
+    }
+
+    #[test]
+    fn a_project_has_one_partition_and_projects_spread() {
+        assert_eq!(partition_of("proj-42", 6), partition_of("proj-42", 6));
+        assert_eq!(partition_of("anything", 1), 0);
+        assert_eq!(partition_of("anything", 0), 0);
+        let mut counts = [0; 6];
+        for i in 0..6000 {
+            counts[partition_of(&format!("proj-{i}"), 6) as usize] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| (800..1200).contains(&c)),
+            "{counts:?}"
         );
     }
 }

@@ -686,7 +686,12 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
     std::thread::sleep(Duration::from_secs(3));
     produce(&broker.bootstrap, &records[half..]);
     service.wait_handled(records.len() as u64, Duration::from_secs(60));
-    std::thread::sleep(Duration::from_secs(4));
+    // Queries, so their panel has a rate to show.
+    for _ in 0..5 {
+        support::http_get(http_port, "/v1/projects/dash-nobody");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::thread::sleep(Duration::from_secs(2));
     let dashboard: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string("grafana/jurystream.json").unwrap()).unwrap();
     let mut checked = 0;
@@ -720,6 +725,8 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
         "jurystream_ready",
         "jurystream_bias_alerts_total",
         "jurystream_project_score",
+        "jurystream_queries_total",
+        "jurystream_query_view_projects",
     ] {
         assert!(
             !empty.iter().any(|e| e.contains(must)),

@@ -48,7 +48,9 @@ use crate::engine::model::dedupe::RecentIds;
 use crate::engine::model::leaderboard::{BlockId, Entry, Ranking};
 use crate::engine::model::score::ProjectScore;
 use crate::engine::model::session::{ProjectSessions, Session, SessionBook};
-use crate::engine::{Change, IdMap, InputTopic, Origins, PartitionState, ProjectKey, VoteProject};
+use crate::engine::{
+    Change, IdMap, InputTopic, Kept, Origins, PartitionState, ProjectKey, VoteProject,
+};
 
 pub use render::{RecordRef, Records, Renderer};
 pub use restore::Restorer;
@@ -144,6 +146,9 @@ pub(super) enum Slot<'a> {
     Completed(&'a str, u128),
     /// A project's bias roll-up.
     Audit(&'a str),
+    /// A completed session's kept `jury.consensus` record, `{"seq":N,"record":{...}}`:
+    /// `["j",3,"consensus","proj-42","council-981"]`.
+    Consensus(&'a str, &'a str),
     /// A leaderboard row: project, category, model.
     Board(&'a str, &'a str, &'a str),
     /// A judge-scores project's watermark: `["j",3,"watermark","proj-42"]`.
@@ -170,6 +175,7 @@ impl<'a> Slot<'a> {
             Slot::Session(..) => "session",
             Slot::Completed(..) => "completed",
             Slot::Audit(_) => "audit",
+            Slot::Consensus(..) => "consensus",
             Slot::Board(..) => "board",
             Slot::Watermark(_) => "watermark",
             Slot::Ranking(..) => "ranking",
@@ -194,6 +200,7 @@ impl<'a> Slot<'a> {
             ("session", [p, s]) => Slot::Session(p, s),
             ("completed", [p, f]) => Slot::Completed(p, hex(f)?),
             ("audit", [p]) => Slot::Audit(p),
+            ("consensus", [p, s]) => Slot::Consensus(p, s),
             ("board", [p, c, m]) => Slot::Board(p, c, m),
             ("watermark", [p]) => Slot::Watermark(p),
             ("ranking", [p, c]) => Slot::Ranking(p, c),
@@ -226,7 +233,7 @@ impl Serialize for Key<'_> {
                 seq.serialize_element(p)?;
                 seq.serialize_element(&bucket.to_string())?;
             }
-            Slot::Session(p, second) | Slot::Ranking(p, second) => {
+            Slot::Session(p, second) | Slot::Ranking(p, second) | Slot::Consensus(p, second) => {
                 seq.serialize_element(p)?;
                 seq.serialize_element(second)?;
             }
@@ -299,6 +306,14 @@ fn push_json(b: &mut Vec<u8>, value: &impl Serialize) -> bool {
 fn push_bucket(b: &mut Vec<u8>, ids: impl Iterator<Item = (u64, u128)>) -> bool {
     let ids = bucket(ids);
     !ids.is_empty() && push_json(b, &ids)
+}
+
+/// The value of a kept consensus record (see [`Slot::Consensus`]).
+#[derive(Serialize, Deserialize)]
+struct KeptValue<'a> {
+    seq: u64,
+    #[serde(borrow)]
+    record: &'a RawValue,
 }
 
 /// The value of an offset record, `{"offset":N}`.

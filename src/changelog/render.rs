@@ -170,6 +170,18 @@ impl Records {
                 let audit = state.judge_projects.get(project).map(|p| &p.audit);
                 self.push(unit, slot, |b| audit.is_some_and(|a| push_json(b, a)));
             }
+            Slot::Consensus(project, session) => {
+                let kept = state
+                    .judge_projects
+                    .get(project)
+                    .and_then(|p| p.kept.get(session));
+                self.push(unit, slot, |b| {
+                    kept.is_some_and(|k| {
+                        let record = serde_json::from_str::<&RawValue>(&k.record);
+                        record.is_ok_and(|record| push_json(b, &KeptValue { seq: k.seq, record }))
+                    })
+                });
+            }
             Slot::Board(project, category, model) => {
                 let row = state
                     .judge_projects
@@ -290,6 +302,7 @@ impl Change {
             } => Slot::Board(project, category, model),
             Change::Watermark { project } => Slot::Watermark(project),
             Change::Ranking { project, category } => Slot::Ranking(project, category),
+            Change::Consensus { project, session } => Slot::Consensus(project, session),
             Change::RankingBlock {
                 project,
                 category,

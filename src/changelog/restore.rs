@@ -145,6 +145,24 @@ impl Restorer {
                 Slot::Completed(p, fp) => restored.completed(p, fp, from_value(&key, v)?),
                 Slot::Session(p, session) => restored.session(p, session, from_value(&key, v)?),
                 Slot::Audit(p) => restored.audit(p, from_value(&key, v)?),
+                Slot::Consensus(p, session) => {
+                    // Read from the bytes, so the record is restored as it was published.
+                    let kept: KeptValue<'_> =
+                        serde_json::from_slice(&value).map_err(|source| ChangelogError::Value {
+                            key: key.clone(),
+                            source,
+                        })?;
+                    let p = restored
+                        .state
+                        .judge_projects
+                        .entry(p.to_owned())
+                        .or_default();
+                    p.kept.restore(Kept {
+                        seq: kept.seq,
+                        session: session.to_owned(),
+                        record: kept.record.get().into(),
+                    });
+                }
                 Slot::Board(p, category, model) => {
                     restored.board(p, category, model, from_value(&key, v)?)
                 }

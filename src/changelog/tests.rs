@@ -815,6 +815,10 @@ fn every_kind_of_key_is_written_and_read_back() {
             r#"["j",3,"completed","p","000000000000000000000000000000ab"]"#,
         ),
         (Slot::Audit("p"), r#"["j",3,"audit","p"]"#),
+        (
+            Slot::Consensus("p", "s/1"),
+            r#"["j",3,"consensus","p","s/1"]"#,
+        ),
         (Slot::Board("p", "", "m"), r#"["j",3,"board","p","","m"]"#),
         (Slot::Book, r#"["j",3,"book"]"#),
         (Slot::Redo(2), r#"["j",3,"redo","2"]"#),

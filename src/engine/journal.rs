@@ -43,6 +43,8 @@ pub enum Change {
         category: String,
         model: String,
     },
+    /// A completed session's kept `jury.consensus` record was added or dropped.
+    Consensus { project: String, session: String },
     /// A category's Bradley-Terry models and fit.
     Ranking { project: String, category: String },
     /// One of a category's Bradley-Terry resampling blocks.

@@ -1,6 +1,8 @@
 //! The judging pipeline (`jury.judge-scores`): ballots gathered into sessions; a completed
 //! session becomes its `jury.consensus` record, its bias alerts and its leaderboard rows.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use super::contract::json;
@@ -10,7 +12,7 @@ use super::journal::Change;
 use super::model::bias::{audit_session, session_alerts};
 use super::model::consensus::{Consensus, JudgeCounts, Ranked, analyze, interpretation};
 use super::model::session::{BookLimits, Completed};
-use super::output::{Output, OutputTopic};
+use super::output::{Output, OutputTopic, OutputValue};
 use super::state::PartitionState;
 use super::{Engine, Outcome, Record};
 use crate::config::Method;
@@ -188,7 +190,15 @@ impl Engine {
             },
             interpretation: interpretation(&analysis),
         };
-        out.push(Output::json(OutputTopic::Consensus, key.clone(), &record));
+        let consensus = Output::json(OutputTopic::Consensus, key.clone(), &record);
+        let kept = match &consensus.value {
+            // One the changelog could not hold beside its envelope is not kept.
+            OutputValue::Json(text) if text.len() <= cfg.limits.max_message_bytes => {
+                Some(Arc::<str>::from(text.as_str()))
+            }
+            _ => None,
+        };
+        out.push(consensus);
         for alert in session_alerts(&c.project_id, &c.session_id, &analysis, &audit, &cfg.bias) {
             out.push(Output::alert(key.clone(), &alert));
         }
@@ -196,6 +206,16 @@ impl Engine {
             .judge_projects
             .entry(c.project_id.clone())
             .or_default();
+        // The kept records it added or dropped.
+        let limit = cfg.sessions.completed_records;
+        let changed = match kept {
+            Some(record) if limit > 0 => {
+                let mut changed = project.kept.keep(&c.session_id, record, limit);
+                changed.push(c.session_id.clone());
+                changed
+            }
+            _ => Vec::new(),
+        };
         for alert in
             project
                 .audit
@@ -204,6 +224,16 @@ impl Engine {
             out.push(Output::alert(key.clone(), &alert));
         }
         let category = c.session.category.as_deref();
+        for session in changed {
+            state.note(|| Change::Consensus {
+                project: c.project_id.clone(),
+                session,
+            });
+        }
+        let project = state
+            .judge_projects
+            .entry(c.project_id.clone())
+            .or_default();
         let update = project.board.add(
             &c.project_id,
             &c.session_id,

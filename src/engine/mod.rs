@@ -30,7 +30,7 @@ pub use journal::{Change, JournalHint};
 pub use origins::Origins;
 pub use record::{InputTopic, Outcome, Receipt, Record};
 pub use settings::Settings;
-pub use state::{Coalescing, JudgeProject, PartitionState, VoteProject};
+pub use state::{Coalescing, JudgeProject, Kept, KeptConsensus, PartitionState, VoteProject};
 pub use votes::PreparedVotes;
 
 /// The stateless processor: its settings plus the code that applies records to state.

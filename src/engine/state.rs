@@ -2,6 +2,9 @@
 //! changed (see [`super::journal`]), so that a partition's state moves between instances as a
 //! unit.
 
+use std::collections::VecDeque;
+use std::sync::Arc;
+
 use super::ids::{IdMap, ProjectKey};
 use super::journal::{Change, JournalHint};
 use super::model::bias::ProjectAudit;
@@ -70,6 +73,53 @@ pub struct JudgeProject {
     pub seen: RecentIds,
     pub audit: ProjectAudit,
     pub board: Board,
+    /// Its latest completed sessions' `jury.consensus` records.
+    pub kept: KeptConsensus,
+}
+
+/// A project's latest completed sessions' `jury.consensus` records as published, oldest first,
+/// at most `sessions.completed_records`: the interactive queries answer with them, and they
+/// are state so that the answers survive a restart or a rebalance.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeptConsensus {
+    pub records: VecDeque<Kept>,
+}
+
+/// One kept `jury.consensus` record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kept {
+    /// Its place in the project's completion order: a restore puts the records back by it.
+    pub seq: u64,
+    pub session: String,
+    pub record: Arc<str>,
+}
+
+impl KeptConsensus {
+    /// Keeps `record` of `session`, dropping the oldest beyond `limit`; returns the sessions
+    /// dropped.
+    pub fn keep(&mut self, session: &str, record: Arc<str>, limit: usize) -> Vec<String> {
+        let seq = self.records.back().map_or(0, |k| k.seq + 1);
+        self.records.retain(|k| k.session != session);
+        self.records.push_back(Kept {
+            seq,
+            session: session.to_owned(),
+            record,
+        });
+        let excess = self.records.len().saturating_sub(limit);
+        self.records.drain(..excess).map(|k| k.session).collect()
+    }
+
+    /// Puts a restored record back in its place.
+    pub fn restore(&mut self, kept: Kept) {
+        self.records.retain(|k| k.session != kept.session);
+        let at = self.records.partition_point(|k| k.seq < kept.seq);
+        self.records.insert(at, kept);
+    }
+
+    /// The record of `session`, if kept.
+    pub fn get(&self, session: &str) -> Option<&Kept> {
+        self.records.iter().find(|k| k.session == session)
+    }
 }
 
 /// The state of the projects one partition holds: everything a record can change, so that a
@@ -153,5 +203,40 @@ impl PartitionState {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sessions(k: &KeptConsensus) -> Vec<(u64, &str)> {
+        k.records
+            .iter()
+            .map(|k| (k.seq, k.session.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn kept_consensus_records_drop_the_oldest_and_restore_in_order() {
+        let mut k = KeptConsensus::default();
+        let record = |s: &str| Arc::<str>::from(format!("{{\"session_id\":\"{s}\"}}"));
+        assert!(k.keep("a", record("a"), 2).is_empty());
+        assert!(k.keep("b", record("b"), 2).is_empty());
+        assert_eq!(k.keep("c", record("c"), 2), ["a"]);
+        assert_eq!(sessions(&k), [(1, "b"), (2, "c")]);
+        // A session completed again (its id left the completed window) is kept once.
+        assert!(k.keep("b", record("b"), 2).is_empty());
+        assert_eq!(sessions(&k), [(2, "c"), (3, "b")]);
+        assert_eq!(
+            k.get("b").map(|k| &*k.record),
+            Some(r#"{"session_id":"b"}"#)
+        );
+        // The changelog gives records back in any order.
+        let mut restored = KeptConsensus::default();
+        for kept in k.records.iter().rev() {
+            restored.restore(kept.clone());
+        }
+        assert_eq!(restored, k);
     }
 }

@@ -53,6 +53,13 @@ impl Harness {
             next_offset: 0,
         }
     }
+    /// A harness whose engine runs `config`.
+    fn with(config: &Config) -> Self {
+        Harness {
+            engine: Engine::new(Settings::of(config)),
+            ..Harness::new()
+        }
+    }
     fn send(&mut self, topic: &str, payload: &str) -> Outcome {
         self.send_record(rec(topic, Some(payload.as_bytes())))
     }
@@ -766,10 +773,7 @@ fn a_session_times_out_by_its_own_projects_event_time_only() {
 fn the_leaderboard_rates_models_by_bradley_terry_over_its_window() {
     let mut config = Config::default();
     config.leaderboard.bt_interval_secs = 0;
-    let mut h = Harness {
-        engine: Engine::new(Settings::of(&config)),
-        ..Harness::new()
-    };
+    let mut h = Harness::with(&config);
     // Three single-judge sessions of one category: m-a's candidate ranks first twice, m-b's
     // once. The MLE puts p_a / p_b = 2, so with the geometric mean at 1 the ratings are
     // 1000 +- 400 * log10(sqrt 2) = 1000 +- 60.206.
@@ -850,10 +854,7 @@ fn rows_between_bradley_terry_refits_carry_the_last_fit() {
 fn open_session_bounds_evict_the_oldest() {
     let mut config = Config::default();
     config.sessions.max_open_per_project = 2;
-    let mut h = Harness {
-        engine: Engine::new(Settings::of(&config)),
-        ..Harness::new()
-    };
+    let mut h = Harness::with(&config);
     for (i, s) in ["s1", "s2", "s3"].iter().enumerate() {
         h.send(
             "jury.judge-scores",
@@ -1273,10 +1274,7 @@ fn every_input_topic_reads_by_one_rule() {
 fn a_new_project_beyond_max_projects_is_dead_lettered() {
     let mut config = Config::default();
     config.limits.max_projects = 2;
-    let mut h = Harness {
-        engine: Engine::new(Settings::of(&config)),
-        ..Harness::new()
-    };
+    let mut h = Harness::with(&config);
     let one = r#"{"voter_id": "u", "value": 1}"#;
     let vote = |event: &str, project: &str| {
         votes(event, "2026-11-20T10:00:00Z", one).replace("proj-42", project)
@@ -1338,10 +1336,7 @@ fn a_ballot_beyond_the_session_limits_is_dead_lettered() {
     let mut config = Config::default();
     config.sessions.max_judges = 2;
     config.sessions.max_candidates = 3;
-    let mut h = Harness {
-        engine: Engine::new(Settings::of(&config)),
-        ..Harness::new()
-    };
+    let mut h = Harness::with(&config);
     let b = |event: &str, judge: &str, rest: &str| ballot(event, "s", 0, judge, rest);
     assert_eq!(
         h.send(
@@ -1415,10 +1410,7 @@ fn an_output_beyond_the_record_limit_becomes_a_dead_letter() {
     config.limits.max_message_bytes = 100_000;
     config.sessions.max_candidates = 10_000;
     let max = config.limits.max_record_bytes();
-    let mut h = Harness {
-        engine: Engine::new(Settings::of(&config)),
-        ..Harness::new()
-    };
+    let mut h = Harness::with(&config);
     for judge in 0..3 {
         let scores: Vec<String> = (judge * 300..judge * 300 + 300)
             .map(|i| format!(r#""{}{i:05}": {}"#, "c".repeat(245), i % 10 + 1))

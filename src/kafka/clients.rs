@@ -70,20 +70,38 @@ pub fn base_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
     Ok(c)
 }
 
-/// Assigns every partition of `topic` to `consumer`, from the beginning, and returns how many
-/// there are (none when the topic does not exist). For reading a whole table: the reputation
+/// Assigns every partition of `topics` to `consumer`, from the beginning, and returns how many
+/// there are (none when no topic exists). For reading a whole table: the reputation
 /// bootstrap here, and the tests' and benchmarks' readers of output topics.
 pub fn assign_from_beginning<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
-    topic: &str,
+    topics: &[&str],
 ) -> Result<usize, KafkaError> {
-    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let mut tpl = TopicPartitionList::new();
-    for p in md.topics().iter().flat_map(|t| t.partitions()) {
-        tpl.add_partition_offset(topic, p.id(), Offset::Beginning)?;
-    }
+    let tpl = from_beginning(consumer, topics)?;
     consumer.assign(&tpl)?;
     Ok(tpl.count())
+}
+
+/// Adds every partition of `topic` to what `consumer` reads, from the beginning.
+pub fn add_from_beginning<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+) -> Result<(), KafkaError> {
+    consumer.incremental_assign(&from_beginning(consumer, &[topic])?)
+}
+
+fn from_beginning<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topics: &[&str],
+) -> Result<TopicPartitionList, KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    for topic in topics {
+        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+        for p in md.topics().iter().flat_map(|t| t.partitions()) {
+            tpl.add_partition_offset(topic, p.id(), Offset::Beginning)?;
+        }
+    }
+    Ok(tpl)
 }
 
 /// librdkafka's limit for a message must cover the largest accepted payload plus its envelope.
@@ -180,6 +198,7 @@ fn topics<'a>(cfg: &'a Config, names: &'a TopicTable) -> Vec<(&'a str, bool)> {
     ];
     if cfg.input.repartitions() {
         all.push((names.repartition(), false));
+        all.push((names.instances(), true));
     }
     all
 }
@@ -267,6 +286,14 @@ pub fn ensure_topics(cfg: &Config, names: &TopicTable) -> Result<(), ServiceErro
             "the inputs".to_owned(),
         ),
     };
+    // The forwarding stage and the queries place a project by `kafka.partitions`.
+    if cfg.input.repartitions() && logs != cfg.kafka.partitions.max(0) as usize {
+        return Err(ServiceError::Topic(format!(
+            "{named} has {logs} partitions but kafka.partitions is {}; they must match (projects \
+             are placed in its partitions by kafka.partitions)",
+            cfg.kafka.partitions
+        )));
+    }
     let state = partitions[names.state()];
     if state < logs {
         return Err(ServiceError::Topic(format!(

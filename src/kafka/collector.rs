@@ -34,6 +34,7 @@ pub(super) enum Destination {
     Output(OutputTopic),
     State,
     Repartition,
+    Instances,
 }
 
 impl Destination {
@@ -42,7 +43,11 @@ impl Destination {
         OutputTopic::ALL
             .into_iter()
             .map(Destination::Output)
-            .chain([Destination::State, Destination::Repartition])
+            .chain([
+                Destination::State,
+                Destination::Repartition,
+                Destination::Instances,
+            ])
     }
 
     /// Its position among [`Destination::all`].
@@ -51,6 +56,7 @@ impl Destination {
             Destination::Output(t) => t as usize,
             Destination::State => OutputTopic::ALL.len(),
             Destination::Repartition => OutputTopic::ALL.len() + 1,
+            Destination::Instances => OutputTopic::ALL.len() + 2,
         }
     }
 
@@ -60,6 +66,7 @@ impl Destination {
             Destination::Output(t) => t.label(),
             Destination::State => "state",
             Destination::Repartition => "repartition",
+            Destination::Instances => "instances",
         }
     }
 }
@@ -282,28 +289,49 @@ impl Collector {
         Ok(())
     }
 
-    /// Produces a forwarded input record to the repartition topic `topic`, keyed by its
-    /// project, in the current epoch: the epoch's input offsets are committed only once it is
-    /// acknowledged.
+    /// Produces a forwarded input record to partition `partition` of the repartition topic
+    /// `topic`, keyed by its project, in the current epoch: the epoch's input offsets are
+    /// committed only once it is acknowledged.
     pub fn forward(
         &mut self,
-        topic: &str,
+        (topic, partition): (&str, i32),
         project: &str,
         payload: &[u8],
         headers: OwnedHeaders,
     ) -> Result<(), ServiceError> {
-        let sent = self.send(
-            topic,
-            None,
+        self.send_in_epoch(
+            (topic, Some(partition)),
             (Some(project.as_bytes()), Some(payload), Some(headers)),
-            Tag {
-                destination: Destination::Repartition,
-                event_ms: None,
-                epoch: self.epoch,
-            },
-        )?;
+            Destination::Repartition,
+        )
+    }
+
+    /// Announces on `topic` (`<group_id>-instances`) that this instance, reachable at `url`,
+    /// owns repartition-topic partition `partition`. It is an output of the current epoch.
+    pub fn announce(&mut self, topic: &str, partition: i32, url: &str) -> Result<(), ServiceError> {
+        let key = partition.to_string();
+        let value = serde_json::json!({ "url": url }).to_string();
+        self.send_in_epoch(
+            (topic, None),
+            (Some(key.as_bytes()), Some(value.as_bytes()), None),
+            Destination::Instances,
+        )
+    }
+
+    /// Produces a record that carries no event time as an output of the current epoch.
+    fn send_in_epoch(
+        &mut self,
+        (topic, partition): (&str, Option<i32>),
+        record: (Option<&[u8]>, Option<&[u8]>, Option<OwnedHeaders>),
+        destination: Destination,
+    ) -> Result<(), ServiceError> {
+        let tag = Tag {
+            destination,
+            event_ms: None,
+            epoch: self.epoch,
+        };
         // Refused at once: counted and logged by `send`, and no report will come.
-        if sent {
+        if self.send(topic, partition, record, tag)? {
             self.epoch_outputs += 1;
         }
         Ok(())

@@ -101,7 +101,9 @@ impl ConsumerContext for GroupContext {
             }
             .emit(&self.metrics);
             for (topic, partition) in assigned {
-                core.assign(&topic, partition);
+                if let Err(e) = core.assign(&topic, partition) {
+                    self.fail(e);
+                }
             }
         }
     }

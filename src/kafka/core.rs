@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::engine::output::Output;
 use crate::engine::reputation::ReputationTable;
 use crate::engine::{Engine, IdMap, InputTopic, Outcome};
+use crate::queries::view::View;
 use crate::telemetry::events::{InternalEvent, RecordsForwarded, RecordsProcessed};
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
@@ -59,6 +60,8 @@ pub(super) struct Core {
     /// Records processed, and their outcomes not yet added to the metrics.
     pub processed: u64,
     pub tally: Tally,
+    /// What the interactive queries read (see [`crate::queries`]).
+    pub view: Arc<View>,
 }
 
 /// Outcome counts kept locally and added to the Prometheus counters once per pass (up to
@@ -141,6 +144,7 @@ impl Core {
         collector: Collector,
         epochs: Epochs,
         (metrics, health, stop): (&Arc<Metrics>, &Arc<Health>, &Arc<AtomicBool>),
+        view: Arc<View>,
     ) -> Core {
         // A setting, not a reading: shown once, beside the `jurystream_projects` it bounds.
         metrics
@@ -165,6 +169,7 @@ impl Core {
             forward_limit: super::clients::producer_record_limit(config),
             processed: 0,
             tally: Tally::default(),
+            view,
         }
     }
 
@@ -185,8 +190,21 @@ impl Core {
         if self.tasks.assigned.is_empty() {
             return Ok(());
         }
-        self.tasks
-            .restore_assigned(&self.config, &self.topics, &self.metrics)
+        let restored = self
+            .tasks
+            .restore_assigned(&self.config, &self.topics, &self.metrics)?;
+        for key in restored {
+            if let Some(owned) = self.tasks.units.get(&key) {
+                let scoring = &self.engine.settings().scoring;
+                self.view.restored(
+                    key.1,
+                    &owned.state,
+                    |p| scoring.lambda_for(p),
+                    &self.engine.settings().leaderboard,
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Publishes the scores held back by coalescing (see [`crate::engine::Coalescing`]) in the
@@ -197,7 +215,9 @@ impl Core {
         self.out.clear();
         for key in keys {
             if let Some(owned) = self.tasks.units.get_mut(key) {
+                let from = self.out.len();
                 self.engine.release_held(&mut owned.state, &mut self.out);
+                self.view.published(key.1, &self.out[from..]);
             }
         }
         self.publish_out()
@@ -242,9 +262,18 @@ impl Core {
 
     /// Takes partition `partition` of `topic`: its state is restored when its first record
     /// arrives.
-    pub(super) fn assign(&mut self, topic: &str, partition: i32) {
+    pub(super) fn assign(&mut self, topic: &str, partition: i32) -> Result<(), ServiceError> {
         let units = self.units_of(topic, partition);
+        if !units.is_empty() {
+            self.view.assigned(partition);
+        }
         self.tasks.assigned.extend(units);
+        if topic == self.topics.repartition() {
+            let url = self.config.http.advertised();
+            self.collector
+                .announce(self.topics.instances(), partition, &url)?;
+        }
+        Ok(())
     }
 
     /// Drops partition `partition` of `topic`, taken by revocation number `generation`, after
@@ -252,6 +281,7 @@ impl Core {
     pub(super) fn revoke(&mut self, topic: &str, partition: i32, generation: u64) {
         for unit in self.units_of(topic, partition) {
             self.tasks.revoke(unit, generation);
+            self.view.revoked(partition);
         }
         if let Some(t) = self.topics.input(topic)
             && self.config.input.repartitions()
@@ -276,6 +306,9 @@ impl Core {
             );
         }
         self.metrics.open_sessions.set(open as i64);
+        self.metrics
+            .query_projects
+            .set(self.view.projects.len() as i64);
         self.metrics.projects.set(self.tasks.held_projects as i64);
         let m = &self.config.metrics;
         let shown: Vec<(&str, u64, f64)> = if m.score_projects.is_empty() {

@@ -57,6 +57,7 @@ use rdkafka::error::KafkaError;
 use crate::changelog::{ChangelogError, Unit};
 use crate::config::Config;
 use crate::engine::{Engine, Settings};
+use crate::queries::view::View;
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
 use crate::topics::TopicTable;
@@ -122,15 +123,21 @@ fn run_id() -> u64 {
 fn bootstrap_reputations(
     core: &Arc<Mutex<Core>>,
     reader: &BaseConsumer<QuietReader>,
-    cfg: &Config,
+    (cfg, topics): (&Config, &TopicTable),
 ) -> Result<(), ServiceError> {
-    let partitions = clients::assign_from_beginning(reader, &cfg.topics.reputations)?;
+    let partitions = clients::assign_from_beginning(reader, &[&cfg.topics.reputations])?;
     let complete = read_to_end(reader, partitions, "reputation bootstrap", |m| {
-        lock(core).reputation(m)
+        lock(core).global(m)
     })?;
     if !complete {
         // As before: start with what was read; the same consumer keeps reading the rest.
         tracing::warn!("the reputation table did not reach its end in time");
+    }
+    // The instance directory is read by the same consumer from here on (see
+    // `crate::queries`): until an owner's announcement arrives, a query for its projects is
+    // answered 503.
+    if cfg.input.repartitions() {
+        clients::add_from_beginning(reader, topics.instances())?;
     }
     tracing::info!(
         entries = lock(core).reputations.len(),
@@ -142,8 +149,8 @@ fn bootstrap_reputations(
 /// Runs the service until `stop` is set, then finishes the cycle, commits and returns.
 pub fn run(
     config: Config,
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
+    (metrics, health): (Arc<Metrics>, Arc<Health>),
+    view: Arc<View>,
     stop: Arc<AtomicBool>,
 ) -> Result<(), ServiceError> {
     clients::check_reachable(&config)?;
@@ -157,10 +164,11 @@ pub fn run(
         Collector::new(&config, &metrics)?,
         Epochs::new(run_id(), config.limits.max_message_bytes / 2),
         (&metrics, &health, &stop),
+        view,
     )));
     let reputations: BaseConsumer<QuietReader> =
         clients::reader_config(&config, "reputations")?.create_with_context(QuietReader)?;
-    bootstrap_reputations(&core, &reputations, &config)?;
+    bootstrap_reputations(&core, &reputations, (&config, &topics))?;
     let consumer: BaseConsumer<GroupContext> = clients::consumer_config(&config)?
         .create_with_context(GroupContext {
             core: Arc::clone(&core),

@@ -22,6 +22,7 @@ use crate::config::Config;
 use crate::engine::{IdMap, InputTopic, Outcome, PartitionState, Record};
 use crate::prefetch;
 use crate::telemetry::events::{InternalEvent, RecordRevoked, RecordsProcessed};
+use crate::topics::partition_of;
 
 /// How many records ahead of the one it applies the processing thread prefetches state (see
 /// [`Engine::prefetch`]): a record takes about a microsecond to apply, several times a cache
@@ -62,6 +63,7 @@ impl Core {
             ..polled.record(&self.topics)
         };
         let before = unit.state.project_count();
+        let journaled = unit.state.journal.as_ref().map_or(0, Vec::len);
         // Timing every record would cost more than some records take: sample one in 16.
         self.processed += 1;
         let started = self.processed.is_multiple_of(16).then(Instant::now);
@@ -82,6 +84,13 @@ impl Core {
             ),
         };
         self.tasks.held_projects += unit.state.project_count().saturating_sub(before);
+        let changes = unit.state.journal.as_deref().unwrap_or_default();
+        self.view.applied(
+            polled.partition,
+            &unit.state,
+            changes.get(journaled..).unwrap_or_default(),
+            &self.out,
+        );
         if let Some(started) = started {
             self.metrics
                 .processing
@@ -125,8 +134,41 @@ impl Core {
         }
     }
 
+    /// Applies a record of a table every instance reads whole: the instance directory's or the
+    /// reputations'.
+    pub(super) fn global(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), ServiceError> {
+        if msg.topic() == self.topics.instances() {
+            self.instance(msg);
+            return Ok(());
+        }
+        self.reputation(msg)
+    }
+
+    /// Notes an instance's announcement that it owns a repartition-topic partition.
+    fn instance(&self, msg: &BorrowedMessage<'_>) {
+        #[derive(serde::Deserialize)]
+        struct Announced {
+            url: String,
+        }
+        let partition = std::str::from_utf8(msg.key().unwrap_or_default())
+            .ok()
+            .and_then(|k| k.parse::<i32>().ok());
+        let announced = msg
+            .payload()
+            .and_then(|p| serde_json::from_slice::<Announced>(p).ok());
+        match (partition, announced) {
+            (Some(partition), Some(a)) => {
+                self.view.directory.insert(partition, a.url);
+            }
+            _ => tracing::warn!(
+                offset = msg.offset(),
+                "ignoring a malformed record of the instance directory"
+            ),
+        }
+    }
+
     /// Applies a `jury.reputations` record to the global table.
-    pub(super) fn reputation(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), ServiceError> {
+    fn reputation(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), ServiceError> {
         let record = reputation_record(msg);
         self.out.clear();
         let mut scratch = PartitionState::default();
@@ -167,8 +209,9 @@ impl Core {
         match routed {
             Ok(project) => {
                 let payload = record.payload.unwrap_or_default();
+                let partition = partition_of(&project, self.config.kafka.partitions);
                 self.collector.forward(
-                    self.topics.repartition(),
+                    (self.topics.repartition(), partition),
                     &project,
                     payload,
                     headers(&record),
@@ -299,7 +342,7 @@ pub(super) fn process_records<'c, C: ConsumerContext>(
             last_reputations = Instant::now();
             for _ in 0..1024 {
                 match reputations.poll(Duration::ZERO) {
-                    Some(Ok(m)) => c.reputation(&m)?,
+                    Some(Ok(m)) => c.global(&m)?,
                     Some(Err(KafkaError::PartitionEOF(_))) | None => break,
                     Some(Err(e)) => {
                         tracing::warn!(error = %e, "reputations");

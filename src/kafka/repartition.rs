@@ -2,8 +2,9 @@
 //! (`input.partitioning = "repartition"`): producers key records however they like, so each input
 //! record is read just far enough to find its project ([`crate::engine::Engine::project_of`])
 //! and forwarded, its payload byte for byte, to `<group_id>-repartition`, keyed by the project,
-//! with headers naming where it came from. The producer's partitioner then puts all of a
-//! project's records in one partition of that topic, in the order they were forwarded, and the
+//! with headers naming where it came from, to the partition [`crate::topics::partition_of`]
+//! gives the project: all of a project's records are in one partition of that topic, in the
+//! order they were forwarded (and a query for it knows which instance holds it), and the
 //! state of each of its partitions is kept exactly as an input partition's is in `by_key` mode.
 //!
 //! The stage is stateless and shares the epochs of the stateful one: an input record's offset

@@ -80,18 +80,19 @@ impl Tasks {
 
     /// Restores every assigned partition not restored yet, reading all the changelog partitions
     /// they need in one pass (votes and judge-scores partition p share changelog partition p).
+    /// Returns the units restored.
     pub fn restore_assigned(
         &mut self,
         cfg: &Config,
         topics: &TopicTable,
         metrics: &Metrics,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<Vec<(InputTopic, i32)>, ServiceError> {
         let wanted: Vec<(InputTopic, i32)> = std::mem::take(&mut self.assigned)
             .into_iter()
             .filter(|key| !self.units.contains_key(key))
             .collect();
         if wanted.is_empty() {
-            return Ok(());
+            return Ok(wanted);
         }
         let started = Instant::now();
         let reader: BaseConsumer<QuietReader> =
@@ -123,7 +124,7 @@ impl Tasks {
         if !complete {
             return Err(ServiceError::RestoreTimeout(restorers[0].unit()));
         }
-        for (restorer, key) in restorers.into_iter().zip(wanted) {
+        for (restorer, &key) in restorers.into_iter().zip(&wanted) {
             let unit = restorer.unit();
             let (records, bytes) = (restorer.records, restorer.bytes);
             let (state, offset) = restorer
@@ -151,7 +152,7 @@ impl Tasks {
             owned: self.units.len(),
         }
         .emit(metrics);
-        Ok(())
+        Ok(wanted)
     }
 }
 

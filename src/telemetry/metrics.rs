@@ -38,6 +38,10 @@ pub struct Metrics {
     pub producer_retries: IntGauge,
     pub open_sessions: IntGauge,
     pub projects: IntGauge,
+    /// Projects in the interactive queries' view.
+    pub query_projects: IntGauge,
+    /// Interactive queries answered, by endpoint and status code.
+    pub queries: IntCounterVec,
     pub projects_limit: IntGauge,
     pub partitions_owned: IntGauge,
     pub restore_duration: Histogram,
@@ -216,6 +220,17 @@ impl Metrics {
                 &r,
                 "jurystream_projects",
                 "Projects held in owned partitions, as limits.max_projects counts them",
+            ),
+            query_projects: gauge(
+                &r,
+                "jurystream_query_view_projects",
+                "Projects in the interactive queries' view (at most those held)",
+            ),
+            queries: counter_vec(
+                &r,
+                "jurystream_queries_total",
+                "Interactive queries answered, by endpoint and HTTP status",
+                &["endpoint", "status"],
             ),
             projects_limit: gauge(
                 &r,

@@ -558,7 +558,7 @@ pub fn read_log(bootstrap: &str, topic: &str) -> Vec<LogRecord> {
     if partitions == 0 {
         return Vec::new();
     }
-    clients::assign_from_beginning(&consumer, topic).expect("assign");
+    clients::assign_from_beginning(&consumer, &[topic]).expect("assign");
     let mut out = Vec::new();
     let mut eof: HashMap<i32, bool> = HashMap::new();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -676,6 +676,25 @@ pub fn metric_sum(text: &str, name: &str) -> u64 {
 
 /// A minimal HTTP/1.0 GET on localhost; the body, or None if nothing answers.
 pub fn http_get(port: u16, path: &str) -> Option<String> {
+    let answer = http_answer(port, path)?;
+    if answer.status == 200 {
+        Some(answer.body)
+    } else {
+        Some(format!("status: {}", answer.status))
+    }
+}
+
+/// An HTTP answer: status, `Location` and `Content-Type` headers, body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub location: Option<String>,
+    pub content_type: Option<String>,
+    pub body: String,
+}
+
+/// A minimal HTTP/1.0 GET on localhost, redirects not followed; None if nothing answers.
+pub fn http_answer(port: u16, path: &str) -> Option<Answer> {
     use std::io::Read;
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
@@ -683,14 +702,20 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
     let (head, body) = buf.split_once("\r\n\r\n")?;
-    if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") {
-        Some(body.to_owned())
-    } else {
-        Some(format!(
-            "status: {}",
-            head.lines().next().unwrap_or_default()
-        ))
-    }
+    let mut lines = head.lines();
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let header = |name: &str| {
+        head.lines().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+        })
+    };
+    Some(Answer {
+        status,
+        location: header("location"),
+        content_type: header("content-type"),
+        body: body.to_owned(),
+    })
 }
 
 /// Creates topics with `partitions` partitions through jurystream's own start-up path is not
@@ -813,7 +838,7 @@ pub fn read_all(
         .set("fetch.wait.max.ms", "10")
         .create()
         .expect("consumer");
-    let partitions = clients::assign_from_beginning(&consumer, topic).expect("assign") as i32;
+    let partitions = clients::assign_from_beginning(&consumer, &[topic]).expect("assign") as i32;
     let mut out = Vec::new();
     let mut eof: HashMap<i32, bool> = HashMap::new();
     let deadline = Instant::now() + timeout;

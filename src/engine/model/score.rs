@@ -19,6 +19,11 @@ pub struct ProjectScore {
     pub evaluations: u64,
     /// Votes in applied batches.
     pub votes: u64,
+    /// The `alpha` of the last batch's step: with it the state gives the project's last
+    /// `jury.scores` record whole (the interactive queries answer from a restored state).
+    /// Absent from changelogs written before it.
+    #[serde(default)]
+    pub last_alpha: Option<f64>,
 }
 
 /// What one batch did to the score.
@@ -65,6 +70,7 @@ impl ProjectScore {
             last_update_at: None,
             evaluations: 0,
             votes: 0,
+            last_alpha: None,
         }
     }
 
@@ -84,6 +90,7 @@ impl ProjectScore {
         self.last_update_at = Some(self.last_update_at.map_or(at, |last| last.max(at)));
         self.evaluations += 1;
         self.votes += votes;
+        self.last_alpha = Some(alpha);
         Step {
             alpha,
             freshness,
@@ -176,6 +183,15 @@ mod tests {
         assert_eq!(s.score, 1.0);
     }
 
+    #[test]
+    fn a_score_written_before_last_alpha_reads_back_without_it() {
+        let p: ProjectScore = serde_json::from_str(
+            r#"{"score":0.5,"last_update_at":null,"evaluations":0,"votes":0}"#,
+        )
+        .unwrap();
+        assert_eq!(p, ProjectScore::new(0.5));
+    }
+
     proptest! {
         /// A score's changelog form reads back as the same score, every float to the bit.
         #[test]
@@ -184,9 +200,10 @@ mod tests {
             at in prop::option::of((-62_167_219_200i64..=253_402_300_799, 0u32..1_000_000_000)),
             evaluations in any::<u64>(),
             votes in any::<u64>(),
+            last_alpha in prop::option::of(0.0..=1.0f64),
         ) {
             let last_update_at = at.map(|(s, n)| EventTime::new(s, n).unwrap());
-            let p = ProjectScore { score, last_update_at, evaluations, votes };
+            let p = ProjectScore { score, last_update_at, evaluations, votes, last_alpha };
             let back: ProjectScore = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
             prop_assert_eq!(back, p);
         }

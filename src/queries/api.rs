@@ -1,0 +1,578 @@
+//! The query endpoints (Kafka Streams' interactive queries, over HTTP): JSON answers read from
+//! the [`View`], a `307` to the instance that owns a project held elsewhere, `400` for a
+//! malformed id and `404` for an unknown one. docs/queries.openapi.yaml describes them.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::view::{Owned, ProjectView, ScoreView, SessionView, View};
+use crate::engine::contract::time::{EventTime, rfc3339};
+use crate::topics::partition_of;
+
+/// What the endpoints need besides the view.
+#[derive(Debug, Clone)]
+pub struct Queries {
+    pub view: Arc<View>,
+    /// The repartition topic's partitions, when the service repartitions (`None` with
+    /// `by_key`: a project's partition is then its producers' choice, and an instance answers
+    /// only for the projects it holds).
+    pub partitions: Option<i32>,
+    /// This instance's advertised URL.
+    pub advertised: String,
+    /// `limits.max_id_bytes`.
+    pub max_id_bytes: usize,
+    /// `http.proxy_queries`: fetch a project owned elsewhere rather than redirect.
+    pub proxy: bool,
+}
+
+/// The routes under `/v1`.
+pub fn routes(queries: Queries) -> Router {
+    Router::new()
+        .route("/v1/projects/{project_id}", get(project))
+        .route(
+            "/v1/projects/{project_id}/sessions/{session_id}",
+            get(session),
+        )
+        .route("/v1/leaderboard", get(leaderboard))
+        .with_state(Arc::new(queries))
+}
+
+/// An error answer: its status and `{"error": message}`.
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    #[derive(Serialize)]
+    struct Error {
+        error: String,
+    }
+    (
+        status,
+        Json(Error {
+            error: message.into(),
+        }),
+    )
+        .into_response()
+}
+
+/// Where a project's state is.
+enum Located {
+    /// Here, in this partition.
+    Here(i32, Owned),
+    /// Answered elsewhere: a redirect, a proxied answer or an error.
+    Away(Response),
+}
+
+/// The header a proxied request carries, so that it is proxied at most once.
+const PROXIED: &str = "x-jurystream-proxied";
+
+impl Queries {
+    /// Checks an id from the path or the query string: why it is malformed, if it is (the
+    /// answer is a `400` saying so).
+    fn check_id(&self, name: &str, id: &str) -> Result<(), String> {
+        if id.is_empty() {
+            return Err(format!("{name} is empty"));
+        }
+        if id.len() > self.max_id_bytes {
+            return Err(format!(
+                "{name} is {} bytes, longer than limits.max_id_bytes ({})",
+                id.len(),
+                self.max_id_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    /// Finds the instance that owns `project` and answers for it if it is not this one: a
+    /// `307` to the owner (or, with `http.proxy_queries`, the owner's answer, fetched once),
+    /// a `503` if no owner has announced itself yet, a `404` with `by_key` for a project this
+    /// instance does not hold.
+    async fn locate(&self, project: &str, uri: &Uri, headers: &HeaderMap) -> Located {
+        let Some(partitions) = self.partitions else {
+            let held = self.view.projects.get(project).map(|p| p.partition);
+            return match held.and_then(|p| Some((p, *self.view.owned.get(&p)?))) {
+                Some((partition, owned)) => Located::Here(partition, owned),
+                None => Located::Away(error(
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "project {project:?} is not held by this instance (with \
+                         input.partitioning = \"by_key\" an instance answers for the projects \
+                         it holds)"
+                    ),
+                )),
+            };
+        };
+        let partition = partition_of(project, partitions);
+        if let Some(owned) = self.view.owned.get(&partition) {
+            return Located::Here(partition, *owned);
+        }
+        let owner = self.view.directory.get(&partition).map(|u| u.clone());
+        let Some(url) = owner.filter(|u| *u != self.advertised) else {
+            return Located::Away(
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [(header::RETRY_AFTER, "1")],
+                    Json(serde_json::json!({
+                        "error": format!("no instance owns partition {partition} of project {project:?} yet"),
+                        "partition": partition,
+                    })),
+                )
+                    .into_response(),
+            );
+        };
+        let target = format!("{url}{}", uri.path_and_query().map_or("", |p| p.as_str()));
+        if self.proxy && !headers.contains_key(PROXIED) {
+            return Located::Away(proxy(&target).await);
+        }
+        Located::Away(
+            (
+                StatusCode::TEMPORARY_REDIRECT,
+                [(header::LOCATION, target)],
+                Json(serde_json::json!({"owner": url, "partition": partition})),
+            )
+                .into_response(),
+        )
+    }
+}
+
+/// The answer of `target`, asked once on the client's behalf.
+async fn proxy(target: &str) -> Response {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let request = match axum::http::Request::get(target)
+        .header(PROXIED, "1")
+        .body(Empty::new())
+    {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_GATEWAY, format!("{target}: {e}")),
+    };
+    let answer = match client.request(request).await {
+        Ok(a) => a,
+        Err(e) => return error(StatusCode::BAD_GATEWAY, format!("asking {target}: {e}")),
+    };
+    let (parts, body) = answer.into_parts();
+    match body.collect().await {
+        Ok(body) => Response::from_parts(parts, axum::body::Body::from(body.to_bytes())),
+        Err(e) => error(StatusCode::BAD_GATEWAY, format!("reading {target}: {e}")),
+    }
+}
+
+fn unknown(project: &str) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        format!("unknown project {project:?}"),
+    )
+}
+
+/// Milliseconds since the epoch as RFC 3339.
+fn wall_clock(ms: i64) -> Option<String> {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
+/// An open session in a project's answer: who has reported so far.
+#[derive(Serialize)]
+struct OpenSession<'a> {
+    session_id: &'a str,
+    category: Option<&'a str>,
+    expected_judges: Option<u32>,
+    judges: Vec<&'a str>,
+    #[serde(serialize_with = "rfc3339")]
+    last_activity: EventTime,
+}
+
+/// `GET /v1/projects/{project_id}`.
+#[derive(Serialize)]
+struct ProjectAnswer<'a> {
+    project_id: &'a str,
+    partition: i32,
+    /// The partition's state is still being read: what follows may be missing or stale.
+    restoring: bool,
+    /// When this instance last changed the project (wall clock): the answer is that fresh.
+    updated_at: Option<String>,
+    score: Option<&'a ScoreView>,
+    open_sessions: Vec<OpenSession<'a>>,
+}
+
+async fn project(
+    State(q): State<Arc<Queries>>,
+    Path(project_id): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = q.check_id("project_id", &project_id) {
+        return error(StatusCode::BAD_REQUEST, e);
+    }
+    let (partition, owned) = match q.locate(&project_id, &uri, &headers).await {
+        Located::Here(partition, owned) => (partition, owned),
+        Located::Away(response) => return response,
+    };
+    let view = q.view.projects.get(&project_id);
+    let p: Option<&ProjectView> = view.as_deref();
+    if p.is_none() && !owned.restoring {
+        return unknown(&project_id);
+    }
+    let answer = ProjectAnswer {
+        project_id: &project_id,
+        partition,
+        restoring: owned.restoring,
+        updated_at: p.and_then(|p| wall_clock(p.updated_ms)),
+        score: p.and_then(|p| p.score.as_ref()),
+        open_sessions: p
+            .map(|p| {
+                p.open
+                    .values()
+                    .map(|s| OpenSession {
+                        session_id: &s.session_id,
+                        category: s.category.as_deref(),
+                        expected_judges: s.expected_judges,
+                        judges: s.ballots.keys().map(String::as_str).collect(),
+                        last_activity: s.last_activity,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    Json(answer).into_response()
+}
+
+/// `GET /v1/projects/{project_id}/sessions/{session_id}`.
+#[derive(Serialize)]
+struct SessionAnswer<'a> {
+    project_id: &'a str,
+    session_id: &'a str,
+    /// `open` or `completed`.
+    state: &'static str,
+    restoring: bool,
+    /// The open session's ballots so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    open: Option<&'a SessionView>,
+    /// The completed session's `jury.consensus` record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    consensus: Option<&'a RawValue>,
+}
+
+async fn session(
+    State(q): State<Arc<Queries>>,
+    Path((project_id, session_id)): Path<(String, String)>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = q
+        .check_id("project_id", &project_id)
+        .and_then(|()| q.check_id("session_id", &session_id))
+    {
+        return error(StatusCode::BAD_REQUEST, e);
+    }
+    let owned = match q.locate(&project_id, &uri, &headers).await {
+        Located::Here(_, owned) => owned,
+        Located::Away(response) => return response,
+    };
+    let view = q.view.projects.get(&project_id);
+    let p: Option<&ProjectView> = view.as_deref();
+    let open = p.and_then(|p| p.open.get(&session_id));
+    let completed = p
+        .and_then(|p| p.completed.get(&session_id))
+        .and_then(|record| serde_json::from_str::<&RawValue>(record).ok());
+    if open.is_none() && completed.is_none() {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "session {session_id:?} of project {project_id:?} is neither open nor among its \
+                 last completed ones"
+            ),
+        );
+    }
+    Json(SessionAnswer {
+        project_id: &project_id,
+        session_id: &session_id,
+        state: if open.is_some() { "open" } else { "completed" },
+        restoring: owned.restoring,
+        open,
+        consensus: if open.is_some() { None } else { completed },
+    })
+    .into_response()
+}
+
+#[derive(Deserialize)]
+struct LeaderboardQuery {
+    project_id: Option<String>,
+    category: Option<String>,
+}
+
+/// `GET /v1/leaderboard?project_id=...&category=...`: the project's rows (of one category if
+/// given; `category=` with no value for sessions without one), in (category, model) order.
+#[derive(Serialize)]
+struct LeaderboardAnswer<'a> {
+    project_id: &'a str,
+    restoring: bool,
+    rows: Vec<&'a RawValue>,
+}
+
+async fn leaderboard(
+    State(q): State<Arc<Queries>>,
+    Query(query): Query<LeaderboardQuery>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let Some(project_id) = query.project_id else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "project_id is required: leaderboards are per project",
+        );
+    };
+    if let Err(e) = q.check_id("project_id", &project_id) {
+        return error(StatusCode::BAD_REQUEST, e);
+    }
+    let owned = match q.locate(&project_id, &uri, &headers).await {
+        Located::Here(_, owned) => owned,
+        Located::Away(response) => return response,
+    };
+    let view = q.view.projects.get(&project_id);
+    let rows: Vec<&RawValue> = view
+        .as_deref()
+        .map(|p| {
+            p.leaderboard
+                .iter()
+                .filter(|((category, _), _)| query.category.as_ref().is_none_or(|c| c == category))
+                .filter_map(|(_, record)| serde_json::from_str::<&RawValue>(record).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    if view.is_none() && !owned.restoring {
+        return unknown(&project_id);
+    }
+    Json(LeaderboardAnswer {
+        project_id: &project_id,
+        restoring: owned.restoring,
+        rows,
+    })
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    const PARTITIONS: i32 = 4;
+
+    /// A project of each partition.
+    fn project_in(partition: i32) -> String {
+        (0..)
+            .map(|i| format!("proj-{i}"))
+            .find(|p| partition_of(p, PARTITIONS) == partition)
+            .expect("a project")
+    }
+
+    /// This instance owns partition 0 (restored) and 1 (restoring); partition 2 is another's;
+    /// nobody has announced partition 3.
+    fn queries(proxy: bool) -> Queries {
+        let view = View::default();
+        view.assigned(0);
+        view.owned.insert(
+            0,
+            Owned {
+                restoring: false,
+                since_ms: 0,
+            },
+        );
+        view.assigned(1);
+        view.directory.insert(2, "http://other:9464".into());
+        view.directory.insert(0, "http://me:9464".into());
+        let here = project_in(0);
+        view.projects.insert(
+            here.clone(),
+            ProjectView {
+                partition: 0,
+                completed: [("s1".to_owned(), Arc::from(r#"{"session_id":"s1"}"#))].into(),
+                leaderboard: [
+                    (("c".into(), "m".into()), Arc::from(r#"{"model":"m"}"#)),
+                    (("".into(), "n".into()), Arc::from(r#"{"model":"n"}"#)),
+                ]
+                .into(),
+                ..ProjectView::default()
+            },
+        );
+        Queries {
+            view: Arc::new(view),
+            partitions: Some(PARTITIONS),
+            advertised: "http://me:9464".into(),
+            max_id_bytes: 16,
+            proxy,
+        }
+    }
+
+    async fn get(q: Queries, path: &str) -> (StatusCode, HeaderMap, serde_json::Value) {
+        let answer = routes(q)
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let (parts, body) = answer.into_parts();
+        let bytes = body.collect().await.unwrap().to_bytes();
+        let json = serde_json::from_slice(&bytes).unwrap_or_default();
+        (parts.status, parts.headers, json)
+    }
+
+    /// docs/queries.openapi.yaml describes every route served, and no other.
+    #[test]
+    fn the_openapi_description_names_the_routes() {
+        let doc = include_str!("../../docs/queries.openapi.yaml");
+        let described: Vec<&str> = doc
+            .lines()
+            .filter_map(|l| l.strip_prefix("  /")?.strip_suffix(':'))
+            .collect();
+        assert_eq!(
+            described,
+            [
+                "v1/projects/{project_id}",
+                "v1/projects/{project_id}/sessions/{session_id}",
+                "v1/leaderboard"
+            ]
+        );
+        let served = include_str!("api.rs");
+        for route in described {
+            assert!(served.contains(&format!("\"/{route}\"")), "{route}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_project_held_here_is_answered_as_json() {
+        let here = project_in(0);
+        let (status, headers, body) = get(queries(false), &format!("/v1/projects/{here}")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers[header::CONTENT_TYPE], "application/json");
+        assert_eq!(body["project_id"], here.as_str());
+        assert_eq!(
+            (body["partition"].as_i64(), body["restoring"].as_bool()),
+            (Some(0), Some(false))
+        );
+        let path = format!("/v1/projects/{here}/sessions/s1");
+        let (status, _, body) = get(queries(false), &path).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            (body["state"].as_str(), &body["consensus"]["session_id"]),
+            (Some("completed"), &"s1".into())
+        );
+        let path = format!("/v1/leaderboard?project_id={here}&category=c");
+        let (_, _, body) = get(queries(false), &path).await;
+        assert_eq!(body["rows"], serde_json::json!([{"model": "m"}]));
+        let path = format!("/v1/leaderboard?project_id={here}&category=");
+        let (_, _, body) = get(queries(false), &path).await;
+        assert_eq!(body["rows"], serde_json::json!([{"model": "n"}]));
+    }
+
+    #[tokio::test]
+    async fn unknown_ids_are_404_and_malformed_ones_400() {
+        let q = || queries(false);
+        let unknown = (0..)
+            .map(|i| format!("x{i}"))
+            .find(|p| partition_of(p, PARTITIONS) == 0)
+            .unwrap();
+        for (path, status, says) in [
+            (format!("/v1/projects/{unknown}"), 404, "unknown project"),
+            (
+                format!("/v1/projects/{}/sessions/s9", project_in(0)),
+                404,
+                "neither open",
+            ),
+            (
+                "/v1/projects/aaaaaaaaaaaaaaaaa".to_owned(),
+                400,
+                "longer than limits.max_id_bytes (16)",
+            ),
+            (
+                format!("/v1/projects/{}/sessions/{}", project_in(0), "s".repeat(17)),
+                400,
+                "session_id is 17 bytes",
+            ),
+            ("/v1/leaderboard".to_owned(), 400, "project_id is required"),
+            (
+                "/v1/leaderboard?project_id=".to_owned(),
+                400,
+                "project_id is empty",
+            ),
+        ] {
+            let (got, headers, body) = get(q(), &path).await;
+            assert_eq!(got.as_u16(), status, "{path}");
+            assert_eq!(headers[header::CONTENT_TYPE], "application/json");
+            let error = body["error"].as_str().unwrap_or_default();
+            assert!(error.contains(says), "{path}: {error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_restoring_partition_says_so_and_others_are_redirected_or_unavailable() {
+        let (status, _, body) =
+            get(queries(false), &format!("/v1/projects/{}", project_in(1))).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            (body["restoring"].as_bool(), body["score"].is_null()),
+            (Some(true), true)
+        );
+        let path = format!("/v1/projects/{}/sessions/s1?x=1", project_in(2));
+        let (status, headers, body) = get(queries(false), &path).await;
+        assert_eq!(status, StatusCode::TEMPORARY_REDIRECT);
+        assert_eq!(
+            headers[header::LOCATION],
+            format!("http://other:9464{path}")
+        );
+        assert_eq!(body["partition"], 2);
+        let (status, headers, _) =
+            get(queries(false), &format!("/v1/projects/{}", project_in(3))).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(headers[header::RETRY_AFTER], "1");
+    }
+
+    #[tokio::test]
+    async fn a_proxy_asks_the_owner_once() {
+        // The owner's answer, served by a second router on a real socket.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let owner_url = format!("http://{}", listener.local_addr().unwrap());
+        let owner = queries(false);
+        let away = project_in(2);
+        owner.view.owned.insert(
+            2,
+            Owned {
+                restoring: false,
+                since_ms: 0,
+            },
+        );
+        owner.view.projects.insert(
+            away.clone(),
+            ProjectView {
+                partition: 2,
+                ..ProjectView::default()
+            },
+        );
+        tokio::spawn(axum::serve(listener, routes(owner)).into_future());
+        let proxying = queries(true);
+        proxying.view.directory.insert(2, owner_url);
+        let (status, _, body) = get(proxying, &format!("/v1/projects/{away}")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["project_id"], away.as_str());
+        // A request proxied already is not proxied again: it is redirected.
+        let proxied = queries(true);
+        let answer = routes(proxied)
+            .oneshot(
+                Request::get(format!("/v1/projects/{away}"))
+                    .header(PROXIED, "1")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::TEMPORARY_REDIRECT);
+    }
+}

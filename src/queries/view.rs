@@ -1,0 +1,509 @@
+//! The view the queries read: per project, a snapshot of what the instance last published for
+//! it (its `jury.scores` and `jury.leaderboard` records), of its open sessions and of the
+//! consensus records its state keeps, in a concurrent map. The processing thread updates a
+//! project's snapshot after each record it applies, under that project's shard lock, and the
+//! HTTP handlers read it without ever taking the processing thread's lock: a reader sees a
+//! project either before or after a record, never half of one. The view holds no more projects
+//! than the state does, and shares its ballots and consensus records with it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Leaderboard;
+use crate::engine::contract::time::{EventTime, rfc3339};
+use crate::engine::model::session::{Ballot, Session};
+use crate::engine::output::{Output, OutputTopic, OutputValue};
+use crate::engine::{Change, JudgeProject, PartitionState};
+
+/// A project's `jury.scores` numbers as last published; `freshness` and `alpha` describe the
+/// last batch's step, which a state restored from a changelog written before it was kept
+/// does not know.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScoreView {
+    pub score: f64,
+    pub freshness: Option<f64>,
+    pub alpha: Option<f64>,
+    pub lambda: Option<f64>,
+    pub evaluations: u64,
+    pub votes: u64,
+    #[serde(serialize_with = "rfc3339")]
+    pub last_event_at: EventTime,
+}
+
+/// An open session as the queries show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionView {
+    pub session_id: String,
+    pub category: Option<String>,
+    pub expected_judges: Option<u32>,
+    #[serde(serialize_with = "rfc3339")]
+    pub last_activity: EventTime,
+    /// Each judge's latest ballot, shared with the snapshots that did not change it.
+    pub ballots: BTreeMap<String, Arc<Ballot>>,
+}
+
+impl SessionView {
+    /// The view of `session`, reusing the ballots of `before` that did not change.
+    fn of(session_id: &str, session: &Session, before: Option<&SessionView>) -> SessionView {
+        let ballots = session
+            .ballots
+            .iter()
+            .map(|(judge, ballot)| {
+                let kept = before
+                    .and_then(|b| b.ballots.get(judge))
+                    .filter(|b| ***b == *ballot);
+                let ballot = kept.map_or_else(|| Arc::new(ballot.clone()), Arc::clone);
+                (judge.clone(), ballot)
+            })
+            .collect();
+        SessionView {
+            session_id: session_id.to_owned(),
+            category: session.category.clone(),
+            expected_judges: session.expected_judges,
+            last_activity: session.last_activity,
+            ballots,
+        }
+    }
+}
+
+/// What the view holds of one project.
+#[derive(Debug, Clone, Default)]
+pub struct ProjectView {
+    /// The partition whose state holds it.
+    pub partition: i32,
+    pub score: Option<ScoreView>,
+    pub open: BTreeMap<String, SessionView>,
+    /// The consensus records of the latest completed sessions, by session, as the state
+    /// keeps them.
+    pub completed: BTreeMap<String, Arc<str>>,
+    /// `jury.leaderboard` records by (category, model).
+    pub leaderboard: BTreeMap<(String, String), Arc<str>>,
+    /// Wall-clock milliseconds of the last change.
+    pub updated_ms: i64,
+}
+
+/// A partition this instance owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owned {
+    /// Its state has not been read from the changelog yet.
+    pub restoring: bool,
+    /// Wall-clock milliseconds since it was assigned or restored.
+    pub since_ms: i64,
+}
+
+/// The fields of a published `jury.leaderboard` record that place it in the view.
+#[derive(Deserialize)]
+struct Placed<'a> {
+    #[serde(borrow)]
+    category: Option<&'a str>,
+    #[serde(borrow)]
+    model: Option<&'a str>,
+}
+
+/// Every project snapshot of this instance, the partitions it owns, and the directory of the
+/// instances that own the rest.
+#[derive(Debug, Default)]
+pub struct View {
+    pub projects: DashMap<String, ProjectView>,
+    pub owned: DashMap<i32, Owned>,
+    /// Partition -> advertised URL of its owner, as the instances announced.
+    pub directory: DashMap<i32, String>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl View {
+    /// Partition `partition` is assigned to this instance: restoring until [`View::restored`].
+    pub fn assigned(&self, partition: i32) {
+        self.owned.insert(
+            partition,
+            Owned {
+                restoring: true,
+                since_ms: now_ms(),
+            },
+        );
+    }
+
+    /// Partition `partition` was taken away: its projects leave the view.
+    pub fn revoked(&self, partition: i32) {
+        self.owned.remove(&partition);
+        self.projects.retain(|_, p| p.partition != partition);
+    }
+
+    /// Partition `partition`'s state was restored as `state`: its projects enter the view as
+    /// the state holds them. `lambda` is a project's decay rate.
+    pub fn restored(
+        &self,
+        partition: i32,
+        state: &PartitionState,
+        lambda: impl Fn(&str) -> f64,
+        leaderboard: &Leaderboard,
+    ) {
+        let now = now_ms();
+        for (project, v) in &state.projects {
+            let Some(last) = v.score.last_update_at else {
+                continue;
+            };
+            let mut p = self.entry(project.as_str(), partition, now);
+            let alpha = v.score.last_alpha;
+            p.score = Some(ScoreView {
+                score: v.score.score,
+                freshness: alpha.map(|a| 1.0 - a),
+                alpha,
+                lambda: Some(lambda(project.as_str())),
+                evaluations: v.score.evaluations,
+                votes: v.score.votes,
+                last_event_at: last,
+            });
+        }
+        for (project, sessions) in &state.sessions.projects {
+            let mut p = self.entry(project, partition, now);
+            p.open = sessions
+                .open
+                .iter()
+                .map(|(id, s)| (id.clone(), SessionView::of(id, s, None)))
+                .collect();
+        }
+        for (project, j) in &state.judge_projects {
+            let standings = j.board.standings(project, leaderboard);
+            if standings.is_empty() && j.kept.records.is_empty() {
+                continue;
+            }
+            let mut p = self.entry(project, partition, now);
+            p.completed = kept(j);
+            for s in standings {
+                let record = Output::json(OutputTopic::Leaderboard, None, &s)
+                    .render()
+                    .into();
+                let key = (s.category.unwrap_or_default(), s.model);
+                p.leaderboard.insert(key, record);
+            }
+        }
+        self.owned.insert(
+            partition,
+            Owned {
+                restoring: false,
+                since_ms: now,
+            },
+        );
+    }
+
+    /// A record of partition `partition` was applied to `state`: `changes` are its journal
+    /// entries, `out` what it published.
+    pub fn applied(
+        &self,
+        partition: i32,
+        state: &PartitionState,
+        changes: &[Change],
+        out: &[Output],
+    ) {
+        let sessions = |c: &Change| matches!(c, Change::Session { .. } | Change::Consensus { .. });
+        if out.is_empty() && !changes.iter().any(sessions) {
+            return;
+        }
+        let now = now_ms();
+        for change in changes {
+            if let Change::Consensus { project, .. } = change {
+                let completed = state.judge_projects.get(project.as_str()).map(kept);
+                self.entry(project, partition, now).completed = completed.unwrap_or_default();
+            }
+            let Change::Session { project, session } = change else {
+                continue;
+            };
+            let open = state
+                .sessions
+                .projects
+                .get(project.as_str())
+                .and_then(|p| p.open.get(session));
+            let mut p = self.entry(project, partition, now);
+            match open {
+                Some(s) => {
+                    let view = SessionView::of(session, s, p.open.get(session));
+                    p.open.insert(session.clone(), view);
+                }
+                None => {
+                    p.open.remove(session);
+                }
+            }
+        }
+        self.published(partition, out);
+    }
+
+    /// Partition `partition` published `out`.
+    pub fn published(&self, partition: i32, out: &[Output]) {
+        let now = now_ms();
+        for o in out {
+            let Some(project) = o.key.as_deref() else {
+                continue;
+            };
+            match (&o.value, o.topic) {
+                (OutputValue::Score(v), OutputTopic::Scores) => {
+                    self.entry(project, partition, now).score = Some(ScoreView {
+                        score: v.score,
+                        freshness: Some(v.freshness),
+                        alpha: Some(v.alpha),
+                        lambda: Some(v.lambda),
+                        evaluations: v.evaluations,
+                        votes: v.votes,
+                        last_event_at: v.last_event_at,
+                    });
+                }
+                (OutputValue::Json(text), OutputTopic::Leaderboard) => {
+                    let Ok(Placed {
+                        category,
+                        model: Some(model),
+                        ..
+                    }) = serde_json::from_str(text)
+                    else {
+                        continue;
+                    };
+                    // The key is project/category/model: the project is the record's own.
+                    let Some(project) = leaderboard_project(project, category, model) else {
+                        continue;
+                    };
+                    let key = (category.unwrap_or("").to_owned(), model.to_owned());
+                    let mut p = self.entry(project, partition, now);
+                    p.leaderboard.insert(key, text.as_str().into());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Project `project`'s snapshot, created if new, marked changed at `now`.
+    fn entry(
+        &self,
+        project: &str,
+        partition: i32,
+        now: i64,
+    ) -> dashmap::mapref::one::RefMut<'_, String, ProjectView> {
+        let mut p = match self.projects.get_mut(project) {
+            Some(p) => p,
+            None => self.projects.entry(project.to_owned()).or_default(),
+        };
+        p.partition = partition;
+        p.updated_ms = now;
+        p
+    }
+}
+
+/// A judge project's kept consensus records, by session.
+fn kept(j: &JudgeProject) -> BTreeMap<String, Arc<str>> {
+    j.kept
+        .records
+        .iter()
+        .map(|k| (k.session.clone(), Arc::clone(&k.record)))
+        .collect()
+}
+
+/// The project of a `jury.leaderboard` key `project/category/model`, given its category and
+/// model.
+fn leaderboard_project<'k>(key: &'k str, category: Option<&str>, model: &str) -> Option<&'k str> {
+    let rest = format!("/{}/{model}", category.unwrap_or(""));
+    key.strip_suffix(rest.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::engine::reputation::ReputationTable;
+    use crate::engine::{Engine, InputTopic, Record, Settings};
+
+    /// Vote batches and judge ballots of two projects (one with a `/` in its id) whose
+    /// sessions complete, time out or stay open, as (topic, payload).
+    fn events() -> Vec<(InputTopic, String)> {
+        let mut out = Vec::new();
+        for (p, project) in ["proj-a", "team/b"].into_iter().enumerate() {
+            for i in 0..4 {
+                out.push((
+                    InputTopic::Votes,
+                    format!(
+                        r#"{{"event_id": "v{p}-{i}", "project_id": "{project}", "occurred_at": {}, "votes": [{{"voter_id": "u", "value": 0.{i}}}]}}"#,
+                        1_795_168_800_000i64 + i * 1000
+                    ),
+                ));
+            }
+            for s in 0..3 {
+                for judge in 0..2 {
+                    let expected = if s == 2 { 3 } else { 2 };
+                    out.push((
+                        InputTopic::JudgeScores,
+                        format!(
+                            r#"{{"event_id": "b{p}-{s}-{judge}", "project_id": "{project}", "session_id": "s{s}", "occurred_at": {}, "judge": "j{judge}", "scores": {{"A": {}, "B": 5{}}}, "candidates": {{"A": {{"author": "m/a"}}, "B": {{"author": "m/b"}}{}}}, "expected_judges": {expected}, "category": "c"}}"#,
+                            1_795_168_800_000i64 + s * 1000,
+                            3 + 2 * judge + s,
+                            // Only the first session scores m/c: a later refit republishes its
+                            // row as of the refit.
+                            if s == 0 { ", \"C\": 1" } else { "" },
+                            if s == 0 { r#", "C": {"author": "m/c"}"# } else { "" }
+                        ),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// Refits Bradley-Terry after every session, so rows are republished by refits.
+    fn config() -> Config {
+        let mut c = Config::default();
+        c.leaderboard.bt_interval_secs = 0;
+        c
+    }
+
+    /// Applies `events` in order to one journaled state as the service does, updating `view`.
+    fn run(events: &[(InputTopic, String)], view: &View) -> (PartitionState, Vec<Output>) {
+        run_with(&config(), events, view)
+    }
+
+    fn run_with(
+        config: &Config,
+        events: &[(InputTopic, String)],
+        view: &View,
+    ) -> (PartitionState, Vec<Output>) {
+        let engine = Engine::new(Settings::of(config));
+        let mut state = PartitionState::journaled();
+        let mut reps = ReputationTable::default();
+        let mut published = Vec::new();
+        for (offset, (topic, payload)) in events.iter().enumerate() {
+            let record = Record {
+                topic: match topic {
+                    InputTopic::Votes => "jury.votes",
+                    _ => "jury.judge-scores",
+                },
+                input: Some(*topic),
+                partition: Some(0),
+                offset: Some(offset as i64),
+                position: Some(offset as i64),
+                key: None,
+                timestamp_ms: None,
+                payload: Some(payload.as_bytes()),
+                clock_ms: None,
+                held_projects: 0,
+            };
+            let mut out = Vec::new();
+            let journaled = state.journal.as_ref().map_or(0, Vec::len);
+            engine.process(&mut state, &mut reps, &record, &mut out);
+            let changes = state.journal.clone().unwrap_or_default();
+            view.applied(0, &state, &changes[journaled..], &out);
+            published.extend(out);
+        }
+        (state, published)
+    }
+
+    #[test]
+    fn the_view_holds_what_was_last_published_and_the_open_sessions() {
+        let view = View::default();
+        view.assigned(0);
+        let (state, published) = run(&events(), &view);
+        for project in ["proj-a", "team/b"] {
+            let p = view.projects.get(project).expect("in the view");
+            let last_score = published
+                .iter()
+                .rev()
+                .find(|o| o.topic == OutputTopic::Scores && o.key.as_deref() == Some(project))
+                .expect("a score");
+            let OutputValue::Score(v) = &last_score.value else {
+                panic!("a score value")
+            };
+            let score = p.score.as_ref().expect("a score");
+            assert_eq!(
+                (score.score, score.alpha, score.votes),
+                (v.score, Some(v.alpha), v.votes)
+            );
+            // s0 and s1 completed (two of two judges), s2 waits for a third.
+            let completed: Vec<&str> = p.completed.keys().map(String::as_str).collect();
+            assert_eq!(completed, ["s0", "s1"]);
+            let published_consensus = published
+                .iter()
+                .find(|o| o.topic == OutputTopic::Consensus && o.key.as_deref() == Some(project))
+                .expect("a consensus");
+            assert_eq!(&*p.completed["s0"], published_consensus.render());
+            assert_eq!(p.open.keys().collect::<Vec<_>>(), ["s2"]);
+            assert_eq!(p.open["s2"].ballots.len(), 2);
+            let open = &state.sessions.projects[project].open["s2"];
+            assert_eq!(*p.open["s2"].ballots["j1"], open.ballots["j1"]);
+            // One row per model, the latest published.
+            let keys: Vec<_> = p.leaderboard.keys().cloned().collect();
+            let row = |m: &str| ("c".to_owned(), m.to_owned());
+            assert_eq!(keys, [row("m/a"), row("m/b"), row("m/c")]);
+            let last_row = published
+                .iter()
+                .rev()
+                .find(|o| {
+                    o.topic == OutputTopic::Leaderboard
+                        && o.key.as_deref() == Some(&format!("{project}/c/m/a"))
+                })
+                .expect("a row");
+            assert_eq!(&*p.leaderboard[&keys[0]], last_row.render());
+        }
+        view.revoked(0);
+        assert!(view.projects.is_empty() && view.owned.is_empty());
+    }
+
+    #[test]
+    fn only_the_latest_completed_sessions_are_kept() {
+        let view = View::default();
+        let mut config = config();
+        config.sessions.completed_records = 1;
+        let (state, _) = run_with(&config, &events(), &view);
+        let p = view.projects.get("proj-a").expect("in the view");
+        let completed: Vec<&str> = p.completed.keys().map(String::as_str).collect();
+        assert_eq!(completed, ["s1"]);
+        let kept = &state.judge_projects["proj-a"].kept.records;
+        assert_eq!((kept.len(), kept[0].seq), (1, 1));
+    }
+
+    #[test]
+    fn a_leaderboard_key_names_its_project_whatever_its_slashes() {
+        assert_eq!(
+            leaderboard_project("team/b/c/m/a", Some("c"), "m/a"),
+            Some("team/b")
+        );
+        assert_eq!(leaderboard_project("p//m", None, "m"), Some("p"));
+        assert_eq!(leaderboard_project("p/c/m", Some("d"), "m"), None);
+    }
+
+    proptest! {
+        /// A view filled from a restored state answers as the view kept live did: the same
+        /// scores (all of `jury.scores`), open sessions and leaderboard rows, whatever order the
+        /// projects' records interleaved in.
+        #[test]
+        fn a_restored_view_answers_as_the_live_one(seed in any::<u64>()) {
+            let mut events = events();
+            // Interleave the two projects' records, each project's kept in order.
+            let (a, b): (Vec<_>, Vec<_>) = events.drain(..).partition(|(_, e)| e.contains("proj-a"));
+            let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+            let mut bits = seed;
+            while a.peek().is_some() || b.peek().is_some() {
+                let take_a = b.peek().is_none() || (a.peek().is_some() && bits & 1 == 1);
+                bits = bits.rotate_right(1);
+                events.extend(if take_a { a.next() } else { b.next() });
+            }
+            let live = View::default();
+            let (state, _) = run(&events, &live);
+            let restored = View::default();
+            let settings = Settings::of(&config());
+            restored.restored(0, &state, |p| settings.scoring.lambda_for(p), &settings.leaderboard);
+            for project in ["proj-a", "team/b"] {
+                let (l, r) = (&live.projects.get(project).unwrap(), &restored.projects.get(project).unwrap());
+                prop_assert_eq!(&l.score, &r.score);
+                prop_assert_eq!(&l.open, &r.open);
+                prop_assert_eq!(&l.leaderboard, &r.leaderboard);
+                prop_assert_eq!(&l.completed, &r.completed);
+            }
+            prop_assert!(!restored.owned.get(&0).unwrap().restoring);
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Interactive queries against a real broker: two instances share the partitions, each answers
+//! for the projects it owns and redirects (307) to the other for the rest, and every answer
+//! equals what the output topics say (the final `jury.scores` and `jury.leaderboard` records,
+//! the sessions' `jury.consensus` records), which for this stream are what a replay publishes
+//! (`kafka_service` checks that). When one instance
+//! stops, the other restores its partitions and answers for them from the restored state, the
+//! same.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::published::{Published, replayed};
+use support::stream::{self, Shape};
+use support::{
+    Answer, Broker, Service, create_topics, free_port, http_answer, produce, write_config,
+};
+
+fn start(dir: &std::path::Path, name: &str, prefix: &str, bootstrap: &str) -> Service {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).expect("dir");
+    let config = write_config(&d, prefix, bootstrap, free_port(), "");
+    let service = Service::start(&config, d.join("service.log"));
+    assert!(
+        service.wait_ready(Duration::from_secs(60)),
+        "{}",
+        service.log_text()
+    );
+    service
+}
+
+/// `path` asked of `service`, following one redirect to another of `services`; the answer and
+/// whether it was redirected.
+fn ask(services: &[&Service], service: &Service, path: &str) -> (Answer, bool) {
+    let first = http_answer(service.http_port, path).expect("an answer");
+    if first.status != 307 {
+        return (first, false);
+    }
+    let location = first.location.clone().expect("a Location");
+    let port: u16 = location
+        .strip_prefix("http://127.0.0.1:")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("a local owner: {location}"));
+    assert!(services.iter().any(|s| s.http_port == port), "{location}");
+    let path_there = location.splitn(4, '/').nth(3).map(|p| format!("/{p}"));
+    assert_eq!(
+        path_there.as_deref(),
+        Some(path),
+        "the redirect keeps the path"
+    );
+    (http_answer(port, path).expect("an answer"), true)
+}
+
+/// Asks until the answer is not 503 (an owner not announced yet) and not `restoring`.
+fn ask_settled(services: &[&Service], service: &Service, path: &str) -> (Answer, bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (answer, redirected) = ask(services, service, path);
+        let restoring = serde_json::from_str::<Value>(&answer.body)
+            .is_ok_and(|v| v["restoring"] == Value::Bool(true));
+        if (answer.status != 503 && !restoring) || Instant::now() > deadline {
+            return (answer, redirected);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn json(answer: &Answer) -> Value {
+    assert_eq!(
+        answer.content_type.as_deref(),
+        Some("application/json"),
+        "{answer:?}"
+    );
+    serde_json::from_str(&answer.body).unwrap_or_else(|e| panic!("{e}: {}", answer.body))
+}
+
+/// Every answer of `services` about `projects` equals what `expect` holds.
+fn assert_answers(services: &[&Service], projects: &[String], expect: &Published) -> usize {
+    let mut redirects = 0;
+    let consensus: Vec<Value> = expect
+        .consensus
+        .iter()
+        .map(|c| serde_json::from_str(c).expect("json"))
+        .collect();
+    for (i, project) in projects.iter().enumerate() {
+        // Ask a different instance each time: some questions are redirected.
+        let service = services[i % services.len()];
+        let (answer, redirected) =
+            ask_settled(services, service, &format!("/v1/projects/{project}"));
+        redirects += usize::from(redirected);
+        assert_eq!(answer.status, 200, "{answer:?}");
+        let got = json(&answer);
+        let published: Value =
+            serde_json::from_str(&expect.scores[project.as_str()]).expect("json");
+        for field in [
+            "score",
+            "freshness",
+            "alpha",
+            "lambda",
+            "evaluations",
+            "votes",
+        ] {
+            assert_eq!(
+                got["score"][field], published[field],
+                "{project} {field}: {got}"
+            );
+        }
+        assert_eq!(got["score"]["last_event_at"], published["last_event_at"]);
+        assert_eq!(got["restoring"], false);
+        // Every session of the stream completed; each one's answer is its consensus record.
+        for c in consensus
+            .iter()
+            .filter(|c| c["project_id"] == *project.as_str())
+        {
+            let session = c["session_id"].as_str().expect("a session id");
+            let path = format!("/v1/projects/{project}/sessions/{session}");
+            let (answer, _) = ask_settled(services, service, &path);
+            assert_eq!(answer.status, 200, "{path}: {answer:?}");
+            let got = json(&answer);
+            assert_eq!(got["state"], "completed");
+            assert_eq!(&got["consensus"], c, "{path}");
+        }
+        let path = format!("/v1/leaderboard?project_id={project}");
+        let (answer, _) = ask_settled(services, service, &path);
+        assert_eq!(answer.status, 200, "{answer:?}");
+        let rows: BTreeSet<String> = json(&answer)["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(Value::to_string)
+            .collect();
+        let expected: BTreeSet<String> = expect
+            .leaderboard
+            .iter()
+            .filter(|(k, _)| k.starts_with(&format!("{project}/")))
+            .map(|(_, v)| serde_json::from_str::<Value>(v).expect("json").to_string())
+            .collect();
+        assert_eq!(rows, expected, "{project}");
+    }
+    redirects
+}
+
+#[test]
+fn two_instances_answer_for_every_project_as_the_topics_say_and_after_a_handover() {
+    let broker = Broker::shared();
+    let prefix = "query";
+    let dir = tempfile::tempdir().expect("dir");
+    let shape = Shape {
+        partitions: 3,
+        projects: 8,
+        batches_per_project: 6,
+        sessions_per_project: 4,
+    };
+    create_topics(&broker.bootstrap, prefix, shape.partitions);
+    let records = stream::generate(prefix, &shape);
+    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
+    produce(&broker.bootstrap, &records);
+    let a = start(dir.path(), "a", prefix, &broker.bootstrap);
+    let b = start(dir.path(), "b", prefix, &broker.bootstrap);
+    assert!(
+        support::wait_caught_up(&[&a, &b], &records, Duration::from_secs(180)),
+        "{}\n{}",
+        a.metrics(),
+        b.metrics()
+    );
+    let expect = replayed(&config, &records);
+    let projects: Vec<String> = expect.scores.keys().cloned().collect();
+    assert_eq!(projects.len(), shape.projects);
+    let redirects = assert_answers(&[&a, &b], &projects, &expect);
+    assert!(redirects > 0, "both instances own projects");
+
+    // Malformed and unknown ids.
+    let long = "p".repeat(300);
+    for (path, status) in [
+        (format!("/v1/projects/{long}"), 400),
+        ("/v1/leaderboard".to_owned(), 400),
+        (format!("/v1/projects/{}/sessions/none", projects[0]), 404),
+    ] {
+        let (answer, _) = ask_settled(&[&a, &b], &a, &path);
+        assert_eq!(answer.status, status, "{path}: {answer:?}");
+        assert!(json(&answer)["error"].is_string(), "{answer:?}");
+    }
+    let unknown = (0..).map(|i| format!("nobody-{i}")).find(|p| {
+        ask_settled(&[&a, &b], &a, &format!("/v1/projects/{p}"))
+            .0
+            .status
+            == 404
+    });
+    assert!(unknown.is_some());
+    // Every answer is counted by route and status, on the instance that gave it.
+    let counted = |status: &str| {
+        [&a, &b]
+            .iter()
+            .map(|s| {
+                support::metric_sum(
+                    &s.metrics(),
+                    &format!(
+                        "jurystream_queries_total{{endpoint=\"/v1/projects/{{project_id}}\",status=\"{status}\"}}"
+                    ),
+                )
+            })
+            .sum::<u64>()
+    };
+    assert!(counted("200") >= projects.len() as u64);
+    assert!(counted("307") >= redirects as u64);
+
+    // b stops; a takes its partitions, restores their state and answers for all of them.
+    assert!(b.terminate().success());
+    for p in &projects {
+        let path = format!("/v1/projects/{p}");
+        let deadline = Instant::now() + Duration::from_secs(90);
+        // Until a owns the partition (b's announcement is stale until then: a 307 to an
+        // instance that is gone) and has restored it.
+        while Instant::now() < deadline {
+            let answer = http_answer(a.http_port, &path).expect("an answer");
+            let restoring = serde_json::from_str::<Value>(&answer.body)
+                .is_ok_and(|v| v["restoring"] == Value::Bool(true));
+            if answer.status == 200 && !restoring {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    // The state a restored: the same scores (with the last step's alpha), completed sessions
+    // and leaderboard rows.
+    assert_eq!(assert_answers(&[&a], &projects, &expect), 0);
+    assert!(a.terminate().success());
+}
