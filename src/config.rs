@@ -481,8 +481,10 @@ pub struct Leaderboard {
     pub window_days: u64,
     /// Bootstrap resamples of the window's session blocks behind each Bradley-Terry interval.
     pub bootstrap_rounds: usize,
-    /// Models a category's Bradley-Terry fit holds: a refit costs the square of it.
+    /// Models a category's rows and Bradley-Terry fit hold: a refit costs the square of it.
     pub max_models: usize,
+    /// Categories a project's board holds.
+    pub max_categories: usize,
     /// The Bradley-Terry ratings of a project's category are refitted at most this often, in
     /// seconds of event time (0: after every session); rows in between carry the last fit.
     pub bt_interval_secs: u64,
@@ -494,12 +496,23 @@ impl Default for Leaderboard {
             window_days: 30,
             bootstrap_rounds: 200,
             max_models: 50,
+            max_categories: 100,
             bt_interval_secs: 60,
         }
     }
 }
 
 impl Config {
+    /// The largest record the service's producer sends: `message.max.bytes` as configured for
+    /// it, or the record limit it is given by default.
+    pub fn producer_record_limit(&self) -> usize {
+        self.kafka
+            .producer
+            .get("message.max.bytes")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| self.limits.max_record_bytes())
+    }
+
     /// Loads `path` (if given) over the defaults, then the `JURYSTREAM_*` environment, then validates.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
@@ -641,6 +654,10 @@ impl Config {
             "resamples (each refits the window)",
         )?;
         positive("leaderboard.max_models", self.leaderboard.max_models)?;
+        positive(
+            "leaderboard.max_categories",
+            self.leaderboard.max_categories,
+        )?;
         at_most(
             "leaderboard.max_models",
             self.leaderboard.max_models,

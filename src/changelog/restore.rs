@@ -1,7 +1,7 @@
 //! Restoring a partition's state from its changelog partition: the latest value per key, as
 //! compaction would keep it, and the redo record of a flush a crash cut short.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use serde_json::Value;
 
@@ -269,7 +269,7 @@ impl Restored {
     }
 
     /// A leaderboard row.
-    fn board(&mut self, project: &str, category: &str, model: &str, row: VecDeque<Entry>) {
+    fn board(&mut self, project: &str, category: &str, model: &str, row: StoredRow) {
         let p = self
             .state
             .judge_projects
@@ -277,7 +277,7 @@ impl Restored {
             .or_default();
         p.board
             .rows
-            .insert((category.to_owned(), model.to_owned()), row);
+            .insert((category.to_owned(), model.to_owned()), row.into_row());
     }
 
     /// A category's Bradley-Terry material, created empty if new.

@@ -192,8 +192,8 @@ impl Engine {
         };
         let consensus = Output::json(OutputTopic::Consensus, key.clone(), &record);
         let kept = match &consensus.value {
-            // One the changelog could not hold beside its envelope is not kept.
-            OutputValue::Json(text) if text.len() <= cfg.limits.max_message_bytes => {
+            // One the changelog could not hold is not kept.
+            OutputValue::Json(text) if text.len() <= cfg.kept_record_bytes => {
                 Some(Arc::<str>::from(text.as_str()))
             }
             _ => None,

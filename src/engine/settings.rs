@@ -20,6 +20,10 @@ pub struct Settings {
     /// its records are keyed to, so a record must be keyed by its project
     /// (`key_not_project_id`).
     pub key_is_project: bool,
+    /// The longest `jury.consensus` record a project keeps (see
+    /// [`super::state::KeptConsensus`]): a quarter of the largest record the runtime's producer
+    /// sends, so the changelog record that holds it, and the redo chunk around that, fit.
+    pub kept_record_bytes: usize,
 }
 
 impl Settings {
@@ -33,6 +37,7 @@ impl Settings {
             leaderboard: config.leaderboard.clone(),
             scores_coalesce_ms: config.output.scores_coalesce_ms,
             key_is_project: !config.input.repartitions(),
+            kept_record_bytes: config.producer_record_limit() / 4,
         }
     }
 }

@@ -769,6 +769,131 @@ fn a_session_times_out_by_its_own_projects_event_time_only() {
     );
 }
 
+/// A session's candidates: (id, author, score).
+type Candidates<'a> = &'a [(&'a str, &'a str, u32)];
+
+/// A single-judge session at `secs` with `candidates` in `category`.
+fn board_ballot(i: usize, secs: i64, candidates: Candidates<'_>, category: &str) -> String {
+    let scores: Vec<String> = candidates
+        .iter()
+        .map(|(c, _, s)| format!(r#""{c}": {s}"#))
+        .collect();
+    let authors: Vec<String> = candidates
+        .iter()
+        .map(|(c, a, _)| format!(r#""{c}": {{"author": "{a}"}}"#))
+        .collect();
+    let rest = format!(
+        r#", "scores": {{{}}}, "candidates": {{{}}}, "expected_judges": 1, "category": "{category}""#,
+        scores.join(", "),
+        authors.join(", ")
+    );
+    ballot(&format!("e{i}"), &format!("s{i}"), secs, "j1", &rest)
+}
+
+/// The `jury.leaderboard` records of the last record sent, by model.
+fn board_rows(h: &Harness) -> std::collections::BTreeMap<String, Value> {
+    h.out
+        .iter()
+        .filter(|o| o.topic == OutputTopic::Leaderboard)
+        .map(|o| serde_json::from_str::<Value>(&o.render()).unwrap())
+        .map(|v| (v["model"].as_str().unwrap().to_owned(), v))
+        .collect()
+}
+
+#[test]
+fn leaderboard_rows_count_whole_days_and_an_emptied_row_is_published_then_forgotten() {
+    let mut config = Config::default();
+    config.leaderboard.window_days = 1;
+    config.leaderboard.bt_interval_secs = 0;
+    let mut h = Harness::with(&config);
+    // Days d, d, d+1 (m-x only on day d), then d+2: the window of one day keeps d+1 and d+2.
+    let day = 86_400;
+    let sessions: [(i64, Candidates<'_>); 4] = [
+        (0, &[("A", "m-a", 9), ("X", "m-x", 2)]),
+        (60, &[("A", "m-a", 3), ("X", "m-x", 8)]),
+        (day, &[("A", "m-a", 7), ("B", "m-b", 4)]),
+        (2 * day, &[("A", "m-a", 2), ("B", "m-b", 6)]),
+    ];
+    let mut seen = Vec::new();
+    for (i, (secs, candidates)) in sessions.into_iter().enumerate() {
+        assert_eq!(
+            h.send("jury.judge-scores", &board_ballot(i, secs, candidates, "c")),
+            Outcome::Applied
+        );
+        let rows = board_rows(&h);
+        let count = |m: &str| {
+            rows.get(m)
+                .map(|r| (r["sessions"].as_u64(), r["wins"].as_u64()))
+        };
+        seen.push((count("m-a"), count("m-x")));
+    }
+    assert_eq!(
+        seen,
+        [
+            (Some((Some(1), Some(1))), Some((Some(1), Some(0)))),
+            (Some((Some(2), Some(1))), Some((Some(2), Some(1)))),
+            // Day d is still in the window (it starts one day before d+1's session).
+            (Some((Some(3), Some(2))), Some((Some(2), Some(1)))),
+            // Day d leaves: m-x is published with nothing in the window, then forgotten.
+            (Some((Some(2), Some(1))), Some((Some(0), Some(0)))),
+        ]
+    );
+    let board = &h.state.judge_projects["proj-42"].board;
+    let models: Vec<&str> = board.rows.keys().map(|(_, m)| m.as_str()).collect();
+    assert_eq!(models, ["m-a", "m-b"]);
+    // The means are over the sessions of the days kept: m-a's Borda was 1 then 0.
+    assert_eq!(board_rows(&h)["m-a"]["mean_borda"].as_f64(), Some(0.5));
+}
+
+#[test]
+fn consensus_records_are_kept_unless_too_long_for_the_changelog() {
+    let two: Candidates<'_> = &[("A", "m-a", 9), ("B", "m-b", 5)];
+    let mut h = Harness::new();
+    h.send("jury.judge-scores", &board_ballot(0, 0, two, "c"));
+    let consensus = h
+        .out
+        .iter()
+        .find(|o| o.topic == OutputTopic::Consensus)
+        .unwrap();
+    let kept = &h.state.judge_projects["proj-42"].kept;
+    assert_eq!(
+        kept.get("s0").map(|k| &*k.record),
+        Some(&*consensus.render())
+    );
+    // A producer limit four times smaller than the record: not kept.
+    let mut config = Config::default();
+    let limit = 4 * consensus.render().len() - 4;
+    config
+        .kafka
+        .producer
+        .insert("message.max.bytes".into(), limit.to_string());
+    let mut h = Harness::with(&config);
+    h.send("jury.judge-scores", &board_ballot(0, 0, two, "c"));
+    assert!(h.out.iter().any(|o| o.topic == OutputTopic::Consensus));
+    assert!(h.state.judge_projects["proj-42"].kept.records.is_empty());
+}
+
+#[test]
+fn a_board_holds_at_most_its_categories_and_models() {
+    let mut config = Config::default();
+    config.leaderboard.max_categories = 1;
+    config.leaderboard.max_models = 2;
+    let mut h = Harness::with(&config);
+    let three: Candidates<'_> = &[("A", "m-a", 9), ("B", "m-b", 5), ("C", "m-c", 1)];
+    h.send("jury.judge-scores", &board_ballot(0, 0, three, "c1"));
+    let rows = board_rows(&h);
+    assert_eq!(
+        rows.keys().collect::<Vec<_>>(),
+        ["m-a", "m-b"],
+        "two models of c1"
+    );
+    // A second category is left off the board; the session itself is published.
+    h.send("jury.judge-scores", &board_ballot(1, 10, three, "c2"));
+    assert!(board_rows(&h).is_empty());
+    assert!(h.out.iter().any(|o| o.topic == OutputTopic::Consensus));
+    assert_eq!(h.state.judge_projects["proj-42"].board.rows.len(), 2);
+}
+
 #[test]
 fn the_leaderboard_rates_models_by_bradley_terry_over_its_window() {
     let mut config = Config::default();

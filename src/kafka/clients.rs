@@ -109,16 +109,6 @@ fn message_max(cfg: &Config) -> String {
     cfg.limits.max_record_bytes().to_string()
 }
 
-/// The largest record the producer sends: `message.max.bytes` as configured for it, or the
-/// record limit it is given by default.
-pub fn producer_record_limit(cfg: &Config) -> usize {
-    cfg.kafka
-        .producer
-        .get("message.max.bytes")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| cfg.limits.max_record_bytes())
-}
-
 /// What every consumer of the service shares: no auto-commit, start at the earliest record, and
 /// the fetch settings.
 fn fetching_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {

@@ -55,7 +55,7 @@ pub(super) struct Core {
     /// Crash injection for the recovery tests (see [`super::faults`]).
     pub faults: Faults,
     /// The largest record the forwarding stage may produce (see
-    /// [`super::clients::producer_record_limit`]).
+    /// [`Config::producer_record_limit`]).
     pub forward_limit: usize,
     /// Records processed, and their outcomes not yet added to the metrics.
     pub processed: u64,
@@ -166,7 +166,7 @@ impl Core {
             now: Instant::now(),
             started: Instant::now(),
             faults: Faults::from_env(),
-            forward_limit: super::clients::producer_record_limit(config),
+            forward_limit: config.producer_record_limit(),
             processed: 0,
             tally: Tally::default(),
             view,

@@ -98,6 +98,8 @@ pub struct Owned {
 /// The fields of a published `jury.leaderboard` record that place it in the view.
 #[derive(Deserialize)]
 struct Placed<'a> {
+    /// 0 for a row published once more as it left the window: the state forgets it.
+    sessions: u64,
     #[serde(borrow)]
     category: Option<&'a str>,
     #[serde(borrow)]
@@ -258,9 +260,9 @@ impl View {
                 }
                 (OutputValue::Json(text), OutputTopic::Leaderboard) => {
                     let Ok(Placed {
+                        sessions,
                         category,
                         model: Some(model),
-                        ..
                     }) = serde_json::from_str(text)
                     else {
                         continue;
@@ -271,7 +273,11 @@ impl View {
                     };
                     let key = (category.unwrap_or("").to_owned(), model.to_owned());
                     let mut p = self.entry(project, partition, now);
-                    p.leaderboard.insert(key, text.as_str().into());
+                    if sessions == 0 {
+                        p.leaderboard.remove(&key);
+                    } else {
+                        p.leaderboard.insert(key, text.as_str().into());
+                    }
                 }
                 _ => {}
             }

@@ -7,11 +7,52 @@ use serde::{Deserialize, Serialize};
 
 use super::bradley_terry::{self, Interval, Outcome};
 use super::consensus::Analysis;
-use super::stats;
 use crate::config::Leaderboard;
 use crate::engine::contract::time::EventTime;
 
-/// One candidate's result in one completed session.
+/// A model's results in a category on one event-time day: the sums its row's figures are made
+/// of. A row keeps one per day of the window, so it is bounded by the window, not by the
+/// sessions in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Day {
+    /// Days since the epoch.
+    pub day: i64,
+    /// The latest completion time among its sessions.
+    pub last_at: EventTime,
+    /// Candidate entries (a model with two candidates in one session counts twice).
+    pub sessions: u64,
+    /// Rank-1 finishes (with a vote).
+    pub wins: u64,
+    pub votes: u64,
+    pub borda: Sum,
+    pub mean_z: Sum,
+    pub mean_score: Sum,
+}
+
+/// A sum of values and how many there were, for a mean over days.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sum {
+    pub total: f64,
+    pub n: u64,
+}
+
+impl Sum {
+    fn add(&mut self, value: Option<f64>) {
+        if let Some(v) = value {
+            self.total += v;
+            self.n += 1;
+        }
+    }
+
+    /// The mean of the values of `sums`; `None` without any.
+    fn mean<'a>(sums: impl Iterator<Item = &'a Sum>) -> Option<f64> {
+        let (total, n) = sums.fold((0.0, 0), |(t, n), s| (t + s.total, n + s.n));
+        (n > 0).then(|| total / n as f64)
+    }
+}
+
+/// One candidate's result in one completed session, as rows were written before they were
+/// kept by day: a changelog written then is read into days.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
     pub at: EventTime,
@@ -22,11 +63,72 @@ pub struct Entry {
     pub votes: u64,
 }
 
-/// A project's board: (category, model) -> entries inside the window, in completion order; and
-/// per category, the pairwise outcomes its Bradley-Terry ratings are fitted from.
+/// A row: its days in the window, oldest first.
+pub type Row = VecDeque<Day>;
+
+/// A row as the changelog holds it: by day, or (written before) by entry.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum StoredRow {
+    Days(Row),
+    Entries(VecDeque<Entry>),
+}
+
+impl StoredRow {
+    /// The row by day.
+    pub fn into_row(self) -> Row {
+        match self {
+            StoredRow::Days(days) => days,
+            StoredRow::Entries(entries) => {
+                let mut row = Row::new();
+                for e in &entries {
+                    add_to_row(&mut row, e);
+                }
+                row
+            }
+        }
+    }
+}
+
+/// The event-time day of `t`.
+fn day_of(t: EventTime) -> i64 {
+    t.parts().0.div_euclid(86_400)
+}
+
+/// Adds one candidate's result to its row's day.
+fn add_to_row(row: &mut Row, e: &Entry) {
+    let day = day_of(e.at);
+    let at = row.partition_point(|d| d.day < day);
+    if row.get(at).is_none_or(|d| d.day != day) {
+        row.insert(
+            at,
+            Day {
+                day,
+                last_at: e.at,
+                sessions: 0,
+                wins: 0,
+                votes: 0,
+                borda: Sum::default(),
+                mean_z: Sum::default(),
+                mean_score: Sum::default(),
+            },
+        );
+    }
+    let d = &mut row[at];
+    d.last_at = d.last_at.max(e.at);
+    d.sessions += 1;
+    d.wins += u64::from(e.win);
+    d.votes += e.votes;
+    d.borda.add(e.borda);
+    d.mean_z.add(e.mean_z);
+    d.mean_score.add(e.mean_score);
+}
+
+/// A project's board: (category, model) -> its row; and per category, the pairwise outcomes
+/// its Bradley-Terry ratings are fitted from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Board {
-    pub rows: BTreeMap<(String, String), VecDeque<Entry>>,
+    pub rows: BTreeMap<(String, String), Row>,
     pub ranked: BTreeMap<String, Ranking>,
 }
 
@@ -283,8 +385,8 @@ pub struct Standing {
     pub model: String,
     pub window_days: u64,
     /// Candidates of this model in completed sessions within the window.
-    pub sessions: usize,
-    pub wins: usize,
+    pub sessions: u64,
+    pub wins: u64,
     pub votes: u64,
     pub mean_borda: Option<f64>,
     pub mean_mean_z: Option<f64>,
@@ -325,7 +427,9 @@ pub struct Update {
 }
 
 impl Board {
-    /// Adds completed session `session`'s candidates (those with an `author`).
+    /// Adds completed session `session`'s candidates (those with an `author`). A category new
+    /// to a project that has `leaderboard.max_categories`, and a model new to a category whose
+    /// rows number `leaderboard.max_models`, are left off the board.
     pub fn add(
         &mut self,
         project: &str,
@@ -335,9 +439,12 @@ impl Board {
         a: &Analysis,
         cfg: &Leaderboard,
     ) -> Update {
-        let window_days = cfg.window_days;
-        let window = i64::try_from(window_days.saturating_mul(86_400)).unwrap_or(i64::MAX);
-        let from = at.plus_seconds(-window);
+        let window = i64::try_from(cfg.window_days.saturating_mul(86_400)).unwrap_or(i64::MAX);
+        let from_day = day_of(at.plus_seconds(-window));
+        let cat = category.unwrap_or("").to_owned();
+        if !self.ranked.contains_key(&cat) && self.ranked.len() >= cfg.max_categories {
+            return Update::default();
+        }
         let mut touched = BTreeSet::new();
         let mut ranks = Vec::new();
         for r in &a.rankings {
@@ -347,24 +454,29 @@ impl Board {
             if r.votes > 0 {
                 ranks.push((model.clone(), r.rank));
             }
-            let key = (category.unwrap_or("").to_owned(), model);
-            self.rows.entry(key.clone()).or_default().push_back(Entry {
+            let key = (cat.clone(), model);
+            if !self.rows.contains_key(&key) && self.rows_of(&cat).count() >= cfg.max_models {
+                continue;
+            }
+            let entry = Entry {
                 at,
                 borda: r.borda,
                 mean_z: r.mean_z,
                 mean_score: r.mean_score,
                 win: r.rank == 1 && r.votes > 0,
                 votes: r.votes as u64,
-            });
+            };
+            add_to_row(self.rows.entry(key.clone()).or_default(), &entry);
             touched.insert(key);
         }
-        let cat = category.unwrap_or("").to_owned();
         let ranking = self.ranked.entry(cat.clone()).or_default();
-        let day = |t: EventTime| t.parts().0.div_euclid(86_400);
-        let mut blocks = ranking.expire(day(from));
+        let mut blocks = ranking.expire(from_day);
         if !ranks.is_empty() {
             let slot = (xxhash_rust::xxh3::xxh3_64(session.as_bytes()) % BLOCK_SLOTS) as u8;
-            let block = BlockId { day: day(at), slot };
+            let block = BlockId {
+                day: day_of(at),
+                slot,
+            };
             blocks.push(ranking.add(block, &ranks, cfg.max_models));
         }
         let due = ranking.fitted_at.is_none_or(|last| {
@@ -374,33 +486,45 @@ impl Board {
         if due {
             ranking.fit(at, cfg.bootstrap_rounds);
             // Every model's rating moved: the category's rows are all republished.
-            touched.extend(
-                self.rows
-                    .keys()
-                    .filter(|(c, _)| *c == cat)
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            );
+            touched.extend(self.rows_of(&cat).cloned().collect::<Vec<_>>());
         }
-        let standings = touched
-            .into_iter()
-            .filter_map(|key| {
-                let entries = self.rows.get_mut(&key)?;
-                entries.retain(|e| e.at >= from);
-                self.standing(project, &key, cfg, at)
-            })
-            .collect();
+        let mut standings = Vec::with_capacity(touched.len());
+        for key in touched {
+            let Some(row) = self.rows.get_mut(&key) else {
+                continue;
+            };
+            row.retain(|d| d.day >= from_day);
+            let emptied = row.is_empty();
+            standings.extend(self.standing(project, &key, cfg, at));
+            // Published once more with nothing in the window, then forgotten.
+            if emptied {
+                self.rows.remove(&key);
+            }
+        }
+        if self.rows_of(&cat).next().is_none()
+            && self.ranked.get(&cat).is_some_and(|r| r.blocks.is_empty())
+        {
+            self.ranked.remove(&cat);
+        }
         Update { standings, blocks }
     }
 
-    /// Every row's standing as last published: as of its latest entry or its category's last
-    /// refit, whichever came later (a refit republishes every row of its category).
+    /// The keys of category `category`'s rows.
+    fn rows_of<'a>(&'a self, category: &'a str) -> impl Iterator<Item = &'a (String, String)> {
+        self.rows
+            .range((category.to_owned(), String::new())..)
+            .map(|(key, _)| key)
+            .take_while(move |(c, _)| c == category)
+    }
+
+    /// Every row's standing as last published: as of its latest session or its category's
+    /// last refit, whichever came later (a refit republishes every row of its category).
     pub fn standings(&self, project: &str, cfg: &Leaderboard) -> Vec<Standing> {
         self.rows
             .iter()
-            .filter_map(|(key, entries)| {
+            .filter_map(|(key, row)| {
                 let fitted = self.ranked.get(&key.0).and_then(|r| r.fitted_at);
-                let at = entries.back()?.at.max(fitted.unwrap_or(EventTime::MIN));
+                let at = row.back()?.last_at.max(fitted.unwrap_or(EventTime::MIN));
                 self.standing(project, key, cfg, at)
             })
             .collect()
@@ -414,11 +538,8 @@ impl Board {
         cfg: &Leaderboard,
         at: EventTime,
     ) -> Option<Standing> {
-        let entries = self.rows.get(key)?;
+        let row = self.rows.get(key)?;
         let (category, model) = key;
-        let of = |f: fn(&Entry) -> Option<f64>| {
-            stats::mean(&entries.iter().filter_map(f).collect::<Vec<_>>())
-        };
         let empty = Ranking::default();
         let ranking = self.ranked.get(category).unwrap_or(&empty);
         let bt = ranking.fitted.get(model).cloned().unwrap_or_default();
@@ -428,17 +549,18 @@ impl Board {
                 .then(|| "not rated: its category has leaderboard.max_models models".into())
         });
         let (ci_low, ci_high) = bt.interval.unwrap_or((None, None));
+        let total = |f: fn(&Day) -> u64| row.iter().map(f).sum::<u64>();
         Some(Standing {
             project_id: project.to_owned(),
             category: (!category.is_empty()).then(|| category.clone()),
             model: model.clone(),
             window_days: cfg.window_days,
-            sessions: entries.len(),
-            wins: entries.iter().filter(|e| e.win).count(),
-            votes: entries.iter().map(|e| e.votes).sum(),
-            mean_borda: of(|e| e.borda),
-            mean_mean_z: of(|e| e.mean_z),
-            mean_score: of(|e| e.mean_score),
+            sessions: total(|d| d.sessions),
+            wins: total(|d| d.wins),
+            votes: total(|d| d.votes),
+            mean_borda: Sum::mean(row.iter().map(|d| &d.borda)),
+            mean_mean_z: Sum::mean(row.iter().map(|d| &d.mean_z)),
+            mean_score: Sum::mean(row.iter().map(|d| &d.mean_score)),
             bt_rating: bt.rating,
             bt_ci_low: ci_low,
             bt_ci_high: ci_high,
@@ -568,6 +690,40 @@ mod tests {
         let coverage = inside as f64 / total as f64;
         println!("coverage of 95% block-bootstrap intervals: {coverage:.3} ({inside} of {total})");
         assert!((0.88..=0.995).contains(&coverage), "coverage {coverage}");
+    }
+
+    #[test]
+    fn a_row_written_by_entry_reads_back_by_day() {
+        let entry = |secs: i64, borda: Option<f64>, win: bool| Entry {
+            at: EventTime::new(secs, 0).unwrap(),
+            borda,
+            mean_z: None,
+            mean_score: Some(0.5),
+            win,
+            votes: 2,
+        };
+        let old = vec![
+            entry(86_400 + 5, Some(1.0), true),
+            entry(86_400 + 9, None, false),
+            entry(2 * 86_400, Some(0.0), false),
+        ];
+        let text = serde_json::to_string(&old).unwrap();
+        let row = serde_json::from_str::<StoredRow>(&text).unwrap().into_row();
+        let days: Vec<(i64, u64, u64, u64, Sum)> = row
+            .iter()
+            .map(|d| (d.day, d.sessions, d.wins, d.votes, d.borda))
+            .collect();
+        let sum = |total, n| Sum { total, n };
+        assert_eq!(days, [(1, 2, 1, 4, sum(1.0, 1)), (2, 1, 0, 2, sum(0.0, 1))]);
+        assert_eq!(row[0].last_at, EventTime::new(86_400 + 9, 0).unwrap());
+        // And a row by day reads back as itself.
+        let again = serde_json::to_string(&row).unwrap();
+        assert_eq!(
+            serde_json::from_str::<StoredRow>(&again)
+                .unwrap()
+                .into_row(),
+            row
+        );
     }
 
     #[test]
