@@ -10,7 +10,7 @@
 //!   - `engine::contract`: the input formats, one reader for every input topic (and, measured
 //!     to be worth it, a one-pass reader of valid vote batches), and the rejections;
 //!   - `engine::model`: the formulas (score, dedupe, session, consensus, bias, stats,
-//!     leaderboard, Bradley-Terry);
+//!     leaderboard, Bradley-Terry, judge quality);
 //!   - `engine::votes`, `engine::judging`: the two pipelines;
 //!   - `engine::routing`: a record's project, read for the stage that repartitions by it;
 //!   - `engine::state`, `engine::journal`, `engine::origins`, `engine::ids`: per-partition

@@ -1,11 +1,12 @@
 //! The formulas: HumanJudge scoring, duplicate windows, judge sessions, consensus, the bias
-//! audit, statistics, the leaderboard and Bradley-Terry ratings. Pure functions and the state
-//! they keep; each is documented with its formula in docs/.
+//! audit, statistics, the leaderboard, Bradley-Terry ratings and judge quality. Pure functions
+//! and the state they keep; each is documented with its formula in docs/.
 
 pub mod bias;
 pub mod bradley_terry;
 pub mod consensus;
 pub mod dedupe;
+pub mod judge_quality;
 pub mod leaderboard;
 pub mod score;
 pub mod session;
