@@ -5,6 +5,8 @@
 //!
 //! Every statistic is `None` where it is undefined (too few pairs, no variance), never NaN.
 
+use std::collections::{BTreeMap, VecDeque};
+
 use serde::Serialize;
 
 use super::stats;
@@ -121,6 +123,205 @@ pub fn effective_judges(scores: &[Vec<Option<f64>>], min_shared: usize) -> Optio
     Some(((n * n / total).clamp(1.0, n), basis))
 }
 
+/// The bounds and thresholds of a project's judge-quality state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QualityLimits {
+    /// Votes an item needs before its humans' score pairs with judge scores.
+    pub min_human_votes: u64,
+    /// Items a project remembers votes for, and items with judge scores waiting for votes
+    /// (each bound on its own); the oldest is forgotten first.
+    pub max_pending_items: usize,
+    /// Pairs per judge the agreement is computed over.
+    pub window: usize,
+}
+
+/// The humans' votes on one item: `Σ r·v`, `Σ r` and their number, not decayed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct ItemVotes {
+    pub weighted: f64,
+    pub weight: f64,
+    pub votes: u64,
+}
+
+impl ItemVotes {
+    /// The reputation-weighted mean vote; `None` while no vote carries weight.
+    pub fn score(&self) -> Option<f64> {
+        (self.weight > 0.0).then(|| (self.weighted / self.weight).clamp(0.0, 1.0))
+    }
+}
+
+/// A judge's score of an item and the humans' score of it, paired once both exist.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pair {
+    pub judge: String,
+    pub item: String,
+    pub s: f64,
+    pub h: f64,
+}
+
+/// Values by key, in order of arrival, at most a bound of them: the oldest goes first.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Bounded<V> {
+    values: BTreeMap<String, (u64, V)>,
+    order: BTreeMap<u64, String>,
+    next: u64,
+}
+
+impl<V: Default> Bounded<V> {
+    /// The value of `key`, created if new (the oldest forgotten beyond `max`); and how many
+    /// were forgotten.
+    fn entry(&mut self, key: &str, max: usize) -> (&mut V, usize) {
+        let mut forgotten = 0;
+        if !self.values.contains_key(key) {
+            while self.values.len() >= max.max(1) {
+                let Some((_, oldest)) = self.order.pop_first() else {
+                    break;
+                };
+                self.values.remove(&oldest);
+                forgotten += 1;
+            }
+            self.order.insert(self.next, key.to_owned());
+            self.next += 1;
+        }
+        let seq = self.next - 1;
+        let (_, value) = self
+            .values
+            .entry(key.to_owned())
+            .or_insert_with(|| (seq, V::default()));
+        (value, forgotten)
+    }
+
+    fn get(&self, key: &str) -> Option<&V> {
+        self.values.get(key).map(|(_, v)| v)
+    }
+
+    fn remove(&mut self, key: &str) -> Option<V> {
+        let (seq, v) = self.values.remove(key)?;
+        self.order.remove(&seq);
+        Some(v)
+    }
+}
+
+/// A judge's last pairs, and the kappa after each of them (for drift).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JudgeWindow {
+    pub pairs: VecDeque<(f64, f64)>,
+    kappas: VecDeque<Option<f64>>,
+}
+
+/// A judge's standing after a pair: its agreement over the window, and how far its kappa moved
+/// since `window` pairs earlier (`None` before there were that many).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JudgeStanding {
+    pub judge: String,
+    pub agreement: Agreement,
+    pub kappa_change: Option<f64>,
+}
+
+/// What a project's judge-quality state did with votes or a completed session.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    /// The pairs formed, in order.
+    pub pairs: Vec<Pair>,
+    /// Items whose votes, or whose waiting judge scores, were forgotten to stay in bounds.
+    pub forgotten: usize,
+}
+
+/// A project's judge-quality state: the humans' votes per item, the judge scores of completed
+/// sessions waiting for them, and each judge's window of pairs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProjectQuality {
+    items: Bounded<ItemVotes>,
+    waiting: Bounded<Vec<(String, f64)>>,
+    pub judges: BTreeMap<String, JudgeWindow>,
+}
+
+impl ProjectQuality {
+    /// The humans' votes on `item` so far.
+    pub fn item(&self, item: &str) -> Option<&ItemVotes> {
+        self.items.get(item)
+    }
+
+    /// Applied votes `(reputation, value)` on `item`. Once the item has `min_human_votes` (and
+    /// a score: some vote carries weight), the judge scores waiting for it pair with its score
+    /// then; later votes change no pair formed.
+    pub fn votes(&mut self, item: &str, votes: &[(f64, f64)], limits: &QualityLimits) -> Observed {
+        let (agg, forgotten) = self.items.entry(item, limits.max_pending_items);
+        for &(r, v) in votes {
+            agg.weighted += r * v;
+            agg.weight += r;
+            agg.votes += 1;
+        }
+        let ready = (agg.votes >= limits.min_human_votes)
+            .then(|| agg.score())
+            .flatten();
+        let waiting = ready.and_then(|_| self.waiting.remove(item));
+        let pairs = match (ready, waiting) {
+            (Some(h), Some(waiting)) => waiting
+                .into_iter()
+                .map(|(judge, s)| Pair {
+                    judge,
+                    item: item.to_owned(),
+                    s,
+                    h,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        Observed { pairs, forgotten }
+    }
+
+    /// A completed session's judge scores `(item, judge, s)`: each pairs now if its item has
+    /// `min_human_votes`, or waits for them.
+    pub fn completed(&mut self, scores: &[(&str, &str, f64)], limits: &QualityLimits) -> Observed {
+        let mut observed = Observed::default();
+        for &(item, judge, s) in scores {
+            let ready = self
+                .items
+                .get(item)
+                .filter(|v| v.votes >= limits.min_human_votes)
+                .and_then(ItemVotes::score);
+            match ready {
+                Some(h) => observed.pairs.push(Pair {
+                    judge: judge.to_owned(),
+                    item: item.to_owned(),
+                    s,
+                    h,
+                }),
+                None => {
+                    let (waiting, forgotten) = self.waiting.entry(item, limits.max_pending_items);
+                    waiting.push((judge.to_owned(), s));
+                    observed.forgotten += forgotten;
+                }
+            }
+        }
+        observed
+    }
+
+    /// Adds `pair` to its judge's window and returns the judge's standing.
+    pub fn add(&mut self, pair: &Pair, limits: &QualityLimits) -> JudgeStanding {
+        let window = limits.window.max(1);
+        let w = self.judges.entry(pair.judge.clone()).or_default();
+        w.pairs.push_back((pair.s, pair.h));
+        while w.pairs.len() > window {
+            w.pairs.pop_front();
+        }
+        let agreement = agreement(w.pairs.make_contiguous());
+        w.kappas.push_back(agreement.kappa);
+        while w.kappas.len() > window + 1 {
+            w.kappas.pop_front();
+        }
+        let kappa_change = (w.kappas.len() == window + 1)
+            .then(|| Some(agreement.kappa? - w.kappas.front().copied().flatten()?))
+            .flatten();
+        JudgeStanding {
+            judge: pair.judge.clone(),
+            agreement,
+            kappa_change,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -197,6 +398,107 @@ mod tests {
         assert_eq!(effective_judges(&[], 10), None);
     }
 
+    const LIMITS: QualityLimits = QualityLimits {
+        min_human_votes: 3,
+        max_pending_items: 3,
+        window: 4,
+    };
+
+    fn pairs(o: &Observed) -> Vec<(&str, &str, f64, f64)> {
+        o.pairs
+            .iter()
+            .map(|p| (p.judge.as_str(), p.item.as_str(), p.s, p.h))
+            .collect()
+    }
+
+    #[test]
+    fn a_pair_forms_when_both_sides_exist_and_later_votes_leave_it() {
+        let mut q = ProjectQuality::default();
+        // Votes first: two are not enough; the session waits, and the third vote pairs it with
+        // the reputation-weighted mean then: (2*1 + 1*0 + 1*0.5) / 4 = 0.625.
+        assert!(
+            q.votes("i1", &[(2.0, 1.0), (1.0, 0.0)], &LIMITS)
+                .pairs
+                .is_empty()
+        );
+        assert!(
+            q.completed(&[("i1", "j1", 0.8), ("i1", "j2", 0.3)], &LIMITS)
+                .pairs
+                .is_empty()
+        );
+        let third = q.votes("i1", &[(1.0, 0.5)], &LIMITS);
+        assert_eq!(
+            pairs(&third),
+            [("j1", "i1", 0.8, 0.625), ("j2", "i1", 0.3, 0.625)]
+        );
+        // A later vote forms nothing; a later session pairs at once with the score now.
+        assert!(q.votes("i1", &[(4.0, 0.0)], &LIMITS).pairs.is_empty());
+        let later = q.completed(&[("i1", "j3", 0.1)], &LIMITS);
+        assert_eq!(pairs(&later), [("j3", "i1", 0.1, 0.3125)]);
+        assert_eq!(q.item("i1").map(|v| v.votes), Some(4));
+    }
+
+    #[test]
+    fn votes_without_weight_give_no_score_to_pair_with() {
+        let mut q = ProjectQuality::default();
+        q.completed(&[("i", "j", 0.4)], &LIMITS);
+        assert!(q.votes("i", &[(0.0, 1.0); 3], &LIMITS).pairs.is_empty());
+        let weighted = q.votes("i", &[(1.0, 0.25)], &LIMITS);
+        assert_eq!(pairs(&weighted), [("j", "i", 0.4, 0.25)]);
+    }
+
+    #[test]
+    fn items_and_waiting_scores_are_bounded_oldest_first() {
+        let mut q = ProjectQuality::default();
+        for item in ["a", "b", "c"] {
+            assert_eq!(q.votes(item, &[(1.0, 1.0)], &LIMITS).forgotten, 0);
+        }
+        // A fourth item forgets "a"'s votes: its count starts again.
+        assert_eq!(q.votes("d", &[(1.0, 1.0)], &LIMITS).forgotten, 1);
+        assert!(q.item("a").is_none());
+        q.votes("a", &[(1.0, 1.0)], &LIMITS);
+        assert_eq!(q.item("a").map(|v| v.votes), Some(1));
+        // Waiting judge scores are bounded the same way.
+        for item in ["x", "y", "z"] {
+            assert_eq!(q.completed(&[(item, "j", 0.5)], &LIMITS).forgotten, 0);
+        }
+        assert_eq!(q.completed(&[("w", "j", 0.5)], &LIMITS).forgotten, 1);
+        // "x" no longer waits: its votes reaching three pair nothing.
+        let votes = [(1.0, 1.0); 3];
+        assert!(q.votes("x", &votes, &LIMITS).pairs.is_empty());
+        assert_eq!(q.votes("y", &votes, &LIMITS).pairs.len(), 1);
+    }
+
+    #[test]
+    fn a_judge_window_keeps_its_last_pairs_and_kappa_change_compares_a_window_back() {
+        let mut q = ProjectQuality::default();
+        let pair = |s: f64, h: f64| Pair {
+            judge: "j".into(),
+            item: "i".into(),
+            s,
+            h,
+        };
+        // Four agreeing pairs: kappa 1 once both decisions occur.
+        let agreeing = [(0.9, 0.8), (0.1, 0.2), (0.8, 0.9), (0.2, 0.1)];
+        let mut last = None;
+        for (s, h) in agreeing {
+            last = Some(q.add(&pair(s, h), &LIMITS));
+        }
+        let last = last.unwrap();
+        assert_eq!((last.agreement.pairs, last.agreement.kappa), (4, Some(1.0)));
+        assert_eq!(last.kappa_change, None, "not a window of history yet");
+        // Four inverted pairs replace them: kappa -1, two points below the 1 a window back.
+        let mut last = None;
+        for (s, h) in agreeing {
+            last = Some(q.add(&pair(s, 1.0 - h), &LIMITS));
+        }
+        let last = last.unwrap();
+        assert_eq!(last.agreement.pairs, 4);
+        assert_eq!(last.agreement.kappa, Some(-1.0));
+        assert_eq!(last.kappa_change, Some(-2.0));
+        assert_eq!(q.judges["j"].pairs.len(), 4);
+    }
+
     proptest! {
         /// No NaN, and the order of the pairs does not matter.
         #[test]
@@ -230,6 +532,39 @@ mod tests {
         ) {
             let (n_eff, _) = effective_judges(&scores, 3).unwrap();
             prop_assert!(n_eff.is_finite() && n_eff >= 1.0 && n_eff <= scores.len() as f64, "{}", n_eff);
+        }
+
+        /// Whatever arrives in whatever order: every pair is in [0, 1] and forms once, and
+        /// the state stays within its bounds.
+        #[test]
+        fn pairs_form_once_and_the_state_stays_bounded(
+            steps in prop::collection::vec(
+                (any::<bool>(), 0..6usize, 0.0..=1.0f64, 0.0..=5.0f64), 0..80),
+        ) {
+            let mut q = ProjectQuality::default();
+            let mut scored = 0;
+            let mut formed = 0;
+            for (i, (is_vote, item, value, reputation)) in steps.into_iter().enumerate() {
+                let item = format!("i{item}");
+                let observed = if is_vote {
+                    q.votes(&item, &[(reputation, value)], &LIMITS)
+                } else {
+                    scored += 1;
+                    let judge = format!("j{i}");
+                    q.completed(&[(item.as_str(), judge.as_str(), value)], &LIMITS)
+                };
+                for p in &observed.pairs {
+                    prop_assert!((0.0..=1.0).contains(&p.s) && (0.0..=1.0).contains(&p.h));
+                    let standing = q.add(p, &LIMITS);
+                    prop_assert!(standing.agreement.pairs <= LIMITS.window);
+                }
+                formed += observed.pairs.len();
+                prop_assert!(q.items.values.len() <= LIMITS.max_pending_items);
+                prop_assert!(q.waiting.values.len() <= LIMITS.max_pending_items);
+                prop_assert_eq!(q.items.values.len(), q.items.order.len());
+            }
+            // Each judge score pairs at most once (every judge here scores once).
+            prop_assert!(formed <= scored);
         }
     }
 }
