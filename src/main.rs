@@ -161,16 +161,7 @@ fn run_service(config: Config) -> Result<()> {
         });
     }
     let view = Arc::new(View::default());
-    let queries = api::routes(Queries {
-        view: Arc::clone(&view),
-        partitions: config
-            .input
-            .repartitions()
-            .then_some(config.kafka.partitions),
-        advertised: config.http.advertised(),
-        max_id_bytes: config.limits.max_id_bytes,
-        proxy: config.http.proxy_queries,
-    });
+    let queries = api::routes(Queries::of(&config, Arc::clone(&view)));
     let server = runtime.spawn(jurystream::telemetry::http::serve(
         bind,
         (Arc::clone(&metrics), Arc::clone(&health)),

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::view::{Owned, ProjectView, ScoreView, SessionView, View};
+use crate::config::Config;
 use crate::engine::contract::time::{EventTime, rfc3339};
 use crate::topics::partition_of;
 
@@ -35,6 +36,22 @@ pub struct Queries {
     pub max_id_bytes: usize,
     /// `http.proxy_queries`: fetch a project owned elsewhere rather than redirect.
     pub proxy: bool,
+}
+
+impl Queries {
+    /// What the endpoints of a service running `config` need, reading `view`.
+    pub fn of(config: &Config, view: Arc<View>) -> Queries {
+        Queries {
+            view,
+            partitions: config
+                .input
+                .repartitions()
+                .then_some(config.kafka.partitions),
+            advertised: config.http.advertised(),
+            max_id_bytes: config.limits.max_id_bytes,
+            proxy: config.http.proxy_queries,
+        }
+    }
 }
 
 /// The routes under `/v1`.

@@ -199,89 +199,45 @@ impl View {
     }
 
     /// A record of partition `partition` was applied to `state`: `changes` are its journal
-    /// entries, `out` what it published.
-    pub fn applied(
+    /// entries, `out` what it published. Each project it touched is updated under one hold of
+    /// its entry, so a reader sees the project before or after the record, never half of it.
+    pub fn applied<'a>(
         &self,
         partition: i32,
         state: &PartitionState,
-        changes: &[Change],
-        out: &[Output],
+        changes: &'a [Change],
+        out: &'a [Output],
     ) {
-        let sessions = |c: &Change| matches!(c, Change::Session { .. } | Change::Consensus { .. });
-        if out.is_empty() && !changes.iter().any(sessions) {
-            return;
-        }
-        let now = now_ms();
+        let mut updates: Vec<(&'a str, Update<'a>)> = Vec::new();
         for change in changes {
-            if let Change::Consensus { project, .. } = change {
-                let completed = state.judge_projects.get(project.as_str()).map(kept);
-                self.entry(project, partition, now).completed = completed.unwrap_or_default();
-            }
-            let Change::Session { project, session } = change else {
-                continue;
-            };
-            let open = state
-                .sessions
-                .projects
-                .get(project.as_str())
-                .and_then(|p| p.open.get(session));
-            let mut p = self.entry(project, partition, now);
-            match open {
-                Some(s) => {
-                    let view = SessionView::of(session, s, p.open.get(session));
-                    p.open.insert(session.clone(), view);
+            match change {
+                Change::Session { project, session } => {
+                    updates.push((project, Update::Session(session)));
                 }
-                None => {
-                    p.open.remove(session);
-                }
-            }
-        }
-        self.published(partition, out);
-    }
-
-    /// Partition `partition` published `out`.
-    pub fn published(&self, partition: i32, out: &[Output]) {
-        let now = now_ms();
-        for o in out {
-            let Some(project) = o.key.as_deref() else {
-                continue;
-            };
-            match (&o.value, o.topic) {
-                (OutputValue::Score(v), OutputTopic::Scores) => {
-                    self.entry(project, partition, now).score = Some(ScoreView {
-                        score: v.score,
-                        freshness: Some(v.freshness),
-                        alpha: Some(v.alpha),
-                        lambda: Some(v.lambda),
-                        evaluations: v.evaluations,
-                        votes: v.votes,
-                        last_event_at: v.last_event_at,
-                    });
-                }
-                (OutputValue::Json(text), OutputTopic::Leaderboard) => {
-                    let Ok(Placed {
-                        sessions,
-                        category,
-                        model: Some(model),
-                    }) = serde_json::from_str(text)
-                    else {
-                        continue;
-                    };
-                    // The key is project/category/model: the project is the record's own.
-                    let Some(project) = leaderboard_project(project, category, model) else {
-                        continue;
-                    };
-                    let key = (category.unwrap_or("").to_owned(), model.to_owned());
-                    let mut p = self.entry(project, partition, now);
-                    if sessions == 0 {
-                        p.leaderboard.remove(&key);
-                    } else {
-                        p.leaderboard.insert(key, text.as_str().into());
-                    }
-                }
+                Change::Consensus { project, .. } => updates.push((project, Update::Completed)),
                 _ => {}
             }
         }
+        updates.extend(out.iter().filter_map(update_of));
+        if updates.is_empty() {
+            return;
+        }
+        // Grouped by project, each project's updates in their order.
+        updates.sort_by_key(|(project, _)| *project);
+        let now = now_ms();
+        for group in updates.chunk_by(|a, b| a.0 == b.0) {
+            let project = group[0].0;
+            let mut p = self.entry(project, partition, now);
+            for (_, update) in group {
+                p.apply(project, update, state);
+            }
+        }
+    }
+
+    /// Partition `partition` published `out` outside any record (held scores released, which
+    /// read nothing from the state).
+    pub fn published(&self, partition: i32, out: &[Output]) {
+        self.applied(partition, &PartitionState::default(), &[], out);
     }
 
     /// Project `project`'s snapshot, created if new, marked changed at `now`.
@@ -298,6 +254,85 @@ impl View {
         p.partition = partition;
         p.updated_ms = now;
         p
+    }
+}
+
+/// One change to a project's snapshot.
+enum Update<'a> {
+    /// Its `jury.scores` record.
+    Score(ScoreView),
+    /// A `jury.leaderboard` record for (category, model); `None` for a row that left the window.
+    Row((String, String), Option<Arc<str>>),
+    /// An open session changed, opened or completed: read it again from the state.
+    Session(&'a str),
+    /// Its kept consensus records changed: read them again from the state.
+    Completed,
+}
+
+/// The project a published record updates, and how.
+fn update_of<'a>(o: &'a Output) -> Option<(&'a str, Update<'a>)> {
+    let key = o.key.as_deref()?;
+    match (&o.value, o.topic) {
+        (OutputValue::Score(v), OutputTopic::Scores) => Some((
+            key,
+            Update::Score(ScoreView {
+                score: v.score,
+                freshness: Some(v.freshness),
+                alpha: Some(v.alpha),
+                lambda: Some(v.lambda),
+                evaluations: v.evaluations,
+                votes: v.votes,
+                last_event_at: v.last_event_at,
+            }),
+        )),
+        (OutputValue::Json(text), OutputTopic::Leaderboard) => {
+            let placed: Placed<'_> = serde_json::from_str(text).ok()?;
+            let model = placed.model?;
+            // The key is project/category/model: the project is the record's own.
+            let project = leaderboard_project(key, placed.category, model)?;
+            let row = (placed.category.unwrap_or("").to_owned(), model.to_owned());
+            let record = (placed.sessions > 0).then(|| Arc::from(text.as_str()));
+            Some((project, Update::Row(row, record)))
+        }
+        _ => None,
+    }
+}
+
+impl ProjectView {
+    /// Applies `update` of `project`, reading what changed from `state`.
+    fn apply(&mut self, project: &str, update: &Update<'_>, state: &PartitionState) {
+        match update {
+            Update::Score(score) => self.score = Some(score.clone()),
+            Update::Row(key, Some(record)) => {
+                self.leaderboard.insert(key.clone(), Arc::clone(record));
+            }
+            Update::Row(key, None) => {
+                self.leaderboard.remove(key);
+            }
+            Update::Session(session) => {
+                let open = state
+                    .sessions
+                    .projects
+                    .get(project)
+                    .and_then(|p| p.open.get(*session));
+                match open {
+                    Some(s) => {
+                        let view = SessionView::of(session, s, self.open.get(*session));
+                        self.open.insert((*session).to_owned(), view);
+                    }
+                    None => {
+                        self.open.remove(*session);
+                    }
+                }
+            }
+            Update::Completed => {
+                self.completed = state
+                    .judge_projects
+                    .get(project)
+                    .map(kept)
+                    .unwrap_or_default();
+            }
+        }
     }
 }
 
