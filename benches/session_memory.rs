@@ -1,7 +1,8 @@
 //! Memory of the state that grows with traffic: per open judge session (3 ballots of 5 scored
 //! candidates each, with metadata), and per event id a vote project's dedupe window remembers
 //! (`limits.dedupe_window`, the default 100,000 per project, which dominates a busy deployment's
-//! memory). Both go through the engine and report the heap bytes held. Run:
+//! memory), and per project in the interactive queries' view. They go through the engine and
+//! report the heap bytes held. Run:
 //! `cargo bench --bench session_memory`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -11,6 +12,7 @@ use jurystream::config::Config;
 use jurystream::engine::output::Output;
 use jurystream::engine::reputation::ReputationTable;
 use jurystream::engine::{Engine, PartitionState, Record, Settings};
+use jurystream::queries::view::View;
 use jurystream::topics::TopicTable;
 
 struct Counting;
@@ -43,6 +45,55 @@ fn main() {
     sessions();
     largest_session();
     dedupe_window();
+    query_view();
+}
+
+/// The interactive queries' view of 100,000 projects, each with the score its one vote batch
+/// published: the bytes the view adds per project (on top of the state's).
+fn query_view() {
+    const PROJECTS: usize = 100_000;
+    let engine = Engine::new(Settings::default());
+    let mut reps = ReputationTable::default();
+    let mut state = PartitionState::default();
+    let mut scores: Vec<Output> = Vec::with_capacity(PROJECTS);
+    for i in 0..PROJECTS {
+        let payload = format!(
+            r#"{{"event_id":"ev-{i:010}","project_id":"proj-{i:08}","occurred_at":{},"votes":[{{"voter_id":"u-1","value":0.75}}]}}"#,
+            1_795_168_800_000 + i as i64
+        );
+        let r = Record {
+            payload: Some(payload.as_bytes()),
+            ..vote_record(i)
+        };
+        engine.process(&mut state, &mut reps, &r, &mut scores);
+    }
+    let before = LIVE.load(Ordering::Relaxed);
+    let view = View::default();
+    for score in &scores {
+        view.published(0, std::slice::from_ref(score));
+    }
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    assert_eq!(view.projects.len(), PROJECTS);
+    println!(
+        "queries/view_memory: {PROJECTS} projects with a score hold {held} bytes = {} bytes per project",
+        held / PROJECTS as isize
+    );
+}
+
+/// A `jury.votes` record of partition 0 at offset `i`, without a payload yet.
+fn vote_record(i: usize) -> Record<'static> {
+    Record {
+        topic: "jury.votes",
+        input: TopicTable::default().input("jury.votes"),
+        partition: Some(0),
+        offset: Some(i as i64),
+        position: Some(i as i64),
+        key: None,
+        timestamp_ms: None,
+        clock_ms: None,
+        held_projects: 0,
+        payload: None,
+    }
 }
 
 /// One vote batch to each of 100,000 projects: the bytes a project costs before its dedupe
