@@ -49,7 +49,7 @@ use crate::engine::model::leaderboard::{BlockId, Ranking, StoredRow};
 use crate::engine::model::score::ProjectScore;
 use crate::engine::model::session::{ProjectSessions, Session, SessionBook};
 use crate::engine::{
-    Change, IdMap, InputTopic, Kept, Origins, PartitionState, ProjectKey, VoteProject,
+    Change, IdMap, InputTopic, JudgeProject, Kept, Origins, PartitionState, ProjectKey, VoteProject,
 };
 
 pub use render::{RecordRef, Records, Renderer};

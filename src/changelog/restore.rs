@@ -152,12 +152,7 @@ impl Restorer {
                             key: key.clone(),
                             source,
                         })?;
-                    let p = restored
-                        .state
-                        .judge_projects
-                        .entry(p.to_owned())
-                        .or_default();
-                    p.kept.restore(Kept {
+                    restored.judge_project(p).kept.restore(Kept {
                         seq: kept.seq,
                         session: session.to_owned(),
                         record: kept.record.get().into(),
@@ -259,35 +254,32 @@ impl Restored {
             .insert(session.to_owned(), s);
     }
 
-    /// A project's bias roll-up.
-    fn audit(&mut self, project: &str, audit: ProjectAudit) {
+    /// A judge-scores project, created empty if new.
+    fn judge_project(&mut self, project: &str) -> &mut JudgeProject {
         self.state
             .judge_projects
             .entry(project.to_owned())
             .or_default()
-            .audit = audit;
+    }
+
+    /// A project's bias roll-up.
+    fn audit(&mut self, project: &str, audit: ProjectAudit) {
+        self.judge_project(project).audit = audit;
     }
 
     /// A leaderboard row.
     fn board(&mut self, project: &str, category: &str, model: &str, row: StoredRow) {
-        let p = self
-            .state
-            .judge_projects
-            .entry(project.to_owned())
-            .or_default();
-        p.board
+        let key = (category.to_owned(), model.to_owned());
+        self.judge_project(project)
+            .board
             .rows
-            .insert((category.to_owned(), model.to_owned()), row.into_row());
+            .insert(key, row.into_row());
     }
 
     /// A category's Bradley-Terry material, created empty if new.
     fn ranking(&mut self, project: &str, category: &str) -> &mut Ranking {
-        let p = self
-            .state
-            .judge_projects
-            .entry(project.to_owned())
-            .or_default();
-        p.board.ranked.entry(category.to_owned()).or_default()
+        let ranked = &mut self.judge_project(project).board.ranked;
+        ranked.entry(category.to_owned()).or_default()
     }
 
     /// The session book's creation counter.

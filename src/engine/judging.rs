@@ -224,16 +224,6 @@ impl Engine {
             out.push(Output::alert(key.clone(), &alert));
         }
         let category = c.session.category.as_deref();
-        for session in changed {
-            state.note(|| Change::Consensus {
-                project: c.project_id.clone(),
-                session,
-            });
-        }
-        let project = state
-            .judge_projects
-            .entry(c.project_id.clone())
-            .or_default();
         let update = project.board.add(
             &c.project_id,
             &c.session_id,
@@ -242,6 +232,12 @@ impl Engine {
             &analysis,
             &cfg.leaderboard,
         );
+        for session in changed {
+            state.note(|| Change::Consensus {
+                project: c.project_id.clone(),
+                session,
+            });
+        }
         state.note(|| Change::Ranking {
             project: c.project_id.clone(),
             category: category.unwrap_or("").to_owned(),

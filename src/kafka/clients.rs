@@ -70,14 +70,14 @@ pub fn base_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
     Ok(c)
 }
 
-/// Assigns every partition of `topics` to `consumer`, from the beginning, and returns how many
-/// there are (none when no topic exists). For reading a whole table: the reputation
+/// Assigns every partition of `topic` to `consumer`, from the beginning, and returns how many
+/// there are (none when the topic does not exist). For reading a whole table: the reputation
 /// bootstrap here, and the tests' and benchmarks' readers of output topics.
 pub fn assign_from_beginning<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
-    topics: &[&str],
+    topic: &str,
 ) -> Result<usize, KafkaError> {
-    let tpl = from_beginning(consumer, topics)?;
+    let tpl = from_beginning(consumer, topic)?;
     consumer.assign(&tpl)?;
     Ok(tpl.count())
 }
@@ -87,19 +87,18 @@ pub fn add_from_beginning<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
 ) -> Result<(), KafkaError> {
-    consumer.incremental_assign(&from_beginning(consumer, &[topic])?)
+    consumer.incremental_assign(&from_beginning(consumer, topic)?)
 }
 
+/// Every partition of `topic`, at its beginning.
 fn from_beginning<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
-    topics: &[&str],
+    topic: &str,
 ) -> Result<TopicPartitionList, KafkaError> {
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
     let mut tpl = TopicPartitionList::new();
-    for topic in topics {
-        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-        for p in md.topics().iter().flat_map(|t| t.partitions()) {
-            tpl.add_partition_offset(topic, p.id(), Offset::Beginning)?;
-        }
+    for p in md.topics().iter().flat_map(|t| t.partitions()) {
+        tpl.add_partition_offset(topic, p.id(), Offset::Beginning)?;
     }
     Ok(tpl)
 }

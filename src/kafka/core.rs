@@ -279,9 +279,12 @@ impl Core {
     /// Drops partition `partition` of `topic`, taken by revocation number `generation`, after
     /// everything it processed is committed.
     pub(super) fn revoke(&mut self, topic: &str, partition: i32, generation: u64) {
-        for unit in self.units_of(topic, partition) {
-            self.tasks.revoke(unit, generation);
+        let units = self.units_of(topic, partition);
+        if !units.is_empty() {
             self.view.revoked(partition);
+        }
+        for unit in units {
+            self.tasks.revoke(unit, generation);
         }
         if let Some(t) = self.topics.input(topic)
             && self.config.input.repartitions()

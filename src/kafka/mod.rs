@@ -125,7 +125,7 @@ fn bootstrap_reputations(
     reader: &BaseConsumer<QuietReader>,
     (cfg, topics): (&Config, &TopicTable),
 ) -> Result<(), ServiceError> {
-    let partitions = clients::assign_from_beginning(reader, &[&cfg.topics.reputations])?;
+    let partitions = clients::assign_from_beginning(reader, &cfg.topics.reputations)?;
     let complete = read_to_end(reader, partitions, "reputation bootstrap", |m| {
         lock(core).global(m)
     })?;

@@ -398,13 +398,7 @@ mod tests {
     fn queries(proxy: bool) -> Queries {
         let view = View::default();
         view.assigned(0);
-        view.owned.insert(
-            0,
-            Owned {
-                restoring: false,
-                since_ms: 0,
-            },
-        );
+        view.owned.insert(0, Owned { restoring: false });
         view.assigned(1);
         view.directory.insert(2, "http://other:9464".into());
         view.directory.insert(0, "http://me:9464".into());
@@ -559,13 +553,7 @@ mod tests {
         let owner_url = format!("http://{}", listener.local_addr().unwrap());
         let owner = queries(false);
         let away = project_in(2);
-        owner.view.owned.insert(
-            2,
-            Owned {
-                restoring: false,
-                since_ms: 0,
-            },
-        );
+        owner.view.owned.insert(2, Owned { restoring: false });
         owner.view.projects.insert(
             away.clone(),
             ProjectView {

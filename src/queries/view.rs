@@ -91,8 +91,6 @@ pub struct ProjectView {
 pub struct Owned {
     /// Its state has not been read from the changelog yet.
     pub restoring: bool,
-    /// Wall-clock milliseconds since it was assigned or restored.
-    pub since_ms: i64,
 }
 
 /// The fields of a published `jury.leaderboard` record that place it in the view.
@@ -125,13 +123,7 @@ fn now_ms() -> i64 {
 impl View {
     /// Partition `partition` is assigned to this instance: restoring until [`View::restored`].
     pub fn assigned(&self, partition: i32) {
-        self.owned.insert(
-            partition,
-            Owned {
-                restoring: true,
-                since_ms: now_ms(),
-            },
-        );
+        self.owned.insert(partition, Owned { restoring: true });
     }
 
     /// Partition `partition` was taken away: its projects leave the view.
@@ -189,13 +181,7 @@ impl View {
                 p.leaderboard.insert(key, record);
             }
         }
-        self.owned.insert(
-            partition,
-            Owned {
-                restoring: false,
-                since_ms: now,
-            },
-        );
+        self.owned.insert(partition, Owned { restoring: false });
     }
 
     /// A record of partition `partition` was applied to `state`: `changes` are its journal

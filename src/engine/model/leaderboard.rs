@@ -217,8 +217,8 @@ pub type Blocks = Vec<BlockId>;
 
 impl Ranking {
     /// Adds a session's ranks (model, rank) to its block. A model new to the category when it
-    /// already has `max_models` is left out of the comparisons. Returns the block.
-    pub fn add(&mut self, block: BlockId, ranks: &[(String, usize)], max_models: usize) -> BlockId {
+    /// already has `max_models` is left out of the comparisons.
+    pub fn add(&mut self, block: BlockId, ranks: &[(String, usize)], max_models: usize) {
         let mut indexed: Vec<(u32, usize)> = Vec::with_capacity(ranks.len());
         for (model, rank) in ranks {
             let index = match self.models.iter().position(|m| m == model) {
@@ -256,7 +256,6 @@ impl Ranking {
                 }
             }
         }
-        block
     }
 
     /// Drops the blocks of days before `from_day` and forgets the models no block still
@@ -477,7 +476,8 @@ impl Board {
                 day: day_of(at),
                 slot,
             };
-            blocks.push(ranking.add(block, &ranks, cfg.max_models));
+            ranking.add(block, &ranks, cfg.max_models);
+            blocks.push(block);
         }
         let due = ranking.fitted_at.is_none_or(|last| {
             let interval = i64::try_from(cfg.bt_interval_secs).unwrap_or(i64::MAX);
