@@ -56,15 +56,8 @@ fn query_view() {
     let mut reps = ReputationTable::default();
     let mut state = PartitionState::default();
     let mut scores: Vec<Output> = Vec::with_capacity(PROJECTS);
-    for i in 0..PROJECTS {
-        let payload = format!(
-            r#"{{"event_id":"ev-{i:010}","project_id":"proj-{i:08}","occurred_at":{},"votes":[{{"voter_id":"u-1","value":0.75}}]}}"#,
-            1_795_168_800_000 + i as i64
-        );
-        let r = Record {
-            payload: Some(payload.as_bytes()),
-            ..vote_record(i)
-        };
+    for (i, payload) in one_batch_each(PROJECTS).enumerate() {
+        let r = record("jury.votes", i, &payload);
         engine.process(&mut state, &mut reps, &r, &mut scores);
     }
     let before = LIVE.load(Ordering::Relaxed);
@@ -80,11 +73,21 @@ fn query_view() {
     );
 }
 
-/// A `jury.votes` record of partition 0 at offset `i`, without a payload yet.
-fn vote_record(i: usize) -> Record<'static> {
+/// One vote batch to each of `projects` projects.
+fn one_batch_each(projects: usize) -> impl Iterator<Item = String> {
+    (0..projects).map(|i| {
+        format!(
+            r#"{{"event_id":"ev-{i:010}","project_id":"proj-{i:08}","occurred_at":{},"votes":[{{"voter_id":"u-1","value":0.75}}]}}"#,
+            1_795_168_800_000 + i as i64
+        )
+    })
+}
+
+/// Record `i` of `topic`'s partition 0 carrying `payload`.
+fn record<'a>(topic: &'a str, i: usize, payload: &'a str) -> Record<'a> {
     Record {
-        topic: "jury.votes",
-        input: TopicTable::default().input("jury.votes"),
+        topic,
+        input: TopicTable::default().input(topic),
         partition: Some(0),
         offset: Some(i as i64),
         position: Some(i as i64),
@@ -92,7 +95,7 @@ fn vote_record(i: usize) -> Record<'static> {
         timestamp_ms: None,
         clock_ms: None,
         held_projects: 0,
-        payload: None,
+        payload: Some(payload.as_bytes()),
     }
 }
 
@@ -100,13 +103,7 @@ fn vote_record(i: usize) -> Record<'static> {
 /// window fills (its one remembered id included).
 fn projects() {
     const PROJECTS: usize = 100_000;
-    let payloads = (0..PROJECTS).map(|i| {
-        format!(
-            r#"{{"event_id":"ev-{i:010}","project_id":"proj-{i:08}","occurred_at":{},"votes":[{{"voter_id":"u-1","value":0.75}}]}}"#,
-            1_795_168_800_000 + i as i64
-        )
-    });
-    let (state, held) = held_by("jury.votes", payloads);
+    let (state, held) = held_by("jury.votes", one_batch_each(PROJECTS));
     assert_eq!(state.project_count(), PROJECTS);
     println!(
         "votes/project_memory: {PROJECTS} projects of one batch hold {held} bytes = {} bytes per project",
@@ -160,19 +157,7 @@ fn held_by(topic: &str, payloads: impl Iterator<Item = String>) -> (PartitionSta
     let before = LIVE.load(Ordering::Relaxed);
     for (i, payload) in payloads.enumerate() {
         out.clear();
-        let r = Record {
-            topic,
-            input: TopicTable::default().input(topic),
-            partition: Some(0),
-            offset: Some(i as i64),
-            position: Some(i as i64),
-            key: None,
-            timestamp_ms: None,
-            clock_ms: None,
-            held_projects: 0,
-            payload: Some(payload.as_bytes()),
-        };
-        engine.process(&mut state, &mut reps, &r, &mut out);
+        engine.process(&mut state, &mut reps, &record(topic, i, &payload), &mut out);
     }
     drop(out);
     let held = LIVE.load(Ordering::Relaxed) - before;

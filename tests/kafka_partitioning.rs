@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use support::published::{Published, assert_same, published, replayed, replayed_lines};
 use support::stream::{self, Shape};
-use support::{Broker, Rec, Service, create_topics, free_port, produce, read_log, write_config};
+use support::{Broker, Rec, Service, Setup, free_port, produce, read_log, setup, start_instance};
 
 fn shape() -> Shape {
     Shape {
@@ -252,47 +252,35 @@ fn assert_repartitioned(
     forwarded.held
 }
 
-fn start(
-    dir: &std::path::Path,
-    name: &str,
-    prefix: &str,
-    bootstrap: &str,
-    env: &[(&str, &str)],
-) -> Service {
-    let d = dir.join(name);
-    std::fs::create_dir_all(&d).expect("dir");
-    let config = write_config(&d, prefix, bootstrap, free_port(), "");
-    let service = Service::start_with(&config, d.join("service.log"), env);
-    assert!(
-        service.wait_ready(Duration::from_secs(60)),
-        "{}",
-        service.log_text()
-    );
-    service
-}
-
 #[test]
 fn mis_keyed_records_over_three_instances_a_kill_9_and_a_fourth_count_every_vote_once() {
     let broker = Broker::shared();
     let prefix = "part";
-    let dir = tempfile::tempdir().expect("dir");
     let shape = shape();
-    create_topics(&broker.bootstrap, prefix, shape.partitions);
-    let keyed = stream::generate(prefix, &shape);
+    let Setup {
+        dir,
+        config,
+        records: keyed,
+    } = setup(&broker.bootstrap, prefix, &shape, free_port(), "");
     let records = mis_keyed(&keyed, shape.partitions);
-    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
     let half = records.len() / 2;
     produce(&broker.bootstrap, &records[..half]);
     let mut running: Vec<Service> = ["a", "b", "c"]
         .iter()
-        .map(|n| start(dir.path(), n, prefix, &broker.bootstrap, &[]))
+        .map(|n| start_instance(dir.path(), n, prefix, &broker.bootstrap, &[]))
         .collect();
     // Mid-stream, one instance dies without a word; its partitions go to the others once the
     // group notices, and a fourth joins.
     std::thread::sleep(Duration::from_secs(3));
     running.remove(1).kill();
     produce(&broker.bootstrap, &records[half..]);
-    running.push(start(dir.path(), "d", prefix, &broker.bootstrap, &[]));
+    running.push(start_instance(
+        dir.path(),
+        "d",
+        prefix,
+        &broker.bootstrap,
+        &[],
+    ));
     let refs: Vec<&Service> = running.iter().collect();
     assert!(
         support::wait_caught_up(&refs, &records, Duration::from_secs(240)),
@@ -317,17 +305,18 @@ fn mis_keyed_records_over_three_instances_a_kill_9_and_a_fourth_count_every_vote
 fn a_crash_between_forwarding_and_committing_counts_nothing_twice() {
     let broker = Broker::shared();
     let prefix = "fwd";
-    let dir = tempfile::tempdir().expect("dir");
     let shape = Shape {
         partitions: 3,
         projects: 6,
         batches_per_project: 6,
         sessions_per_project: 3,
     };
-    create_topics(&broker.bootstrap, prefix, shape.partitions);
-    let keyed = stream::generate(prefix, &shape);
+    let Setup {
+        dir,
+        config,
+        records: keyed,
+    } = setup(&broker.bootstrap, prefix, &shape, free_port(), "");
     let records = mis_keyed(&keyed, shape.partitions);
-    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
     produce(&broker.bootstrap, &records);
     // The first epoch that commits anything forwards records and has them acknowledged, then
     // dies before committing their input offsets: the restart forwards them again.
@@ -366,15 +355,23 @@ fn a_crash_between_forwarding_and_committing_counts_nothing_twice() {
 fn by_key_dead_letters_a_mis_keyed_record_and_keeps_its_project_whole() {
     let broker = Broker::shared();
     let prefix = "bykey";
-    let dir = tempfile::tempdir().expect("dir");
     let shape = Shape {
         partitions: 3,
         projects: 3,
         batches_per_project: 4,
         sessions_per_project: 2,
     };
-    create_topics(&broker.bootstrap, prefix, shape.partitions);
-    let mut records = stream::generate(prefix, &shape);
+    let Setup {
+        dir,
+        config,
+        mut records,
+    } = setup(
+        &broker.bootstrap,
+        prefix,
+        &shape,
+        free_port(),
+        "[input]\npartitioning = \"by_key\"\n",
+    );
     // Two vote batches of proj-0 keyed by their event, in another partition than proj-0's.
     let votes = format!("{prefix}.votes");
     for (i, event) in ["stray-1", "stray-2"].iter().enumerate() {
@@ -394,13 +391,6 @@ fn by_key_dead_letters_a_mis_keyed_record_and_keeps_its_project_whole() {
             )),
         });
     }
-    let config = write_config(
-        dir.path(),
-        prefix,
-        &broker.bootstrap,
-        free_port(),
-        "[input]\npartitioning = \"by_key\"\n",
-    );
     produce(&broker.bootstrap, &records);
     let expect = replayed(&config, &records);
     let codes: Vec<String> = expect

@@ -13,23 +13,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::published::{Published, replayed};
-use support::stream::{self, Shape};
+use support::stream::Shape;
 use support::{
-    Answer, Broker, Service, create_topics, free_port, http_answer, produce, write_config,
+    Answer, Broker, Service, Setup, free_port, http_answer, produce, setup, start_instance,
 };
-
-fn start(dir: &std::path::Path, name: &str, prefix: &str, bootstrap: &str) -> Service {
-    let d = dir.join(name);
-    std::fs::create_dir_all(&d).expect("dir");
-    let config = write_config(&d, prefix, bootstrap, free_port(), "");
-    let service = Service::start(&config, d.join("service.log"));
-    assert!(
-        service.wait_ready(Duration::from_secs(60)),
-        "{}",
-        service.log_text()
-    );
-    service
-}
 
 /// `path` asked of `service`, following one redirect to another of `services`; the answer and
 /// whether it was redirected.
@@ -147,19 +134,20 @@ fn assert_answers(services: &[&Service], projects: &[String], expect: &Published
 fn two_instances_answer_for_every_project_as_the_topics_say_and_after_a_handover() {
     let broker = Broker::shared();
     let prefix = "query";
-    let dir = tempfile::tempdir().expect("dir");
     let shape = Shape {
         partitions: 3,
         projects: 8,
         batches_per_project: 6,
         sessions_per_project: 4,
     };
-    create_topics(&broker.bootstrap, prefix, shape.partitions);
-    let records = stream::generate(prefix, &shape);
-    let config = write_config(dir.path(), prefix, &broker.bootstrap, free_port(), "");
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(&broker.bootstrap, prefix, &shape, free_port(), "");
     produce(&broker.bootstrap, &records);
-    let a = start(dir.path(), "a", prefix, &broker.bootstrap);
-    let b = start(dir.path(), "b", prefix, &broker.bootstrap);
+    let a = start_instance(dir.path(), "a", prefix, &broker.bootstrap, &[]);
+    let b = start_instance(dir.path(), "b", prefix, &broker.bootstrap, &[]);
     assert!(
         support::wait_caught_up(&[&a, &b], &records, Duration::from_secs(180)),
         "{}\n{}",

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use support::published::{Published, assert_same, published, replayed};
 use support::stream::{self, Shape};
-use support::{Broker, Proxy, Rec, Service, create_topics, free_port, produce, write_config};
+use support::{Broker, Proxy, Rec, Service, Setup, free_port, produce, setup, write_config};
 
 fn sample_shape() -> Shape {
     Shape {
@@ -24,24 +24,6 @@ fn sample_shape() -> Shape {
 /// A test's working directory, configuration and generated input stream, with its topics
 /// created: `prefix` names the topics, the service reaches the broker at `bootstrap` and serves
 /// HTTP on `http_port`, and `extra` is appended to its configuration.
-struct Setup {
-    dir: tempfile::TempDir,
-    config: std::path::PathBuf,
-    records: Vec<Rec>,
-}
-
-fn setup(bootstrap: &str, prefix: &str, shape: &Shape, http_port: u16, extra: &str) -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), prefix, bootstrap, http_port, extra);
-    create_topics(bootstrap, prefix, shape.partitions);
-    let records = stream::generate(prefix, shape);
-    Setup {
-        dir,
-        config,
-        records,
-    }
-}
-
 fn inputs(records: &[Rec]) -> u64 {
     records.len() as u64
 }

@@ -280,6 +280,55 @@ pub fn write_config(
     path
 }
 
+/// A test's inputs: its directory, its service configuration and the generated stream, whose
+/// topics exist.
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub records: Vec<Rec>,
+}
+
+/// Creates `prefix`'s topics with `shape`'s partitions, writes a configuration (`extra`
+/// appended) serving HTTP on `http_port`, and generates `shape`'s stream.
+pub fn setup(
+    bootstrap: &str,
+    prefix: &str,
+    shape: &stream::Shape,
+    http_port: u16,
+    extra: &str,
+) -> Setup {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = write_config(dir.path(), prefix, bootstrap, http_port, extra);
+    create_topics(bootstrap, prefix, shape.partitions);
+    let records = stream::generate(prefix, shape);
+    Setup {
+        dir,
+        config,
+        records,
+    }
+}
+
+/// Starts instance `name` of `prefix`'s group, with a configuration and log of its own under
+/// `dir/name` and `env` set, and waits until it is ready.
+pub fn start_instance(
+    dir: &Path,
+    name: &str,
+    prefix: &str,
+    bootstrap: &str,
+    env: &[(&str, &str)],
+) -> Service {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).expect("dir");
+    let config = write_config(&d, prefix, bootstrap, free_port(), "");
+    let service = Service::start_with(&config, d.join("service.log"), env);
+    assert!(
+        service.wait_ready(Duration::from_secs(60)),
+        "{}",
+        service.log_text()
+    );
+    service
+}
+
 /// A running `jurystream run`.
 pub struct Service {
     pub child: Child,
@@ -558,7 +607,7 @@ pub fn read_log(bootstrap: &str, topic: &str) -> Vec<LogRecord> {
     if partitions == 0 {
         return Vec::new();
     }
-    clients::assign_from_beginning(&consumer, &[topic]).expect("assign");
+    clients::assign_from_beginning(&consumer, topic).expect("assign");
     let mut out = Vec::new();
     let mut eof: HashMap<i32, bool> = HashMap::new();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -838,7 +887,7 @@ pub fn read_all(
         .set("fetch.wait.max.ms", "10")
         .create()
         .expect("consumer");
-    let partitions = clients::assign_from_beginning(&consumer, &[topic]).expect("assign") as i32;
+    let partitions = clients::assign_from_beginning(&consumer, topic).expect("assign") as i32;
     let mut out = Vec::new();
     let mut eof: HashMap<i32, bool> = HashMap::new();
     let deadline = Instant::now() + timeout;
