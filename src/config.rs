@@ -41,6 +41,7 @@ pub struct Config {
     pub sessions: Sessions,
     pub bias: Bias,
     pub leaderboard: Leaderboard,
+    pub judge_quality: JudgeQuality,
     pub kafka: Kafka,
     pub output: OutputSettings,
     pub http: Http,
@@ -249,6 +250,8 @@ pub struct Topics {
     pub bias_alerts: String,
     pub leaderboard: String,
     pub dead_letters: String,
+    pub judge_quality: String,
+    pub review_requests: String,
     /// The state changelog; empty (the default) names it after the consumer group,
     /// `<group_id>-state`.
     pub state: String,
@@ -265,6 +268,8 @@ impl Default for Topics {
             bias_alerts: "jury.bias-alerts".into(),
             leaderboard: "jury.leaderboard".into(),
             dead_letters: "jury.dead-letters".into(),
+            judge_quality: "jury.judge-quality".into(),
+            review_requests: "jury.review-requests".into(),
             state: String::new(),
         }
     }
@@ -403,6 +408,18 @@ pub struct Sessions {
     pub exclude_self_votes: bool,
     /// Judge weights for weighted averages (default 1.0), keyed by judge id.
     pub judge_weights: BTreeMap<String, f64>,
+    /// Where the weights come from: `judge_weights` ("configured"), or each judge's agreement
+    /// with the humans, `max(0, kappa)` of its judge-quality window ("learned"; a judge
+    /// without a kappa yet keeps its configured weight).
+    pub judge_weighting: Weighting,
+}
+
+/// Where judge weights come from (`sessions.judge_weighting`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Weighting {
+    Configured,
+    Learned,
 }
 
 impl Default for Sessions {
@@ -421,6 +438,7 @@ impl Default for Sessions {
             method: Method::NormalizedScores,
             exclude_self_votes: true,
             judge_weights: BTreeMap::new(),
+            judge_weighting: Weighting::Configured,
         }
     }
 }
@@ -502,6 +520,53 @@ impl Default for Leaderboard {
     }
 }
 
+/// Judge quality: each judge's agreement with the humans over (judge score, humans' score)
+/// pairs of the same item, and the alerts and review requests it raises. It needs a project's
+/// votes and judge scores in one state, so it works with `input.partitioning = "repartition"`
+/// (the default) and is off with `by_key`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JudgeQuality {
+    pub enabled: bool,
+    /// Votes an item needs before its humans' score pairs with judge scores.
+    pub min_human_votes: u64,
+    /// Items per project whose votes are remembered, and items whose judge scores wait for
+    /// votes (each bound on its own); the oldest is forgotten first.
+    pub max_pending_items: usize,
+    /// Pairs per judge its agreement is computed over; candidates the effective number of
+    /// judges is computed over.
+    pub window: usize,
+    /// Judges per project with a window; the one seen first is forgotten first.
+    pub max_judges: usize,
+    /// Shared candidates a judge pair needs for its correlation to count.
+    pub min_shared: usize,
+    /// `judge_human_disagreement`: kappa below this ...
+    pub min_kappa: f64,
+    /// ... over at least this many pairs.
+    pub min_pairs: usize,
+    /// `judge_drift`: kappa fell by more than this since `window` pairs earlier.
+    pub max_kappa_drop: f64,
+    /// A review request when a judge's score and the humans' differ by more than this.
+    pub review_gap: f64,
+}
+
+impl Default for JudgeQuality {
+    fn default() -> Self {
+        JudgeQuality {
+            enabled: true,
+            min_human_votes: 3,
+            max_pending_items: 10_000,
+            window: 500,
+            max_judges: 100,
+            min_shared: 10,
+            min_kappa: 0.4,
+            min_pairs: 30,
+            max_kappa_drop: 0.2,
+            review_gap: 0.5,
+        }
+    }
+}
+
 impl Config {
     /// The largest record the service's producer sends: `message.max.bytes` as configured for
     /// it, or the record limit it is given by default.
@@ -555,6 +620,8 @@ impl Config {
             ("topics.bias_alerts", &t.bias_alerts),
             ("topics.leaderboard", &t.leaderboard),
             ("topics.dead_letters", &t.dead_letters),
+            ("topics.judge_quality", &t.judge_quality),
+            ("topics.review_requests", &t.review_requests),
         ] {
             if name.is_empty() || name.len() > 249 {
                 return Err(invalid(key, "a topic name has 1 to 249 characters"));
@@ -664,6 +731,26 @@ impl Config {
             1_000,
             "models per category (a refit costs their square)",
         )?;
+        let q = &self.judge_quality;
+        positive("judge_quality.min_human_votes", q.min_human_votes as usize)?;
+        positive("judge_quality.max_pending_items", q.max_pending_items)?;
+        positive("judge_quality.window", q.window)?;
+        at_most(
+            "judge_quality.window",
+            q.window,
+            10_000,
+            "pairs (each pair recomputes the window's statistics)",
+        )?;
+        positive("judge_quality.max_judges", q.max_judges)?;
+        for (key, v) in [
+            ("judge_quality.max_kappa_drop", q.max_kappa_drop),
+            ("judge_quality.review_gap", q.review_gap),
+        ] {
+            unit_interval(key, v)?;
+        }
+        if !(-1.0..=1.0).contains(&q.min_kappa) {
+            return Err(invalid("judge_quality.min_kappa", "must be in [-1, 1]"));
+        }
         let k = &self.kafka;
         if k.bootstrap_servers.is_empty() {
             return Err(invalid("kafka.bootstrap_servers", "must not be empty"));

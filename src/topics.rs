@@ -64,6 +64,8 @@ impl TopicTable {
             OutputTopic::BiasAlerts => &t.bias_alerts,
             OutputTopic::Leaderboard => &t.leaderboard,
             OutputTopic::DeadLetters => &t.dead_letters,
+            OutputTopic::JudgeQuality => &t.judge_quality,
+            OutputTopic::ReviewRequests => &t.review_requests,
         }
     }
 

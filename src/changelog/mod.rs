@@ -45,6 +45,7 @@ use serde_json::value::RawValue;
 use crate::engine::contract::time::EventTime;
 use crate::engine::model::bias::ProjectAudit;
 use crate::engine::model::dedupe::RecentIds;
+use crate::engine::model::judge_quality::ProjectQuality;
 use crate::engine::model::leaderboard::{BlockId, Ranking, StoredRow};
 use crate::engine::model::score::ProjectScore;
 use crate::engine::model::session::{ProjectSessions, Session, SessionBook};
@@ -158,6 +159,19 @@ pub(super) enum Slot<'a> {
     /// One of a category's Bradley-Terry resampling blocks, by day and slot:
     /// `["j",3,"block","proj-42","chat","20417.3"]`.
     Block(&'a str, &'a str, BlockId),
+    /// The humans' votes on an item, `{"seq":N,"value":{...}}`:
+    /// `["j",3,"item","proj-42","trace-100"]`.
+    Item(&'a str, &'a str),
+    /// The judge scores waiting for an item's votes, `{"seq":N,"value":[...]}`:
+    /// `["j",3,"waiting","proj-42","trace-100"]`.
+    Waiting(&'a str, &'a str),
+    /// A judge's window of pairs, `{"seq":N,"value":{...}}`: `["j",3,"judge","proj-42","gpt"]`.
+    Judge(&'a str, &'a str),
+    /// One of a project's last candidates' judge scores, by its place:
+    /// `["j",3,"recent","proj-42","17"]`.
+    Recent(&'a str, u64),
+    /// A project's count of judge-quality items forgotten: `["j",3,"forgotten","proj-42"]`.
+    Forgotten(&'a str),
     /// The session book's creation counter.
     Book,
     /// Chunk `n` of a judge-scores flush's redo record: `["j",3,"redo","0"]`.
@@ -180,6 +194,11 @@ impl<'a> Slot<'a> {
             Slot::Watermark(_) => "watermark",
             Slot::Ranking(..) => "ranking",
             Slot::Block(..) => "block",
+            Slot::Item(..) => "item",
+            Slot::Waiting(..) => "waiting",
+            Slot::Judge(..) => "judge",
+            Slot::Recent(..) => "recent",
+            Slot::Forgotten(_) => "forgotten",
             Slot::Book => "book",
             Slot::Redo(_) => "redo",
         }
@@ -205,6 +224,11 @@ impl<'a> Slot<'a> {
             ("watermark", [p]) => Slot::Watermark(p),
             ("ranking", [p, c]) => Slot::Ranking(p, c),
             ("block", [p, c, b]) => Slot::Block(p, c, b.parse().map_err(|()| "a bad block")?),
+            ("item", [p, i]) => Slot::Item(p, i),
+            ("waiting", [p, i]) => Slot::Waiting(p, i),
+            ("judge", [p, j]) => Slot::Judge(p, j),
+            ("recent", [p, n]) => Slot::Recent(p, number(n)?),
+            ("forgotten", [p]) => Slot::Forgotten(p),
             ("book", []) => Slot::Book,
             ("redo", [n]) => Slot::Redo(number(n)?),
             _ => return Err("unknown kind of state"),
@@ -228,12 +252,19 @@ impl Serialize for Key<'_> {
         seq.serialize_element(self.slot.kind())?;
         match self.slot {
             Slot::Offset | Slot::Origins | Slot::Book => {}
-            Slot::Project(p) | Slot::Audit(p) | Slot::Watermark(p) => seq.serialize_element(p)?,
-            Slot::Seen(p, bucket) => {
+            Slot::Project(p) | Slot::Audit(p) | Slot::Watermark(p) | Slot::Forgotten(p) => {
+                seq.serialize_element(p)?
+            }
+            Slot::Seen(p, bucket) | Slot::Recent(p, bucket) => {
                 seq.serialize_element(p)?;
                 seq.serialize_element(&bucket.to_string())?;
             }
-            Slot::Session(p, second) | Slot::Ranking(p, second) | Slot::Consensus(p, second) => {
+            Slot::Session(p, second)
+            | Slot::Ranking(p, second)
+            | Slot::Consensus(p, second)
+            | Slot::Item(p, second)
+            | Slot::Waiting(p, second)
+            | Slot::Judge(p, second) => {
                 seq.serialize_element(p)?;
                 seq.serialize_element(second)?;
             }
@@ -314,6 +345,20 @@ struct KeptValue<'a> {
     seq: u64,
     #[serde(borrow)]
     record: &'a RawValue,
+}
+
+/// A judge-quality value with its place in its project's order of arrival (see
+/// [`crate::engine::model::judge_quality::Bounded`]).
+#[derive(Serialize, Deserialize)]
+struct Placed<T> {
+    seq: u64,
+    value: T,
+}
+
+/// A project's count of judge-quality items forgotten.
+#[derive(Serialize, Deserialize)]
+struct ForgottenValue {
+    forgotten: u64,
 }
 
 /// The value of an offset record, `{"offset":N}`.

@@ -214,6 +214,45 @@ impl Records {
                     watermark.is_some_and(|watermark| push_json(b, &WatermarkValue { watermark }))
                 });
             }
+            Slot::Item(project, item) => {
+                let q = state.quality.get(project);
+                let value = q.and_then(|q| q.items.get_with_seq(item));
+                self.push(unit, slot, |b| {
+                    value.is_some_and(|(seq, value)| push_json(b, &Placed { seq, value }))
+                });
+            }
+            Slot::Waiting(project, item) => {
+                let q = state.quality.get(project);
+                let value = q.and_then(|q| q.waiting.get_with_seq(item));
+                self.push(unit, slot, |b| {
+                    value.is_some_and(|(seq, value)| push_json(b, &Placed { seq, value }))
+                });
+            }
+            Slot::Judge(project, judge) => {
+                let q = state.quality.get(project);
+                let value = q.and_then(|q| q.judges.get_with_seq(judge));
+                self.push(unit, slot, |b| {
+                    value.is_some_and(|(seq, value)| push_json(b, &Placed { seq, value }))
+                });
+            }
+            Slot::Recent(project, seq) => {
+                let q = state.quality.get(project);
+                let scores = q.and_then(|q| q.recent.get(&seq));
+                self.push(unit, slot, |b| scores.is_some_and(|s| push_json(b, s)));
+            }
+            Slot::Forgotten(project) => {
+                let q = state.quality.get(project);
+                self.push(unit, slot, |b| {
+                    q.is_some_and(|q| {
+                        push_json(
+                            b,
+                            &ForgottenValue {
+                                forgotten: q.forgotten,
+                            },
+                        )
+                    })
+                });
+            }
             Slot::Book => {
                 let meta = BookMeta {
                     next_seq: state.sessions.next_seq(),
@@ -308,6 +347,11 @@ impl Change {
                 category,
                 block,
             } => Slot::Block(project, category, *block),
+            Change::QualityItem { project, item } => Slot::Item(project, item),
+            Change::QualityWaiting { project, item } => Slot::Waiting(project, item),
+            Change::QualityJudge { project, judge } => Slot::Judge(project, judge),
+            Change::QualityRecent { project, seq } => Slot::Recent(project, *seq),
+            Change::QualityForgotten { project } => Slot::Forgotten(project),
             Change::Book => Slot::Book,
         };
         emit(slot);

@@ -177,6 +177,35 @@ impl Restorer {
                     restored.sessions.entry(p.to_owned()).or_default().watermark =
                         Some(value.watermark);
                 }
+                Slot::Item(p, item) => {
+                    let placed: Placed<_> = from_value(&key, v)?;
+                    restored
+                        .quality(p)
+                        .items
+                        .restore(item, placed.seq, placed.value);
+                }
+                Slot::Waiting(p, item) => {
+                    let placed: Placed<_> = from_value(&key, v)?;
+                    restored
+                        .quality(p)
+                        .waiting
+                        .restore(item, placed.seq, placed.value);
+                }
+                Slot::Judge(p, judge) => {
+                    let placed: Placed<_> = from_value(&key, v)?;
+                    restored
+                        .quality(p)
+                        .judges
+                        .restore(judge, placed.seq, placed.value);
+                }
+                Slot::Recent(p, seq) => {
+                    let scores = from_value(&key, v)?;
+                    restored.quality(p).recent.insert(seq, scores);
+                }
+                Slot::Forgotten(p) => {
+                    let value: ForgottenValue = from_value(&key, v)?;
+                    restored.quality(p).forgotten = value.forgotten;
+                }
                 Slot::Book => restored.book(from_value(&key, v)?),
                 // Taken out above: what is left of a redo record is a cut one.
                 Slot::Redo(_) => {}
@@ -280,6 +309,11 @@ impl Restored {
     fn ranking(&mut self, project: &str, category: &str) -> &mut Ranking {
         let ranked = &mut self.judge_project(project).board.ranked;
         ranked.entry(category.to_owned()).or_default()
+    }
+
+    /// A project's judge quality, created empty if new.
+    fn quality(&mut self, project: &str) -> &mut ProjectQuality {
+        self.state.quality.entry(project.to_owned()).or_default()
     }
 
     /// The session book's creation counter.

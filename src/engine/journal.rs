@@ -55,6 +55,16 @@ pub enum Change {
     },
     /// A judge-scores project's watermark.
     Watermark { project: String },
+    /// The humans' votes on an item (judge quality).
+    QualityItem { project: String, item: String },
+    /// The judge scores waiting for an item's votes.
+    QualityWaiting { project: String, item: String },
+    /// A judge's window of pairs.
+    QualityJudge { project: String, judge: String },
+    /// One of the last candidates' judge scores, by its place.
+    QualityRecent { project: String, seq: u64 },
+    /// A project's count of items forgotten.
+    QualityForgotten { project: String },
     /// The session book's creation counter.
     Book,
 }

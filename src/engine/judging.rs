@@ -1,5 +1,6 @@
 //! The judging pipeline (`jury.judge-scores`): ballots gathered into sessions; a completed
-//! session becomes its `jury.consensus` record, its bias alerts and its leaderboard rows.
+//! session becomes its `jury.consensus` record, its bias alerts, its leaderboard rows and its
+//! judge-quality pairs (see [`super::quality`]).
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use super::contract::rejection::{ErrorCode, Rejection};
 use super::journal::Change;
 use super::model::bias::{audit_session, session_alerts};
 use super::model::consensus::{Consensus, JudgeCounts, Ranked, analyze, interpretation};
+use super::model::judge_quality::Basis;
 use super::model::session::{BookLimits, Completed};
 use super::output::{Output, OutputTopic, OutputValue};
 use super::state::PartitionState;
@@ -164,8 +166,10 @@ impl Engine {
         state.note(|| Change::Audit {
             project: c.project_id.clone(),
         });
-        let analysis = analyze(&c.session, &cfg.sessions);
+        let sessions = self.session_settings(state, &c.project_id);
+        let analysis = analyze(&c.session, &sessions);
         let audit = audit_session(&analysis, &cfg.bias);
+        let effective = self.effective_judges(state, &c.project_id, &analysis);
         let key = Some(c.project_id.clone());
         let record = ConsensusRecord {
             project_id: &c.project_id,
@@ -181,6 +185,8 @@ impl Engine {
             consensus: analysis.consensus.as_ref(),
             agreement: analysis.agreement,
             krippendorff_alpha: analysis.krippendorff_alpha,
+            effective_judges: effective.map(|(n, _)| n),
+            effective_judges_basis: effective.map(|(_, basis)| basis),
             rankings: &analysis.rankings,
             bias: SessionBias {
                 length_r: audit.length_r,
@@ -261,6 +267,7 @@ impl Engine {
                 &standing,
             ));
         }
+        self.pair_session(state, (&c.project_id, &c.session_id), &analysis, c.at, out);
     }
 }
 
@@ -277,6 +284,9 @@ struct ConsensusRecord<'a> {
     consensus: Option<&'a Consensus>,
     agreement: Option<f64>,
     krippendorff_alpha: Option<f64>,
+    /// `n² / Σ ρ` of the session's judges over the project's recent candidates.
+    effective_judges: Option<f64>,
+    effective_judges_basis: Option<Basis>,
     rankings: &'a [Ranked<'a>],
     bias: SessionBias,
     interpretation: String,

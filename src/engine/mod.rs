@@ -12,6 +12,7 @@ mod judging;
 pub mod model;
 pub mod origins;
 pub mod output;
+pub mod quality;
 pub mod record;
 pub mod reputation;
 mod routing;

@@ -18,15 +18,19 @@ pub enum OutputTopic {
     BiasAlerts,
     Leaderboard,
     DeadLetters,
+    JudgeQuality,
+    ReviewRequests,
 }
 
 impl OutputTopic {
-    pub const ALL: [OutputTopic; 5] = [
+    pub const ALL: [OutputTopic; 7] = [
         OutputTopic::Scores,
         OutputTopic::Consensus,
         OutputTopic::BiasAlerts,
         OutputTopic::Leaderboard,
         OutputTopic::DeadLetters,
+        OutputTopic::JudgeQuality,
+        OutputTopic::ReviewRequests,
     ];
 
     /// Its name in metric labels, whatever its configured topic name.
@@ -37,6 +41,8 @@ impl OutputTopic {
             OutputTopic::BiasAlerts => "bias_alerts",
             OutputTopic::Leaderboard => "leaderboard",
             OutputTopic::DeadLetters => "dead_letters",
+            OutputTopic::JudgeQuality => "judge_quality",
+            OutputTopic::ReviewRequests => "review_requests",
         }
     }
 }

@@ -3,7 +3,7 @@
 //! configuration, and tells it which input each record comes from ([`super::Record::input`]),
 //! so the engine knows nothing of Kafka, topic names, HTTP or logging.
 
-use crate::config::{Bias, Config, Leaderboard, Limits, Scoring, Sessions};
+use crate::config::{Bias, Config, JudgeQuality, Leaderboard, Limits, Scoring, Sessions};
 
 /// The engine's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -13,6 +13,9 @@ pub struct Settings {
     pub sessions: Sessions,
     pub bias: Bias,
     pub leaderboard: Leaderboard,
+    pub judge_quality: JudgeQuality,
+    /// Whether judge scores pair with the humans' votes (see [`Settings::pairs_judges`]).
+    pub pairs_judges: bool,
     /// `output.scores_coalesce_ms`: a project's `jury.scores` updates within this many
     /// milliseconds of the runtime's clock are coalesced (see [`super::Coalescing`]).
     pub scores_coalesce_ms: u64,
@@ -35,10 +38,22 @@ impl Settings {
             sessions: config.sessions.clone(),
             bias: config.bias.clone(),
             leaderboard: config.leaderboard.clone(),
+            judge_quality: config.judge_quality.clone(),
+            pairs_judges: Settings::pairs_judges(config),
             scores_coalesce_ms: config.output.scores_coalesce_ms,
             key_is_project: !config.input.repartitions(),
             kept_record_bytes: config.producer_record_limit() / 4,
         }
+    }
+}
+
+impl Settings {
+    /// Whether judge scores pair with the humans' votes: `judge_quality.enabled`, and a
+    /// project's votes and judge scores in one log (`input.partitioning = "repartition"`).
+    /// With `by_key` they are partitions of two topics, perhaps on two instances, and no state
+    /// sees both.
+    pub fn pairs_judges(config: &Config) -> bool {
+        config.judge_quality.enabled && config.input.repartitions()
     }
 }
 

@@ -9,6 +9,7 @@ use super::ids::{IdMap, ProjectKey};
 use super::journal::{Change, JournalHint};
 use super::model::bias::ProjectAudit;
 use super::model::dedupe::{RecentIds, Remembered};
+use super::model::judge_quality::ProjectQuality;
 use super::model::leaderboard::Board;
 use super::model::score::ProjectScore;
 use super::model::session::SessionBook;
@@ -134,6 +135,11 @@ pub struct PartitionState {
     pub sessions: SessionBook,
     /// `jury.judge-scores`: per-project dedupe, bias roll-up and leaderboard.
     pub judge_projects: IdMap<String, JudgeProject>,
+    /// Judge quality per project: the humans' votes per item, judge scores waiting for them,
+    /// each judge's window of pairs, and the last candidates' judge scores. Kept by the unit
+    /// that applies judge scores, which also observes the votes of its log (see
+    /// [`super::Engine::observe_votes`]).
+    pub quality: IdMap<String, ProjectQuality>,
     /// The last offset processed from each input partition, to recognise copies.
     pub origins: Origins,
     /// When set, every state change is noted here for the runtime's changelog.

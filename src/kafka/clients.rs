@@ -183,6 +183,8 @@ fn topics<'a>(cfg: &'a Config, names: &'a TopicTable) -> Vec<(&'a str, bool)> {
         (t.bias_alerts.as_str(), false),
         (t.leaderboard.as_str(), true),
         (t.dead_letters.as_str(), false),
+        (t.judge_quality.as_str(), true),
+        (t.review_requests.as_str(), false),
         (names.state(), true),
     ];
     if cfg.input.repartitions() {

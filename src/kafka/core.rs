@@ -195,13 +195,8 @@ impl Core {
             .restore_assigned(&self.config, &self.topics, &self.metrics)?;
         for key in restored {
             if let Some(owned) = self.tasks.units.get(&key) {
-                let scoring = &self.engine.settings().scoring;
-                self.view.restored(
-                    key.1,
-                    &owned.state,
-                    |p| scoring.lambda_for(p),
-                    &self.engine.settings().leaderboard,
-                );
+                self.view
+                    .restored(key.1, &owned.state, self.engine.settings());
             }
         }
         Ok(())

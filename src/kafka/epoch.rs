@@ -20,6 +20,7 @@ use super::ServiceError;
 use super::collector::{Destination, Tag};
 use super::core::{Core, Epoch};
 use crate::changelog::Unit;
+use crate::engine::InputTopic;
 use crate::telemetry::events::{ChangelogSent, EpochCommitted, InternalEvent, OffsetsCommitted};
 
 /// Changelog buffers kept for reuse: an epoch takes one when it is sealed and gives it back
@@ -45,6 +46,11 @@ impl Core {
             );
         }
         self.tasks.forwarded.clear();
+        // Within a partition the judge-scores unit is written first: it observes the votes of
+        // its log too (see `Core::observe`), and a flush cut short must leave its offset at or
+        // ahead of the votes unit's.
+        let mut keys = keys;
+        keys.sort_by_key(|&(topic, partition)| (partition, topic != InputTopic::JudgeScores));
         for key in keys {
             let Some(owned) = self.tasks.units.get_mut(&key) else {
                 continue;

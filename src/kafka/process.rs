@@ -38,11 +38,16 @@ impl Core {
         let msg = &polled.msg;
         let topic = polled.topic;
         let key = (topic, polled.partition);
-        if !self.tasks.units.contains_key(&key) {
+        // A vote record is also observed by its partition's judge-scores unit (judge quality).
+        let observer = (topic == InputTopic::Votes && self.engine.observes_votes())
+            .then_some((InputTopic::JudgeScores, polled.partition));
+        let needed = [Some(key), observer].into_iter().flatten();
+        if needed.clone().any(|k| !self.tasks.units.contains_key(&k)) {
             if self.revoked(&self.tasks.fences, polled) {
                 return Ok(());
             }
-            self.tasks.assigned.push(key);
+            let missing = needed.filter(|k| !self.tasks.units.contains_key(k));
+            self.tasks.assigned.extend(missing);
             self.restore_assigned()?;
         }
         let Some(unit) = self.tasks.units.get_mut(&key) else {
@@ -50,10 +55,6 @@ impl Core {
         };
         let offset = msg.offset();
         unit.pending = Some(offset);
-        if unit.skip_through.is_some_and(|s| offset <= s) {
-            self.tally.count(topic, Outcome::Replayed);
-            return Ok(());
-        }
         let record = Record {
             clock_ms: Some(
                 u64::try_from(self.now.duration_since(self.started).as_millis())
@@ -62,39 +63,69 @@ impl Core {
             held_projects: self.tasks.held_projects,
             ..polled.record(&self.topics)
         };
-        let before = unit.state.project_count();
-        let journaled = unit.state.journal.as_ref().map_or(0, Vec::len);
-        // Timing every record would cost more than some records take: sample one in 16.
-        self.processed += 1;
-        let started = self.processed.is_multiple_of(16).then(Instant::now);
         self.out.clear();
-        let outcome = match &polled.votes {
-            Some(prepared) => self.engine.apply_prepared(
-                &mut unit.state,
-                &mut self.reputations,
-                &record,
-                prepared,
-                &mut self.out,
-            ),
-            None => self.engine.process(
-                &mut unit.state,
-                &mut self.reputations,
-                &record,
-                &mut self.out,
-            ),
+        let outcome = if unit.skip_through.is_some_and(|s| offset <= s) {
+            Outcome::Replayed
+        } else {
+            let before = unit.state.project_count();
+            let journaled = unit.state.journal.as_ref().map_or(0, Vec::len);
+            // Timing every record would cost more than some records take: sample one in 16.
+            self.processed += 1;
+            let started = self.processed.is_multiple_of(16).then(Instant::now);
+            let outcome = match &polled.votes {
+                Some(prepared) => self.engine.apply_prepared(
+                    &mut unit.state,
+                    &mut self.reputations,
+                    &record,
+                    prepared,
+                    &mut self.out,
+                ),
+                None => self.engine.process(
+                    &mut unit.state,
+                    &mut self.reputations,
+                    &record,
+                    &mut self.out,
+                ),
+            };
+            self.tasks.held_projects += unit.state.project_count().saturating_sub(before);
+            let changes = unit.state.journal.as_deref().unwrap_or_default();
+            self.view.applied(
+                polled.partition,
+                &unit.state,
+                changes.get(journaled..).unwrap_or_default(),
+                &self.out,
+            );
+            if let Some(started) = started {
+                self.metrics
+                    .processing
+                    .observe(started.elapsed().as_secs_f64());
+            }
+            outcome
         };
-        self.tasks.held_projects += unit.state.project_count().saturating_sub(before);
-        let changes = unit.state.journal.as_deref().unwrap_or_default();
-        self.view.applied(
-            polled.partition,
-            &unit.state,
-            changes.get(journaled..).unwrap_or_default(),
-            &self.out,
-        );
-        if let Some(started) = started {
-            self.metrics
-                .processing
-                .observe(started.elapsed().as_secs_f64());
+        // The judge-scores unit's offset covers every record of the partition's log, votes
+        // too, and its changelog is written before the votes unit's (see `Core::seal`): after
+        // a crash it has observed at least every vote the votes unit holds, so a vote the votes
+        // unit skips as held, it skips too, and one applied again, it observes once.
+        if let Some(unit) = observer.and_then(|k| self.tasks.units.get_mut(&k)) {
+            unit.pending = Some(offset);
+            if unit.skip_through.is_none_or(|s| offset > s) {
+                let start = self.out.len();
+                let journaled = unit.state.journal.as_ref().map_or(0, Vec::len);
+                self.engine.observe_votes(
+                    &mut unit.state,
+                    &self.reputations,
+                    &record,
+                    outcome,
+                    &mut self.out,
+                );
+                let changes = unit.state.journal.as_deref().unwrap_or_default();
+                self.view.applied(
+                    polled.partition,
+                    &unit.state,
+                    changes.get(journaled..).unwrap_or_default(),
+                    &self.out[start..],
+                );
+            }
         }
         self.tally.count(topic, outcome);
         self.publish_out()

@@ -62,6 +62,7 @@ pub fn routes(queries: Queries) -> Router {
             "/v1/projects/{project_id}/sessions/{session_id}",
             get(session),
         )
+        .route("/v1/projects/{project_id}/judges", get(judges))
         .route("/v1/leaderboard", get(leaderboard))
         .with_state(Arc::new(queries))
 }
@@ -319,6 +320,48 @@ async fn session(
     .into_response()
 }
 
+/// `GET /v1/projects/{project_id}/judges`: the project's `jury.judge-quality` records, by judge.
+#[derive(Serialize)]
+struct JudgesAnswer<'a> {
+    project_id: &'a str,
+    restoring: bool,
+    judges: Vec<&'a RawValue>,
+}
+
+async fn judges(
+    State(q): State<Arc<Queries>>,
+    Path(project_id): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = q.check_id("project_id", &project_id) {
+        return error(StatusCode::BAD_REQUEST, e);
+    }
+    let owned = match q.locate(&project_id, &uri, &headers).await {
+        Located::Here(_, owned) => owned,
+        Located::Away(response) => return response,
+    };
+    let view = q.view.projects.get(&project_id);
+    let p: Option<&ProjectView> = view.as_deref();
+    if p.is_none() && !owned.restoring {
+        return unknown(&project_id);
+    }
+    let judges = p
+        .map(|p| {
+            p.judges
+                .values()
+                .filter_map(|r| serde_json::from_str::<&RawValue>(r).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    Json(JudgesAnswer {
+        project_id: &project_id,
+        restoring: owned.restoring,
+        judges,
+    })
+    .into_response()
+}
+
 #[derive(Deserialize)]
 struct LeaderboardQuery {
     project_id: Option<String>,
@@ -413,6 +456,7 @@ mod tests {
                     (("".into(), "n".into()), Arc::from(r#"{"model":"n"}"#)),
                 ]
                 .into(),
+                judges: [("j1".to_owned(), Arc::from(r#"{"judge":"j1","kappa":0.5}"#))].into(),
                 ..ProjectView::default()
             },
         );
@@ -449,6 +493,7 @@ mod tests {
             [
                 "v1/projects/{project_id}",
                 "v1/projects/{project_id}/sessions/{session_id}",
+                "v1/projects/{project_id}/judges",
                 "v1/leaderboard"
             ]
         );
@@ -482,6 +527,12 @@ mod tests {
         let path = format!("/v1/leaderboard?project_id={here}&category=");
         let (_, _, body) = get(queries(false), &path).await;
         assert_eq!(body["rows"], serde_json::json!([{"model": "n"}]));
+        let (status, _, body) = get(queries(false), &format!("/v1/projects/{here}/judges")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            body["judges"],
+            serde_json::json!([{"judge": "j1", "kappa": 0.5}])
+        );
     }
 
     #[tokio::test]
@@ -493,6 +544,11 @@ mod tests {
             .unwrap();
         for (path, status, says) in [
             (format!("/v1/projects/{unknown}"), 404, "unknown project"),
+            (
+                format!("/v1/projects/{unknown}/judges"),
+                404,
+                "unknown project",
+            ),
             (
                 format!("/v1/projects/{}/sessions/s9", project_in(0)),
                 404,

@@ -13,11 +13,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::config::Leaderboard;
 use crate::engine::contract::time::{EventTime, rfc3339};
 use crate::engine::model::session::{Ballot, Session};
 use crate::engine::output::{Output, OutputTopic, OutputValue};
-use crate::engine::{Change, JudgeProject, PartitionState};
+use crate::engine::quality::judge_record;
+use crate::engine::{Change, JudgeProject, PartitionState, Settings};
 
 /// A project's `jury.scores` numbers as last published; `freshness` and `alpha` describe the
 /// last batch's step, which a state restored from a changelog written before it was kept
@@ -82,6 +82,8 @@ pub struct ProjectView {
     pub completed: BTreeMap<String, Arc<str>>,
     /// `jury.leaderboard` records by (category, model).
     pub leaderboard: BTreeMap<(String, String), Arc<str>>,
+    /// `jury.judge-quality` records by judge.
+    pub judges: BTreeMap<String, Arc<str>>,
     /// Wall-clock milliseconds of the last change.
     pub updated_ms: i64,
 }
@@ -133,14 +135,10 @@ impl View {
     }
 
     /// Partition `partition`'s state was restored as `state`: its projects enter the view as
-    /// the state holds them. `lambda` is a project's decay rate.
-    pub fn restored(
-        &self,
-        partition: i32,
-        state: &PartitionState,
-        lambda: impl Fn(&str) -> f64,
-        leaderboard: &Leaderboard,
-    ) {
+    /// the state holds them, their records as the engine's `settings` render them.
+    pub fn restored(&self, partition: i32, state: &PartitionState, settings: &Settings) {
+        let lambda = |p: &str| settings.scoring.lambda_for(p);
+        let leaderboard = &settings.leaderboard;
         let now = now_ms();
         for (project, v) in &state.projects {
             let Some(last) = v.score.last_update_at else {
@@ -181,6 +179,17 @@ impl View {
                 p.leaderboard.insert(key, record);
             }
         }
+        for (project, q) in &state.quality {
+            if q.judges.is_empty() {
+                continue;
+            }
+            let mut p = self.entry(project, partition, now);
+            let window = settings.judge_quality.window;
+            for (judge, w) in q.judges.iter() {
+                let record = judge_record(project, judge, w, window);
+                p.judges.insert(judge.to_owned(), record.render().into());
+            }
+        }
         self.owned.insert(partition, Owned { restoring: false });
     }
 
@@ -201,6 +210,9 @@ impl View {
                     updates.push((project, Update::Session(session)));
                 }
                 Change::Consensus { project, .. } => updates.push((project, Update::Completed)),
+                Change::QualityJudge { project, judge } => {
+                    updates.push((project, Update::JudgeKept(judge)));
+                }
                 _ => {}
             }
         }
@@ -253,6 +265,19 @@ enum Update<'a> {
     Session(&'a str),
     /// Its kept consensus records changed: read them again from the state.
     Completed,
+    /// A judge's `jury.judge-quality` record.
+    Judge(&'a str, Arc<str>),
+    /// A judge's window changed or was forgotten: drop its record if the state has no window.
+    JudgeKept(&'a str),
+}
+
+/// The fields of a published `jury.judge-quality` record that place it in the view.
+#[derive(Deserialize)]
+struct JudgeOf<'a> {
+    #[serde(borrow)]
+    project_id: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    judge: std::borrow::Cow<'a, str>,
 }
 
 /// The project a published record updates, and how.
@@ -279,6 +304,14 @@ fn update_of<'a>(o: &'a Output) -> Option<(&'a str, Update<'a>)> {
             let row = (placed.category.unwrap_or("").to_owned(), model.to_owned());
             let record = (placed.sessions > 0).then(|| Arc::from(text.as_str()));
             Some((project, Update::Row(row, record)))
+        }
+        (OutputValue::Json(text), OutputTopic::JudgeQuality) => {
+            let of: JudgeOf<'_> = serde_json::from_str(text).ok()?;
+            // The key is project/judge, both the record's own.
+            let (project, judge) = key.split_at_checked(of.project_id.len())?;
+            let judge = judge.strip_prefix('/')?;
+            (project == of.project_id && judge == of.judge).then_some(())?;
+            Some((project, Update::Judge(judge, Arc::from(text.as_str()))))
         }
         _ => None,
     }
@@ -309,6 +342,18 @@ impl ProjectView {
                     None => {
                         self.open.remove(*session);
                     }
+                }
+            }
+            Update::Judge(judge, record) => {
+                self.judges.insert((*judge).to_owned(), Arc::clone(record));
+            }
+            Update::JudgeKept(judge) => {
+                let kept = state
+                    .quality
+                    .get(project)
+                    .is_some_and(|q| q.judges.get(judge).is_some());
+                if !kept {
+                    self.judges.remove(*judge);
                 }
             }
             Update::Completed => {
@@ -522,7 +567,7 @@ mod tests {
             let (state, _) = run(&events, &live);
             let restored = View::default();
             let settings = Settings::of(&config());
-            restored.restored(0, &state, |p| settings.scoring.lambda_for(p), &settings.leaderboard);
+            restored.restored(0, &state, &settings);
             for project in ["proj-a", "team/b"] {
                 let (l, r) = (&live.projects.get(project).unwrap(), &restored.projects.get(project).unwrap());
                 prop_assert_eq!(&l.score, &r.score);

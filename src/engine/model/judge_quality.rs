@@ -1,15 +1,16 @@
 //! Judge quality: how an LLM judge agrees with the humans, over pairs `(s, h)` of its
 //! normalised score for an item and the humans' score for the same item (both in [0, 1]); and
-//! how many independent judges a consensus rests on. Pure formulas, not wired into the
-//! pipelines yet: docs/judge-quality-plan.md says how they will be.
+//! how many independent judges a consensus rests on; and a project's state for both (the
+//! pipeline that drives it is `engine::quality`).
 //!
 //! Every statistic is `None` where it is undefined (too few pairs, no variance), never NaN.
 
 use std::collections::{BTreeMap, VecDeque};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::stats;
+use crate::engine::contract::time::EventTime;
 
 /// How a judge agrees with the humans over a window of pairs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -131,12 +132,15 @@ pub struct QualityLimits {
     /// Items a project remembers votes for, and items with judge scores waiting for votes
     /// (each bound on its own); the oldest is forgotten first.
     pub max_pending_items: usize,
-    /// Pairs per judge the agreement is computed over.
+    /// Pairs per judge the agreement is computed over, and candidates the effective number of
+    /// judges is computed over.
     pub window: usize,
+    /// Judges a project keeps a window for; the one seen first is forgotten first.
+    pub max_judges: usize,
 }
 
 /// The humans' votes on one item: `Σ r·v`, `Σ r` and their number, not decayed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ItemVotes {
     pub weighted: f64,
     pub weight: f64,
@@ -150,49 +154,67 @@ impl ItemVotes {
     }
 }
 
+/// A completed session's judge score of an item, waiting for the item's votes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Waiting {
+    pub session: String,
+    pub judge: String,
+    pub s: f64,
+}
+
 /// A judge's score of an item and the humans' score of it, paired once both exist.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Pair {
     pub judge: String,
     pub item: String,
+    /// The session the judge's score came from.
+    pub session: String,
     pub s: f64,
     pub h: f64,
 }
 
-/// Values by key, in order of arrival, at most a bound of them: the oldest goes first.
+/// Values by key, in order of arrival, at most a bound of them: the oldest goes first. Each
+/// value carries its place in that order, so a restore puts it back where it was.
 #[derive(Debug, Clone, Default, PartialEq)]
-struct Bounded<V> {
+pub struct Bounded<V> {
     values: BTreeMap<String, (u64, V)>,
     order: BTreeMap<u64, String>,
     next: u64,
 }
 
 impl<V: Default> Bounded<V> {
-    /// The value of `key`, created if new (the oldest forgotten beyond `max`); and how many
-    /// were forgotten.
-    fn entry(&mut self, key: &str, max: usize) -> (&mut V, usize) {
-        let mut forgotten = 0;
+    /// The value of `key`, created if new; a new key forgets the oldest beyond `max`, whose
+    /// keys are appended to `forgotten`.
+    fn entry(&mut self, key: &str, max: usize, forgotten: &mut Vec<String>) -> &mut V {
         if !self.values.contains_key(key) {
             while self.values.len() >= max.max(1) {
                 let Some((_, oldest)) = self.order.pop_first() else {
                     break;
                 };
                 self.values.remove(&oldest);
-                forgotten += 1;
+                forgotten.push(oldest);
             }
             self.order.insert(self.next, key.to_owned());
+            self.values
+                .insert(key.to_owned(), (self.next, V::default()));
             self.next += 1;
         }
-        let seq = self.next - 1;
         let (_, value) = self
             .values
             .entry(key.to_owned())
-            .or_insert_with(|| (seq, V::default()));
-        (value, forgotten)
+            .or_insert_with(|| (0, V::default()));
+        value
+    }
+}
+
+impl<V> Bounded<V> {
+    pub fn get(&self, key: &str) -> Option<&V> {
+        self.values.get(key).map(|(_, v)| v)
     }
 
-    fn get(&self, key: &str) -> Option<&V> {
-        self.values.get(key).map(|(_, v)| v)
+    /// The value of `key` with its place in the order, for the changelog.
+    pub fn get_with_seq(&self, key: &str) -> Option<(u64, &V)> {
+        self.values.get(key).map(|(seq, v)| (*seq, v))
     }
 
     fn remove(&mut self, key: &str) -> Option<V> {
@@ -200,13 +222,58 @@ impl<V: Default> Bounded<V> {
         self.order.remove(&seq);
         Some(v)
     }
+
+    /// Puts a restored value back at its place `seq`.
+    pub fn restore(&mut self, key: &str, seq: u64, value: V) {
+        self.remove(key);
+        self.order.insert(seq, key.to_owned());
+        self.values.insert(key.to_owned(), (seq, value));
+        self.next = self.next.max(seq + 1);
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The values by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
+        self.values.iter().map(|(k, (_, v))| (k.as_str(), v))
+    }
 }
 
-/// A judge's last pairs, and the kappa after each of them (for drift).
-#[derive(Debug, Clone, Default, PartialEq)]
+/// A judge's last pairs, the kappa after each of them (for drift), and which of its alerts are
+/// active (each alerts when its finding becomes true and re-arms once it is no longer true).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct JudgeWindow {
     pub pairs: VecDeque<(f64, f64)>,
-    kappas: VecDeque<Option<f64>>,
+    pub kappas: VecDeque<Option<f64>>,
+    #[serde(default)]
+    pub disagreeing: bool,
+    #[serde(default)]
+    pub drifting: bool,
+    /// The event time of the record that added its last pair.
+    pub last_event_at: Option<EventTime>,
+}
+
+impl JudgeWindow {
+    /// The agreement over the window.
+    pub fn agreement(&self) -> Agreement {
+        let pairs: Vec<(f64, f64)> = self.pairs.iter().copied().collect();
+        agreement(&pairs)
+    }
+
+    /// How far the kappa moved since `window` pairs earlier: `None` before there were that
+    /// many, or where either kappa is undefined.
+    pub fn kappa_change(&self, window: usize) -> Option<f64> {
+        if self.kappas.len() != window.max(1) + 1 {
+            return None;
+        }
+        Some(self.kappas.back().copied().flatten()? - self.kappas.front().copied().flatten()?)
+    }
 }
 
 /// A judge's standing after a pair: its agreement over the window, and how far its kappa moved
@@ -218,22 +285,36 @@ pub struct JudgeStanding {
     pub kappa_change: Option<f64>,
 }
 
-/// What a project's judge-quality state did with votes or a completed session.
+/// What a project's judge-quality state did with votes or a completed session: the pairs
+/// formed, and the keys it changed or forgot (for the changelog).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Observed {
     /// The pairs formed, in order.
     pub pairs: Vec<Pair>,
-    /// Items whose votes, or whose waiting judge scores, were forgotten to stay in bounds.
+    /// Items whose votes changed or were forgotten.
+    pub items: Vec<String>,
+    /// Items whose waiting judge scores changed, paired or were forgotten.
+    pub waiting: Vec<String>,
+    /// How many items (votes or waiting scores), or waiting scores of an item, were forgotten to
+    /// stay in bounds.
     pub forgotten: usize,
 }
 
+/// The judge scores of one candidate, for the effective number of judges.
+pub type CandidateScores = Vec<(String, f64)>;
+
 /// A project's judge-quality state: the humans' votes per item, the judge scores of completed
-/// sessions waiting for them, and each judge's window of pairs.
+/// sessions waiting for them, each judge's window of pairs, and the judge scores of its last
+/// candidates (for the effective number of judges).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProjectQuality {
-    items: Bounded<ItemVotes>,
-    waiting: Bounded<Vec<(String, f64)>>,
-    pub judges: BTreeMap<String, JudgeWindow>,
+    pub items: Bounded<ItemVotes>,
+    pub waiting: Bounded<Vec<Waiting>>,
+    pub judges: Bounded<JudgeWindow>,
+    /// The last candidates' judge scores, by their place in the project's order.
+    pub recent: BTreeMap<u64, CandidateScores>,
+    /// Items forgotten so far to stay in bounds.
+    pub forgotten: u64,
 }
 
 impl ProjectQuality {
@@ -246,7 +327,10 @@ impl ProjectQuality {
     /// a score: some vote carries weight), the judge scores waiting for it pair with its score
     /// then; later votes change no pair formed.
     pub fn votes(&mut self, item: &str, votes: &[(f64, f64)], limits: &QualityLimits) -> Observed {
-        let (agg, forgotten) = self.items.entry(item, limits.max_pending_items);
+        let mut observed = Observed::default();
+        let agg = self
+            .items
+            .entry(item, limits.max_pending_items, &mut observed.items);
         for &(r, v) in votes {
             agg.weighted += r * v;
             agg.weight += r;
@@ -255,26 +339,39 @@ impl ProjectQuality {
         let ready = (agg.votes >= limits.min_human_votes)
             .then(|| agg.score())
             .flatten();
-        let waiting = ready.and_then(|_| self.waiting.remove(item));
-        let pairs = match (ready, waiting) {
-            (Some(h), Some(waiting)) => waiting
+        observed.forgotten = observed.items.len();
+        observed.items.push(item.to_owned());
+        if let Some(h) = ready
+            && let Some(waiting) = self.waiting.remove(item)
+        {
+            observed.waiting.push(item.to_owned());
+            observed.pairs = waiting
                 .into_iter()
-                .map(|(judge, s)| Pair {
-                    judge,
+                .map(|w| Pair {
+                    judge: w.judge,
                     item: item.to_owned(),
-                    s,
+                    session: w.session,
+                    s: w.s,
                     h,
                 })
-                .collect(),
-            _ => Vec::new(),
-        };
-        Observed { pairs, forgotten }
+                .collect();
+        }
+        self.forgotten += observed.forgotten as u64;
+        observed
     }
 
     /// A completed session's judge scores `(item, judge, s)`: each pairs now if its item has
-    /// `min_human_votes`, or waits for them.
-    pub fn completed(&mut self, scores: &[(&str, &str, f64)], limits: &QualityLimits) -> Observed {
+    /// `min_human_votes`, or waits for them (at most `max_judges` scores per item, the oldest
+    /// dropped first and counted as forgotten).
+    pub fn completed(
+        &mut self,
+        session: &str,
+        scores: &[(&str, &str, f64)],
+        limits: &QualityLimits,
+    ) -> Observed {
         let mut observed = Observed::default();
+        let mut forgotten = Vec::new();
+        let mut dropped = 0;
         for &(item, judge, s) in scores {
             let ready = self
                 .items
@@ -285,23 +382,47 @@ impl ProjectQuality {
                 Some(h) => observed.pairs.push(Pair {
                     judge: judge.to_owned(),
                     item: item.to_owned(),
+                    session: session.to_owned(),
                     s,
                     h,
                 }),
                 None => {
-                    let (waiting, forgotten) = self.waiting.entry(item, limits.max_pending_items);
-                    waiting.push((judge.to_owned(), s));
-                    observed.forgotten += forgotten;
+                    let waiting =
+                        self.waiting
+                            .entry(item, limits.max_pending_items, &mut forgotten);
+                    waiting.push(Waiting {
+                        session: session.to_owned(),
+                        judge: judge.to_owned(),
+                        s,
+                    });
+                    // An item scored in session after session without votes keeps only its
+                    // last `max_judges` scores.
+                    let excess = waiting.len().saturating_sub(limits.max_judges.max(1));
+                    waiting.drain(..excess);
+                    dropped += excess;
+                    if observed.waiting.last().is_none_or(|w| w != item) {
+                        observed.waiting.push(item.to_owned());
+                    }
                 }
             }
         }
+        observed.forgotten = forgotten.len() + dropped;
+        self.forgotten += observed.forgotten as u64;
+        observed.waiting.extend(forgotten);
         observed
     }
 
-    /// Adds `pair` to its judge's window and returns the judge's standing.
-    pub fn add(&mut self, pair: &Pair, limits: &QualityLimits) -> JudgeStanding {
+    /// Adds `pair`, formed by a record of event time `at`, to its judge's window and returns the judge's standing; a judge new beyond
+    /// `max_judges` forgets the one seen first, whose name is appended to `forgotten`.
+    pub fn add(
+        &mut self,
+        pair: &Pair,
+        at: EventTime,
+        limits: &QualityLimits,
+        forgotten: &mut Vec<String>,
+    ) -> JudgeStanding {
         let window = limits.window.max(1);
-        let w = self.judges.entry(pair.judge.clone()).or_default();
+        let w = self.judges.entry(&pair.judge, limits.max_judges, forgotten);
         w.pairs.push_back((pair.s, pair.h));
         while w.pairs.len() > window {
             w.pairs.pop_front();
@@ -311,14 +432,63 @@ impl ProjectQuality {
         while w.kappas.len() > window + 1 {
             w.kappas.pop_front();
         }
-        let kappa_change = (w.kappas.len() == window + 1)
-            .then(|| Some(agreement.kappa? - w.kappas.front().copied().flatten()?))
-            .flatten();
+        w.last_event_at = Some(at);
+        let kappa_change = w.kappa_change(window);
         JudgeStanding {
             judge: pair.judge.clone(),
             agreement,
             kappa_change,
         }
+    }
+
+    /// Whether `judge`'s findings are true now, and which of them just became true: sets the
+    /// judge's active flags to `(disagreeing, drifting)` and returns those that were not set.
+    pub fn findings(&mut self, judge: &str, now: (bool, bool)) -> (bool, bool) {
+        let Some((_, w)) = self.judges.values.get_mut(judge) else {
+            return (false, false);
+        };
+        let fresh = (now.0 && !w.disagreeing, now.1 && !w.drifting);
+        (w.disagreeing, w.drifting) = now;
+        fresh
+    }
+
+    /// Adds a session's candidates (each its judges' scores) to the recent window, forgetting
+    /// the oldest beyond `window`; returns the places added and forgotten.
+    pub fn remember(&mut self, candidates: Vec<CandidateScores>, window: usize) -> Vec<u64> {
+        let mut changed = Vec::new();
+        let first = self.recent.last_key_value().map_or(0, |(k, _)| k + 1);
+        let scored = candidates.into_iter().filter(|s| !s.is_empty());
+        for (seq, scores) in (first..).zip(scored) {
+            self.recent.insert(seq, scores);
+            changed.push(seq);
+        }
+        while self.recent.len() > window.max(1) {
+            if let Some((seq, _)) = self.recent.pop_first() {
+                changed.push(seq);
+            }
+        }
+        changed
+    }
+
+    /// The effective number of `judges` over the recent candidates (see [`effective_judges`]).
+    pub fn effective_judges(&self, judges: &[&str], min_shared: usize) -> Option<(f64, Basis)> {
+        let scores: Vec<Vec<Option<f64>>> = judges
+            .iter()
+            .map(|j| {
+                self.recent
+                    .values()
+                    .map(|c| c.iter().find(|(judge, _)| judge == j).map(|(_, s)| *s))
+                    .collect()
+            })
+            .collect();
+        effective_judges(&scores, min_shared)
+    }
+
+    /// The kappa of each judge's window, where defined (for learned judge weights).
+    pub fn kappas(&self) -> impl Iterator<Item = (&str, f64)> {
+        self.judges
+            .iter()
+            .filter_map(|(j, w)| Some((j, w.kappas.back().copied().flatten()?)))
     }
 }
 
@@ -402,7 +572,12 @@ mod tests {
         min_human_votes: 3,
         max_pending_items: 3,
         window: 4,
+        max_judges: 3,
     };
+
+    fn at() -> EventTime {
+        EventTime::from_epoch_millis(1_795_168_800_000).unwrap()
+    }
 
     fn pairs(o: &Observed) -> Vec<(&str, &str, f64, f64)> {
         o.pairs
@@ -422,7 +597,7 @@ mod tests {
                 .is_empty()
         );
         assert!(
-            q.completed(&[("i1", "j1", 0.8), ("i1", "j2", 0.3)], &LIMITS)
+            q.completed("s", &[("i1", "j1", 0.8), ("i1", "j2", 0.3)], &LIMITS)
                 .pairs
                 .is_empty()
         );
@@ -433,7 +608,7 @@ mod tests {
         );
         // A later vote forms nothing; a later session pairs at once with the score now.
         assert!(q.votes("i1", &[(4.0, 0.0)], &LIMITS).pairs.is_empty());
-        let later = q.completed(&[("i1", "j3", 0.1)], &LIMITS);
+        let later = q.completed("s", &[("i1", "j3", 0.1)], &LIMITS);
         assert_eq!(pairs(&later), [("j3", "i1", 0.1, 0.3125)]);
         assert_eq!(q.item("i1").map(|v| v.votes), Some(4));
     }
@@ -441,7 +616,7 @@ mod tests {
     #[test]
     fn votes_without_weight_give_no_score_to_pair_with() {
         let mut q = ProjectQuality::default();
-        q.completed(&[("i", "j", 0.4)], &LIMITS);
+        q.completed("s", &[("i", "j", 0.4)], &LIMITS);
         assert!(q.votes("i", &[(0.0, 1.0); 3], &LIMITS).pairs.is_empty());
         let weighted = q.votes("i", &[(1.0, 0.25)], &LIMITS);
         assert_eq!(pairs(&weighted), [("j", "i", 0.4, 0.25)]);
@@ -454,15 +629,21 @@ mod tests {
             assert_eq!(q.votes(item, &[(1.0, 1.0)], &LIMITS).forgotten, 0);
         }
         // A fourth item forgets "a"'s votes: its count starts again.
-        assert_eq!(q.votes("d", &[(1.0, 1.0)], &LIMITS).forgotten, 1);
+        let fourth = q.votes("d", &[(1.0, 1.0)], &LIMITS);
+        assert_eq!(
+            (fourth.forgotten, fourth.items.as_slice()),
+            (1, ["a".to_owned(), "d".to_owned()].as_slice())
+        );
         assert!(q.item("a").is_none());
         q.votes("a", &[(1.0, 1.0)], &LIMITS);
         assert_eq!(q.item("a").map(|v| v.votes), Some(1));
         // Waiting judge scores are bounded the same way.
         for item in ["x", "y", "z"] {
-            assert_eq!(q.completed(&[(item, "j", 0.5)], &LIMITS).forgotten, 0);
+            assert_eq!(q.completed("s", &[(item, "j", 0.5)], &LIMITS).forgotten, 0);
         }
-        assert_eq!(q.completed(&[("w", "j", 0.5)], &LIMITS).forgotten, 1);
+        assert_eq!(q.completed("s", &[("w", "j", 0.5)], &LIMITS).forgotten, 1);
+        // "a", then "b" (when "a" came back), then "x".
+        assert_eq!(q.forgotten, 3);
         // "x" no longer waits: its votes reaching three pair nothing.
         let votes = [(1.0, 1.0); 3];
         assert!(q.votes("x", &votes, &LIMITS).pairs.is_empty());
@@ -475,6 +656,7 @@ mod tests {
         let pair = |s: f64, h: f64| Pair {
             judge: "j".into(),
             item: "i".into(),
+            session: "s".into(),
             s,
             h,
         };
@@ -482,7 +664,7 @@ mod tests {
         let agreeing = [(0.9, 0.8), (0.1, 0.2), (0.8, 0.9), (0.2, 0.1)];
         let mut last = None;
         for (s, h) in agreeing {
-            last = Some(q.add(&pair(s, h), &LIMITS));
+            last = Some(q.add(&pair(s, h), at(), &LIMITS, &mut Vec::new()));
         }
         let last = last.unwrap();
         assert_eq!((last.agreement.pairs, last.agreement.kappa), (4, Some(1.0)));
@@ -490,13 +672,13 @@ mod tests {
         // Four inverted pairs replace them: kappa -1, two points below the 1 a window back.
         let mut last = None;
         for (s, h) in agreeing {
-            last = Some(q.add(&pair(s, 1.0 - h), &LIMITS));
+            last = Some(q.add(&pair(s, 1.0 - h), at(), &LIMITS, &mut Vec::new()));
         }
         let last = last.unwrap();
         assert_eq!(last.agreement.pairs, 4);
         assert_eq!(last.agreement.kappa, Some(-1.0));
         assert_eq!(last.kappa_change, Some(-2.0));
-        assert_eq!(q.judges["j"].pairs.len(), 4);
+        assert_eq!(q.judges.get("j").map(|w| w.pairs.len()), Some(4));
     }
 
     proptest! {
@@ -551,17 +733,18 @@ mod tests {
                 } else {
                     scored += 1;
                     let judge = format!("j{i}");
-                    q.completed(&[(item.as_str(), judge.as_str(), value)], &LIMITS)
+                    q.completed("s", &[(item.as_str(), judge.as_str(), value)], &LIMITS)
                 };
                 for p in &observed.pairs {
                     prop_assert!((0.0..=1.0).contains(&p.s) && (0.0..=1.0).contains(&p.h));
-                    let standing = q.add(p, &LIMITS);
+                    let standing = q.add(p, at(), &LIMITS, &mut Vec::new());
                     prop_assert!(standing.agreement.pairs <= LIMITS.window);
                 }
                 formed += observed.pairs.len();
                 prop_assert!(q.items.values.len() <= LIMITS.max_pending_items);
                 prop_assert!(q.waiting.values.len() <= LIMITS.max_pending_items);
                 prop_assert_eq!(q.items.values.len(), q.items.order.len());
+                prop_assert!(q.judges.len() <= LIMITS.max_judges);
             }
             // Each judge score pairs at most once (every judge here scores once).
             prop_assert!(formed <= scored);

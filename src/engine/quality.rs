@@ -1,0 +1,411 @@
+//! The judge-quality pipeline: the humans' votes on an item and the judges' scores of the same
+//! candidate, joined per project into pairs (see [`super::model::judge_quality`]); each pair
+//! republishes its judge's `jury.judge-quality` record, may raise `judge_human_disagreement`
+//! and `judge_drift` alerts and a `jury.review-requests` record; a completed session gets the
+//! effective number of its judges.
+//!
+//! The state lives with the judge scores ([`PartitionState::quality`]). A runtime that keeps a
+//! project's votes in another state hands this one every vote record of the project's log after
+//! it is applied there ([`Engine::observe_votes`]); replay, with one state, does the same.
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use super::contract::time::EventTime;
+use super::contract::vote;
+use super::journal::Change;
+use super::model::bias::{BiasAlert, risk_level};
+use super::model::consensus::Analysis;
+use super::model::judge_quality::{
+    Agreement, Basis, CandidateScores, JudgeWindow, Observed, Pair, QualityLimits,
+};
+use super::output::{Output, OutputTopic};
+use super::reputation::ReputationTable;
+use super::state::PartitionState;
+use super::{Engine, InputTopic, Outcome, Record};
+use crate::config::{Sessions, Weighting};
+
+impl Engine {
+    fn quality_limits(&self) -> QualityLimits {
+        let q = &self.settings.judge_quality;
+        QualityLimits {
+            min_human_votes: q.min_human_votes,
+            max_pending_items: q.max_pending_items,
+            window: q.window,
+            max_judges: q.max_judges,
+        }
+    }
+
+    /// Whether the runtime must hand this state's vote records to [`Engine::observe_votes`].
+    pub fn observes_votes(&self) -> bool {
+        self.settings.pairs_judges
+    }
+
+    /// Observes the vote record `record` (any other record changes nothing), which another
+    /// state (or this one) applied with
+    /// `outcome`: the votes of a batch that counted (applied or late) join the humans' score of
+    /// its `item_id`, and the judge scores waiting for that item pair with it once it has
+    /// `judge_quality.min_human_votes`. Anything else changes nothing. An `item_id` longer than
+    /// `limits.max_id_bytes` is not kept (the id is informational for the score).
+    pub fn observe_votes(
+        &self,
+        state: &mut PartitionState,
+        reputations: &ReputationTable,
+        record: &Record<'_>,
+        outcome: Outcome,
+        out: &mut Vec<Output>,
+    ) {
+        if !self.settings.pairs_judges
+            || record.input != Some(InputTopic::Votes)
+            || !matches!(outcome, Outcome::Applied | Outcome::Late)
+        {
+            return;
+        }
+        let Some(payload) = record.payload else {
+            return;
+        };
+        let mut doc = None;
+        let Ok((batch, at)) = self.validate_votes(record, payload, &mut doc) else {
+            return;
+        };
+        let Some(item) = batch
+            .item_id
+            .filter(|i| i.len() <= self.settings.limits.max_id_bytes)
+        else {
+            return;
+        };
+        let votes: Vec<(f64, f64)> = batch
+            .votes
+            .iter()
+            .map(|v| {
+                let weight = vote::weight(v.reputation, || reputations.get(v.voter_id));
+                (weight, v.value)
+            })
+            .collect();
+        let project = batch.project_id;
+        let limits = self.quality_limits();
+        let observed = state
+            .quality
+            .entry(project.to_owned())
+            .or_default()
+            .votes(item, &votes, &limits);
+        self.add_pairs(state, project, observed, at, out);
+    }
+
+    /// The session settings a completed session of `project` is analysed with: the configured
+    /// ones, or with `sessions.judge_weighting = "learned"` each judge with a kappa weighted by
+    /// `max(0, kappa)`.
+    pub(super) fn session_settings(
+        &self,
+        state: &PartitionState,
+        project: &str,
+    ) -> Cow<'_, Sessions> {
+        let sessions = &self.settings.sessions;
+        let quality = state.quality.get(project);
+        match (sessions.judge_weighting, quality) {
+            (Weighting::Learned, Some(q)) => {
+                let mut learned = sessions.clone();
+                for (judge, kappa) in q.kappas() {
+                    learned
+                        .judge_weights
+                        .insert(judge.to_owned(), kappa.max(0.0));
+                }
+                Cow::Owned(learned)
+            }
+            _ => Cow::Borrowed(sessions),
+        }
+    }
+
+    /// A completed session's judge quality: its candidates' scores join the project's recent
+    /// window, and the effective number of its judges over that window is returned (`None`
+    /// without scores).
+    pub(super) fn effective_judges(
+        &self,
+        state: &mut PartitionState,
+        project: &str,
+        analysis: &Analysis<'_>,
+    ) -> Option<(f64, Basis)> {
+        let judges: BTreeSet<&str> = analysis
+            .scores
+            .values()
+            .flat_map(|scores| scores.iter().map(|(j, _)| *j))
+            .collect();
+        if judges.is_empty() {
+            return None;
+        }
+        let candidates: Vec<CandidateScores> = analysis
+            .scores
+            .values()
+            .map(|scores| scores.iter().map(|(j, s)| ((*j).to_owned(), *s)).collect())
+            .collect();
+        let q = &self.settings.judge_quality;
+        let quality = state.quality.entry(project.to_owned()).or_default();
+        let changed = quality.remember(candidates, q.window);
+        let judges: Vec<&str> = judges.into_iter().collect();
+        let effective = quality.effective_judges(&judges, q.min_shared);
+        for seq in changed {
+            state.note(|| Change::QualityRecent {
+                project: project.to_owned(),
+                seq,
+            });
+        }
+        effective
+    }
+
+    /// Pairs a completed session's judge scores with the humans' votes on the same items (those
+    /// with enough votes at once, the rest when they get them), and asks for a review when the
+    /// session's agreement is below `bias.low_agreement`.
+    pub(super) fn pair_session(
+        &self,
+        state: &mut PartitionState,
+        (project, session): (&str, &str),
+        analysis: &Analysis<'_>,
+        at: EventTime,
+        out: &mut Vec<Output>,
+    ) {
+        if let Some(agreement) = analysis.agreement
+            && agreement < self.settings.bias.low_agreement
+        {
+            let judges: BTreeSet<&str> = analysis
+                .scores
+                .values()
+                .flat_map(|s| s.iter().map(|(j, _)| *j))
+                .collect();
+            let request = ReviewRequest {
+                project_id: project,
+                item_id: None,
+                session_id: session,
+                reason: "low_agreement",
+                judges: judges.into_iter().collect(),
+                gap: None,
+                agreement: Some(agreement),
+                last_event_at: at.to_string(),
+            };
+            out.push(request.output());
+        }
+        if !self.settings.pairs_judges {
+            return;
+        }
+        let scores: Vec<(&str, &str, f64)> = analysis
+            .scores
+            .iter()
+            .filter(|(item, _)| item.len() <= self.settings.limits.max_id_bytes)
+            .flat_map(|(item, scores)| scores.iter().map(|(judge, s)| (*item, *judge, *s)))
+            .collect();
+        let limits = self.quality_limits();
+        let observed = state
+            .quality
+            .entry(project.to_owned())
+            .or_default()
+            .completed(session, &scores, &limits);
+        self.add_pairs(state, project, observed, at, out);
+    }
+
+    /// Notes what `observed` changed, adds its pairs to their judges' windows, and publishes
+    /// each judge's record, its alerts that just became true, and a review request per item
+    /// where some judge's score differs from the humans' by more than `judge_quality.review_gap`.
+    fn add_pairs(
+        &self,
+        state: &mut PartitionState,
+        project: &str,
+        observed: Observed,
+        at: EventTime,
+        out: &mut Vec<Output>,
+    ) {
+        let Observed {
+            pairs,
+            items,
+            waiting,
+            forgotten,
+        } = observed;
+        let note = |state: &mut PartitionState, change: fn(String, String) -> Change, keys| {
+            for key in keys {
+                state.note(|| change(project.to_owned(), key));
+            }
+        };
+        note(
+            state,
+            |project, item| Change::QualityItem { project, item },
+            items,
+        );
+        note(
+            state,
+            |project, item| Change::QualityWaiting { project, item },
+            waiting,
+        );
+        if forgotten > 0 {
+            state.note(|| Change::QualityForgotten {
+                project: project.to_owned(),
+            });
+        }
+        if pairs.is_empty() {
+            return;
+        }
+        let q = &self.settings.judge_quality;
+        let limits = self.quality_limits();
+        let Some(quality) = state.quality.get_mut(project) else {
+            return;
+        };
+        let mut judges = Vec::new();
+        let mut alerts = Vec::new();
+        for pair in &pairs {
+            let standing = quality.add(pair, at, &limits, &mut judges);
+            judges.push(pair.judge.clone());
+            let a = &standing.agreement;
+            let disagreeing = a.pairs >= q.min_pairs && a.kappa.is_some_and(|k| k < q.min_kappa);
+            let drifting = standing.kappa_change.is_some_and(|c| c < -q.max_kappa_drop);
+            let fresh = quality.findings(&pair.judge, (disagreeing, drifting));
+            if let Some(window) = quality.judges.get(&pair.judge) {
+                out.push(judge_record(project, &pair.judge, window, q.window));
+            }
+            alerts.extend(judge_alerts(
+                project,
+                pair,
+                &standing.agreement,
+                standing.kappa_change,
+                fresh,
+                q,
+            ));
+        }
+        for alert in &alerts {
+            out.push(Output::alert(Some(project.to_owned()), alert));
+        }
+        note(
+            state,
+            |project, judge| Change::QualityJudge { project, judge },
+            judges,
+        );
+        for item_pairs in pairs.chunk_by(|a, b| a.item == b.item) {
+            let gapped: Vec<&Pair> = item_pairs
+                .iter()
+                .filter(|p| (p.s - p.h).abs() > q.review_gap)
+                .collect();
+            let Some(first) = gapped.first() else {
+                continue;
+            };
+            let judges: BTreeSet<&str> = gapped.iter().map(|p| p.judge.as_str()).collect();
+            let gap = gapped.iter().map(|p| (p.s - p.h).abs()).fold(0.0, f64::max);
+            let request = ReviewRequest {
+                project_id: project,
+                item_id: Some(&first.item),
+                session_id: &first.session,
+                reason: "judge_human_gap",
+                judges: judges.into_iter().collect(),
+                gap: Some(gap),
+                agreement: None,
+                last_event_at: at.to_string(),
+            };
+            out.push(request.output());
+        }
+    }
+}
+
+/// The `jury.judge-quality` record of `judge` in `project`: its agreement over its window.
+/// Also how the interactive queries' view is seeded from restored state.
+pub fn judge_record(project: &str, judge: &str, window: &JudgeWindow, size: usize) -> Output {
+    let record = JudgeQualityRecord {
+        project_id: project,
+        judge,
+        agreement: window.agreement(),
+        kappa_change: window.kappa_change(size),
+        last_event_at: window.last_event_at.map(|t| t.to_string()),
+    };
+    Output::json(
+        OutputTopic::JudgeQuality,
+        Some(format!("{project}/{judge}")),
+        &record,
+    )
+}
+
+/// The alerts of a judge's findings that just became true (`fresh`: disagreement, drift).
+fn judge_alerts(
+    project: &str,
+    pair: &Pair,
+    a: &Agreement,
+    kappa_change: Option<f64>,
+    fresh: (bool, bool),
+    q: &crate::config::JudgeQuality,
+) -> Vec<BiasAlert> {
+    let judge = &pair.judge;
+    let alert = |kind, value: f64, threshold, detail| BiasAlert {
+        project_id: project.to_owned(),
+        session_id: pair.session.clone(),
+        scope: "project",
+        kind,
+        subject: Some(judge.clone()),
+        value,
+        threshold,
+        p_value: None,
+        sample_size: a.pairs as u64,
+        risk: risk_level(1),
+        detail,
+    };
+    let mut alerts = Vec::new();
+    if fresh.0
+        && let Some(kappa) = a.kappa
+    {
+        alerts.push(alert(
+            "judge_human_disagreement",
+            kappa,
+            q.min_kappa,
+            format!(
+                "{judge} agrees with the humans at kappa {kappa:.3} over its last {} pairs",
+                a.pairs
+            ),
+        ));
+    }
+    if fresh.1
+        && let Some(change) = kappa_change
+    {
+        alerts.push(alert(
+            "judge_drift",
+            change,
+            -q.max_kappa_drop,
+            format!(
+                "{judge}'s kappa with the humans moved by {change:.3} over its last {} pairs",
+                q.window
+            ),
+        ));
+    }
+    alerts
+}
+
+/// `jury.judge-quality`: a judge's agreement with the humans (key `<project_id>/<judge>`).
+#[derive(Debug, Serialize)]
+struct JudgeQualityRecord<'a> {
+    project_id: &'a str,
+    judge: &'a str,
+    #[serde(flatten)]
+    agreement: Agreement,
+    /// How far its kappa moved since `judge_quality.window` pairs earlier.
+    kappa_change: Option<f64>,
+    last_event_at: Option<String>,
+}
+
+/// `jury.review-requests`: an item or a session a human should look at (key `project_id`).
+#[derive(Debug, Serialize)]
+struct ReviewRequest<'a> {
+    project_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    item_id: Option<&'a str>,
+    session_id: &'a str,
+    reason: &'static str,
+    judges: Vec<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gap: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agreement: Option<f64>,
+    last_event_at: String,
+}
+
+impl ReviewRequest<'_> {
+    fn output(&self) -> Output {
+        Output::json(
+            OutputTopic::ReviewRequests,
+            Some(self.project_id.to_owned()),
+            self,
+        )
+    }
+}
