@@ -28,6 +28,15 @@ fn ballot(i: usize, session: usize, judge: usize, secs: i64) -> String {
     )
 }
 
+/// A vote batch on item `item` ("A" or "B", the candidates of [`ballot`]) of project `p/{project}`.
+fn item_vote(i: usize, project: usize, item: &str, secs: i64) -> String {
+    format!(
+        r#"{{"event_id": "iv{i}", "project_id": "p/{project}", "item_id": "{item}", "occurred_at": {}, "votes": [{{"voter_id": "u", "value": 0.{}}}, {{"voter_id": "w", "value": 1}}]}}"#,
+        1_795_168_800_000 + secs * 1000,
+        (i * 3) % 10
+    )
+}
+
 /// Run ids for the renderers of [`run`]: each call is a start of the runtime.
 static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -58,11 +67,20 @@ fn run(
     let run_id = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let chunk_bytes = CHUNK_BYTES.get();
     let (mut renderer, mut flushed) = (Renderer::new(run_id, chunk_bytes), Records::default());
+    // A judge-scores unit also observes the votes of its log (judge quality): they are applied
+    // to a votes state first, as the runtime's votes unit does.
+    let mut votes = PartitionState::default();
     for (i, p) in payloads.iter().enumerate() {
         let offset = (first_offset + i) as i64;
+        let observed = unit.topic == InputTopic::JudgeScores && p.contains("\"votes\"");
+        let (topic, input) = if observed {
+            ("jury.votes", InputTopic::Votes)
+        } else {
+            (topic, unit.topic)
+        };
         let r = Record {
             topic,
-            input: Some(unit.topic),
+            input: Some(input),
             partition: Some(unit.partition),
             offset: Some(offset),
             position: Some(offset),
@@ -73,7 +91,12 @@ fn run(
             payload: Some(p.as_bytes()),
         };
         out.clear();
-        engine.process(state, &mut reps, &r, &mut out);
+        if observed {
+            let outcome = engine.process(&mut votes, &mut reps, &r, &mut Vec::new());
+            engine.observe_votes(state, &reps, &r, outcome, &mut out);
+        } else {
+            engine.process(state, &mut reps, &r, &mut out);
+        }
         rendered.push(out.iter().map(|o| o.render().into_owned()).collect());
         if (i + 1) % flush == 0 || i + 1 == payloads.len() {
             let changes = state
@@ -106,12 +129,17 @@ fn run(
             // Without an offset, the state records alone.
             // With it, the same records (after the redo record), then the origins and the
             // offset.
+            // (No origins record while no record of the unit's own input was processed: a
+            // judge-scores unit that observed only votes.)
             let body = records(unit, state, &changes);
             let n = flush_records.len();
-            let redo = n - 2 - body.len();
+            let origins = usize::from(!state.origins.is_empty());
+            let redo = n - 1 - origins - body.len();
             assert!(redo == 0 || unit.topic == InputTopic::JudgeScores);
-            assert_eq!(flush_records[redo..n - 2], body[..]);
-            assert_eq!(flush_records[n - 2], origins_record(unit, state));
+            assert_eq!(flush_records[redo..n - 1 - origins], body[..]);
+            if origins == 1 {
+                assert_eq!(flush_records[n - 2], origins_record(unit, state));
+            }
             assert_eq!(flush_records.last(), Some(&offset_record(unit, offset)));
             log.extend(flush_records);
         }
@@ -643,8 +671,61 @@ fn judge_sessions_round_trip() {
     }
 }
 
+/// Ballots of two projects with votes on their candidates in between: the judge-quality state
+/// (items, waiting scores, judge windows, recent candidates) round-trips and pairs form alike.
+fn judged_with_votes(events: &[(usize, usize, i64, bool)]) -> Vec<String> {
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, &(s, j, t, is_vote))| {
+            if is_vote {
+                item_vote(i, s % 2, if j % 2 == 0 { "A" } else { "B" }, t)
+            } else {
+                ballot(i, s, j, t)
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn judge_quality_round_trips() {
+    let events: Vec<(usize, usize, i64, bool)> = (0..80)
+        .map(|i| (i / 3 % 6, i % 4, (i * 2) as i64, i % 3 == 1))
+        .collect();
+    let payloads = judged_with_votes(&events);
+    let (clean, out) = clean_run(&engine(5), JUDGES, &payloads, 4);
+    // The stream forms pairs, so the state the round trip compares holds judge windows.
+    assert!(
+        out.iter()
+            .flatten()
+            .any(|o| o.contains("\"mean_abs_diff\""))
+    );
+    assert!(
+        clean
+            .quality
+            .values()
+            .any(|q| !q.judges.is_empty() && !q.recent.is_empty())
+    );
+    for cut in [0, 7, 31, 50, 80] {
+        check_round_trip(JUDGES, &payloads, cut, 4);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Votes observed by the judge-scores unit count once however its flush is cut.
+    #[test]
+    fn any_cut_flush_with_votes_observes_each_vote_once(
+        events in prop::collection::vec((0usize..5, 0usize..4, 0i64..60, any::<bool>()), 1..60),
+        flush in 1usize..12,
+        cut_flushes in 0usize..6,
+        keep in 0usize..40,
+    ) {
+        let payloads = judged_with_votes(&events);
+        let cut = (cut_flushes * flush).min(payloads.len());
+        check_cut_flush(JUDGES, &payloads, 5, flush, cut, keep);
+    }
+
     #[test]
     fn any_cut_flush_restores_votes_exactly_once(
         projects in prop::collection::vec(0usize..3, 1..150),
@@ -820,6 +901,14 @@ fn every_kind_of_key_is_written_and_read_back() {
             r#"["j",3,"consensus","p","s/1"]"#,
         ),
         (Slot::Board("p", "", "m"), r#"["j",3,"board","p","","m"]"#),
+        (Slot::Item("p", "t/1"), r#"["j",3,"item","p","t/1"]"#),
+        (Slot::Waiting("p", "t"), r#"["j",3,"waiting","p","t"]"#),
+        (
+            Slot::Judge("p", "openai/j"),
+            r#"["j",3,"judge","p","openai/j"]"#,
+        ),
+        (Slot::Recent("p", 17), r#"["j",3,"recent","p","17"]"#),
+        (Slot::Forgotten("p"), r#"["j",3,"forgotten","p"]"#),
         (Slot::Book, r#"["j",3,"book"]"#),
         (Slot::Redo(2), r#"["j",3,"redo","2"]"#),
     ] {

@@ -409,3 +409,6 @@ impl ReviewRequest<'_> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests;
