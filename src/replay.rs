@@ -364,6 +364,8 @@ mod tests {
             event: u8,
             secs: u16,
             values: Vec<u8>,
+            /// 0: no `item_id`; 1, 2: the ballots' candidates "A", "B" (judge quality).
+            item: u8,
         },
         Ballot {
             project: u8,
@@ -381,8 +383,8 @@ mod tests {
     fn arb_event() -> impl proptest::strategy::Strategy<Value = Event> {
         use proptest::prelude::*;
         prop_oneof![
-            4 => (0..4u8, 0..40u8, 0..600u16, prop::collection::vec(0..2u8, 1..4))
-                .prop_map(|(project, event, secs, values)| Event::Votes { project, event, secs, values }),
+            4 => (0..4u8, 0..40u8, 0..600u16, prop::collection::vec(0..2u8, 1..4), 0..3u8)
+                .prop_map(|(project, event, secs, values, item)| Event::Votes { project, event, secs, values, item }),
             3 => (0..3u8, 0..3u8, 0..3u8, 0..600u16, 1..10u8, 1..10u8)
                 .prop_map(|(project, session, judge, secs, a, b)| Event::Ballot { project, session, judge, secs, a, b }),
             1 => (0..4u8).prop_map(|project| Event::Bad { project }),
@@ -408,7 +410,9 @@ mod tests {
                     event,
                     secs,
                     values,
+                    item,
                 } => {
+                    let item = ["", r#""item_id": "A", "#, r#""item_id": "B", "#][*item as usize];
                     let votes: Vec<String> = values
                         .iter()
                         .enumerate()
@@ -417,7 +421,7 @@ mod tests {
                     (
                         "jury.votes",
                         format!(
-                            r#"{{"event_id": "v{event}", "project_id": "p{project}", "occurred_at": "{}", "votes": [{}]}}"#,
+                            r#"{{"event_id": "v{event}", "project_id": "p{project}", {item}"occurred_at": "{}", "votes": [{}]}}"#,
                             t(*secs),
                             votes.join(", ")
                         ),

@@ -36,6 +36,63 @@ fn bundled_example_matches_its_golden_output() {
 }
 
 #[test]
+fn judge_quality_example_matches_its_golden_output() {
+    let out = Command::new(BIN)
+        .args([
+            "replay",
+            "--config",
+            "examples/judge-quality.toml",
+            "--input",
+            "examples/judge-quality.jsonl",
+        ])
+        .env_remove("JURYSTREAM_CONFIG")
+        .output()
+        .expect("run jurystream");
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let expected = std::fs::read_to_string("examples/judge-quality.expected.jsonl").unwrap();
+    assert_eq!(
+        stdout, expected,
+        "regenerate with: cargo run -- replay --config examples/judge-quality.toml --input \
+         examples/judge-quality.jsonl --output examples/judge-quality.expected.jsonl"
+    );
+    // What the example is there to show: the lenient judge is flagged against the humans, the
+    // agreeing one is not, and items it scored far from the humans go to review.
+    let records: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |topic: &'static str| records.iter().filter(move |r| r["topic"] == topic);
+    let last = |judge: &str| {
+        of("jury.judge-quality")
+            .filter(|r| r["value"]["judge"] == judge)
+            .last()
+            .map(|r| r["value"].clone())
+            .unwrap()
+    };
+    assert_eq!(
+        (
+            last("gpt-judge")["kappa"].as_f64(),
+            last("gpt-judge")["pairs"].as_u64()
+        ),
+        (Some(1.0), Some(8))
+    );
+    assert_eq!(last("lenient-judge")["kappa"].as_f64(), Some(0.0));
+    assert!(last("lenient-judge")["bias"].as_f64().unwrap() > 0.4);
+    let flagged: Vec<&serde_json::Value> = of("jury.bias-alerts")
+        .filter(|r| r["value"]["kind"] == "judge_human_disagreement")
+        .collect();
+    assert_eq!(flagged.len(), 1);
+    assert_eq!(flagged[0]["value"]["subject"], "lenient-judge");
+    assert_eq!(
+        of("jury.review-requests")
+            .filter(|r| r["value"]["reason"] == "judge_human_gap")
+            .count(),
+        4
+    );
+}
+
+#[test]
 fn golden_output_holds_the_contract_hand_check() {
     let (stdout, _) = replay_file("examples/demo.jsonl");
     let second: serde_json::Value = serde_json::from_str(stdout.lines().nth(1).unwrap()).unwrap();

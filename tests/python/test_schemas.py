@@ -48,6 +48,13 @@ def test_outputs_match_output_schemas():
     assert {o["topic"] for o in outputs} >= {"jury.scores", "jury.dead-letters", "jury.consensus", "jury.bias-alerts", "jury.leaderboard"}
 
 
+def test_judge_quality_outputs_match_output_schemas():
+    outputs = replay_lines(ROOT / "examples" / "judge-quality.expected.jsonl")
+    for out in outputs:
+        jsonschema.validate(out["value"], schema(out["topic"]))
+    assert {o["topic"] for o in outputs} >= {"jury.judge-quality", "jury.review-requests", "jury.bias-alerts"}
+
+
 def test_binary_output_equals_golden():
     out = subprocess.run(
         ["cargo", "run", "-q", "--", "replay", "--input", "examples/demo.jsonl"],
