@@ -46,6 +46,89 @@ fn main() {
     largest_session();
     dedupe_window();
     query_view();
+    judge_quality();
+}
+
+/// Judge quality in one project: items with votes (through the engine, as the judge-scores
+/// unit observes them), judge scores waiting for votes, pairs in judges' windows and recent
+/// candidates' scores (through the project's state, each kind on its own).
+fn judge_quality() {
+    use jurystream::engine::model::judge_quality::{Pair, ProjectQuality, QualityLimits};
+    const ITEMS: usize = 10_000;
+    let engine = Engine::new(Settings::default());
+    let mut reps = ReputationTable::default();
+    let mut state = PartitionState::default();
+    let mut out: Vec<Output> = Vec::new();
+    let before = LIVE.load(Ordering::Relaxed);
+    for i in 0..ITEMS {
+        let payload = format!(
+            r#"{{"event_id":"ev-{i:010}","project_id":"proj-1","item_id":"trace-{i:08}","occurred_at":{},"votes":[{{"voter_id":"u-1","value":0.75}}]}}"#,
+            1_795_168_800_000 + i as i64
+        );
+        let r = record("jury.votes", i, &payload);
+        let mut votes = PartitionState::default();
+        out.clear();
+        let outcome = engine.process(&mut votes, &mut reps, &r, &mut out);
+        engine.observe_votes(&mut state, &reps, &r, outcome, &mut out);
+    }
+    drop(out);
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    assert_eq!(state.quality["proj-1"].items.len(), ITEMS);
+    println!(
+        "judge_quality/item_memory: {ITEMS} items with votes hold {held} bytes = {} bytes per item",
+        held / ITEMS as isize
+    );
+    let limits = QualityLimits {
+        min_human_votes: 3,
+        max_pending_items: ITEMS,
+        window: ITEMS,
+        max_judges: 100,
+    };
+    let mut q = ProjectQuality::default();
+    let before = LIVE.load(Ordering::Relaxed);
+    for i in 0..ITEMS {
+        let item = format!("trace-{i:08}");
+        q.completed("sess-00001", &[(item.as_str(), "judge-a", 0.5)], &limits);
+    }
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    assert_eq!(q.waiting.len(), ITEMS);
+    println!(
+        "judge_quality/waiting_memory: {ITEMS} items with a judge score waiting hold {held} bytes = {} bytes per item",
+        held / ITEMS as isize
+    );
+    let mut q = ProjectQuality::default();
+    let at = jurystream::engine::contract::time::EventTime::from_epoch_millis(1_795_168_800_000)
+        .expect("a valid time");
+    let pair = |i: usize| Pair {
+        judge: "judge-a".into(),
+        item: format!("trace-{i:08}"),
+        session: "sess-00001".into(),
+        s: 0.25,
+        h: (i % 4) as f64 / 4.0,
+    };
+    // A window needs a first pair to exist; what grows with pairs is measured past it.
+    q.add(&pair(0), at, &limits, &mut Vec::new());
+    const PAIRS: usize = 500;
+    let limits = QualityLimits { window: PAIRS, ..limits };
+    let before = LIVE.load(Ordering::Relaxed);
+    for i in 1..=PAIRS {
+        q.add(&pair(i), at, &limits, &mut Vec::new());
+    }
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    println!(
+        "judge_quality/pair_memory: a window of {PAIRS} pairs holds {held} bytes = {} bytes per pair",
+        held / PAIRS as isize
+    );
+    let before = LIVE.load(Ordering::Relaxed);
+    let candidates = (0..PAIRS)
+        .map(|_| (0..3).map(|j| (format!("judge-{j}"), 0.5)).collect())
+        .collect();
+    q.remember(candidates, PAIRS);
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    println!(
+        "judge_quality/recent_memory: {PAIRS} recent candidates of 3 judges hold {held} bytes = {} bytes per candidate",
+        held / PAIRS as isize
+    );
 }
 
 /// The interactive queries' view of 100,000 projects, each with the score its one vote batch

@@ -11,7 +11,8 @@
 //!     to be worth it, a one-pass reader of valid vote batches), and the rejections;
 //!   - `engine::model`: the formulas (score, dedupe, session, consensus, bias, stats,
 //!     leaderboard, Bradley-Terry, judge quality);
-//!   - `engine::votes`, `engine::judging`: the two pipelines;
+//!   - `engine::votes`, `engine::judging`: the two pipelines; `engine::quality` joins them
+//!     (judge scores with the humans' votes on the same items);
 //!   - `engine::routing`: a record's project, read for the stage that repartitions by it;
 //!   - `engine::state`, `engine::journal`, `engine::origins`, `engine::ids`: per-partition
 //!     state, what changed in it, which input records it holds, and the maps and keys of ids;

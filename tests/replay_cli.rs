@@ -65,8 +65,7 @@ fn judge_quality_example_matches_its_golden_output() {
     let of = |topic: &'static str| records.iter().filter(move |r| r["topic"] == topic);
     let last = |judge: &str| {
         of("jury.judge-quality")
-            .filter(|r| r["value"]["judge"] == judge)
-            .last()
+            .rfind(|r| r["value"]["judge"] == judge)
             .map(|r| r["value"].clone())
             .unwrap()
     };

@@ -326,9 +326,29 @@ impl Core {
                 .collect()
         };
         self.metrics.project_score.reset();
+        self.metrics.judge_kappa.reset();
         for (p, _, s) in shown {
             self.metrics.project_score.with_label_values(&[p]).set(s);
+            let quality = self.tasks.units.values().filter_map(|o| o.state.quality.get(p));
+            for (judge, kappa) in quality.flat_map(|q| q.kappas()) {
+                self.metrics
+                    .judge_kappa
+                    .with_label_values(&[p, judge])
+                    .set(kappa);
+            }
         }
+        let (mut votes, mut waiting, mut forgotten) = (0, 0, 0);
+        for q in self.tasks.units.values().flat_map(|o| o.state.quality.values()) {
+            votes += q.items.len();
+            waiting += q.waiting.len();
+            forgotten += q.forgotten;
+        }
+        let items = &self.metrics.judge_items;
+        items.with_label_values(&["votes"]).set(votes as i64);
+        items.with_label_values(&["waiting"]).set(waiting as i64);
+        self.metrics
+            .judge_items_forgotten
+            .set(i64::try_from(forgotten).unwrap_or(i64::MAX));
     }
 }
 

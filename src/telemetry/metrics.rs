@@ -51,6 +51,12 @@ pub struct Metrics {
     pub alerts: IntCounterVec,
     pub reputations: IntGauge,
     pub project_score: GaugeVec,
+    /// Each judge's kappa with the humans, in the projects `jurystream_project_score` shows.
+    pub judge_kappa: GaugeVec,
+    /// Judge-quality items held: with votes, and with judge scores waiting for votes.
+    pub judge_items: IntGaugeVec,
+    /// Judge-quality items (or waiting scores) forgotten to stay within their bounds.
+    pub judge_items_forgotten: IntGauge,
     pub ready: IntGauge,
     pub up: Gauge,
 }
@@ -139,6 +145,28 @@ impl Metrics {
         )
         .expect("valid metric definition");
         r.register(Box::new(project_score.clone()))
+            .expect("unique metric name");
+        let judge_kappa = GaugeVec::new(
+            Opts::new(
+                "jurystream_judge_kappa",
+                "Each judge's Cohen's kappa with the humans over its window, in the projects \
+                 jurystream_project_score shows",
+            ),
+            &["project", "judge"],
+        )
+        .expect("valid metric definition");
+        r.register(Box::new(judge_kappa.clone()))
+            .expect("unique metric name");
+        let judge_items = IntGaugeVec::new(
+            Opts::new(
+                "jurystream_judge_items",
+                "Judge-quality items held in owned partitions: with votes (votes) and with \
+                 judge scores waiting for votes (waiting)",
+            ),
+            &["kind"],
+        )
+        .expect("valid metric definition");
+        r.register(Box::new(judge_items.clone()))
             .expect("unique metric name");
         let up = Gauge::new("jurystream_up", "1 while the service runs")
             .expect("valid metric definition");
@@ -275,6 +303,14 @@ impl Metrics {
                 "Entries in the reputation table",
             ),
             project_score,
+            judge_kappa,
+            judge_items,
+            judge_items_forgotten: gauge(
+                &r,
+                "jurystream_judge_items_forgotten",
+                "Judge-quality items (or an item's waiting scores) forgotten so far to stay within \
+                 judge_quality.max_pending_items and max_judges, over the owned partitions' projects",
+            ),
             ready: gauge(
                 &r,
                 "jurystream_ready",

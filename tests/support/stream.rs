@@ -88,9 +88,11 @@ pub fn generate(prefix: &str, shape: &Shape) -> Vec<Rec> {
                 5 => format!(
                     r#"{{"event_id": "v-{i}", "project_id": "{project}", "votes": [{{"voter_id": "u-5", "value": 0.6}}, {{"voter_id": "u-3", "verdict": "pass"}}]}}"#
                 ),
+                // Votes on the sessions' candidates, so judge scores pair with them.
                 _ => format!(
-                    r#"{{"event_id": "v-{i}", "project_id": "{project}", "occurred_at": "{}", "item_id": "item-{i}", "votes": [{{"voter_id": "u-{}", "verdict": "{}"}}, {{"voter_id": "u-{}", "value": 0.{}}}]}}"#,
+                    r#"{{"event_id": "v-{i}", "project_id": "{project}", "occurred_at": "{}", "item_id": "{}", "votes": [{{"voter_id": "u-{}", "verdict": "{}"}}, {{"voter_id": "u-{}", "value": 0.{}}}]}}"#,
                     rfc3339(T0_MS + secs * 1000),
+                    ["A", "B", "C"][b % 3],
                     i % 10,
                     if i.is_multiple_of(3) { "flag" } else { "pass" },
                     (i + 3) % 10,
