@@ -109,7 +109,10 @@ fn judge_quality() {
     // A window needs a first pair to exist; what grows with pairs is measured past it.
     q.add(&pair(0), at, &limits, &mut Vec::new());
     const PAIRS: usize = 500;
-    let limits = QualityLimits { window: PAIRS, ..limits };
+    let limits = QualityLimits {
+        window: PAIRS,
+        ..limits
+    };
     let before = LIVE.load(Ordering::Relaxed);
     for i in 1..=PAIRS {
         q.add(&pair(i), at, &limits, &mut Vec::new());

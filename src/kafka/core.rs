@@ -329,7 +329,11 @@ impl Core {
         self.metrics.judge_kappa.reset();
         for (p, _, s) in shown {
             self.metrics.project_score.with_label_values(&[p]).set(s);
-            let quality = self.tasks.units.values().filter_map(|o| o.state.quality.get(p));
+            let quality = self
+                .tasks
+                .units
+                .values()
+                .filter_map(|o| o.state.quality.get(p));
             for (judge, kappa) in quality.flat_map(|q| q.kappas()) {
                 self.metrics
                     .judge_kappa
@@ -338,7 +342,12 @@ impl Core {
             }
         }
         let (mut votes, mut waiting, mut forgotten) = (0, 0, 0);
-        for q in self.tasks.units.values().flat_map(|o| o.state.quality.values()) {
+        for q in self
+            .tasks
+            .units
+            .values()
+            .flat_map(|o| o.state.quality.values())
+        {
             votes += q.items.len();
             waiting += q.waiting.len();
             forgotten += q.forgotten;

@@ -87,10 +87,14 @@ impl Tasks {
         topics: &TopicTable,
         metrics: &Metrics,
     ) -> Result<Vec<(InputTopic, i32)>, ServiceError> {
-        let wanted: Vec<(InputTopic, i32)> = std::mem::take(&mut self.assigned)
+        let mut wanted: Vec<(InputTopic, i32)> = std::mem::take(&mut self.assigned)
             .into_iter()
             .filter(|key| !self.units.contains_key(key))
             .collect();
+        // A unit assigned and also wanted by a record (or both units of a partition wanted by
+        // a vote record) is restored once.
+        wanted.sort();
+        wanted.dedup();
         if wanted.is_empty() {
             return Ok(wanted);
         }
