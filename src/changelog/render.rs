@@ -129,6 +129,13 @@ impl Records {
         });
     }
 
+    /// Appends a judge-quality value with its place (see [`Placed`]), or a tombstone.
+    fn push_placed(&mut self, unit: Unit, slot: Slot<'_>, value: Option<(u64, &impl Serialize)>) {
+        self.push(unit, slot, |b| {
+            value.is_some_and(|(seq, value)| push_json(b, &Placed { seq, value }))
+        });
+    }
+
     /// Appends the record for one slot, its value read from the current state (`change` is the
     /// slot's last change: a completed-window entry's sequence number is not kept in the state).
     fn push_slot(&mut self, unit: Unit, state: &PartitionState, slot: Slot<'_>, change: &Change) {
@@ -216,24 +223,15 @@ impl Records {
             }
             Slot::Item(project, item) => {
                 let q = state.quality.get(project);
-                let value = q.and_then(|q| q.items.get_with_seq(item));
-                self.push(unit, slot, |b| {
-                    value.is_some_and(|(seq, value)| push_json(b, &Placed { seq, value }))
-                });
+                self.push_placed(unit, slot, q.and_then(|q| q.items.get_with_seq(item)));
             }
             Slot::Waiting(project, item) => {
                 let q = state.quality.get(project);
-                let value = q.and_then(|q| q.waiting.get_with_seq(item));
-                self.push(unit, slot, |b| {
-                    value.is_some_and(|(seq, value)| push_json(b, &Placed { seq, value }))
-                });
+                self.push_placed(unit, slot, q.and_then(|q| q.waiting.get_with_seq(item)));
             }
             Slot::Judge(project, judge) => {
                 let q = state.quality.get(project);
-                let value = q.and_then(|q| q.judges.get_with_seq(judge));
-                self.push(unit, slot, |b| {
-                    value.is_some_and(|(seq, value)| push_json(b, &Placed { seq, value }))
-                });
+                self.push_placed(unit, slot, q.and_then(|q| q.judges.get_with_seq(judge)));
             }
             Slot::Recent(project, seq) => {
                 let q = state.quality.get(project);

@@ -19,7 +19,7 @@ use super::journal::Change;
 use super::model::bias::{BiasAlert, risk_level};
 use super::model::consensus::Analysis;
 use super::model::judge_quality::{
-    Agreement, Basis, CandidateScores, JudgeWindow, Observed, Pair, QualityLimits,
+    Agreement, Basis, CandidateScores, JudgeWindow, Observed, Pair, ProjectQuality, QualityLimits,
 };
 use super::output::{Output, OutputTopic};
 use super::reputation::ReputationTable;
@@ -86,11 +86,15 @@ impl Engine {
             .collect();
         let project = batch.project_id;
         let limits = self.quality_limits();
-        let observed = state
-            .quality
-            .entry(project.to_owned())
-            .or_default()
-            .votes(item, &votes, &limits);
+        if !state.quality.contains_key(project) {
+            state
+                .quality
+                .insert(project.to_owned(), ProjectQuality::default());
+        }
+        let Some(quality) = state.quality.get_mut(project) else {
+            return;
+        };
+        let observed = quality.votes(item, &votes, &limits);
         self.add_pairs(state, project, observed, at, out);
     }
 

@@ -67,6 +67,36 @@ pub fn routes(queries: Queries) -> Router {
         .with_state(Arc::new(queries))
 }
 
+/// A project's snapshot here, if any, with its partition and whether that is still restoring;
+/// or the answer to give instead: `400` for a malformed id, another instance's answer, `404` for
+/// a project this instance does not hold.
+type Held<'q> = (
+    i32,
+    Owned,
+    Option<dashmap::mapref::one::Ref<'q, String, ProjectView>>,
+);
+
+impl Queries {
+    async fn held(
+        &self,
+        project_id: &str,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Result<Held<'_>, Response> {
+        self.check_id("project_id", project_id)
+            .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
+        let (partition, owned) = match self.locate(project_id, uri, headers).await {
+            Located::Here(partition, owned) => (partition, owned),
+            Located::Away(response) => return Err(response),
+        };
+        let view = self.view.projects.get(project_id);
+        if view.is_none() && !owned.restoring {
+            return Err(unknown(project_id));
+        }
+        Ok((partition, owned, view))
+    }
+}
+
 /// An error answer: its status and `{"error": message}`.
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     #[derive(Serialize)]
@@ -226,18 +256,11 @@ async fn project(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = q.check_id("project_id", &project_id) {
-        return error(StatusCode::BAD_REQUEST, e);
-    }
-    let (partition, owned) = match q.locate(&project_id, &uri, &headers).await {
-        Located::Here(partition, owned) => (partition, owned),
-        Located::Away(response) => return response,
+    let (partition, owned, view) = match q.held(&project_id, &uri, &headers).await {
+        Ok(held) => held,
+        Err(response) => return response,
     };
-    let view = q.view.projects.get(&project_id);
     let p: Option<&ProjectView> = view.as_deref();
-    if p.is_none() && !owned.restoring {
-        return unknown(&project_id);
-    }
     let answer = ProjectAnswer {
         project_id: &project_id,
         partition,
@@ -334,19 +357,12 @@ async fn judges(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = q.check_id("project_id", &project_id) {
-        return error(StatusCode::BAD_REQUEST, e);
-    }
-    let owned = match q.locate(&project_id, &uri, &headers).await {
-        Located::Here(_, owned) => owned,
-        Located::Away(response) => return response,
+    let (_, owned, view) = match q.held(&project_id, &uri, &headers).await {
+        Ok(held) => held,
+        Err(response) => return response,
     };
-    let view = q.view.projects.get(&project_id);
-    let p: Option<&ProjectView> = view.as_deref();
-    if p.is_none() && !owned.restoring {
-        return unknown(&project_id);
-    }
-    let judges = p
+    let judges = view
+        .as_deref()
         .map(|p| {
             p.judges
                 .values()

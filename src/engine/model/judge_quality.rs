@@ -195,7 +195,13 @@ impl<V: Default> Bounded<V> {
     /// The value of `key`, created if new; a new key forgets the oldest beyond `max`, whose
     /// keys are appended to `forgotten`.
     fn entry(&mut self, key: &str, max: usize, forgotten: &mut Vec<String>) -> &mut V {
-        if !self.values.contains_key(key) {
+        // Found without allocating the key (the common case: an item voted on again). Looked
+        // up twice because the borrow checker cannot yet return the first lookup's borrow.
+        if self.values.contains_key(key) {
+            let (_, value) = self.values.get_mut(key).expect("just found");
+            return value;
+        }
+        {
             while self.values.len() >= max.max(1) {
                 let Some((_, oldest)) = self.order.pop_first() else {
                     break;
