@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::stats;
 use crate::engine::contract::time::EventTime;
+use crate::engine::ids::IdMap;
 
 /// How a judge agrees with the humans over a window of pairs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -177,7 +178,7 @@ pub struct Pair {
 /// value carries its place in that order, so a restore puts it back where it was.
 #[derive(Debug, Clone, Default)]
 pub struct Bounded<V> {
-    values: BTreeMap<String, (u64, V)>,
+    values: IdMap<String, (u64, V)>,
     order: BTreeMap<u64, String>,
     next: u64,
 }
@@ -195,13 +196,7 @@ impl<V: Default> Bounded<V> {
     /// The value of `key`, created if new; a new key forgets the oldest beyond `max`, whose
     /// keys are appended to `forgotten`.
     fn entry(&mut self, key: &str, max: usize, forgotten: &mut Vec<String>) -> &mut V {
-        // Found without allocating the key (the common case: an item voted on again). Looked
-        // up twice because the borrow checker cannot yet return the first lookup's borrow.
-        if self.values.contains_key(key) {
-            let (_, value) = self.values.get_mut(key).expect("just found");
-            return value;
-        }
-        {
+        if !self.values.contains_key(key) {
             while self.values.len() >= max.max(1) {
                 let Some((_, oldest)) = self.order.pop_first() else {
                     break;
@@ -214,10 +209,12 @@ impl<V: Default> Bounded<V> {
                 .insert(key.to_owned(), (self.next, V::default()));
             self.next += 1;
         }
+        // Found without allocating the key (the common case: an item voted on again); the
+        // borrow checker cannot yet return a borrow from a conditional first lookup.
         let (_, value) = self
             .values
-            .entry(key.to_owned())
-            .or_insert_with(|| (0, V::default()));
+            .get_mut(key)
+            .expect("present: found or inserted above");
         value
     }
 }
@@ -254,9 +251,11 @@ impl<V> Bounded<V> {
         self.values.is_empty()
     }
 
-    /// The values by key.
+    /// The values by key, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
-        self.values.iter().map(|(k, (_, v))| (k.as_str(), v))
+        self.order
+            .values()
+            .filter_map(|k| Some((k.as_str(), self.get(k)?)))
     }
 }
 
