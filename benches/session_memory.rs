@@ -55,7 +55,10 @@ fn main() {
 fn judge_quality() {
     use jurystream::engine::model::judge_quality::{Pair, ProjectQuality, QualityLimits};
     const ITEMS: usize = 10_000;
-    let engine = Engine::new(Settings::default());
+    let engine = Engine::new(Settings {
+        pairs_judges: true,
+        ..Settings::default()
+    });
     let mut reps = ReputationTable::default();
     let mut state = PartitionState::default();
     let mut out: Vec<Output> = Vec::new();

@@ -523,7 +523,9 @@ impl Default for Leaderboard {
 /// Judge quality: each judge's agreement with the humans over (judge score, humans' score)
 /// pairs of the same item, and the alerts and review requests it raises. It needs a project's
 /// votes and judge scores in one state, so it works with `input.partitioning = "repartition"`
-/// (the default) and is off with `by_key`.
+/// (the default) and is off with `by_key`. Off by default: it keeps every voted item's votes in
+/// state and in the changelog, which halved the service's throughput on a stream with a new
+/// item per vote (docs/performance.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JudgeQuality {
@@ -553,7 +555,7 @@ pub struct JudgeQuality {
 impl Default for JudgeQuality {
     fn default() -> Self {
         JudgeQuality {
-            enabled: true,
+            enabled: false,
             min_human_votes: 3,
             max_pending_items: 10_000,
             window: 500,

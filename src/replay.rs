@@ -214,7 +214,11 @@ mod tests {
 
     fn run(input: &str) -> (Summary, String) {
         let mut out = Vec::new();
-        let (engine, topics) = (Engine::new(Settings::default()), TopicTable::default());
+        let settings = Settings {
+            pairs_judges: true,
+            ..Settings::default()
+        };
+        let (engine, topics) = (Engine::new(settings), TopicTable::default());
         let summary = replay(&engine, &topics, input.as_bytes(), &mut out).unwrap();
         (summary, String::from_utf8(out).unwrap())
     }

@@ -145,7 +145,9 @@ fn replayed_together(config: &std::path::Path, files: &[String]) -> Published {
     let mut all = Published {
         scores: BTreeMap::new(),
         leaderboard: BTreeMap::new(),
+        judge_quality: BTreeMap::new(),
         consensus: Default::default(),
+        review_requests: Default::default(),
         alerts: Default::default(),
         dead_letters: Default::default(),
     };
@@ -153,7 +155,9 @@ fn replayed_together(config: &std::path::Path, files: &[String]) -> Published {
         let p = replayed_lines(config, file);
         all.scores.extend(p.scores);
         all.leaderboard.extend(p.leaderboard);
+        all.judge_quality.extend(p.judge_quality);
         all.consensus.extend(p.consensus);
+        all.review_requests.extend(p.review_requests);
         all.alerts.extend(p.alerts);
         all.dead_letters.extend(p.dead_letters);
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use support::published::{Published, assert_same, published, replayed};
 use support::stream::{self, Shape};
-use support::{Broker, Proxy, Rec, Service, Setup, free_port, produce, setup, write_config};
+use support::{Broker, Proxy, Rec, Service, Setup, free_port, produce, setup, write_test_config};
 
 fn sample_shape() -> Shape {
     Shape {
@@ -180,7 +180,7 @@ fn a_second_instance_takes_partitions_over_mid_stream_and_hands_them_back_with_n
     let start = |name: &str| {
         let d = dir.path().join(name);
         std::fs::create_dir_all(&d).unwrap();
-        let config = write_config(&d, prefix, &broker.bootstrap, free_port(), extra);
+        let config = write_test_config(&d, prefix, &broker.bootstrap, free_port(), extra);
         Service::start_ready(&config, d.join("service.log"))
     };
     let first = start("first");
@@ -443,7 +443,7 @@ fn a_quiet_input_is_committed_before_the_epoch_is_over() {
 fn a_missing_topic_is_a_clear_error_when_creation_is_off() {
     let broker = Broker::shared();
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), "missing", &broker.bootstrap, free_port(), "");
+    let config = write_test_config(dir.path(), "missing", &broker.bootstrap, free_port(), "");
     let text = std::fs::read_to_string(&config)
         .unwrap()
         .replace("[kafka]\n", "[kafka]\ncreate_topics = false\n");

@@ -200,6 +200,7 @@ fn engine(dedupe_window: usize) -> Engine {
     config.sessions.completed_window = 3;
     config.sessions.max_open_per_project = 2;
     config.sessions.timeout_secs = 20;
+    config.judge_quality.enabled = true;
     Engine::new(Settings::of(&config))
 }
 

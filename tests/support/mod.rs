@@ -252,6 +252,8 @@ pub fn topics(prefix: &str) -> BTreeMap<&'static str, String> {
         ("bias_alerts", "bias-alerts"),
         ("leaderboard", "leaderboard"),
         ("dead_letters", "dead-letters"),
+        ("judge_quality", "judge-quality"),
+        ("review_requests", "review-requests"),
         ("state", "state"),
     ]
     .into_iter()
@@ -280,6 +282,19 @@ pub fn write_config(
     path
 }
 
+/// [`write_config`] with judge quality on, as the Kafka tests run: every one of them compares
+/// its judge-quality records with replay's too.
+pub fn write_test_config(
+    dir: &Path,
+    prefix: &str,
+    bootstrap: &str,
+    http_port: u16,
+    extra: &str,
+) -> PathBuf {
+    let extra = format!("[judge_quality]\nenabled = true\n\n{extra}");
+    write_config(dir, prefix, bootstrap, http_port, &extra)
+}
+
 /// A test's inputs: its directory, its service configuration and the generated stream, whose
 /// topics exist.
 pub struct Setup {
@@ -298,7 +313,7 @@ pub fn setup(
     extra: &str,
 ) -> Setup {
     let dir = tempfile::tempdir().expect("dir");
-    let config = write_config(dir.path(), prefix, bootstrap, http_port, extra);
+    let config = write_test_config(dir.path(), prefix, bootstrap, http_port, extra);
     create_topics(bootstrap, prefix, shape.partitions);
     let records = stream::generate(prefix, shape);
     Setup {
@@ -319,7 +334,7 @@ pub fn start_instance(
 ) -> Service {
     let d = dir.join(name);
     std::fs::create_dir_all(&d).expect("dir");
-    let config = write_config(&d, prefix, bootstrap, free_port(), "");
+    let config = write_test_config(&d, prefix, bootstrap, free_port(), "");
     let service = Service::start_with(&config, d.join("service.log"), env);
     assert!(
         service.wait_ready(Duration::from_secs(60)),

@@ -19,7 +19,9 @@ pub type KeyValue = (Option<String>, Option<String>);
 pub struct Published {
     pub scores: BTreeMap<String, String>,
     pub leaderboard: BTreeMap<String, String>,
+    pub judge_quality: BTreeMap<String, String>,
     pub consensus: BTreeSet<String>,
+    pub review_requests: BTreeSet<String>,
     pub alerts: BTreeSet<String>,
     pub dead_letters: BTreeSet<String>,
 }
@@ -73,7 +75,9 @@ pub fn replayed_lines(config_path: &std::path::Path, lines: &str) -> Published {
     Published {
         scores: table(&get(".scores")),
         leaderboard: table(&get(".leaderboard")),
+        judge_quality: table(&get(".judge-quality")),
         consensus: set(&get(".consensus")),
+        review_requests: set(&get(".review-requests")),
         alerts: set(&get(".bias-alerts")),
         dead_letters: set(&get(".dead-letters")),
     }
@@ -103,7 +107,9 @@ pub fn published(bootstrap: &str, prefix: &str, expect: &Published) -> Published
     Published {
         scores: table(&read("scores", expect.scores.len())),
         leaderboard: table(&read("leaderboard", expect.leaderboard.len())),
+        judge_quality: table(&read("judge_quality", expect.judge_quality.len())),
         consensus: set(&read("consensus", expect.consensus.len())),
+        review_requests: set(&read("review_requests", expect.review_requests.len())),
         alerts: set(&read("bias_alerts", expect.alerts.len())),
         dead_letters: set(&read("dead_letters", expect.dead_letters.len())),
     }
@@ -128,12 +134,22 @@ pub fn assert_same(actual: &Published, expect: &Published) {
     for (name, a, e) in [
         ("jury.scores", &actual.scores, &expect.scores),
         ("jury.leaderboard", &actual.leaderboard, &expect.leaderboard),
+        (
+            "jury.judge-quality",
+            &actual.judge_quality,
+            &expect.judge_quality,
+        ),
     ] {
         assert!(a == e, "final {name} table differs:\n{}", table_diff(a, e));
     }
     for (name, a, e) in [
         ("jury.consensus", &actual.consensus, &expect.consensus),
         ("jury.bias-alerts", &actual.alerts, &expect.alerts),
+        (
+            "jury.review-requests",
+            &actual.review_requests,
+            &expect.review_requests,
+        ),
         (
             "jury.dead-letters",
             &actual.dead_letters,

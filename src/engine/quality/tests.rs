@@ -92,13 +92,20 @@ impl Run {
     }
 }
 
+/// The default configuration with judge quality on.
+fn on() -> Config {
+    let mut config = Config::default();
+    config.judge_quality.enabled = true;
+    config
+}
+
 fn close(v: &Value, x: f64) -> bool {
     v.as_f64().is_some_and(|v| (v - x).abs() < 1e-9)
 }
 
 #[test]
 fn a_pair_forms_when_the_item_has_enough_votes_and_publishes_its_judge() {
-    let mut run = Run::new(&Config::default());
+    let mut run = Run::new(&on());
     // Two votes on A: not enough (min_human_votes = 3); the session's scores wait.
     run.votes("A", &[(1.0, 2.0), (0.0, 1.0)]);
     run.session("s1", &[("j1", &[("A", 8.0), ("B", 2.0)])]);
@@ -132,7 +139,7 @@ fn a_pair_forms_when_the_item_has_enough_votes_and_publishes_its_judge() {
 
 #[test]
 fn a_judge_far_from_the_humans_asks_for_a_review_once_per_item() {
-    let mut run = Run::new(&Config::default());
+    let mut run = Run::new(&on());
     run.votes("A", &[(0.0, 1.0), (0.0, 1.0), (0.0, 1.0)]);
     // j1 says 10 (s = 1, gap 1), j2 says 4 (gap 0.4, within review_gap 0.5).
     run.session(
@@ -160,7 +167,7 @@ fn a_judge_far_from_the_humans_asks_for_a_review_once_per_item() {
 
 #[test]
 fn a_session_with_low_agreement_asks_for_a_review() {
-    let mut run = Run::new(&Config::default());
+    let mut run = Run::new(&on());
     // Scores 0 and 10 of one candidate: variance 0.25, agreement 1 - min(0.25 / 0.0625, 1) = 0.
     run.session("s1", &[("j1", &[("A", 0.0)]), ("j2", &[("A", 10.0)])]);
     let requests = run.published(OutputTopic::ReviewRequests);
@@ -177,7 +184,7 @@ fn a_session_with_low_agreement_asks_for_a_review() {
 
 #[test]
 fn a_judge_that_inverts_the_humans_alerts_once_and_rearms() {
-    let mut config = Config::default();
+    let mut config = on();
     config.judge_quality.min_pairs = 4;
     config.judge_quality.min_human_votes = 1;
     let mut run = Run::new(&config);
@@ -240,7 +247,7 @@ fn a_judge_that_inverts_the_humans_alerts_once_and_rearms() {
 
 #[test]
 fn identical_judges_are_one_effective_judge_and_independent_ones_count() {
-    let mut config = Config::default();
+    let mut config = on();
     config.judge_quality.min_shared = 4;
     let mut run = Run::new(&config);
     let consensus = |run: &Run| {
@@ -280,7 +287,7 @@ fn identical_judges_are_one_effective_judge_and_independent_ones_count() {
 
 #[test]
 fn learned_weights_follow_each_judges_kappa() {
-    let mut config = Config::default();
+    let mut config = on();
     config.judge_quality.min_human_votes = 1;
     config.sessions.judge_weighting = Weighting::Learned;
     let mut run = Run::new(&config);
@@ -312,7 +319,7 @@ fn learned_weights_follow_each_judges_kappa() {
 
 #[test]
 fn by_key_observes_no_votes() {
-    let mut config = Config::default();
+    let mut config = on();
     config.input.partitioning = Partitioning::ByKey;
     let mut run = Run::new(&config);
     assert!(!run.engine.observes_votes());
@@ -342,7 +349,7 @@ fn by_key_observes_no_votes() {
 
 #[test]
 fn an_item_id_beyond_the_id_limit_is_not_kept() {
-    let mut config = Config::default();
+    let mut config = on();
     config.limits.max_id_bytes = 8;
     let mut run = Run::new(&config);
     run.votes("a-very-long-item", &[(1.0, 1.0)]);
