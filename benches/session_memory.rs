@@ -87,11 +87,18 @@ fn judge_quality() {
         window: ITEMS,
         max_judges: 100,
     };
+    let at = jurystream::engine::contract::time::EventTime::from_epoch_millis(1_795_168_800_000)
+        .expect("a valid time");
     let mut q = ProjectQuality::default();
     let before = LIVE.load(Ordering::Relaxed);
     for i in 0..ITEMS {
         let item = format!("trace-{i:08}");
-        q.completed("sess-00001", &[(item.as_str(), "judge-a", 0.5)], &limits);
+        q.completed(
+            "sess-00001",
+            &[(item.as_str(), "judge-a", 0.5)],
+            at,
+            &limits,
+        );
     }
     let held = LIVE.load(Ordering::Relaxed) - before;
     assert_eq!(q.waiting.len(), ITEMS);
@@ -100,17 +107,16 @@ fn judge_quality() {
         held / ITEMS as isize
     );
     let mut q = ProjectQuality::default();
-    let at = jurystream::engine::contract::time::EventTime::from_epoch_millis(1_795_168_800_000)
-        .expect("a valid time");
     let pair = |i: usize| Pair {
         judge: "judge-a".into(),
         item: format!("trace-{i:08}"),
         session: "sess-00001".into(),
         s: 0.25,
         h: (i % 4) as f64 / 4.0,
+        at,
     };
     // A window needs a first pair to exist; what grows with pairs is measured past it.
-    q.add(&pair(0), at, &limits, &mut Vec::new());
+    q.add(&pair(0), &limits, &mut Vec::new());
     const PAIRS: usize = 500;
     let limits = QualityLimits {
         window: PAIRS,
@@ -118,7 +124,7 @@ fn judge_quality() {
     };
     let before = LIVE.load(Ordering::Relaxed);
     for i in 1..=PAIRS {
-        q.add(&pair(i), at, &limits, &mut Vec::new());
+        q.add(&pair(i), &limits, &mut Vec::new());
     }
     let held = LIVE.load(Ordering::Relaxed) - before;
     println!(

@@ -9,7 +9,7 @@
 //! it is applied there ([`Engine::observe_votes`]); replay, with one state, does the same.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -94,8 +94,8 @@ impl Engine {
         let Some(quality) = state.quality.get_mut(project) else {
             return;
         };
-        let observed = quality.votes(item, &votes, &limits);
-        self.add_pairs(state, project, observed, at, out);
+        let observed = quality.votes(item, &votes, at, &limits);
+        self.add_pairs(state, project, observed, out);
     }
 
     /// The session settings a completed session of `project` is analysed with: the configured
@@ -203,8 +203,8 @@ impl Engine {
             .quality
             .entry(project.to_owned())
             .or_default()
-            .completed(session, &scores, &limits);
-        self.add_pairs(state, project, observed, at, out);
+            .completed(session, &scores, at, &limits);
+        self.add_pairs(state, project, observed, out);
     }
 
     /// Notes what `observed` changed, adds its pairs to their judges' windows, and publishes
@@ -215,7 +215,6 @@ impl Engine {
         state: &mut PartitionState,
         project: &str,
         observed: Observed,
-        at: EventTime,
         out: &mut Vec<Output>,
     ) {
         let Observed {
@@ -255,7 +254,7 @@ impl Engine {
         let mut judges = Vec::new();
         let mut alerts = Vec::new();
         for pair in &pairs {
-            let standing = quality.add(pair, at, &limits, &mut judges);
+            let standing = quality.add(pair, &limits, &mut judges);
             judges.push(pair.judge.clone());
             let a = &standing.agreement;
             let disagreeing = a.pairs >= q.min_pairs && a.kappa.is_some_and(|k| k < q.min_kappa);
@@ -281,25 +280,26 @@ impl Engine {
             |project, judge| Change::QualityJudge { project, judge },
             judges,
         );
-        for item_pairs in pairs.chunk_by(|a, b| a.item == b.item) {
-            let gapped: Vec<&Pair> = item_pairs
-                .iter()
-                .filter(|p| (p.s - p.h).abs() > q.review_gap)
-                .collect();
-            let Some(first) = gapped.first() else {
-                continue;
-            };
-            let judges: BTreeSet<&str> = gapped.iter().map(|p| p.judge.as_str()).collect();
-            let gap = gapped.iter().map(|p| (p.s - p.h).abs()).fold(0.0, f64::max);
+        // One request per item and session: which pairs form together depends on whether the
+        // session or the item's votes came last, which no producer decides; what each pair is
+        // does not.
+        let mut gapped: BTreeMap<(&str, &str), Vec<&Pair>> = BTreeMap::new();
+        for p in pairs.iter().filter(|p| (p.s - p.h).abs() > q.review_gap) {
+            gapped.entry((&p.item, &p.session)).or_default().push(p);
+        }
+        for ((item, session), pairs) in gapped {
+            let judges: BTreeSet<&str> = pairs.iter().map(|p| p.judge.as_str()).collect();
+            let gap = pairs.iter().map(|p| (p.s - p.h).abs()).fold(0.0, f64::max);
+            let at = pairs.iter().map(|p| p.at).max();
             let request = ReviewRequest {
                 project_id: project,
-                item_id: Some(&first.item),
-                session_id: &first.session,
+                item_id: Some(item),
+                session_id: session,
                 reason: "judge_human_gap",
                 judges: judges.into_iter().collect(),
                 gap: Some(gap),
                 agreement: None,
-                last_event_at: at.to_string(),
+                last_event_at: at.map(|t| t.to_string()).unwrap_or_default(),
             };
             out.push(request.output());
         }

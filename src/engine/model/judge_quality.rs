@@ -34,8 +34,12 @@ pub struct Agreement {
     pub bias: Option<f64>,
 }
 
-/// The agreement of the pairs `(s, h)`.
+/// The agreement of the pairs `(s, h)`, whatever their order: they are summed in sorted order,
+/// so the same pairs give the same bits however they arrived.
 pub fn agreement(pairs: &[(f64, f64)]) -> Agreement {
+    let mut sorted = pairs.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    let pairs = sorted.as_slice();
     let n = pairs.len();
     let (s, h): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
     let varies = |xs: &[f64]| xs.iter().any(|x| *x != xs[0]);
@@ -140,18 +144,29 @@ pub struct QualityLimits {
     pub max_judges: usize,
 }
 
-/// The humans' votes on one item: `Σ r·v`, `Σ r` and their number, not decayed.
+/// The humans' score of one item: `Σ r·v` and `Σ r` over its first `min_human_votes` votes that
+/// carry weight (`votes` of them so far), not decayed, and the event time of the batch that
+/// completed them. Only the first ones count, so the score a judge is paired with does not
+/// depend on whether its session completed before or after later votes: the two arrive on two
+/// topics, in an order no producer decides.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ItemVotes {
     pub weighted: f64,
     pub weight: f64,
     pub votes: u64,
+    #[serde(default)]
+    pub ready_at: Option<EventTime>,
 }
 
 impl ItemVotes {
     /// The reputation-weighted mean vote; `None` while no vote carries weight.
     pub fn score(&self) -> Option<f64> {
         (self.weight > 0.0).then(|| (self.weighted / self.weight).clamp(0.0, 1.0))
+    }
+
+    /// The humans' score and when it was complete, once it is.
+    fn ready(&self) -> Option<(f64, EventTime)> {
+        Some((self.score()?, self.ready_at?))
     }
 }
 
@@ -161,6 +176,8 @@ pub struct Waiting {
     pub session: String,
     pub judge: String,
     pub s: f64,
+    /// When its session completed.
+    pub at: EventTime,
 }
 
 /// A judge's score of an item and the humans' score of it, paired once both exist.
@@ -172,6 +189,8 @@ pub struct Pair {
     pub session: String,
     pub s: f64,
     pub h: f64,
+    /// When both sides existed: the later of the session's completion and the humans' score's.
+    pub at: EventTime,
 }
 
 /// Values by key, in order of arrival, at most a bound of them: the oldest goes first. Each
@@ -269,7 +288,7 @@ pub struct JudgeWindow {
     pub disagreeing: bool,
     #[serde(default)]
     pub drifting: bool,
-    /// The event time of the record that added its last pair.
+    /// The latest of its pairs' times ([`Pair::at`]).
     pub last_event_at: Option<EventTime>,
 }
 
@@ -337,25 +356,35 @@ impl ProjectQuality {
         self.items.get(item)
     }
 
-    /// Applied votes `(reputation, value)` on `item`. Once the item has `min_human_votes` (and
-    /// a score: some vote carries weight), the judge scores waiting for it pair with its score
-    /// then; later votes change no pair formed.
-    pub fn votes(&mut self, item: &str, votes: &[(f64, f64)], limits: &QualityLimits) -> Observed {
+    /// Applied votes `(reputation, value)` on `item`, of a batch at event time `at`. The first
+    /// `min_human_votes` that carry weight make the item's score; once it has them, the judge
+    /// scores waiting for it pair with it. Later votes change nothing.
+    pub fn votes(
+        &mut self,
+        item: &str,
+        votes: &[(f64, f64)],
+        at: EventTime,
+        limits: &QualityLimits,
+    ) -> Observed {
         let mut observed = Observed::default();
         let agg = self
             .items
             .entry(item, limits.max_pending_items, &mut observed.items);
-        for &(r, v) in votes {
-            agg.weighted += r * v;
-            agg.weight += r;
-            agg.votes += 1;
+        let needed = limits.min_human_votes.max(1);
+        for &(r, v) in votes.iter().filter(|(r, _)| *r > 0.0) {
+            if agg.votes < needed {
+                agg.weighted += r * v;
+                agg.weight += r;
+                agg.votes += 1;
+                if agg.votes == needed {
+                    agg.ready_at = Some(at);
+                }
+            }
         }
-        let ready = (agg.votes >= limits.min_human_votes)
-            .then(|| agg.score())
-            .flatten();
+        let ready = agg.ready();
         observed.forgotten = observed.items.len();
         observed.items.push(item.to_owned());
-        if let Some(h) = ready
+        if let Some((h, ready_at)) = ready
             && let Some(waiting) = self.waiting.remove(item)
         {
             observed.waiting.push(item.to_owned());
@@ -367,6 +396,7 @@ impl ProjectQuality {
                     session: w.session,
                     s: w.s,
                     h,
+                    at: w.at.max(ready_at),
                 })
                 .collect();
         }
@@ -374,31 +404,29 @@ impl ProjectQuality {
         observed
     }
 
-    /// A completed session's judge scores `(item, judge, s)`: each pairs now if its item has
+    /// A completed session's judge scores `(item, judge, s)`, completed at `at`: each pairs now
+    /// if its item has
     /// `min_human_votes`, or waits for them (at most `max_judges` scores per item, the oldest
     /// dropped first and counted as forgotten).
     pub fn completed(
         &mut self,
         session: &str,
         scores: &[(&str, &str, f64)],
+        at: EventTime,
         limits: &QualityLimits,
     ) -> Observed {
         let mut observed = Observed::default();
         let mut forgotten = Vec::new();
         let mut dropped = 0;
         for &(item, judge, s) in scores {
-            let ready = self
-                .items
-                .get(item)
-                .filter(|v| v.votes >= limits.min_human_votes)
-                .and_then(ItemVotes::score);
-            match ready {
-                Some(h) => observed.pairs.push(Pair {
+            match self.items.get(item).and_then(ItemVotes::ready) {
+                Some((h, ready_at)) => observed.pairs.push(Pair {
                     judge: judge.to_owned(),
                     item: item.to_owned(),
                     session: session.to_owned(),
                     s,
                     h,
+                    at: at.max(ready_at),
                 }),
                 None => {
                     let waiting =
@@ -408,6 +436,7 @@ impl ProjectQuality {
                         session: session.to_owned(),
                         judge: judge.to_owned(),
                         s,
+                        at,
                     });
                     // An item scored in session after session without votes keeps only its
                     // last `max_judges` scores.
@@ -426,12 +455,11 @@ impl ProjectQuality {
         observed
     }
 
-    /// Adds `pair`, formed by a record of event time `at`, to its judge's window and returns the judge's standing; a judge new beyond
+    /// Adds `pair` to its judge's window and returns the judge's standing; a judge new beyond
     /// `max_judges` forgets the one seen first, whose name is appended to `forgotten`.
     pub fn add(
         &mut self,
         pair: &Pair,
-        at: EventTime,
         limits: &QualityLimits,
         forgotten: &mut Vec<String>,
     ) -> JudgeStanding {
@@ -446,7 +474,7 @@ impl ProjectQuality {
         while w.kappas.len() > window + 1 {
             w.kappas.pop_front();
         }
-        w.last_event_at = Some(at);
+        w.last_event_at = w.last_event_at.max(Some(pair.at));
         let kappa_change = w.kappa_change(window);
         JudgeStanding {
             judge: pair.judge.clone(),
@@ -604,64 +632,108 @@ mod tests {
     fn a_pair_forms_when_both_sides_exist_and_later_votes_leave_it() {
         let mut q = ProjectQuality::default();
         // Votes first: two are not enough; the session waits, and the third vote pairs it with
-        // the reputation-weighted mean then: (2*1 + 1*0 + 1*0.5) / 4 = 0.625.
+        // the reputation-weighted mean of the three: (2*1 + 1*0 + 1*0.5) / 4 = 0.625.
         assert!(
-            q.votes("i1", &[(2.0, 1.0), (1.0, 0.0)], &LIMITS)
+            q.votes("i1", &[(2.0, 1.0), (1.0, 0.0)], at(), &LIMITS)
                 .pairs
                 .is_empty()
         );
         assert!(
-            q.completed("s", &[("i1", "j1", 0.8), ("i1", "j2", 0.3)], &LIMITS)
+            q.completed("s", &[("i1", "j1", 0.8), ("i1", "j2", 0.3)], at(), &LIMITS)
                 .pairs
                 .is_empty()
         );
-        let third = q.votes("i1", &[(1.0, 0.5)], &LIMITS);
+        let third = q.votes("i1", &[(1.0, 0.5)], at(), &LIMITS);
         assert_eq!(
             pairs(&third),
             [("j1", "i1", 0.8, 0.625), ("j2", "i1", 0.3, 0.625)]
         );
-        // A later vote forms nothing; a later session pairs at once with the score now.
-        assert!(q.votes("i1", &[(4.0, 0.0)], &LIMITS).pairs.is_empty());
-        let later = q.completed("s", &[("i1", "j3", 0.1)], &LIMITS);
-        assert_eq!(pairs(&later), [("j3", "i1", 0.1, 0.3125)]);
-        assert_eq!(q.item("i1").map(|v| v.votes), Some(4));
+        // A later vote forms nothing and changes nothing: a later session pairs at once with
+        // the same score.
+        assert!(q.votes("i1", &[(4.0, 0.0)], at(), &LIMITS).pairs.is_empty());
+        let later = q.completed("s", &[("i1", "j3", 0.1)], at(), &LIMITS);
+        assert_eq!(pairs(&later), [("j3", "i1", 0.1, 0.625)]);
+        assert_eq!(q.item("i1").map(|v| v.votes), Some(3));
     }
 
     #[test]
-    fn votes_without_weight_give_no_score_to_pair_with() {
+    fn votes_without_weight_do_not_count_towards_the_score() {
         let mut q = ProjectQuality::default();
-        q.completed("s", &[("i", "j", 0.4)], &LIMITS);
-        assert!(q.votes("i", &[(0.0, 1.0); 3], &LIMITS).pairs.is_empty());
-        let weighted = q.votes("i", &[(1.0, 0.25)], &LIMITS);
-        assert_eq!(pairs(&weighted), [("j", "i", 0.4, 0.25)]);
+        q.completed("s", &[("i", "j", 0.4)], at(), &LIMITS);
+        assert!(
+            q.votes("i", &[(0.0, 1.0); 3], at(), &LIMITS)
+                .pairs
+                .is_empty()
+        );
+        assert!(
+            q.votes("i", &[(1.0, 0.25); 2], at(), &LIMITS)
+                .pairs
+                .is_empty()
+        );
+        let third = q.votes("i", &[(1.0, 0.25), (9.0, 1.0)], at(), &LIMITS);
+        assert_eq!(pairs(&third), [("j", "i", 0.4, 0.25)]);
+    }
+
+    #[test]
+    fn a_pair_is_the_same_whether_the_session_or_the_votes_come_last() {
+        let t = |secs: i64| EventTime::from_epoch_millis(1_795_168_800_000 + secs * 1000).unwrap();
+        let votes = [(1.0, 1.0), (1.0, 0.0), (2.0, 1.0), (5.0, 0.0)];
+        // Session at 10 s, votes at 20 s and 30 s (the last batch after the score is complete).
+        let mut first = ProjectQuality::default();
+        first.completed("s", &[("i", "j", 0.7)], t(10), &LIMITS);
+        assert!(
+            first
+                .votes("i", &votes[..2], t(20), &LIMITS)
+                .pairs
+                .is_empty()
+        );
+        let a = first.votes("i", &votes[2..], t(30), &LIMITS).pairs;
+        // The votes first, then the session.
+        let mut second = ProjectQuality::default();
+        second.votes("i", &votes[..2], t(20), &LIMITS);
+        second.votes("i", &votes[2..], t(30), &LIMITS);
+        let b = second
+            .completed("s", &[("i", "j", 0.7)], t(10), &LIMITS)
+            .pairs;
+        // h = (1 + 0 + 2) / 4 over the first three votes; the fourth does not count.
+        assert_eq!(a, b);
+        assert_eq!((a[0].h, a[0].at), (0.75, t(30)));
     }
 
     #[test]
     fn items_and_waiting_scores_are_bounded_oldest_first() {
         let mut q = ProjectQuality::default();
         for item in ["a", "b", "c"] {
-            assert_eq!(q.votes(item, &[(1.0, 1.0)], &LIMITS).forgotten, 0);
+            assert_eq!(q.votes(item, &[(1.0, 1.0)], at(), &LIMITS).forgotten, 0);
         }
         // A fourth item forgets "a"'s votes: its count starts again.
-        let fourth = q.votes("d", &[(1.0, 1.0)], &LIMITS);
+        let fourth = q.votes("d", &[(1.0, 1.0)], at(), &LIMITS);
         assert_eq!(
             (fourth.forgotten, fourth.items.as_slice()),
             (1, ["a".to_owned(), "d".to_owned()].as_slice())
         );
         assert!(q.item("a").is_none());
-        q.votes("a", &[(1.0, 1.0)], &LIMITS);
+        q.votes("a", &[(1.0, 1.0)], at(), &LIMITS);
         assert_eq!(q.item("a").map(|v| v.votes), Some(1));
         // Waiting judge scores are bounded the same way.
         for item in ["x", "y", "z"] {
-            assert_eq!(q.completed("s", &[(item, "j", 0.5)], &LIMITS).forgotten, 0);
+            assert_eq!(
+                q.completed("s", &[(item, "j", 0.5)], at(), &LIMITS)
+                    .forgotten,
+                0
+            );
         }
-        assert_eq!(q.completed("s", &[("w", "j", 0.5)], &LIMITS).forgotten, 1);
+        assert_eq!(
+            q.completed("s", &[("w", "j", 0.5)], at(), &LIMITS)
+                .forgotten,
+            1
+        );
         // "a", then "b" (when "a" came back), then "x".
         assert_eq!(q.forgotten, 3);
         // "x" no longer waits: its votes reaching three pair nothing.
         let votes = [(1.0, 1.0); 3];
-        assert!(q.votes("x", &votes, &LIMITS).pairs.is_empty());
-        assert_eq!(q.votes("y", &votes, &LIMITS).pairs.len(), 1);
+        assert!(q.votes("x", &votes, at(), &LIMITS).pairs.is_empty());
+        assert_eq!(q.votes("y", &votes, at(), &LIMITS).pairs.len(), 1);
     }
 
     #[test]
@@ -673,12 +745,13 @@ mod tests {
             session: "s".into(),
             s,
             h,
+            at: at(),
         };
         // Four agreeing pairs: kappa 1 once both decisions occur.
         let agreeing = [(0.9, 0.8), (0.1, 0.2), (0.8, 0.9), (0.2, 0.1)];
         let mut last = None;
         for (s, h) in agreeing {
-            last = Some(q.add(&pair(s, h), at(), &LIMITS, &mut Vec::new()));
+            last = Some(q.add(&pair(s, h), &LIMITS, &mut Vec::new()));
         }
         let last = last.unwrap();
         assert_eq!((last.agreement.pairs, last.agreement.kappa), (4, Some(1.0)));
@@ -686,7 +759,7 @@ mod tests {
         // Four inverted pairs replace them: kappa -1, two points below the 1 a window back.
         let mut last = None;
         for (s, h) in agreeing {
-            last = Some(q.add(&pair(s, 1.0 - h), at(), &LIMITS, &mut Vec::new()));
+            last = Some(q.add(&pair(s, 1.0 - h), &LIMITS, &mut Vec::new()));
         }
         let last = last.unwrap();
         assert_eq!(last.agreement.pairs, 4);
@@ -743,15 +816,15 @@ mod tests {
             for (i, (is_vote, item, value, reputation)) in steps.into_iter().enumerate() {
                 let item = format!("i{item}");
                 let observed = if is_vote {
-                    q.votes(&item, &[(reputation, value)], &LIMITS)
+                    q.votes(&item, &[(reputation, value)], at(), &LIMITS)
                 } else {
                     scored += 1;
                     let judge = format!("j{i}");
-                    q.completed("s", &[(item.as_str(), judge.as_str(), value)], &LIMITS)
+                    q.completed("s", &[(item.as_str(), judge.as_str(), value)], at(), &LIMITS)
                 };
                 for p in &observed.pairs {
                     prop_assert!((0.0..=1.0).contains(&p.s) && (0.0..=1.0).contains(&p.h));
-                    let standing = q.add(p, at(), &LIMITS, &mut Vec::new());
+                    let standing = q.add(p, &LIMITS, &mut Vec::new());
                     prop_assert!(standing.agreement.pairs <= LIMITS.window);
                 }
                 formed += observed.pairs.len();

@@ -126,7 +126,8 @@ fn a_pair_forms_when_the_item_has_enough_votes_and_publishes_its_judge() {
     );
     // One pair: no correlation, no kappa, and they are null, not NaN.
     assert!(r["pearson_r"].is_null() && r["kappa"].is_null() && r["p_value"].is_null());
-    assert_eq!(r["last_event_at"], "2026-11-20T10:00:00Z");
+    // The pair's time: the later of the session's (10:01) and the humans' score's (10:00).
+    assert_eq!(r["last_event_at"], "2026-11-20T10:01:00Z");
     let key = run
         .out
         .iter()
@@ -359,4 +360,72 @@ fn an_item_id_beyond_the_id_limit_is_not_kept() {
             .get("p")
             .is_none_or(|q| q.items.is_empty())
     );
+}
+
+/// What a run leaves for the comparison of interleavings: each judge's last record, and the
+/// review requests.
+fn results(
+    run: &Run,
+) -> (
+    std::collections::BTreeMap<String, String>,
+    std::collections::BTreeSet<String>,
+) {
+    let mut table = std::collections::BTreeMap::new();
+    let mut requests = std::collections::BTreeSet::new();
+    for o in &run.out {
+        match o.topic {
+            OutputTopic::JudgeQuality => {
+                table.insert(o.key.clone().unwrap_or_default(), o.render().into_owned());
+            }
+            OutputTopic::ReviewRequests => {
+                requests.insert(o.render().into_owned());
+            }
+            _ => {}
+        }
+    }
+    (table, requests)
+}
+
+proptest::proptest! {
+    /// Votes and judge scores arrive on two topics, and no producer decides how they
+    /// interleave in a project's log: each topic's own order kept, any interleaving gives the
+    /// same judge-quality table and review requests.
+    #[test]
+    fn pairs_do_not_depend_on_how_votes_and_sessions_interleave(
+        votes in proptest::collection::vec((0..4usize, 0..=4u8, 1..=3u8), 0..40),
+        ballots in proptest::collection::vec((0..3usize, 0..4usize, 0..=10u8), 0..30),
+        merge in proptest::collection::vec(proptest::bool::ANY, 70),
+    ) {
+        let vote = |(i, &(item, value, rep)): (usize, &(usize, u8, u8))| format!(
+            r#"{{"event_id":"v{i}","project_id":"p","item_id":"i{item}","occurred_at":{},"votes":[{{"voter_id":"u","value":{},"reputation":{rep}}}]}}"#,
+            1_795_168_800_000 + i as i64 * 1000,
+            f64::from(value) / 4.0
+        );
+        let ballot = |(i, &(judge, item, score)): (usize, &(usize, usize, u8))| format!(
+            r#"{{"event_id":"b{i}","project_id":"p","session_id":"s{i}","occurred_at":{},"judge":"j{judge}","scale":{{"min":0,"max":10}},"scores":{{"i{item}":{score}}},"expected_judges":1}}"#,
+            1_795_168_800_000 + i as i64 * 1000
+        );
+        let votes: Vec<String> = votes.iter().enumerate().map(vote).collect();
+        let ballots: Vec<String> = ballots.iter().enumerate().map(ballot).collect();
+        let run = |take_vote: &dyn Fn(usize) -> bool| {
+            let mut run = Run::new(&on());
+            let (mut v, mut b) = (votes.iter().peekable(), ballots.iter().peekable());
+            let mut step = 0;
+            while v.peek().is_some() || b.peek().is_some() {
+                let vote_next = b.peek().is_none() || (v.peek().is_some() && take_vote(step));
+                if vote_next {
+                    run.send("jury.votes", v.next().unwrap());
+                } else {
+                    run.send("jury.judge-scores", b.next().unwrap());
+                }
+                step += 1;
+            }
+            results(&run)
+        };
+        let merged = run(&|step| merge.get(step).copied().unwrap_or(true));
+        let votes_first = run(&|_| true);
+        let sessions_first = run(&|_| false);
+        proptest::prop_assert_eq!(&merged, &votes_first);
+        proptest::prop_assert_eq!(&merged, &sessions_first);
+    }
 }
