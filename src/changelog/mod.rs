@@ -45,7 +45,7 @@ use serde_json::value::RawValue;
 use crate::engine::contract::time::EventTime;
 use crate::engine::model::bias::ProjectAudit;
 use crate::engine::model::dedupe::RecentIds;
-use crate::engine::model::judge_quality::ProjectQuality;
+use crate::engine::model::judge_quality::{Bounded, ProjectQuality};
 use crate::engine::model::leaderboard::{BlockId, Ranking, StoredRow};
 use crate::engine::model::score::ProjectScore;
 use crate::engine::model::session::{ProjectSessions, Session, SessionBook};

@@ -177,27 +177,9 @@ impl Restorer {
                     restored.sessions.entry(p.to_owned()).or_default().watermark =
                         Some(value.watermark);
                 }
-                Slot::Item(p, item) => {
-                    let placed: Placed<_> = from_value(&key, v)?;
-                    restored
-                        .quality(p)
-                        .items
-                        .restore(item, placed.seq, placed.value);
-                }
-                Slot::Waiting(p, item) => {
-                    let placed: Placed<_> = from_value(&key, v)?;
-                    restored
-                        .quality(p)
-                        .waiting
-                        .restore(item, placed.seq, placed.value);
-                }
-                Slot::Judge(p, judge) => {
-                    let placed: Placed<_> = from_value(&key, v)?;
-                    restored
-                        .quality(p)
-                        .judges
-                        .restore(judge, placed.seq, placed.value);
-                }
+                Slot::Item(p, item) => place(&mut restored.quality(p).items, item, &key, v)?,
+                Slot::Waiting(p, item) => place(&mut restored.quality(p).waiting, item, &key, v)?,
+                Slot::Judge(p, judge) => place(&mut restored.quality(p).judges, judge, &key, v)?,
                 Slot::Recent(p, seq) => {
                     let scores = from_value(&key, v)?;
                     restored.quality(p).recent.insert(seq, scores);
@@ -357,6 +339,18 @@ impl Restored {
         state.sessions = SessionBook::restore(sessions, next_seq);
         (state, offset)
     }
+}
+
+/// Puts a judge-quality value read as [`Placed`] back at its place in `bounded`.
+fn place<V: serde::de::DeserializeOwned>(
+    bounded: &mut Bounded<V>,
+    id: &str,
+    key: &str,
+    v: Value,
+) -> Result<(), ChangelogError> {
+    let placed: Placed<V> = from_value(key, v)?;
+    bounded.restore(id, placed.seq, placed.value);
+    Ok(())
 }
 
 /// A changelog key's elements: `["v",3,"project","proj-42"]`.

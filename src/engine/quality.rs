@@ -43,11 +43,10 @@ impl Engine {
         self.settings.pairs_judges
     }
 
-    /// Observes the vote record `record` (any other record changes nothing), which another
-    /// state (or this one) applied with
+    /// Observes the vote record `record`, which another state (or this one) applied with
     /// `outcome`: the votes of a batch that counted (applied or late) join the humans' score of
-    /// its `item_id`, and the judge scores waiting for that item pair with it once it has
-    /// `judge_quality.min_human_votes`. Anything else changes nothing. An `item_id` longer than
+    /// its `item_id`, and the judge scores waiting for that item pair with it once the score is
+    /// complete. Any other record or outcome changes nothing. An `item_id` longer than
     /// `limits.max_id_bytes` is not kept (the id is informational for the score).
     pub fn observe_votes(
         &self,
@@ -131,11 +130,7 @@ impl Engine {
         project: &str,
         analysis: &Analysis<'_>,
     ) -> Option<(f64, Basis)> {
-        let judges: BTreeSet<&str> = analysis
-            .scores
-            .values()
-            .flat_map(|scores| scores.iter().map(|(j, _)| *j))
-            .collect();
+        let judges = session_judges(analysis);
         if judges.is_empty() {
             return None;
         }
@@ -172,17 +167,12 @@ impl Engine {
         if let Some(agreement) = analysis.agreement
             && agreement < self.settings.bias.low_agreement
         {
-            let judges: BTreeSet<&str> = analysis
-                .scores
-                .values()
-                .flat_map(|s| s.iter().map(|(j, _)| *j))
-                .collect();
             let request = ReviewRequest {
                 project_id: project,
                 item_id: None,
                 session_id: session,
                 reason: "low_agreement",
-                judges: judges.into_iter().collect(),
+                judges: session_judges(analysis).into_iter().collect(),
                 gap: None,
                 agreement: Some(agreement),
                 last_event_at: at.to_string(),
@@ -208,8 +198,9 @@ impl Engine {
     }
 
     /// Notes what `observed` changed, adds its pairs to their judges' windows, and publishes
-    /// each judge's record, its alerts that just became true, and a review request per item
-    /// where some judge's score differs from the humans' by more than `judge_quality.review_gap`.
+    /// each judge's record, its alerts that just became true, and a review request per item and
+    /// session where some judge's score differs from the humans' by more than
+    /// `judge_quality.review_gap`.
     fn add_pairs(
         &self,
         state: &mut PartitionState,
@@ -304,6 +295,15 @@ impl Engine {
             out.push(request.output());
         }
     }
+}
+
+/// The judges with counted scores in a session, in order.
+fn session_judges<'s>(analysis: &Analysis<'s>) -> BTreeSet<&'s str> {
+    analysis
+        .scores
+        .values()
+        .flat_map(|scores| scores.iter().map(|(j, _)| *j))
+        .collect()
 }
 
 /// The `jury.judge-quality` record of `judge` in `project`: its agreement over its window.

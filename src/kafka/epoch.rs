@@ -47,7 +47,7 @@ impl Core {
         }
         self.tasks.forwarded.clear();
         // Within a partition the judge-scores unit is written first: it observes the votes of
-        // its log too (see `Core::observe`), and a flush cut short must leave its offset at or
+        // its log too (see `Core::process`), and a flush cut short must leave its offset at or
         // ahead of the votes unit's.
         let mut keys = keys;
         keys.sort_by_key(|&(topic, partition)| (partition, topic != InputTopic::JudgeScores));

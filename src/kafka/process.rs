@@ -88,13 +88,8 @@ impl Core {
                 ),
             };
             self.tasks.held_projects += unit.state.project_count().saturating_sub(before);
-            let changes = unit.state.journal.as_deref().unwrap_or_default();
-            self.view.applied(
-                polled.partition,
-                &unit.state,
-                changes.get(journaled..).unwrap_or_default(),
-                &self.out,
-            );
+            self.view
+                .applied_after(polled.partition, &unit.state, journaled, &self.out);
             if let Some(started) = started {
                 self.metrics
                     .processing
@@ -118,11 +113,10 @@ impl Core {
                     outcome,
                     &mut self.out,
                 );
-                let changes = unit.state.journal.as_deref().unwrap_or_default();
-                self.view.applied(
+                self.view.applied_after(
                     polled.partition,
                     &unit.state,
-                    changes.get(journaled..).unwrap_or_default(),
+                    journaled,
                     &self.out[start..],
                 );
             }

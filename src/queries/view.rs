@@ -232,6 +232,24 @@ impl View {
         }
     }
 
+    /// [`View::applied`] for a record just applied to `state`, whose journal held `journaled`
+    /// entries before it: the record's own changes are the ones after those.
+    pub fn applied_after(
+        &self,
+        partition: i32,
+        state: &PartitionState,
+        journaled: usize,
+        out: &[Output],
+    ) {
+        let changes = state.journal.as_deref().unwrap_or_default();
+        self.applied(
+            partition,
+            state,
+            changes.get(journaled..).unwrap_or_default(),
+            out,
+        );
+    }
+
     /// Partition `partition` published `out` outside any record (held scores released, which
     /// read nothing from the state).
     pub fn published(&self, partition: i32, out: &[Output]) {
