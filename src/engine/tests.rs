@@ -900,8 +900,9 @@ fn the_leaderboard_rates_models_by_bradley_terry_over_its_window() {
     config.leaderboard.bt_interval_secs = 0;
     let mut h = Harness::with(&config);
     // Three single-judge sessions of one category: m-a's candidate ranks first twice, m-b's
-    // once. The MLE puts p_a / p_b = 2, so with the geometric mean at 1 the ratings are
-    // 1000 +- 400 * log10(sqrt 2) = 1000 +- 60.206.
+    // once. With each model's virtual tie against the reference (1000), by symmetry
+    // theta = +-x where 2 - 3 sigma(2x) + 1/2 - sigma(x) = 0 (a little short of the MLE's
+    // 400 * log10(sqrt 2) = 60.206 points).
     for (i, (a, b)) in [(8, 3), (8, 3), (3, 8)].into_iter().enumerate() {
         let rest = format!(
             r#", "scores": {{"A": {a}, "B": {b}}}, "candidates": {{"A": {{"author": "m-a"}}, "B": {{"author": "m-b"}}}}, "expected_judges": 1, "category": "c""#
@@ -920,7 +921,18 @@ fn the_leaderboard_rates_models_by_bradley_terry_over_its_window() {
         .map(|o| serde_json::from_str(&o.render()).unwrap())
         .collect();
     assert_eq!(rows.len(), 2, "both models' rows after a refit");
-    let shift = 400.0 * 2f64.sqrt().log10();
+    let sigma = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let (mut lo, mut hi) = (0.0, 5.0);
+    for _ in 0..200 {
+        let mid = (lo + hi) / 2.0;
+        if 2.5 - 3.0 * sigma(2.0 * mid) - sigma(mid) > 0.0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let shift = 400.0 * lo / std::f64::consts::LN_10;
+    assert!(shift > 40.0 && shift < 60.206, "{shift}");
     for (row, model, rating, rank) in [
         (&rows[0], "m-a", 1000.0 + shift, 1),
         (&rows[1], "m-b", 1000.0 - shift, 2),
@@ -931,8 +943,9 @@ fn the_leaderboard_rates_models_by_bradley_terry_over_its_window() {
         assert_eq!(row["bt_rank"], rank);
         assert_eq!(row["comparisons"], 3);
         assert!(row["bt_note"].is_null());
-        // Three sessions resampled: some draws make one model unbeaten, so the intervals reach
-        // infinity on a side and are reported open there; they overlap.
+        // Three sessions are little evidence: finite intervals around the ratings that overlap.
+        let (low, high) = (row["bt_ci_low"].as_f64(), row["bt_ci_high"].as_f64());
+        assert!(low.zip(high).is_some_and(|(l, h)| l <= got && got <= h), "{row}");
         assert_eq!(
             row["bt_tied_with"].as_array().map(Vec::len),
             Some(1),

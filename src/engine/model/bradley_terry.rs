@@ -1,28 +1,38 @@
 //! Bradley-Terry strengths from pairwise outcomes, with bootstrap confidence intervals: how
 //! Chatbot Arena ranks models, here over the sessions of a leaderboard window.
 //!
-//! Model `i` beats model `j` with probability `p_i / (p_i + p_j)`. The maximum-likelihood
-//! strengths maximise `sum_ij w_ij ln(p_i / (p_i + p_j))`, with `w_ij` the score of `i` against
-//! `j` (a win counts 1, a tie half). The log-likelihood is concave in `theta = ln p`, so
-//! Newton's method with backtracking finds them, until no `ln p_i` moves by more than 1e-9: a
-//! few dozen steps of `O(n^3)` even where minorisation-maximisation (Hunter 2004), linear per
-//! step, needs a hundred thousand (a long chain of near-certain wins).
-//! Strengths are fixed by their geometric mean, 1, and reported on the Elo-like scale
-//! `400 * log10(p) + 1000`, so the rated models average 1000.
+//! Model `i` beats model `j` with probability `p_i / (p_i + p_j)`; with `theta = ln p` the
+//! log-likelihood is `sum_ij w_ij ln sigma(theta_i - theta_j)`, `w_ij` the score of `i` against
+//! `j` (a win counts 1, a tie half).
 //!
-//! The estimate exists only where every model has won and lost something against the others
-//! (Zermelo's condition: the graph of "won at least a tie against" is strongly connected). A
-//! model that never lost has an unbounded rating, one that never won an unbounded negative one:
-//! they are reported `None` with the reason, never as an invented number, and the others are
-//! rated without them (repeatedly, as removing one may leave another unbeaten). If the rest still
-//! do not all compare with each other, none of them is rated.
+//! **The prior.** The maximum-likelihood estimate exists only where the comparisons are
+//! strongly connected: a model that never lost has no finite maximum, nor one that never won,
+//! nor two groups that never met. Those are the normal case early in a model's life, so each
+//! model is also given one virtual tie ([`PRIOR_GAMES`] comparison scored half) against a
+//! fixed reference model of strength 1, rated 1000. The posterior mode then always exists and
+//! is unique (the prior term is strictly concave), every compared model gets a finite rating,
+//! and ratings are on one scale relative to the reference, not re-centred per fit, so a model
+//! missing from a bootstrap resample does not move the others. Its effect: each rating is
+//! pulled towards 1000 by the weight of one comparison; an unbeaten model with `n` wins
+//! against models at 1000 lands near `1000 + 400 log10(2n + 1)` instead of at infinity, and a
+//! model with many comparisons hardly moves. This is the same estimate as an unregularised
+//! fit on the data with one extra model that ties each model once (what the Python suite
+//! checks against `choix`). [`Prior`] says when a rating rests mostly on the prior.
+//!
+//! Newton's method with backtracking finds the mode (the objective is concave), until no
+//! `theta_i` moves by more than 1e-9: a few dozen steps of `O(n^3)` even on a long chain of
+//! near-certain wins, where minorisation-maximisation needs a hundred thousand. Ratings are
+//! reported on the Elo-like scale `400 * log10(p) + 1000`.
 //!
 //! Confidence intervals resample the window's sessions with replacement (a session's outcomes
 //! stay together, as they are not independent), refit, and take the 2.5th and 97.5th
-//! percentiles of each model's rating. An unbounded rating in a resample counts as -inf or
-//! +inf, so an interval may be open on one side (`None`). The resampling is seeded
-//! ([`seed_of`] derives the seed from the outcomes), so the same window gives the same
-//! intervals: replay stays byte-identical.
+//! percentiles of each model's rating; a model a resample did not draw counts at the
+//! reference (what that resample knows of it). The interval is joined with the rating plus or
+//! minus 1.96 standard errors of its place among the others from the posterior's curvature,
+//! which a window of very few
+//! sessions needs (see [`bootstrap`]), so it always contains the rating. The resampling is seeded ([`seed_of`]
+//! derives the seed from the outcomes), so the same window gives the same intervals: replay
+//! stays byte-identical.
 
 use rand::Rng;
 use rand::SeedableRng;
@@ -39,33 +49,36 @@ pub struct Outcome {
     pub games: f64,
 }
 
-/// Why a model has no rating.
+/// The weight of each model's virtual tie against the reference (see the module doc).
+pub const PRIOR_GAMES: f64 = 1.0;
+
+/// The rating of the reference model, and of a model with no evidence but the prior.
+pub const REFERENCE: f64 = 1000.0;
+
+/// Why a model's rating rests mostly on the prior rather than on its comparisons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unrated {
-    /// It was in no comparison.
-    NotCompared,
-    /// It won every comparison it was in: its strength has no finite maximum.
+pub enum Prior {
+    /// It won every comparison it was in: without the prior its rating is unbounded above.
     NeverLost,
     /// It lost every comparison it was in.
     NeverWon,
-    /// The comparisons do not connect it with every other rated model.
-    Disconnected,
+    /// Its comparisons do not connect it both ways with the largest group of models that
+    /// do (won and lost among each other): its distance to that group rests on the prior.
+    Separated,
 }
 
-impl Unrated {
+impl Prior {
     /// The note a leaderboard row gives for it.
     pub fn note(self) -> &'static str {
         match self {
-            Unrated::NotCompared => "no comparisons",
-            Unrated::NeverLost => "never lost a comparison: rating unbounded above",
-            Unrated::NeverWon => "never won a comparison: rating unbounded below",
-            Unrated::Disconnected => "comparisons do not connect it with the other models",
+            Prior::NeverLost => "never lost a comparison: the rating rests mostly on the prior",
+            Prior::NeverWon => "never won a comparison: the rating rests mostly on the prior",
+            Prior::Separated => {
+                "not compared both ways with the main group: its distance to it rests mostly on the prior"
+            }
         }
     }
 }
-
-/// Each model's rating on the Elo-like scale, or why it has none.
-pub type Ratings = Vec<Result<f64, Unrated>>;
 
 /// The outcomes' scores and counts by pair.
 struct Table {
@@ -92,71 +105,117 @@ impl Table {
         }
         t
     }
+
+    /// The models in at least one comparison.
+    fn compared(&self) -> Vec<usize> {
+        (0..self.games.len())
+            .filter(|&i| self.games[i].iter().sum::<f64>() > 0.0)
+            .collect()
+    }
 }
 
-/// The most Newton steps a fit takes; a strongly connected table converges far sooner.
+/// The most Newton steps a fit takes; it converges far sooner.
 const MAX_ITERATIONS: usize = 200;
 
-/// The maximum-likelihood ratings of `models` models from `outcomes` (see the module doc).
-pub fn fit<'a>(models: usize, outcomes: impl Iterator<Item = &'a Outcome>) -> Ratings {
+/// A fit: each model's rating, the standard error of its place among the others from the
+/// curvature of the posterior at its mode (both `None` for a model in no comparison), and
+/// whether it rests mostly on the prior.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fit {
+    pub ratings: Vec<Option<f64>>,
+    pub errors: Vec<Option<f64>>,
+    pub priors: Vec<Option<Prior>>,
+}
+
+/// Rating points per unit of `theta`.
+const SCALE: f64 = 400.0 / std::f64::consts::LN_10;
+
+/// Fits `models` models to `outcomes` (see the module doc).
+pub fn fit<'a>(models: usize, outcomes: impl Iterator<Item = &'a Outcome>) -> Fit {
     let t = Table::of(models, outcomes);
-    let mut ratings: Ratings = vec![Err(Unrated::NotCompared); models];
-    let mut rated: Vec<usize> = (0..models)
-        .filter(|&i| t.games[i].iter().sum::<f64>() > 0.0)
-        .collect();
-    // Drop the unbeaten and the winless, again until none is left among the rest.
-    loop {
-        let dropped: Vec<(usize, Unrated)> = rated
-            .iter()
-            .filter_map(|&i| {
-                let (won, played) = rated.iter().fold((0.0, 0.0), |(w, n), &j| {
-                    (w + t.wins[i][j], n + t.games[i][j])
-                });
-                let unrated = if played == 0.0 {
-                    Unrated::Disconnected
-                } else if won == 0.0 {
-                    Unrated::NeverWon
-                } else if won == played {
-                    Unrated::NeverLost
-                } else {
-                    return None;
-                };
-                Some((i, unrated))
-            })
-            .collect();
-        if dropped.is_empty() {
-            break;
-        }
-        for (i, unrated) in dropped {
-            ratings[i] = Err(unrated);
-            rated.retain(|&r| r != i);
-        }
+    let compared = t.compared();
+    let theta = thetas(&t, &compared);
+    let (_, hessian) = derivatives(&t, &compared, &theta);
+    let mut fit = Fit {
+        ratings: vec![None; models],
+        errors: vec![None; models],
+        priors: priors(&t, &compared),
+    };
+    let errors = contrast_errors(hessian);
+    for (a, &i) in compared.iter().enumerate() {
+        fit.ratings[i] = Some(REFERENCE + SCALE * theta[a]);
+        fit.errors[i] = errors.as_ref().map(|e| SCALE * e[a]);
     }
-    if !strongly_connected(&t, &rated) {
-        for &i in &rated {
-            ratings[i] = Err(Unrated::Disconnected);
-        }
-        return ratings;
-    }
-    let p = strengths(&t, &rated);
-    for (&i, p) in rated.iter().zip(p) {
-        ratings[i] = Ok(400.0 * p.log10() + 1000.0);
+    fit
+}
+
+/// The standard error of each `theta_a - mean(theta)` from the posterior's curvature (the
+/// inverse of the negated Hessian `h` as covariance): a model's place among the others, which
+/// is what a comparison of two intervals asks. Its level against the reference alone is
+/// known only as well as the weak prior says, which no comparison needs.
+fn contrast_errors(h: Vec<Vec<f64>>) -> Option<Vec<f64>> {
+    let n = h.len();
+    let columns: Vec<Vec<f64>> = (0..n)
+        .map(|a| {
+            let mut unit = vec![0.0; n];
+            unit[a] = 1.0;
+            solve(h.clone(), unit)
+        })
+        .collect::<Option<_>>()?;
+    let nf = n as f64;
+    let row_means: Vec<f64> = columns.iter().map(|c| c.iter().sum::<f64>() / nf).collect();
+    let total = row_means.iter().sum::<f64>() / nf;
+    Some(
+        (0..n)
+            .map(|a| (columns[a][a] - 2.0 * row_means[a] + total).max(0.0).sqrt())
+            .collect(),
+    )
+}
+
+/// The ratings alone, as each bootstrap resample needs them.
+fn ratings<'a>(models: usize, outcomes: impl Iterator<Item = &'a Outcome>) -> Vec<Option<f64>> {
+    let t = Table::of(models, outcomes);
+    let compared = t.compared();
+    let mut ratings = vec![None; models];
+    for (&i, theta) in compared.iter().zip(thetas(&t, &compared)) {
+        ratings[i] = Some(REFERENCE + SCALE * theta);
     }
     ratings
 }
 
-/// Whether every model of `rated` reaches every other through "won at least a tie against".
-fn strongly_connected(t: &Table, rated: &[usize]) -> bool {
-    let Some(&first) = rated.first() else {
-        return true;
-    };
-    // From the first model, along wins and along losses: both must reach everyone.
-    [true, false].into_iter().all(|forward| {
+/// For each model in a comparison, whether its rating rests mostly on the prior ([`Prior`]).
+fn priors(t: &Table, compared: &[usize]) -> Vec<Option<Prior>> {
+    let models = t.games.len();
+    let components = strong_components(t, compared);
+    let largest = components.iter().max_by_key(|c| c.len()).map(Vec::len).unwrap_or(0);
+    let mut notes = vec![None; models];
+    for component in &components {
+        for &i in component {
+            let won: f64 = t.wins[i].iter().sum();
+            let played: f64 = t.games[i].iter().sum();
+            notes[i] = if won == 0.0 {
+                Some(Prior::NeverWon)
+            } else if won == played {
+                Some(Prior::NeverLost)
+            } else if component.len() < largest || components.iter().filter(|c| c.len() == largest).count() > 1 {
+                Some(Prior::Separated)
+            } else {
+                None
+            };
+        }
+    }
+    notes
+}
+
+/// The strongly connected components of `models` under "won at least a tie against", each
+/// sorted; a model reaches another of its component both along wins and along losses.
+fn strong_components(t: &Table, models: &[usize]) -> Vec<Vec<usize>> {
+    let reach = |from: usize, forward: bool| {
         let mut seen = vec![false; t.wins.len()];
-        seen[first] = true;
-        let mut stack = vec![first];
+        seen[from] = true;
+        let mut stack = vec![from];
         while let Some(i) = stack.pop() {
-            for &j in rated {
+            for &j in models {
                 let edge = if forward { t.wins[i][j] } else { t.wins[j][i] };
                 if !seen[j] && edge > 0.0 {
                     seen[j] = true;
@@ -164,23 +223,35 @@ fn strongly_connected(t: &Table, rated: &[usize]) -> bool {
                 }
             }
         }
-        rated.iter().all(|&i| seen[i])
-    })
+        seen
+    };
+    let mut placed = vec![false; t.wins.len()];
+    let mut components = Vec::new();
+    for &i in models {
+        if placed[i] {
+            continue;
+        }
+        let (down, up) = (reach(i, true), reach(i, false));
+        let component: Vec<usize> = models.iter().copied().filter(|&j| down[j] && up[j]).collect();
+        for &j in &component {
+            placed[j] = true;
+        }
+        components.push(component);
+    }
+    components
 }
 
-/// The strengths of `rated` (strongly connected), geometric mean 1, by Newton's method on the
-/// log-likelihood in `theta = ln p` (see the module doc).
-fn strengths(t: &Table, rated: &[usize]) -> Vec<f64> {
-    let n = rated.len();
+/// The posterior mode of `theta` for `models` (see the module doc), by Newton's method.
+fn thetas(t: &Table, models: &[usize]) -> Vec<f64> {
+    let n = models.len();
     let mut theta = vec![0.0; n];
-    if n < 2 {
-        return vec![1.0; n];
-    }
-    let log_likelihood = |theta: &[f64]| {
+    let objective = |theta: &[f64]| {
         let mut l = 0.0;
         for a in 0..n {
+            // The virtual tie: PRIOR_GAMES / 2 (ln sigma(theta) + ln sigma(-theta)).
+            l -= PRIOR_GAMES / 2.0 * (softplus(-theta[a]) + softplus(theta[a]));
             for b in a + 1..n {
-                let (i, j) = (rated[a], rated[b]);
+                let (i, j) = (models[a], models[b]);
                 let d = theta[a] - theta[b];
                 // w_ij ln sigma(d) + w_ji ln sigma(-d), with ln sigma(x) = -ln(1 + e^-x).
                 l -= t.wins[i][j] * softplus(-d) + t.wins[j][i] * softplus(d);
@@ -188,40 +259,20 @@ fn strengths(t: &Table, rated: &[usize]) -> Vec<f64> {
         }
         l
     };
-    let mut current = log_likelihood(&theta);
+    let mut current = objective(&theta);
     for _ in 0..MAX_ITERATIONS {
-        // Gradient and the negated Hessian, with the last model's theta held at 0 (the scale
-        // has one free constant) so the system is positive definite.
-        let m = n - 1;
-        let mut gradient = vec![0.0; m];
-        let mut hessian = vec![vec![0.0; m]; m];
-        for a in 0..n {
-            for b in 0..n {
-                let (i, j) = (rated[a], rated[b]);
-                if a == b || t.games[i][j] == 0.0 {
-                    continue;
-                }
-                let p = 1.0 / (1.0 + (theta[b] - theta[a]).exp());
-                if a < m {
-                    gradient[a] += t.wins[i][j] - t.games[i][j] * p;
-                    hessian[a][a] += t.games[i][j] * p * (1.0 - p);
-                    if b < m {
-                        hessian[a][b] -= t.games[i][j] * p * (1.0 - p);
-                    }
-                }
-            }
-        }
+        let (gradient, hessian) = derivatives(t, models, &theta);
         let Some(step) = solve(hessian, gradient) else {
             break;
         };
-        // Backtrack until the likelihood does not fall: it is concave, so this converges.
+        // Backtrack until the objective does not fall: it is concave, so this converges.
         let mut scale = 1.0;
         let mut next = theta.clone();
         loop {
             for (x, (old, d)) in next.iter_mut().zip(theta.iter().zip(&step)) {
                 *x = old + scale * d;
             }
-            let l = log_likelihood(&next);
+            let l = objective(&next);
             if l >= current || scale < 1e-12 {
                 current = l;
                 break;
@@ -234,8 +285,36 @@ fn strengths(t: &Table, rated: &[usize]) -> Vec<f64> {
             break;
         }
     }
-    let mean = theta.iter().sum::<f64>() / n as f64;
-    theta.iter().map(|x| (x - mean).exp()).collect()
+    theta
+}
+
+/// The objective's gradient and negated Hessian at `theta` (positive definite thanks to the
+/// prior).
+fn derivatives(t: &Table, models: &[usize], theta: &[f64]) -> (Vec<f64>, Vec<Vec<f64>>) {
+    let n = models.len();
+    let mut gradient = vec![0.0; n];
+    let mut hessian = vec![vec![0.0; n]; n];
+    for a in 0..n {
+        let s = sigmoid(theta[a]);
+        gradient[a] += PRIOR_GAMES * (0.5 - s);
+        hessian[a][a] += PRIOR_GAMES * s * (1.0 - s);
+        for b in 0..n {
+            let (i, j) = (models[a], models[b]);
+            if a == b || t.games[i][j] == 0.0 {
+                continue;
+            }
+            let p = sigmoid(theta[a] - theta[b]);
+            gradient[a] += t.wins[i][j] - t.games[i][j] * p;
+            hessian[a][a] += t.games[i][j] * p * (1.0 - p);
+            hessian[a][b] -= t.games[i][j] * p * (1.0 - p);
+        }
+    }
+    (gradient, hessian)
+}
+
+/// `1 / (1 + e^-x)`.
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
 }
 
 /// `ln(1 + e^x)` without overflow.
@@ -272,9 +351,8 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
     Some(b)
 }
 
-/// A 95% confidence interval of a rating. A bound is infinite where the resamples put the
-/// rating unbounded there: `-inf` for one that never won in them, `+inf` for one that never
-/// lost (both bounds at `+inf` for a model unbeaten in nearly every resample).
+/// A 95% confidence interval of a rating, finite (the prior keeps every resample's ratings
+/// finite).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Interval {
     pub low: f64,
@@ -286,60 +364,53 @@ impl Interval {
     pub fn overlaps(&self, other: &Interval) -> bool {
         self.low <= other.high && other.low <= self.high
     }
-
-    /// A bound as reported: `None` where it is unbounded.
-    pub fn finite(bound: f64) -> Option<f64> {
-        bound.is_finite().then_some(bound)
-    }
 }
 
-/// Each model's 95% interval from `rounds` resamples of `sessions` (each a list of outcomes:
-/// a session's, or a block of sessions' summed),
-/// drawn with the generator seeded by `seed`; `None` for a model rated in no resample. It costs
-/// `rounds` times the outcomes in `sessions`: a caller on the processing thread bounds what it
-/// passes.
+/// Each model's 95% interval: the 2.5th to 97.5th percentile of its rating over `rounds`
+/// resamples of `sessions` (each a list of outcomes: a session's, or a block of sessions'
+/// summed), drawn with the generator seeded by `seed`, joined with `point`'s `rating +- 1.96`
+/// standard errors (`point` is the fit of all of `sessions`). Each covers the other's blind
+/// spot: a window of one or two resampling units resamples to itself (an interval of width
+/// zero), and the curvature cannot see that a session's outcomes move together. `None` for a
+/// model `point` does not rate, or for every model when `rounds` is 0. It costs `rounds` fits
+/// of the outcomes in `sessions`: a caller on the processing thread bounds what it passes.
 pub fn bootstrap(
-    models: usize,
+    point: &Fit,
     sessions: &[Vec<Outcome>],
     rounds: usize,
     seed: u64,
 ) -> Vec<Option<Interval>> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); models];
-    if sessions.is_empty() {
+    let models = point.ratings.len();
+    if sessions.is_empty() || rounds == 0 {
         return vec![None; models];
     }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); models];
     let mut drawn: Vec<&Vec<Outcome>> = Vec::with_capacity(sessions.len());
     for _ in 0..rounds {
         drawn.clear();
         for _ in 0..sessions.len() {
             drawn.push(&sessions[rng.random_range(0..sessions.len())]);
         }
-        let ratings = fit(models, drawn.iter().flat_map(|s| s.iter()));
+        let ratings = ratings(models, drawn.iter().flat_map(|s| s.iter()));
         for (model, rating) in ratings.into_iter().enumerate() {
-            let value = match rating {
-                Ok(r) => r,
-                Err(Unrated::NeverLost) => f64::INFINITY,
-                Err(Unrated::NeverWon) => f64::NEG_INFINITY,
-                Err(Unrated::NotCompared | Unrated::Disconnected) => continue,
-            };
-            samples[model].push(value);
+            samples[model].push(rating.unwrap_or(REFERENCE));
         }
     }
     samples
         .into_iter()
-        .map(|mut s| {
-            if s.is_empty() {
-                return None;
-            }
+        .enumerate()
+        .map(|(model, mut s)| {
+            let rating = point.ratings[model]?;
+            let error = point.errors[model].unwrap_or(0.0);
             s.sort_by(f64::total_cmp);
             let at = |q: f64| {
                 let rank = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len());
                 s[rank - 1]
             };
             Some(Interval {
-                low: at(0.025),
-                high: at(0.975),
+                low: at(0.025).min(rating - 1.96 * error),
+                high: at(0.975).max(rating + 1.96 * error),
             })
         })
         .collect()

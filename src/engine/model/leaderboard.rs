@@ -188,27 +188,32 @@ pub struct Ranking {
     pub fitted: BTreeMap<String, BtStanding>,
 }
 
+/// The note of a model in the category's table without a comparison in the window.
+const NOT_COMPARED: &str = "no comparisons";
+
 /// A model's Bradley-Terry standing in its category.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BtStanding {
-    /// `400 * log10(p) + 1000`, strengths at geometric mean 1; `None` when unbounded.
+    /// `400 * log10(p) + 1000` against the prior's reference; `None` without comparisons.
     pub rating: Option<f64>,
-    /// The 95% bootstrap interval, a bound `None` where unbounded; `None` without one.
+    /// The 95% bootstrap interval; `None` without one. Both bounds are always written; a
+    /// `null` bound comes from a changelog written before the prior (no finite interval then)
+    /// and counts as no interval.
     pub interval: Option<(Option<f64>, Option<f64>)>,
     /// 1 for the highest rating among the rated models.
     pub rank: Option<usize>,
     /// Pairwise comparisons it was in.
     pub comparisons: f64,
-    /// Why it has no rating.
+    /// Why it has no rating, or why the rating rests mostly on the prior.
     pub note: Option<String>,
 }
 
 impl BtStanding {
     fn bounds(&self) -> Option<Interval> {
-        self.interval.map(|(low, high)| Interval {
-            low: low.unwrap_or(f64::NEG_INFINITY),
-            high: high.unwrap_or(f64::INFINITY),
-        })
+        match self.interval {
+            Some((Some(low), Some(high))) => Some(Interval { low, high }),
+            _ => None,
+        }
     }
 }
 
@@ -325,34 +330,34 @@ impl Ranking {
                     .collect()
             })
             .collect();
-        let ratings = bradley_terry::fit(models.len(), units.iter().flatten());
-        let intervals = if rounds == 0 {
-            vec![None; models.len()]
-        } else {
-            let seed = bradley_terry::seed_of(&units);
-            bradley_terry::bootstrap(models.len(), &units, rounds, seed)
-        };
+        let fit = bradley_terry::fit(models.len(), units.iter().flatten());
+        let seed = bradley_terry::seed_of(&units);
+        let intervals = bradley_terry::bootstrap(&fit, &units, rounds, seed);
+        let (ratings, priors) = (&fit.ratings, &fit.priors);
         let mut comparisons = vec![0.0; models.len()];
         for o in units.iter().flatten() {
             comparisons[o.a] += o.games;
             comparisons[o.b] += o.games;
         }
-        let mut order: Vec<usize> = (0..models.len()).filter(|&i| ratings[i].is_ok()).collect();
+        let mut order: Vec<usize> = (0..models.len()).filter(|&i| ratings[i].is_some()).collect();
         order.sort_by(|&a, &b| {
-            let r = |i: usize| ratings[i].as_ref().copied().unwrap_or(f64::NEG_INFINITY);
-            r(b).total_cmp(&r(a)).then(a.cmp(&b))
+            let r = |i: usize| ratings[i].unwrap_or(f64::NEG_INFINITY);
+            r(b).total_cmp(&r(a)).then(models[a].cmp(&models[b]))
         });
         self.fitted = models
             .iter()
             .enumerate()
             .map(|(i, model)| {
+                let note = match (ratings[i], priors[i]) {
+                    (None, _) => Some(NOT_COMPARED.to_owned()),
+                    (Some(_), prior) => prior.map(|p| p.note().to_owned()),
+                };
                 let standing = BtStanding {
-                    rating: ratings[i].as_ref().ok().copied(),
-                    interval: intervals[i]
-                        .map(|v| (Interval::finite(v.low), Interval::finite(v.high))),
+                    rating: ratings[i],
+                    interval: intervals[i].map(|v| (Some(v.low), Some(v.high))),
                     rank: order.iter().position(|&o| o == i).map(|p| p + 1),
                     comparisons: comparisons[i],
-                    note: ratings[i].err().map(|u| u.note().to_owned()),
+                    note,
                 };
                 (model.clone(), standing)
             })
@@ -628,9 +633,15 @@ mod tests {
 
     #[test]
     fn summed_blocks_fit_as_their_sessions_do() {
-        // m-a beats m-b in two sessions of three: the ratings are 1000 +- 400 log10(sqrt 2),
-        // whether the sessions share a block or not.
-        let shift = 400.0 * 2f64.sqrt().log10();
+        // m-a beats m-b in two sessions of three: the same ratings whether the sessions share
+        // a block or not, and those of the three comparisons fitted one by one.
+        let one = |score| Outcome {
+            a: 0,
+            b: 1,
+            score,
+            games: 1.0,
+        };
+        let direct = bradley_terry::fit(2, [one(1.0), one(1.0), one(0.0)].iter()).ratings;
         for slots in [[0, 0, 0], [0, 1, 2]] {
             let mut r = Ranking::default();
             for (slot, first) in slots.into_iter().zip(["m-a", "m-a", "m-b"]) {
@@ -643,9 +654,10 @@ mod tests {
             }
             r.fit(EventTime::new(0, 0).unwrap(), 50);
             let a = &r.fitted["m-a"];
-            assert!((a.rating.unwrap() - (1000.0 + shift)).abs() < 1e-6);
+            assert!((a.rating.unwrap() - direct[0].unwrap()).abs() < 1e-9);
             assert_eq!((a.rank, a.comparisons), (Some(1), 3.0));
-            assert!((r.fitted["m-b"].rating.unwrap() - (1000.0 - shift)).abs() < 1e-6);
+            assert!((r.fitted["m-b"].rating.unwrap() - direct[1].unwrap()).abs() < 1e-9);
+            assert!(direct[0].unwrap() > 1000.0 + 50.0);
         }
     }
 

@@ -17,21 +17,49 @@ fn times(n: usize, o: Outcome) -> impl Iterator<Item = Outcome> {
     std::iter::repeat_n(o, n)
 }
 
-fn rating(r: &Result<f64, Unrated>) -> f64 {
-    *r.as_ref().expect("a rating")
+fn rating(r: &Option<f64>) -> f64 {
+    r.expect("a rating")
+}
+
+/// The root in `[lo, hi]` of an increasing `f`, by bisection.
+fn root(f: impl Fn(f64) -> f64, mut lo: f64, mut hi: f64) -> f64 {
+    for _ in 0..200 {
+        let mid = (lo + hi) / 2.0;
+        if f(mid) < 0.0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (lo + hi) / 2.0
 }
 
 #[test]
-fn two_models_three_to_one() {
-    // p_A / p_B = 3 (the MLE of 3 wins in 4), geometric mean 1: p_A = sqrt(3), p_B = 1/sqrt(3).
+fn one_win_is_finite_and_solves_the_stationary_equation() {
+    // A beat B once. By symmetry theta_B = -theta_A = -x, and A's gradient
+    // (1 - sigma(2x)) + (1/2 - sigma(x)) = 0 becomes, with s = e^x, s^3 - s^2 - s - 3 = 0.
+    let r = fit(2, [outcome(0, 1, 1.0)].iter()).ratings;
+    let s = root(|s| s * s * s - s * s - s - 3.0, 1.0, 3.0);
+    assert!((s - 2.130_395).abs() < 1e-5, "{s}");
+    let shift = 400.0 * s.log10();
+    assert!((rating(&r[0]) - (1000.0 + shift)).abs() < 1e-6, "{r:?}");
+    assert!((rating(&r[1]) - (1000.0 - shift)).abs() < 1e-6, "{r:?}");
+}
+
+#[test]
+fn two_models_three_to_one_are_pulled_a_little_towards_the_reference() {
+    // Without the prior p_A / p_B = 3: 1000 +- 95.4. With it, by symmetry theta = +-x and
+    // 3 - 4 sigma(2x) + 1/2 - sigma(x) = 0.
     let outcomes: Vec<Outcome> = times(3, outcome(0, 1, 1.0))
         .chain(times(1, outcome(0, 1, 0.0)))
         .collect();
-    let r = fit(2, outcomes.iter());
-    let shift = 400.0 * 3f64.sqrt().log10(); // 95.424...
+    let r = fit(2, outcomes.iter()).ratings;
+    let sigma = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let x = root(|x| -(3.5 - 4.0 * sigma(2.0 * x) - sigma(x)), 0.0, 5.0);
+    let shift = 400.0 * x / std::f64::consts::LN_10;
+    assert!(shift < 95.424 && shift > 70.0, "{shift}");
     assert!((rating(&r[0]) - (1000.0 + shift)).abs() < 1e-6, "{r:?}");
     assert!((rating(&r[1]) - (1000.0 - shift)).abs() < 1e-6, "{r:?}");
-    assert!((shift - 95.424_250_943_932_5).abs() < 1e-9);
 }
 
 #[test]
@@ -42,18 +70,19 @@ fn a_balanced_cycle_rates_everyone_equal_and_ties_count_half() {
         outcomes.extend(times(2, outcome(a, b, 1.0)));
         outcomes.push(outcome(a, b, 0.0));
     }
-    for r in fit(3, outcomes.iter()) {
+    for r in fit(3, outcomes.iter()).ratings {
         assert!((rating(&r) - 1000.0).abs() < 1e-6);
     }
+    assert_eq!(fit(3, outcomes.iter()).priors, vec![None; 3]);
     // A tie is half a win each: one win each and one tie is even.
     let even = [outcome(0, 1, 1.0), outcome(0, 1, 0.0), outcome(1, 0, 0.5)];
-    for r in fit(2, even.iter()) {
+    for r in fit(2, even.iter()).ratings {
         assert!((rating(&r) - 1000.0).abs() < 1e-9);
     }
 }
 
 #[test]
-fn unbounded_models_are_not_rated_and_the_rest_are() {
+fn unbeaten_winless_and_separated_models_are_rated_and_noted() {
     // D beats everyone, E loses to everyone, F never plays; A, B, C play a cycle among them.
     let mut outcomes = Vec::new();
     for (a, b) in [(0, 1), (1, 2), (2, 0)] {
@@ -64,55 +93,66 @@ fn unbounded_models_are_not_rated_and_the_rest_are() {
         outcomes.push(outcome(3, x, 1.0));
         outcomes.push(outcome(4, x, 0.0));
     }
-    let r = fit(6, outcomes.iter());
-    assert_eq!(r[3], Err(Unrated::NeverLost));
-    assert_eq!(r[4], Err(Unrated::NeverWon));
-    assert_eq!(r[5], Err(Unrated::NotCompared));
-    for i in 0..3 {
-        assert!((rating(&r[i]) - 1000.0).abs() < 1e-6, "{r:?}");
-    }
-    // Two groups that never meet cannot be put on one scale.
+    let r = fit(6, outcomes.iter()).ratings;
+    let notes = fit(6, outcomes.iter()).priors;
+    assert_eq!(r[5], None);
+    assert_eq!(
+        notes,
+        [None, None, None, Some(Prior::NeverLost), Some(Prior::NeverWon), None]
+    );
+    // D above the cycle, E below it, the cycle symmetric between them (D and E mirror).
+    let (a, d, e) = (rating(&r[0]), rating(&r[3]), rating(&r[4]));
+    assert!(d > a + 100.0 && e < a - 100.0, "{r:?}");
+    assert!((rating(&r[1]) - a).abs() < 1e-6 && (rating(&r[2]) - a).abs() < 1e-6);
+    assert!(((d - 1000.0) + (e - 1000.0)).abs() < 1e-6, "{r:?}");
+    // A chain A > B > C: every model finite and in order; B is between and separated.
+    let chain = [outcome(0, 1, 1.0), outcome(1, 2, 1.0), outcome(1, 2, 1.0)];
+    let r = fit(3, chain.iter()).ratings;
+    assert!(rating(&r[0]) > rating(&r[1]) && rating(&r[1]) > rating(&r[2]), "{r:?}");
+    assert_eq!(
+        fit(3, chain.iter()).priors,
+        [Some(Prior::NeverLost), Some(Prior::Separated), Some(Prior::NeverWon)]
+    );
+    // Two groups that never meet: each is placed against the reference alone.
     let apart = [
         outcome(0, 1, 1.0),
         outcome(0, 1, 0.0),
         outcome(2, 3, 1.0),
         outcome(2, 3, 0.0),
     ];
-    assert!(
-        fit(4, apart.iter())
-            .iter()
-            .all(|r| *r == Err(Unrated::Disconnected))
-    );
-    // Removing the unbeaten may leave another unbeaten: D beat A, whose only loss that was;
-    // A beat B and C, who beat each other once. Without D, A never lost; without A, B and C
-    // are even.
-    let peel = [
-        outcome(3, 0, 1.0),
-        outcome(0, 1, 1.0),
-        outcome(0, 2, 1.0),
-        outcome(1, 2, 1.0),
-        outcome(2, 1, 1.0),
-    ];
-    let r = fit(4, peel.iter());
-    assert_eq!(
-        (r[3], r[0]),
-        (Err(Unrated::NeverLost), Err(Unrated::NeverLost))
-    );
-    for i in [1, 2] {
-        assert!((rating(&r[i]) - 1000.0).abs() < 1e-9, "{r:?}");
+    for r in fit(4, apart.iter()).ratings {
+        assert!((rating(&r) - 1000.0).abs() < 1e-9);
     }
-    // A chain A > B > C: A unbounded above, C below, and B left with no one to be rated
-    // against.
-    let chain = [outcome(0, 1, 1.0), outcome(1, 2, 1.0), outcome(1, 2, 1.0)];
-    let r = fit(3, chain.iter());
-    assert_eq!(
-        r,
-        vec![
-            Err(Unrated::NeverLost),
-            Err(Unrated::Disconnected),
-            Err(Unrated::NeverWon)
-        ]
-    );
+    assert_eq!(fit(4, apart.iter()).priors, vec![Some(Prior::Separated); 4]);
+}
+
+/// The tournament: one model wins all its 21 comparisons, the others mixed.
+#[test]
+fn an_unbeaten_model_is_rated_first_with_a_finite_interval() {
+    let mut sessions: Vec<Vec<Outcome>> = Vec::new();
+    for round in 0..7 {
+        for other in 1..4 {
+            sessions.push(vec![outcome(0, other, 1.0)]);
+            let (a, b) = (other, 1 + other % 3);
+            sessions.push(vec![outcome(a, b, if round % 2 == 0 { 1.0 } else { 0.0 })]);
+        }
+    }
+    let point = fit(4, sessions.iter().flatten());
+    let intervals = bootstrap(&point, &sessions, 200, seed_of(&sessions));
+    let top = rating(&point.ratings[0]);
+    for (i, (r, interval)) in point.ratings.iter().zip(&intervals).enumerate() {
+        let (r, interval) = (rating(r), interval.expect("an interval"));
+        assert!(interval.low.is_finite() && interval.high.is_finite());
+        assert!(interval.low <= r && r <= interval.high, "{interval:?} {r}");
+        if i > 0 {
+            assert!(top > r + 300.0, "{point:?}");
+            assert_eq!(point.priors[i], None);
+        }
+    }
+    // Clearly above the rest: its interval meets none of theirs.
+    for other in &intervals[1..] {
+        assert!(!intervals[0].unwrap().overlaps(&other.unwrap()), "{intervals:?}");
+    }
 }
 
 #[test]
@@ -128,56 +168,58 @@ fn the_bootstrap_is_seeded_and_brackets_the_estimate() {
         .collect();
     let seed = seed_of(&sessions);
     assert_eq!(seed, seed_of(&sessions.clone()));
-    let a = bootstrap(3, &sessions, 200, seed);
+    let point = fit(3, sessions.iter().flatten());
+    let a = bootstrap(&point, &sessions, 200, seed);
     assert_eq!(
         a,
-        bootstrap(3, &sessions, 200, seed),
+        bootstrap(&point, &sessions, 200, seed),
         "same seed, same intervals"
     );
-    let point = fit(3, sessions.iter().flatten());
-    for (interval, r) in a.iter().zip(&point) {
+    for (interval, r) in a.iter().zip(&point.ratings) {
         let i = interval.expect("an interval");
-        let (low, high) = (i.low, i.high);
-        assert!(low.is_finite() && high.is_finite(), "{i:?}");
-        assert!(low <= rating(r) && rating(r) <= high, "{i:?} {r:?}");
+        assert!(i.low.is_finite() && i.high.is_finite(), "{i:?}");
+        assert!(i.low <= rating(r) && rating(r) <= i.high, "{i:?} {r:?}");
+        assert!(i.low < i.high, "{i:?}");
     }
-    assert!(a[0].unwrap().overlaps(&a[1].unwrap()) || !a[1].unwrap().overlaps(&a[0].unwrap()));
-    let open = Interval {
-        low: 1100.0,
-        high: f64::INFINITY,
+    let x = Interval {
+        low: 1.0,
+        high: 2.0,
     };
-    assert!(open.overlaps(&Interval {
-        low: 5000.0,
-        high: 6000.0
-    }));
-    assert!(!open.overlaps(&Interval {
-        low: f64::NEG_INFINITY,
-        high: 1099.0
-    }));
-    // Unbeaten and winless in every resample: at +inf and at -inf, apart.
-    let (up, down) = (
-        Interval {
-            low: f64::INFINITY,
-            high: f64::INFINITY,
-        },
-        Interval {
-            low: f64::NEG_INFINITY,
-            high: f64::NEG_INFINITY,
-        },
-    );
-    assert!(!up.overlaps(&down) && up.overlaps(&up));
-    assert_eq!(
-        (Interval::finite(up.low), Interval::finite(1.5)),
-        (None, Some(1.5))
-    );
-    assert_eq!(bootstrap(2, &[], 10, 1), vec![None, None]);
+    let touching = Interval {
+        low: 2.0,
+        high: 3.0,
+    };
+    let apart = Interval {
+        low: 2.5,
+        high: 3.0,
+    };
+    assert!(x.overlaps(&touching) && touching.overlaps(&x));
+    assert!(!x.overlaps(&apart) && !apart.overlaps(&x));
+    assert_eq!(bootstrap(&fit(2, [].iter()), &[], 10, 1), vec![None, None]);
+    assert_eq!(bootstrap(&point, &sessions, 0, 1), vec![None; 3]);
+}
+
+#[test]
+fn models_that_never_meet_others_do_not_move_them() {
+    // Ratings are relative to the fixed reference, not re-centred per fit: a resample that
+    // draws a group of models or not rates the others the same. (With a geometric-mean
+    // centre, the lopsided pair 2, 3 would shift 0 and 1.)
+    let sessions: Vec<Outcome> = (0..40)
+        .map(|i| outcome(0, 1, if i % 3 == 0 { 0.0 } else { 1.0 }))
+        .collect();
+    let without = fit(4, sessions.iter()).ratings;
+    let with = fit(4, sessions.iter().chain(&[outcome(2, 3, 1.0); 5])).ratings;
+    for m in [0, 1] {
+        assert!((rating(&without[m]) - rating(&with[m])).abs() < 1e-9, "{with:?}");
+    }
+    assert!(rating(&with[2]) > rating(&with[3]));
 }
 
 /// A tournament between models of known strengths: how often each true rating falls inside its
 /// 95% interval. `runs` seeded tournaments of `sessions` random pairings each.
 fn coverage(runs: u64, sessions: usize, rounds: usize) -> f64 {
     let truth = [1200.0, 1100.0, 1050.0, 1000.0, 950.0, 700.0];
-    // Make the true ratings average 1000, as the fit's do.
+    // True ratings average 1000, where the prior's reference sits.
     let mean = truth.iter().sum::<f64>() / truth.len() as f64;
     let truth: Vec<f64> = truth.iter().map(|r| r - mean + 1000.0).collect();
     let p = |r: f64| 10f64.powf((r - 1000.0) / 400.0);
@@ -192,7 +234,8 @@ fn coverage(runs: u64, sessions: usize, rounds: usize) -> f64 {
                 vec![outcome(a, b, if win { 1.0 } else { 0.0 })]
             })
             .collect();
-        let intervals = bootstrap(truth.len(), &games, rounds, seed_of(&games));
+        let point = fit(truth.len(), games.iter().flatten());
+        let intervals = bootstrap(&point, &games, rounds, seed_of(&games));
         for (t, i) in truth.iter().zip(intervals) {
             let i = i.expect("every model compared");
             total += 1;
@@ -211,25 +254,30 @@ fn intervals_cover_known_strengths_about_95_percent_of_the_time() {
 }
 
 proptest! {
-    /// No NaN; the order of outcomes is irrelevant; rated models average 1000.
+    /// No NaN; every compared model finite; the order of outcomes is irrelevant; a win never
+    /// lowers the winner.
     #[test]
-    fn ratings_are_finite_order_free_and_centred(
+    fn ratings_are_finite_order_free_and_monotone(
         outcomes in prop::collection::vec((0..5usize, 0..5usize, prop::sample::select(vec![0.0, 0.5, 1.0])), 0..60),
+        extra in (0..5usize, 0..5usize),
     ) {
         let outcomes: Vec<Outcome> = outcomes.into_iter().map(|(a, b, s)| outcome(a, b, s)).collect();
-        let r = fit(5, outcomes.iter());
-        let rev = fit(5, outcomes.iter().rev());
-        let rated: Vec<f64> = r.iter().filter_map(|x| x.as_ref().ok().copied()).collect();
-        for (x, y) in r.iter().zip(&rev) {
-            match (x, y) {
-                (Ok(x), Ok(y)) => prop_assert!((x - y).abs() < 1e-6),
-                (x, y) => prop_assert_eq!(x, y),
+        let r = fit(5, outcomes.iter()).ratings;
+        let rev = fit(5, outcomes.iter().rev()).ratings;
+        let t = Table::of(5, outcomes.iter());
+        for (i, (x, y)) in r.iter().zip(&rev).enumerate() {
+            let compared = t.games[i].iter().sum::<f64>() > 0.0;
+            prop_assert_eq!(x.is_some(), compared);
+            if let (Some(x), Some(y)) = (x, y) {
+                prop_assert!(x.is_finite() && (x - y).abs() < 1e-6);
             }
         }
-        prop_assert!(rated.iter().all(|x| x.is_finite()));
-        if !rated.is_empty() {
-            let mean = rated.iter().sum::<f64>() / rated.len() as f64;
-            prop_assert!((mean - 1000.0).abs() < 1e-6, "{:?}", r);
+        let (w, l) = extra;
+        if w != l {
+            let more: Vec<Outcome> = outcomes.iter().copied().chain([outcome(w, l, 1.0)]).collect();
+            let after = fit(5, more.iter()).ratings;
+            prop_assert!(rating(&after[w]) >= r[w].unwrap_or(REFERENCE) - 1e-6);
+            prop_assert!(rating(&after[l]) <= r[l].unwrap_or(REFERENCE) + 1e-6);
         }
     }
 }

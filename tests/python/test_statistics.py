@@ -1,0 +1,122 @@
+"""The leaderboard's Bradley-Terry ratings checked against an independent implementation:
+choix's pairwise maximum-likelihood estimator on generated tournaments, unbeaten and winless
+models included. jurystream's prior (each model ties a reference rated 1000 once) is the same
+estimate as an unregularised fit on the data with one extra model that ties each model once;
+with every real comparison counted twice, that tie is one win and one loss against the
+reference, which choix takes as plain pairwise data."""
+import json
+import math
+import pathlib
+import random
+import subprocess
+
+import choix
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+START_MS = 1_795_168_800_000
+
+
+def replay(records, config=""):
+    cfg = ROOT / "target" / "bt-test.toml"
+    cfg.parent.mkdir(exist_ok=True)
+    cfg.write_text(config)
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    out = subprocess.run(
+        ["cargo", "run", "-q", "--", "replay", "--config", str(cfg), "--input", "-", "--output", "-"],
+        cwd=ROOT, check=True, capture_output=True, text=True, input=lines)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def session(i, winner, loser):
+    """A one-judge session whose two candidates are by `winner` and `loser`."""
+    return {"topic": "jury.judge-scores", "partition": 0, "offset": i, "value": {
+        "event_id": f"e{i}", "project_id": "bt", "session_id": f"s{i}",
+        "occurred_at": START_MS + i * 1000, "judge": "j", "expected_judges": 1,
+        "category": "c", "scores": {"A": 8, "B": 3},
+        "candidates": {"A": {"author": winner}, "B": {"author": loser}}}}
+
+
+def tournament(seed, strengths, games, unbeaten=(), winless=()):
+    rng = random.Random(seed)
+    names = sorted(strengths)
+    outcomes = []
+    for _ in range(games):
+        a, b = rng.sample(names, 2)
+        if a in unbeaten or b in winless:
+            winner, loser = a, b
+        elif b in unbeaten or a in winless:
+            winner, loser = b, a
+        else:
+            pa = 1 / (1 + 10 ** ((strengths[b] - strengths[a]) / 400))
+            winner, loser = (a, b) if rng.random() < pa else (b, a)
+        outcomes.append((winner, loser))
+    return names, outcomes
+
+
+def choix_ratings(names, outcomes):
+    index = {n: i for i, n in enumerate(names)}
+    ref = len(names)
+    data = []
+    for winner, loser in outcomes:
+        data += [(index[winner], index[loser])] * 2
+    for i in range(len(names)):
+        data += [(i, ref), (ref, i)]
+    params = choix.opt_pairwise(len(names) + 1, data, alpha=0.0, method="Newton-CG", tol=1e-12)
+    return {n: 1000 + 400 / math.log(10) * (params[i] - params[ref]) for n, i in index.items()}
+
+
+def board(outputs):
+    rows = {}
+    for o in outputs:
+        if o["topic"] == "jury.leaderboard":
+            rows[o["value"]["model"]] = o["value"]
+    return rows
+
+
+CASES = [
+    # (seed, strengths, games, unbeaten, winless)
+    (1, {"m0": 1200, "m1": 1100, "m2": 1000, "m3": 900, "m4": 800}, 300, (), ()),
+    (2, {"m0": 1000, "m1": 1000, "m2": 1000, "m3": 1000}, 21, ("m0",), ()),
+    (3, {"m0": 1000, "m1": 1050, "m2": 950, "m3": 1000, "m4": 900, "m5": 1100}, 60, ("m1",), ("m4",)),
+    (4, {"m0": 1000, "m1": 1000, "m2": 1000}, 4, (), ()),
+]
+
+
+def test_bradley_terry_matches_choix_on_generated_tournaments():
+    for seed, strengths, games, unbeaten, winless in CASES:
+        names, outcomes = tournament(seed, strengths, games, unbeaten, winless)
+        records = [session(i, w, l) for i, (w, l) in enumerate(outcomes)]
+        rows = board(replay(records, "[leaderboard]\nbt_interval_secs = 0\n"))
+        expected = choix_ratings(names, outcomes)
+        played = {n for pair in outcomes for n in pair}
+        assert set(rows) == played
+        for name in played:
+            row = rows[name]
+            assert row["bt_rating"] == row["bt_rating"]  # not NaN
+            assert abs(row["bt_rating"] - expected[name]) < 1e-4, (seed, name, row, expected[name])
+            assert row["bt_ci_low"] <= row["bt_rating"] <= row["bt_ci_high"], row
+            assert row["bt_rank"] is not None
+        # Ranks follow ratings; ties are symmetric and mean overlapping intervals.
+        by_rating = sorted(played, key=lambda n: (-rows[n]["bt_rating"], n))
+        assert [rows[n]["bt_rank"] for n in by_rating] == list(range(1, len(played) + 1))
+        for a in played:
+            for b in played:
+                if a == b:
+                    continue
+                overlap = rows[a]["bt_ci_low"] <= rows[b]["bt_ci_high"] and rows[b]["bt_ci_low"] <= rows[a]["bt_ci_high"]
+                assert (b in rows[a]["bt_tied_with"]) == overlap == (a in rows[b]["bt_tied_with"])
+        for name in unbeaten:
+            assert rows[name]["bt_rank"] == 1 and "never lost" in rows[name]["bt_note"]
+        for name in winless:
+            assert rows[name]["bt_rank"] == len(played) and "never won" in rows[name]["bt_note"]
+
+
+def test_choix_agrees_with_the_reference_trick():
+    # The augmented data's estimate is finite where plain maximum likelihood is not: an
+    # unbeaten model's rating grows with its wins but stays finite.
+    last = 0
+    for wins in (1, 5, 25):
+        r = choix_ratings(["a", "b"], [("a", "b")] * wins)
+        assert np.isfinite(r["a"]) and r["a"] > last
+        last = r["a"]
