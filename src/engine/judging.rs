@@ -11,10 +11,11 @@ use super::contract::judge::{BallotEvent, JudgeAction, JudgeEvent, JudgeLimits, 
 use super::contract::rejection::{ErrorCode, Rejection};
 use super::journal::Change;
 use super::model::bias::{audit_session, session_alerts};
-use super::model::consensus::{Consensus, JudgeCounts, Ranked, analyze, interpretation};
+use super::model::consensus::{Consensus, JudgeCounts, Ranked, interpretation};
 use super::model::judge_quality::Basis;
 use super::model::session::{BookLimits, Completed};
-use super::output::{Output, OutputTopic, OutputValue};
+use super::output::{Counted, Output, OutputTopic, OutputValue};
+use super::quality::Weights;
 use super::state::PartitionState;
 use super::{Engine, Outcome, Record};
 use crate::config::Method;
@@ -166,8 +167,7 @@ impl Engine {
         state.note(|| Change::Audit {
             project: c.project_id.clone(),
         });
-        let sessions = self.session_settings(state, &c.project_id);
-        let analysis = analyze(&c.session, &sessions);
+        let (analysis, weighting) = self.analyse(state, &c.project_id, &c.session);
         let audit = audit_session(&analysis, &cfg.bias);
         let effective = self.effective_judges(state, &c.project_id, &analysis);
         let key = Some(c.project_id.clone());
@@ -187,6 +187,7 @@ impl Engine {
             krippendorff_alpha: analysis.krippendorff_alpha,
             effective_judges: effective.map(|(n, _)| n),
             effective_judges_basis: effective.map(|(_, basis)| basis),
+            weighting,
             rankings: &analysis.rankings,
             bias: SessionBias {
                 length_r: audit.length_r,
@@ -196,7 +197,10 @@ impl Engine {
             },
             interpretation: interpretation(&analysis),
         };
-        let consensus = Output::json(OutputTopic::Consensus, key.clone(), &record);
+        let mut consensus = Output::json(OutputTopic::Consensus, key.clone(), &record);
+        if weighting == Weights::ConfiguredFallback {
+            consensus.counted = Some(Counted::WeightsFallback);
+        }
         let kept = match &consensus.value {
             // One the changelog could not hold is not kept.
             OutputValue::Json(text) if text.len() <= cfg.kept_record_bytes => {
@@ -287,6 +291,8 @@ struct ConsensusRecord<'a> {
     /// `n² / Σ ρ` of the session's judges over the project's recent candidates.
     effective_judges: Option<f64>,
     effective_judges_basis: Option<Basis>,
+    /// How its judges were weighted.
+    weighting: Weights,
     rankings: &'a [Ranked<'a>],
     bias: SessionBias,
     interpretation: String,

@@ -53,8 +53,18 @@ pub struct Output {
     pub topic: OutputTopic,
     pub key: Option<String>,
     pub value: OutputValue,
-    /// For bias alerts: (scope, kind), so runtimes can count alerts without parsing them.
-    pub alert: Option<(&'static str, &'static str)>,
+    /// What a runtime counts it as, without parsing it.
+    pub counted: Option<Counted>,
+}
+
+/// What an output is counted as in the runtimes' metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    /// A bias alert of (scope, kind).
+    Alert(&'static str, &'static str),
+    /// A consensus published with the configured judge weights because the learned ones of
+    /// its judges were all zero.
+    WeightsFallback,
 }
 
 /// An output value. Scores stay typed until rendered, because the Kafka runtime coalesces them
@@ -73,14 +83,14 @@ impl Output {
             topic,
             key,
             value: OutputValue::Json(render(value)),
-            alert: None,
+            counted: None,
         }
     }
 
     /// A `jury.bias-alerts` record.
     pub fn alert(key: Option<String>, alert: &super::model::bias::BiasAlert) -> Output {
         Output {
-            alert: Some((alert.scope, alert.kind)),
+            counted: Some(Counted::Alert(alert.scope, alert.kind)),
             ..Output::json(OutputTopic::BiasAlerts, key, alert)
         }
     }
@@ -274,7 +284,7 @@ mod tests {
             topic: OutputTopic::Scores,
             key: Some("proj-42".to_owned()),
             value: OutputValue::Score(v),
-            alert: None,
+            counted: None,
         };
         let mut buffer = b"an earlier, longer record".to_vec();
         assert_eq!(out.value_bytes(&mut buffer), out.render().as_bytes());

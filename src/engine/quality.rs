@@ -8,7 +8,6 @@
 //! project's votes in another state hands this one every vote record of the project's log after
 //! it is applied there ([`Engine::observe_votes`]); replay, with one state, does the same.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
@@ -17,15 +16,16 @@ use super::contract::time::EventTime;
 use super::contract::vote;
 use super::journal::Change;
 use super::model::bias::{BiasAlert, risk_level};
-use super::model::consensus::Analysis;
+use super::model::consensus::{Analysis, analyze};
 use super::model::judge_quality::{
     Agreement, Basis, CandidateScores, JudgeWindow, Observed, Pair, ProjectQuality, QualityLimits,
 };
+use super::model::session::Session;
 use super::output::{Output, OutputTopic};
 use super::reputation::ReputationTable;
 use super::state::PartitionState;
 use super::{Engine, InputTopic, Outcome, Record};
-use crate::config::{Sessions, Weighting};
+use crate::config::Weighting;
 
 impl Engine {
     fn quality_limits(&self) -> QualityLimits {
@@ -97,27 +97,36 @@ impl Engine {
         self.add_pairs(state, project, observed, out);
     }
 
-    /// The session settings a completed session of `project` is analysed with: the configured
-    /// ones, or with `sessions.judge_weighting = "learned"` each judge with a kappa weighted by
-    /// `max(0, kappa)`.
-    pub(super) fn session_settings(
+    /// A completed session of `project` analysed with its judges' weights: the configured
+    /// ones, or with `sessions.judge_weighting = "learned"` each judge with at least
+    /// `judge_quality.min_pairs` pairs weighted by `max(0, kappa)`. Where the learned weights
+    /// lose a value the configured ones give (every judge of a candidate at weight 0), the
+    /// configured analysis is published instead, and says so: a result is never erased by
+    /// weights that vanished.
+    pub(super) fn analyse<'s>(
         &self,
         state: &PartitionState,
         project: &str,
-    ) -> Cow<'_, Sessions> {
+        session: &'s Session,
+    ) -> (Analysis<'s>, Weights) {
         let sessions = &self.settings.sessions;
         let quality = state.quality.get(project);
-        match (sessions.judge_weighting, quality) {
-            (Weighting::Learned, Some(q)) => {
-                let mut learned = sessions.clone();
-                for (judge, kappa) in q.kappas() {
-                    learned
-                        .judge_weights
-                        .insert(judge.to_owned(), kappa.max(0.0));
-                }
-                Cow::Owned(learned)
-            }
-            _ => Cow::Borrowed(sessions),
+        let (Weighting::Learned, Some(q)) = (sessions.judge_weighting, quality) else {
+            return (analyze(session, sessions), Weights::Configured);
+        };
+        let mut learned = sessions.clone();
+        for (judge, weight) in q.learned_weights(self.settings.judge_quality.min_pairs) {
+            learned.judge_weights.insert(judge.to_owned(), weight);
+        }
+        let analysis = analyze(session, &learned);
+        if values(&analysis) == possible_values(&analysis) {
+            return (analysis, Weights::Learned);
+        }
+        let configured = analyze(session, sessions);
+        if values(&configured) > values(&analysis) {
+            (configured, Weights::ConfiguredFallback)
+        } else {
+            (analysis, Weights::Learned)
         }
     }
 
@@ -298,6 +307,35 @@ impl Engine {
 }
 
 /// The judges with counted scores in a session, in order.
+/// How a consensus record's judges were weighted (its `weighting` field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Weights {
+    /// `sessions.judge_weights`.
+    Configured,
+    /// Learned from judge quality where a judge has enough pairs, configured otherwise.
+    Learned,
+    /// The learned weights lost a value, so the configured ones were used.
+    ConfiguredFallback,
+}
+
+/// The values a weighted analysis gives: the single-candidate consensus value and the
+/// candidates' weighted mean scores.
+fn values(a: &Analysis<'_>) -> usize {
+    let consensus = a.consensus.as_ref().is_some_and(|c| c.value.is_some());
+    usize::from(consensus) + a.rankings.iter().filter(|r| r.mean_score.is_some()).count()
+}
+
+/// The most [`values`] could be: a value for every candidate with a vote, and for a
+/// single-candidate consensus unless it asks for review.
+fn possible_values(a: &Analysis<'_>) -> usize {
+    let consensus = a
+        .consensus
+        .as_ref()
+        .is_some_and(|c| !c.needs_review && c.strategy != "none");
+    usize::from(consensus) + a.rankings.iter().filter(|r| r.votes > 0).count()
+}
+
 fn session_judges<'s>(analysis: &Analysis<'s>) -> BTreeSet<&'s str> {
     analysis
         .scores

@@ -945,7 +945,10 @@ fn the_leaderboard_rates_models_by_bradley_terry_over_its_window() {
         assert!(row["bt_note"].is_null());
         // Three sessions are little evidence: finite intervals around the ratings that overlap.
         let (low, high) = (row["bt_ci_low"].as_f64(), row["bt_ci_high"].as_f64());
-        assert!(low.zip(high).is_some_and(|(l, h)| l <= got && got <= h), "{row}");
+        assert!(
+            low.zip(high).is_some_and(|(l, h)| l <= got && got <= h),
+            "{row}"
+        );
         assert_eq!(
             row["bt_tied_with"].as_array().map(Vec::len),
             Some(1),

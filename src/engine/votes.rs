@@ -77,7 +77,7 @@ fn score_output(
         topic: OutputTopic::Scores,
         key: Some(project_id.to_owned()),
         value: OutputValue::Score(value),
-        alert: None,
+        counted: None,
     }
 }
 

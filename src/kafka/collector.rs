@@ -18,8 +18,10 @@ use rdkafka::statistics::Statistics;
 use super::ServiceError;
 use super::clients;
 use crate::config::Config;
-use crate::engine::output::{Output, OutputTopic, OutputValue};
-use crate::telemetry::events::{AlertPublished, DeliveryFailed, InternalEvent, OutputRefused};
+use crate::engine::output::{Counted, Output, OutputTopic, OutputValue};
+use crate::telemetry::events::{
+    AlertPublished, DeliveryFailed, InternalEvent, OutputRefused, WeightsFellBack,
+};
 use crate::telemetry::metrics::Metrics;
 
 /// Epochs whose acknowledgements [`Delivery`] counts, in a ring indexed by epoch: more than can
@@ -264,8 +266,10 @@ impl Collector {
             OutputValue::Score(v) => Some(v.last_event_at.epoch_millis()),
             OutputValue::Json(_) => None,
         };
-        if let Some((scope, kind)) = out.alert {
-            AlertPublished { scope, kind }.emit(&self.metrics);
+        match out.counted {
+            Some(Counted::Alert(scope, kind)) => AlertPublished { scope, kind }.emit(&self.metrics),
+            Some(Counted::WeightsFallback) => WeightsFellBack.emit(&self.metrics),
+            None => {}
         }
         let mut buffer = std::mem::take(&mut self.buffer);
         let sent = self.send(

@@ -125,6 +125,16 @@ impl InternalEvent for AlertPublished {
     }
 }
 
+/// A consensus was published with the configured judge weights, as the learned ones of its
+/// judges were all zero.
+pub struct WeightsFellBack;
+
+impl InternalEvent for WeightsFellBack {
+    fn emit(self, metrics: &Metrics) {
+        metrics.weights_fallbacks.inc();
+    }
+}
+
 /// An epoch's changelog was sent: `records` state records.
 pub struct ChangelogSent {
     pub records: u64,

@@ -49,6 +49,8 @@ pub struct Metrics {
     pub restore_bytes: IntCounter,
     pub changelog_records: IntCounter,
     pub alerts: IntCounterVec,
+    /// Consensus records that fell back to the configured judge weights.
+    pub weights_fallbacks: IntCounter,
     pub reputations: IntGauge,
     pub project_score: GaugeVec,
     /// Each judge's kappa with the humans, in the projects `jurystream_project_score` shows.
@@ -296,6 +298,12 @@ impl Metrics {
                 "jurystream_bias_alerts_total",
                 "Bias alerts by scope and kind",
                 &["scope", "kind"],
+            ),
+            weights_fallbacks: counter(
+                &r,
+                "jurystream_consensus_weight_fallbacks_total",
+                "Consensus records published with the configured judge weights because the \
+                 learned weights of all their judges were zero",
             ),
             reputations: gauge(
                 &r,

@@ -187,7 +187,11 @@ fn ratings<'a>(models: usize, outcomes: impl Iterator<Item = &'a Outcome>) -> Ve
 fn priors(t: &Table, compared: &[usize]) -> Vec<Option<Prior>> {
     let models = t.games.len();
     let components = strong_components(t, compared);
-    let largest = components.iter().max_by_key(|c| c.len()).map(Vec::len).unwrap_or(0);
+    let largest = components
+        .iter()
+        .max_by_key(|c| c.len())
+        .map(Vec::len)
+        .unwrap_or(0);
     let mut notes = vec![None; models];
     for component in &components {
         for &i in component {
@@ -197,7 +201,9 @@ fn priors(t: &Table, compared: &[usize]) -> Vec<Option<Prior>> {
                 Some(Prior::NeverWon)
             } else if won == played {
                 Some(Prior::NeverLost)
-            } else if component.len() < largest || components.iter().filter(|c| c.len() == largest).count() > 1 {
+            } else if component.len() < largest
+                || components.iter().filter(|c| c.len() == largest).count() > 1
+            {
                 Some(Prior::Separated)
             } else {
                 None
@@ -232,7 +238,11 @@ fn strong_components(t: &Table, models: &[usize]) -> Vec<Vec<usize>> {
             continue;
         }
         let (down, up) = (reach(i, true), reach(i, false));
-        let component: Vec<usize> = models.iter().copied().filter(|&j| down[j] && up[j]).collect();
+        let component: Vec<usize> = models
+            .iter()
+            .copied()
+            .filter(|&j| down[j] && up[j])
+            .collect();
         for &j in &component {
             placed[j] = true;
         }

@@ -526,11 +526,21 @@ impl ProjectQuality {
         effective_judges(&scores, min_shared)
     }
 
-    /// The kappa of each judge's window, where defined (for learned judge weights).
+    /// The kappa of each judge's window, where defined.
     pub fn kappas(&self) -> impl Iterator<Item = (&str, f64)> {
         self.judges
             .iter()
             .filter_map(|(j, w)| Some((j, w.kappas.back().copied().flatten()?)))
+    }
+
+    /// Each judge's learned weight, `max(0, kappa)` of its window, for the judges whose window
+    /// holds at least `min_pairs` pairs: fewer is too little evidence to override the
+    /// configured weight (two unlucky pairs give kappa -1).
+    pub fn learned_weights(&self, min_pairs: usize) -> impl Iterator<Item = (&str, f64)> {
+        self.judges.iter().filter_map(move |(j, w)| {
+            let kappa = w.kappas.back().copied().flatten()?;
+            (w.pairs.len() >= min_pairs).then_some((j, kappa.max(0.0)))
+        })
     }
 }
 

@@ -339,7 +339,9 @@ impl Ranking {
             comparisons[o.a] += o.games;
             comparisons[o.b] += o.games;
         }
-        let mut order: Vec<usize> = (0..models.len()).filter(|&i| ratings[i].is_some()).collect();
+        let mut order: Vec<usize> = (0..models.len())
+            .filter(|&i| ratings[i].is_some())
+            .collect();
         order.sort_by(|&a, &b| {
             let r = |i: usize| ratings[i].unwrap_or(f64::NEG_INFINITY);
             r(b).total_cmp(&r(a)).then(models[a].cmp(&models[b]))

@@ -286,13 +286,10 @@ fn identical_judges_are_one_effective_judge_and_independent_ones_count() {
     assert!(close(&first["effective_judges"], 2.0) && first["effective_judges_basis"] == "partial");
 }
 
-#[test]
-fn learned_weights_follow_each_judges_kappa() {
-    let mut config = on();
-    config.judge_quality.min_human_votes = 1;
-    config.sessions.judge_weighting = Weighting::Learned;
-    let mut run = Run::new(&config);
-    // "good" agrees with the humans (kappa 1), "bad" inverts them (kappa -1: weight 0).
+/// Four sessions in which "good" agrees with the humans (kappa 1) and "bad" inverts them
+/// (kappa -1: learned weight 0), each item voted on once.
+fn good_and_bad(config: &Config) -> Run {
+    let mut run = Run::new(config);
     for i in 0..4 {
         let good = i % 2 == 0;
         let item = format!("i{i}");
@@ -306,16 +303,72 @@ fn learned_weights_follow_each_judges_kappa() {
             ],
         );
     }
+    run
+}
+
+#[test]
+fn learned_weights_follow_each_judges_kappa_after_min_pairs() {
+    let mut config = on();
+    config.judge_quality.min_human_votes = 1;
+    config.judge_quality.min_pairs = 4;
+    config.sessions.judge_weighting = Weighting::Learned;
+    let mut run = good_and_bad(&config);
     // One candidate: the weighted average is good's score alone, 0.7.
     run.session("last", &[("good", &[("x", 7.0)]), ("bad", &[("x", 1.0)])]);
     let last = run.published(OutputTopic::Consensus).pop().unwrap();
     assert!(close(&last["consensus"]["value"], 0.7), "{last}");
+    assert_eq!(last["weighting"], "learned");
     // Configured weights (1 each) average them: 0.4.
     config.sessions.judge_weighting = Weighting::Configured;
     let mut plain = Run::new(&config);
     plain.session("last", &[("good", &[("x", 7.0)]), ("bad", &[("x", 1.0)])]);
     let last = plain.published(OutputTopic::Consensus).pop().unwrap();
     assert!(close(&last["consensus"]["value"], 0.4), "{last}");
+    assert_eq!(last["weighting"], "configured");
+    // Below min_pairs (4 pairs each, 5 needed) the configured weights hold.
+    config.sessions.judge_weighting = Weighting::Learned;
+    config.judge_quality.min_pairs = 5;
+    let mut early = good_and_bad(&config);
+    early.session("last", &[("good", &[("x", 7.0)]), ("bad", &[("x", 1.0)])]);
+    let last = early.published(OutputTopic::Consensus).pop().unwrap();
+    assert!(close(&last["consensus"]["value"], 0.4), "{last}");
+}
+
+#[test]
+fn a_consensus_whose_learned_weights_vanish_falls_back_to_the_configured_ones() {
+    let mut config = on();
+    config.judge_quality.min_human_votes = 1;
+    config.judge_quality.min_pairs = 2;
+    config.sessions.judge_weighting = Weighting::Learned;
+    let mut run = good_and_bad(&config);
+    // Only "bad" (weight 0) judges the next session: the learned weights leave no value, so
+    // the configured weight (1) gives 2 on the 0..10 scale and the record says so, with a
+    // counted marker.
+    run.out.clear();
+    run.session("only-bad", &[("bad", &[("x", 2.0)])]);
+    let c = run
+        .out
+        .iter()
+        .find(|o| o.topic == OutputTopic::Consensus)
+        .expect("a consensus");
+    assert_eq!(
+        c.counted,
+        Some(crate::engine::output::Counted::WeightsFallback)
+    );
+    let last = run.published(OutputTopic::Consensus).pop().unwrap();
+    assert!(close(&last["consensus"]["value"], 0.2), "{last}");
+    assert_eq!(last["weighting"], "configured_fallback");
+    // Several candidates, all scored by bad alone: their mean scores come back too.
+    run.session("two", &[("bad", &[("x", 2.0), ("y", 10.0)])]);
+    let last = run.published(OutputTopic::Consensus).pop().unwrap();
+    assert_eq!(last["weighting"], "configured_fallback");
+    let means: Vec<f64> = last["rankings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["mean_score"].as_f64().expect("a mean score"))
+        .collect();
+    assert_eq!(means.len(), 2);
 }
 
 #[test]

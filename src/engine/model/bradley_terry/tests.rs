@@ -98,7 +98,14 @@ fn unbeaten_winless_and_separated_models_are_rated_and_noted() {
     assert_eq!(r[5], None);
     assert_eq!(
         notes,
-        [None, None, None, Some(Prior::NeverLost), Some(Prior::NeverWon), None]
+        [
+            None,
+            None,
+            None,
+            Some(Prior::NeverLost),
+            Some(Prior::NeverWon),
+            None
+        ]
     );
     // D above the cycle, E below it, the cycle symmetric between them (D and E mirror).
     let (a, d, e) = (rating(&r[0]), rating(&r[3]), rating(&r[4]));
@@ -108,10 +115,17 @@ fn unbeaten_winless_and_separated_models_are_rated_and_noted() {
     // A chain A > B > C: every model finite and in order; B is between and separated.
     let chain = [outcome(0, 1, 1.0), outcome(1, 2, 1.0), outcome(1, 2, 1.0)];
     let r = fit(3, chain.iter()).ratings;
-    assert!(rating(&r[0]) > rating(&r[1]) && rating(&r[1]) > rating(&r[2]), "{r:?}");
+    assert!(
+        rating(&r[0]) > rating(&r[1]) && rating(&r[1]) > rating(&r[2]),
+        "{r:?}"
+    );
     assert_eq!(
         fit(3, chain.iter()).priors,
-        [Some(Prior::NeverLost), Some(Prior::Separated), Some(Prior::NeverWon)]
+        [
+            Some(Prior::NeverLost),
+            Some(Prior::Separated),
+            Some(Prior::NeverWon)
+        ]
     );
     // Two groups that never meet: each is placed against the reference alone.
     let apart = [
@@ -151,7 +165,10 @@ fn an_unbeaten_model_is_rated_first_with_a_finite_interval() {
     }
     // Clearly above the rest: its interval meets none of theirs.
     for other in &intervals[1..] {
-        assert!(!intervals[0].unwrap().overlaps(&other.unwrap()), "{intervals:?}");
+        assert!(
+            !intervals[0].unwrap().overlaps(&other.unwrap()),
+            "{intervals:?}"
+        );
     }
 }
 
@@ -210,7 +227,10 @@ fn models_that_never_meet_others_do_not_move_them() {
     let without = fit(4, sessions.iter()).ratings;
     let with = fit(4, sessions.iter().chain(&[outcome(2, 3, 1.0); 5])).ratings;
     for m in [0, 1] {
-        assert!((rating(&without[m]) - rating(&with[m])).abs() < 1e-9, "{with:?}");
+        assert!(
+            (rating(&without[m]) - rating(&with[m])).abs() < 1e-9,
+            "{with:?}"
+        );
     }
     assert!(rating(&with[2]) > rating(&with[3]));
 }
