@@ -115,7 +115,8 @@ impl Engine {
             return (analyze(session, sessions), Weights::Configured);
         };
         let mut learned = sessions.clone();
-        for (judge, weight) in q.learned_weights(self.settings.judge_quality.min_pairs) {
+        let judges = session.ballots.keys().map(String::as_str);
+        for (judge, weight) in q.learned_weights(judges, self.settings.judge_quality.min_pairs) {
             learned.judge_weights.insert(judge.to_owned(), weight);
         }
         let analysis = analyze(session, &learned);

@@ -278,12 +278,18 @@ impl<V> Bounded<V> {
     }
 }
 
-/// A judge's last pairs, the kappa after each of them (for drift), and which of its alerts are
-/// active (each alerts when its finding becomes true and re-arms once it is no longer true).
+/// A judge's last `window` pairs by their own time, and which of its alerts are active (each
+/// alerts when its finding becomes true and re-arms once it is no longer true).
+///
+/// The window is ordered by each pair's time ([`Pair::at`]) with a tie-break of its item and
+/// session, not by when the pair formed: which pairs form first depends on how the votes and
+/// judge-score topics interleave, which no producer decides. A pair older than every pair of a
+/// full window never enters it, so the window is the last `window` of all the judge's pairs in
+/// that order, whatever order they came in.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct JudgeWindow {
-    pub pairs: VecDeque<(f64, f64)>,
-    pub kappas: VecDeque<Option<f64>>,
+    #[serde(deserialize_with = "timed_pairs")]
+    pub pairs: VecDeque<TimedPair>,
     #[serde(default)]
     pub disagreeing: bool,
     #[serde(default)]
@@ -292,20 +298,78 @@ pub struct JudgeWindow {
     pub last_event_at: Option<EventTime>,
 }
 
+/// A pair in a judge's window: its time, a tie-break (a hash of its item and session), the
+/// judge's score and the humans'.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TimedPair(pub EventTime, pub u64, pub f64, pub f64);
+
+impl TimedPair {
+    fn of(pair: &Pair) -> TimedPair {
+        let mut key = xxhash_rust::xxh3::Xxh3::new();
+        key.update(pair.item.as_bytes());
+        key.update(&[0xFF]);
+        key.update(pair.session.as_bytes());
+        TimedPair(pair.at, key.digest(), pair.s, pair.h)
+    }
+
+    fn order(&self) -> (EventTime, u64) {
+        (self.0, self.1)
+    }
+}
+
+/// Reads a window's pairs, also as written before they carried their time (`[s, h]`, in the
+/// order they formed): those count as older than any timed pair, in their order.
+fn timed_pairs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<VecDeque<TimedPair>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        Timed(TimedPair),
+        Plain(f64, f64),
+    }
+    let stored = Vec::<Stored>::deserialize(d)?;
+    Ok(stored
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| match p {
+            Stored::Timed(p) => p,
+            Stored::Plain(s, h) => TimedPair(EventTime::MIN, i as u64, s, h),
+        })
+        .collect())
+}
+
 impl JudgeWindow {
     /// The agreement over the window.
     pub fn agreement(&self) -> Agreement {
-        let pairs: Vec<(f64, f64)> = self.pairs.iter().copied().collect();
+        let pairs: Vec<(f64, f64)> = self.pairs.iter().map(|p| (p.2, p.3)).collect();
         agreement(&pairs)
     }
 
-    /// How far the kappa moved since `window` pairs earlier: `None` before there were that
-    /// many, or where either kappa is undefined.
+    /// How the kappa moved within a full window: the kappa of its newer half less that of its
+    /// older half. `None` before the window holds `window` pairs, or where either kappa is
+    /// undefined. Computed from the window alone, so it does not depend on the order in which
+    /// the pairs formed.
     pub fn kappa_change(&self, window: usize) -> Option<f64> {
-        if self.kappas.len() != window.max(1) + 1 {
+        let window = window.max(2);
+        if self.pairs.len() < window {
             return None;
         }
-        Some(self.kappas.back().copied().flatten()? - self.kappas.front().copied().flatten()?)
+        let half = self.pairs.len() / 2;
+        let kappa_of = |pairs: &mut dyn Iterator<Item = &TimedPair>| {
+            let pairs: Vec<(f64, f64)> = pairs.map(|p| (p.2, p.3)).collect();
+            kappa(&pairs)
+        };
+        let older = kappa_of(&mut self.pairs.iter().take(half))?;
+        let newer = kappa_of(&mut self.pairs.iter().skip(self.pairs.len() - half))?;
+        Some(newer - older)
+    }
+
+    /// Adds `pair` in its place by time; beyond `window` the oldest leaves.
+    fn insert(&mut self, pair: TimedPair, window: usize) {
+        let at = self.pairs.partition_point(|p| p.order() <= pair.order());
+        self.pairs.insert(at, pair);
+        while self.pairs.len() > window {
+            self.pairs.pop_front();
+        }
     }
 }
 
@@ -465,15 +529,8 @@ impl ProjectQuality {
     ) -> JudgeStanding {
         let window = limits.window.max(1);
         let w = self.judges.entry(&pair.judge, limits.max_judges, forgotten);
-        w.pairs.push_back((pair.s, pair.h));
-        while w.pairs.len() > window {
-            w.pairs.pop_front();
-        }
-        let agreement = agreement(w.pairs.make_contiguous());
-        w.kappas.push_back(agreement.kappa);
-        while w.kappas.len() > window + 1 {
-            w.kappas.pop_front();
-        }
+        w.insert(TimedPair::of(pair), window);
+        let agreement = w.agreement();
         w.last_event_at = w.last_event_at.max(Some(pair.at));
         let kappa_change = w.kappa_change(window);
         JudgeStanding {
@@ -530,16 +587,23 @@ impl ProjectQuality {
     pub fn kappas(&self) -> impl Iterator<Item = (&str, f64)> {
         self.judges
             .iter()
-            .filter_map(|(j, w)| Some((j, w.kappas.back().copied().flatten()?)))
+            .filter_map(|(j, w)| Some((j, w.agreement().kappa?)))
     }
 
-    /// Each judge's learned weight, `max(0, kappa)` of its window, for the judges whose window
-    /// holds at least `min_pairs` pairs: fewer is too little evidence to override the
+    /// The learned weight of each of `judges` whose window holds at least `min_pairs` pairs:
+    /// `max(0, kappa)` of its window. Fewer pairs are too little evidence to override the
     /// configured weight (two unlucky pairs give kappa -1).
-    pub fn learned_weights(&self, min_pairs: usize) -> impl Iterator<Item = (&str, f64)> {
-        self.judges.iter().filter_map(move |(j, w)| {
-            let kappa = w.kappas.back().copied().flatten()?;
-            (w.pairs.len() >= min_pairs).then_some((j, kappa.max(0.0)))
+    pub fn learned_weights<'a>(
+        &'a self,
+        judges: impl Iterator<Item = &'a str> + 'a,
+        min_pairs: usize,
+    ) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+        judges.filter_map(move |j| {
+            let w = self.judges.get(j)?;
+            if w.pairs.len() < min_pairs {
+                return None;
+            }
+            Some((j, w.agreement().kappa?.max(0.0)))
         })
     }
 }
@@ -747,35 +811,79 @@ mod tests {
     }
 
     #[test]
-    fn a_judge_window_keeps_its_last_pairs_and_kappa_change_compares_a_window_back() {
-        let mut q = ProjectQuality::default();
-        let pair = |s: f64, h: f64| Pair {
+    fn a_window_written_before_pairs_had_times_reads_back_oldest_first() {
+        let old = r#"{"pairs":[[0.9,0.8],[0.1,0.2]],"kappas":[null,1.0],"disagreeing":true,"drifting":false,"last_event_at":null}"#;
+        let w: JudgeWindow = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            w.pairs,
+            [
+                TimedPair(EventTime::MIN, 0, 0.9, 0.8),
+                TimedPair(EventTime::MIN, 1, 0.1, 0.2)
+            ]
+        );
+        assert!(w.disagreeing);
+        let again: JudgeWindow = serde_json::from_str(&serde_json::to_string(&w).unwrap()).unwrap();
+        assert_eq!(again, w);
+    }
+
+    #[test]
+    fn a_judge_window_keeps_its_last_pairs_by_time_and_kappa_change_compares_its_halves() {
+        let pair = |n: i64, s: f64, h: f64| Pair {
             judge: "j".into(),
-            item: "i".into(),
+            item: format!("i{n}"),
             session: "s".into(),
             s,
             h,
-            at: at(),
+            at: EventTime::new(1_000 + n, 0).unwrap(),
         };
-        // Four agreeing pairs: kappa 1 once both decisions occur.
+        // At times 0..4 four agreeing pairs (kappa 1), at 4..6 two inverted ones.
         let agreeing = [(0.9, 0.8), (0.1, 0.2), (0.8, 0.9), (0.2, 0.1)];
+        let mut pairs: Vec<Pair> = agreeing
+            .iter()
+            .enumerate()
+            .map(|(n, &(s, h))| pair(n as i64, s, h))
+            .collect();
+        pairs.push(pair(4, 0.9, 0.2));
+        pairs.push(pair(5, 0.1, 0.8));
+        let mut q = ProjectQuality::default();
         let mut last = None;
-        for (s, h) in agreeing {
-            last = Some(q.add(&pair(s, h), &LIMITS, &mut Vec::new()));
+        for (n, p) in pairs.iter().take(4).enumerate() {
+            last = Some(q.add(p, &LIMITS, &mut Vec::new()));
+            if n < 3 {
+                assert_eq!(last.as_ref().unwrap().kappa_change, None, "window not full");
+            }
         }
         let last = last.unwrap();
         assert_eq!((last.agreement.pairs, last.agreement.kappa), (4, Some(1.0)));
-        assert_eq!(last.kappa_change, None, "not a window of history yet");
-        // Four inverted pairs replace them: kappa -1, two points below the 1 a window back.
+        assert_eq!(last.kappa_change, Some(0.0));
+        // The window of 4 is now times 2..6: the older half agrees (kappa 1), the newer half
+        // inverts (kappa -1): a change of -2.
         let mut last = None;
-        for (s, h) in agreeing {
-            last = Some(q.add(&pair(s, 1.0 - h), &LIMITS, &mut Vec::new()));
+        for p in &pairs[4..] {
+            last = Some(q.add(p, &LIMITS, &mut Vec::new()));
         }
         let last = last.unwrap();
         assert_eq!(last.agreement.pairs, 4);
-        assert_eq!(last.agreement.kappa, Some(-1.0));
         assert_eq!(last.kappa_change, Some(-2.0));
-        assert_eq!(q.judges.get("j").map(|w| w.pairs.len()), Some(4));
+        let window = &q.judges.get("j").unwrap().pairs;
+        let times: Vec<i64> = window.iter().map(|p| p.0.parts().0 - 1_000).collect();
+        assert_eq!(times, [2, 3, 4, 5]);
+        // Every order of the six pairs leaves the same window and figures; a pair older than a
+        // full window never enters it.
+        for rotation in 0..pairs.len() {
+            let mut order = pairs.clone();
+            order.rotate_left(rotation);
+            order.reverse();
+            let mut other = ProjectQuality::default();
+            let mut standing = None;
+            for p in &order {
+                standing = Some(other.add(p, &LIMITS, &mut Vec::new()));
+            }
+            let w = other.judges.get("j").unwrap();
+            assert_eq!(&w.pairs, window);
+            assert_eq!(w.kappa_change(LIMITS.window), Some(-2.0));
+            assert_eq!(standing.unwrap().agreement.pairs, 4);
+        }
     }
 
     proptest! {

@@ -50,6 +50,12 @@ impl Run {
         outcome
     }
 
+    /// The event time of the next record: a second per record from 2026-11-20T10:00:00Z, so
+    /// pairs are ordered by when their last side arrived.
+    fn at_ms(&self) -> i64 {
+        1_795_168_800_000 + self.offset * 1000
+    }
+
     /// Votes `(value, reputation)` on `item`.
     fn votes(&mut self, item: &str, votes: &[(f64, f64)]) {
         let votes: Vec<String> = votes
@@ -57,8 +63,9 @@ impl Run {
             .map(|(v, r)| format!(r#"{{"voter_id":"u","value":{v},"reputation":{r}}}"#))
             .collect();
         let payload = format!(
-            r#"{{"event_id":"v{}","project_id":"p","item_id":"{item}","occurred_at":"2026-11-20T10:00:00Z","votes":[{}]}}"#,
+            r#"{{"event_id":"v{}","project_id":"p","item_id":"{item}","occurred_at":{},"votes":[{}]}}"#,
             self.offset,
+            self.at_ms(),
             votes.join(",")
         );
         assert_eq!(self.send("jury.votes", &payload), Outcome::Applied);
@@ -73,8 +80,9 @@ impl Run {
                 .map(|(c, x)| format!(r#""{c}":{x}"#))
                 .collect();
             let payload = format!(
-                r#"{{"event_id":"b{}","project_id":"p","session_id":"{session}","occurred_at":"2026-11-20T10:01:00Z","judge":"{judge}","scale":{{"min":0,"max":10}},"scores":{{{}}},"expected_judges":{}}}"#,
+                r#"{{"event_id":"b{}","project_id":"p","session_id":"{session}","occurred_at":{},"judge":"{judge}","scale":{{"min":0,"max":10}},"scores":{{{}}},"expected_judges":{}}}"#,
                 self.offset,
+                self.at_ms(),
                 s.join(","),
                 scores.len()
             );
@@ -126,8 +134,9 @@ fn a_pair_forms_when_the_item_has_enough_votes_and_publishes_its_judge() {
     );
     // One pair: no correlation, no kappa, and they are null, not NaN.
     assert!(r["pearson_r"].is_null() && r["kappa"].is_null() && r["p_value"].is_null());
-    // The pair's time: the later of the session's (10:01) and the humans' score's (10:00).
-    assert_eq!(r["last_event_at"], "2026-11-20T10:01:00Z");
+    // The pair's time: the later of the session's (10:00:01) and the humans' score's
+    // (10:00:02, when its third vote came).
+    assert_eq!(r["last_event_at"], "2026-11-20T10:00:02Z");
     let key = run
         .out
         .iter()
@@ -442,12 +451,13 @@ fn results(
 proptest::proptest! {
     /// Votes and judge scores arrive on two topics, and no producer decides how they
     /// interleave in a project's log: each topic's own order kept, any interleaving gives the
-    /// same judge-quality table and review requests.
+    /// same judge-quality table and review requests. With a window of 3 pairs and up to 20
+    /// sessions per judge, most judges have more pairs than their window.
     #[test]
     fn pairs_do_not_depend_on_how_votes_and_sessions_interleave(
         votes in proptest::collection::vec((0..4usize, 0..=4u8, 1..=3u8), 0..40),
-        ballots in proptest::collection::vec((0..3usize, 0..4usize, 0..=10u8), 0..30),
-        merge in proptest::collection::vec(proptest::bool::ANY, 70),
+        ballots in proptest::collection::vec((0..3usize, 0..4usize, 0..=10u8), 0..60),
+        merge in proptest::collection::vec(proptest::bool::ANY, 100),
     ) {
         let vote = |(i, &(item, value, rep)): (usize, &(usize, u8, u8))| format!(
             r#"{{"event_id":"v{i}","project_id":"p","item_id":"i{item}","occurred_at":{},"votes":[{{"voter_id":"u","value":{},"reputation":{rep}}}]}}"#,
@@ -460,8 +470,10 @@ proptest::proptest! {
         );
         let votes: Vec<String> = votes.iter().enumerate().map(vote).collect();
         let ballots: Vec<String> = ballots.iter().enumerate().map(ballot).collect();
+        let mut config = on();
+        config.judge_quality.window = 3;
         let run = |take_vote: &dyn Fn(usize) -> bool| {
-            let mut run = Run::new(&on());
+            let mut run = Run::new(&config);
             let (mut v, mut b) = (votes.iter().peekable(), ballots.iter().peekable());
             let mut step = 0;
             while v.peek().is_some() || b.peek().is_some() {
