@@ -19,6 +19,8 @@ use jurystream::engine::contract::time::EventTime;
 use jurystream::engine::contract::vote::{Vote, VoteBatch};
 use jurystream::engine::model::bias::{audit_session, session_alerts};
 use jurystream::engine::model::consensus::{analyze, interpretation};
+use jurystream::engine::model::effective_judges::{CandidateScores, effective_judges};
+use jurystream::engine::model::judge_quality::ProjectQuality;
 use jurystream::engine::model::leaderboard::{BlockId, Ranking};
 use jurystream::engine::model::session::Session;
 use jurystream::engine::output::Output;
@@ -460,6 +462,60 @@ fn bench_prepare_votes(c: &mut Criterion) {
     group.finish();
 }
 
+/// The effective number of judges of a completed session at `sessions.max_judges` (100
+/// judges scoring each candidate) over a full `judge_quality.window` (500 candidates): one
+/// candidate joins the window, the oldest leaves, and the number is evaluated. `direct`
+/// recomputes every judge pair over the window, as the service did before the running sums.
+fn bench_effective_judges(c: &mut Criterion) {
+    let mut group = c.benchmark_group("effective_judges");
+    group.sample_size(10);
+    let judges: Vec<String> = (0..100).map(|j| format!("judge-{j}")).collect();
+    let names: Vec<&str> = judges.iter().map(String::as_str).collect();
+    let mut x = 7u64;
+    let mut candidate = || -> CandidateScores {
+        judges
+            .iter()
+            .map(|j| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (j.clone(), (x >> 11) as f64 / (1u64 << 53) as f64)
+            })
+            .collect()
+    };
+    let mut quality = ProjectQuality::default();
+    for _ in 0..500 {
+        quality.remember(vec![candidate()], 500);
+    }
+    let next = candidate();
+    group.bench_function("session_100_judges_window_500_running", |b| {
+        b.iter_batched(
+            || (quality.clone(), next.clone()),
+            |(mut q, c)| {
+                q.remember(vec![c], 500);
+                black_box(q.effective_judges(&names, 10))
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.bench_function("session_100_judges_window_500_direct", |b| {
+        b.iter(|| {
+            let scores: Vec<Vec<Option<f64>>> = names
+                .iter()
+                .map(|j| {
+                    quality
+                        .recent
+                        .values()
+                        .map(|c| c.iter().find(|(x, _)| x == j).map(|(_, s)| *s))
+                        .collect()
+                })
+                .collect();
+            black_box(effective_judges(&scores, 10))
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     bench_prepare_votes,
@@ -468,6 +524,7 @@ criterion_group!(
     bench_journaled_epoch,
     bench_prefetch,
     bench_complete_session,
-    bench_bradley_terry
+    bench_bradley_terry,
+    bench_effective_judges
 );
 criterion_main!(benches);

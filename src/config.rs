@@ -635,6 +635,24 @@ impl Config {
                 "a topic name has 1 to 249 characters",
             ));
         }
+        // The repartition stage's copy detection (`engine::Origins`) and the changelog assume
+        // a retried produce never writes a record twice: the idempotent producer, acks=all.
+        for (key, allowed) in [
+            ("enable.idempotence", &["true"][..]),
+            ("acks", &["all", "-1"][..]),
+        ] {
+            if let Some(v) = self.kafka.producer.get(key)
+                && !allowed.contains(&v.trim().to_ascii_lowercase().as_str())
+            {
+                return Err(invalid(
+                    &format!("kafka.producer.{key}"),
+                    format!(
+                        "jurystream's exactly-once counting relies on the idempotent producer \
+                         with acks=all; {key} = {v:?} would turn it off (remove the override)"
+                    ),
+                ));
+            }
+        }
         let inputs = [&t.votes, &t.judge_scores, &t.reputations];
         if inputs[0] == inputs[1] || inputs[0] == inputs[2] || inputs[1] == inputs[2] {
             return Err(invalid("topics", "the three input topics must be distinct"));
@@ -880,6 +898,31 @@ mod tests {
             1000000000,
             "at most 1000000000 (librdkafka's limit)",
         );
+    }
+
+    #[test]
+    fn producer_overrides_cannot_turn_idempotence_off() {
+        for (text, key) in [
+            (
+                "[kafka.producer]\n\"enable.idempotence\" = \"false\"\n",
+                "kafka.producer.enable.idempotence",
+            ),
+            ("[kafka.producer]\nacks = \"1\"\n", "kafka.producer.acks"),
+        ] {
+            match Config::from_toml(text) {
+                Err(ConfigError::Invalid { key: k, message }) => {
+                    assert_eq!(k, key);
+                    assert!(message.contains("idempotent"), "{message}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        for ok in [
+            "[kafka.producer]\n\"enable.idempotence\" = \"true\"\nacks = \"all\"\n",
+            "[kafka.producer]\nacks = \"-1\"\n\"linger.ms\" = \"5\"\n",
+        ] {
+            assert!(Config::from_toml(ok).is_ok(), "{ok}");
+        }
     }
 
     #[test]

@@ -337,6 +337,9 @@ impl Restored {
             sessions.entry(project).or_default().completed = RecentIds::restore(entries);
         }
         state.sessions = SessionBook::restore(sessions, next_seq);
+        for quality in state.quality.values_mut() {
+            quality.rebuild_correlations();
+        }
         (state, offset)
     }
 }

@@ -12,7 +12,7 @@ use super::contract::rejection::{ErrorCode, Rejection};
 use super::journal::Change;
 use super::model::bias::{audit_session, session_alerts};
 use super::model::consensus::{Consensus, JudgeCounts, Ranked, interpretation};
-use super::model::judge_quality::Basis;
+use super::model::effective_judges::Basis;
 use super::model::session::{BookLimits, Completed};
 use super::output::{Counted, Output, OutputTopic, OutputValue};
 use super::quality::Weights;

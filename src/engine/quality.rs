@@ -17,8 +17,9 @@ use super::contract::vote;
 use super::journal::Change;
 use super::model::bias::{BiasAlert, risk_level};
 use super::model::consensus::{Analysis, analyze};
+use super::model::effective_judges::{Basis, CandidateScores};
 use super::model::judge_quality::{
-    Agreement, Basis, CandidateScores, JudgeWindow, Observed, Pair, ProjectQuality, QualityLimits,
+    Agreement, JudgeWindow, Observed, Pair, ProjectQuality, QualityLimits,
 };
 use super::model::session::Session;
 use super::output::{Output, OutputTopic};

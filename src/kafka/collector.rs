@@ -11,12 +11,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::OwnedHeaders;
+use rdkafka::message::{Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::statistics::Statistics;
 
 use super::ServiceError;
 use super::clients;
+use super::repartition::Refused;
 use crate::config::Config;
 use crate::engine::output::{Counted, Output, OutputTopic, OutputValue};
 use crate::telemetry::events::{
@@ -86,8 +87,10 @@ pub(super) struct Tag {
 /// epoch goes on without it, so one record can never wedge the service; a changelog record
 /// refused so still stops it, because the state it carries cannot be left out. A forwarded
 /// input record is kept within the producer's limit by the forwarding stage (see
-/// `super::repartition`), which dead-letters a larger one; one the broker still refuses is
-/// counted like an output.
+/// `super::repartition`), which dead-letters a larger one; one the broker still refuses (a
+/// repartition topic with a lower `max.message.bytes`) is replaced by a `forward_refused`
+/// dead letter in its epoch ([`Collector::take_refused`]), so its input offset is committed only
+/// once that letter is acknowledged.
 fn refused_for_good(e: &KafkaError) -> bool {
     matches!(
         e.rdkafka_error_code(),
@@ -128,6 +131,9 @@ pub(super) struct Delivery {
     acked: [AtomicU64; ACKED_EPOCHS],
     /// Delivery reports served so far, acknowledged or failed.
     reports: AtomicU64,
+    /// Forwards refused for good, waiting to be replaced by their dead letters. Each still
+    /// counts as unacknowledged in its epoch until then.
+    refused: Mutex<Vec<Refused>>,
 }
 
 impl ClientContext for Delivery {
@@ -161,6 +167,12 @@ impl ProducerContext for Delivery {
                     if let Some(ms) = tag.event_ms {
                         latency.observe((now_ms() - ms).max(0) as f64 / 1000.0);
                     }
+                }
+            }
+            Err((e, msg)) if tag.destination == Destination::Repartition && refused_for_good(e) => {
+                let refused = Refused::of(tag.epoch, msg.headers(), msg.payload(), e);
+                if let Ok(mut all) = self.refused.lock() {
+                    all.push(refused);
                 }
             }
             Err((e, _)) if output_refused(tag.destination, e) => {
@@ -214,6 +226,7 @@ impl Collector {
             last_failure: Mutex::new(None),
             acked: std::array::from_fn(|_| AtomicU64::new(0)),
             reports: AtomicU64::new(0),
+            refused: Mutex::new(Vec::new()),
         })?;
         Ok(Collector {
             producer,
@@ -226,7 +239,8 @@ impl Collector {
 
     /// Produces one record, waiting for queue space if the local queue is full. `Ok(false)`: an
     /// output the client refused for good before queueing it (see [`refused_for_good`]),
-    /// counted and logged; no delivery report will come for it.
+    /// counted and logged; no delivery report will come for it. A forward refused so is
+    /// `Ok(true)`: it waits, like one the broker refused, for its dead letter.
     pub fn send(
         &self,
         topic: &str,
@@ -246,6 +260,14 @@ impl Collector {
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                     self.producer.poll(Duration::from_millis(10));
                     record = r;
+                }
+                Err((e, r)) if destination == Destination::Repartition && refused_for_good(&e) => {
+                    let refused =
+                        Refused::of(r.delivery_opaque.epoch, r.headers.as_ref(), r.payload, &e);
+                    if let Ok(mut all) = self.producer.context().refused.lock() {
+                        all.push(refused);
+                    }
+                    return Ok(true);
                 }
                 Err((e, _)) if output_refused(destination, &e) => {
                     OutputRefused {
@@ -377,6 +399,26 @@ impl Collector {
             .context()
             .acked_count(epoch)
             .load(Ordering::Relaxed)
+    }
+
+    /// The forwards refused for good since the last call: each is still unacknowledged in its
+    /// epoch until [`Collector::settle`] is called for it.
+    pub fn take_refused(&self) -> Vec<Refused> {
+        self.producer
+            .context()
+            .refused
+            .lock()
+            .map(|mut all| std::mem::take(&mut *all))
+            .unwrap_or_default()
+    }
+
+    /// Counts one record of `epoch` as settled without an acknowledgement: a refused forward
+    /// whose dead letter now stands in for it.
+    pub fn settle(&self, epoch: u64) {
+        self.producer
+            .context()
+            .acked_count(epoch)
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Frees `epoch`'s acknowledgement counter for a later epoch once it is committed.

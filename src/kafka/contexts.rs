@@ -8,11 +8,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
-use rdkafka::{ClientContext, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::ServiceError;
 use super::batch_queue::ForwardTo;
@@ -92,9 +93,22 @@ impl ConsumerContext for GroupContext {
         .emit(&self.metrics);
     }
 
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
+            // The group's committed offsets, asked before the lock: the first record read of
+            // each partition is checked against them.
+            let committed = consumer
+                .committed_offsets(TopicPartitionList::clone(tpl), Duration::from_secs(10))
+                .map_err(|e| tracing::warn!(error = %e, "committed offsets unknown: not checked"))
+                .ok();
             let mut core = lock(&self.core);
+            for e in committed.iter().flat_map(TopicPartitionList::elements) {
+                if let Offset::Offset(c) = e.offset() {
+                    core.tasks
+                        .committed
+                        .insert((e.topic().to_owned(), e.partition()), c);
+                }
+            }
             let assigned = partitions(tpl);
             PartitionsAssigned {
                 partitions: &assigned,

@@ -20,8 +20,12 @@ use super::ServiceError;
 use super::collector::{Destination, Tag};
 use super::core::{Core, Epoch};
 use crate::changelog::Unit;
-use crate::engine::InputTopic;
-use crate::telemetry::events::{ChangelogSent, EpochCommitted, InternalEvent, OffsetsCommitted};
+use crate::engine::contract::rejection::ErrorCode;
+use crate::engine::output::OutputTopic;
+use crate::engine::{InputTopic, Outcome};
+use crate::telemetry::events::{
+    ChangelogSent, EpochCommitted, InternalEvent, OffsetsCommitted, RecordsProcessed,
+};
 
 /// Changelog buffers kept for reuse: an epoch takes one when it is sealed and gives it back
 /// once its changelog is sent, so in steady state one or two circulate.
@@ -127,6 +131,7 @@ impl Core {
     ) -> Result<(), ServiceError> {
         self.collector.serve_delivery_reports();
         self.collector.check_delivery()?;
+        self.replace_refused_forwards()?;
         while let Some(front) = self.epochs.sealed.front() {
             let (id, outputs) = (front.id, front.outputs);
             let acked = self.collector.acked(id);
@@ -191,6 +196,58 @@ impl Core {
             .front()
             .is_some_and(|e| e.sealed_at.elapsed() > Duration::from_secs(5));
         self.health.set_ready(!stalled, &self.metrics);
+        Ok(())
+    }
+
+    /// Publishes a `forward_refused` dead letter for each forward refused for good, in the
+    /// forward's own epoch: the forward is settled, and the epoch waits for its letter instead,
+    /// so the input record's offset is committed only once the letter is acknowledged.
+    fn replace_refused_forwards(&mut self) -> Result<(), ServiceError> {
+        for refused in self.collector.take_refused() {
+            let limits = &self.engine.settings().limits;
+            let letter = refused.dead_letter(
+                self.topics.repartition(),
+                limits.dead_letter_payload_bytes,
+                limits.max_record_bytes(),
+            );
+            let sent = self.collector.send(
+                self.topics.output_name(OutputTopic::DeadLetters),
+                None,
+                (
+                    letter.key.as_deref().map(str::as_bytes),
+                    Some(letter.render().as_bytes()),
+                    None,
+                ),
+                Tag {
+                    destination: Destination::Output(OutputTopic::DeadLetters),
+                    event_ms: None,
+                    epoch: refused.epoch,
+                },
+            )?;
+            self.collector.settle(refused.epoch);
+            if sent {
+                if refused.epoch == self.collector.epoch {
+                    self.collector.epoch_outputs += 1;
+                } else if let Some(e) = self
+                    .epochs
+                    .sealed
+                    .iter_mut()
+                    .find(|e| e.id == refused.epoch)
+                {
+                    e.outputs += 1;
+                }
+            }
+            let topic = refused
+                .topic
+                .as_deref()
+                .unwrap_or(self.topics.repartition());
+            RecordsProcessed {
+                topic,
+                outcome: Outcome::Rejected(ErrorCode::ForwardRefused),
+                count: 1,
+            }
+            .emit(&self.metrics);
+        }
         Ok(())
     }
 

@@ -107,6 +107,24 @@ pub enum ServiceError {
     /// not reach the batch queue (see `queue`); the service stops rather than miss them.
     #[error("could not forward the records of assigned partitions {0:?}")]
     Unforwarded(Vec<(String, i32)>),
+    /// A partition's log went back below what this group already consumed: the first record
+    /// read after assignment lies below the group's committed offset, so the broker reset the
+    /// position (the topic was deleted and recreated, or truncated). Going on would skip every
+    /// record as already seen, or count old ones twice.
+    #[error(
+        "partition {partition} of {topic} went back: the first record read is at offset {offset}, \
+         below the group's committed offset {committed}, so the topic was deleted and recreated \
+         or truncated. Its old state no longer matches it. To start this topic over, stop every \
+         instance, delete the consumer group `{group}` and the topics `{group}-state` and \
+         `{group}-repartition` (or set a new kafka.group_id), and start again"
+    )]
+    LogWentBack {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        committed: i64,
+        group: String,
+    },
 }
 
 /// An id for this start of the service, different from every earlier one: it names the

@@ -32,6 +32,7 @@ const PREFETCH_AHEAD: usize = 4;
 impl Core {
     /// Processes one input record of an owned partition, restoring its state first if needed.
     fn process(&mut self, polled: &Polled<'_>) -> Result<(), ServiceError> {
+        self.check_position(polled)?;
         if polled.source == Source::Forward {
             return self.forward(polled);
         }
@@ -123,6 +124,43 @@ impl Core {
         }
         self.tally.count(topic, outcome);
         self.publish_out()
+    }
+
+    /// Fails if `polled` is the first record read of its partition since assignment and lies
+    /// below the group's committed offset (see `ServiceError::LogWentBack`).
+    fn check_position(&mut self, polled: &Polled<'_>) -> Result<(), ServiceError> {
+        if self.tasks.committed.is_empty() {
+            return Ok(());
+        }
+        let (topic, fences) = match polled.source {
+            Source::Forward => (
+                self.topics.input_name(polled.topic),
+                &self.tasks.forward_fences,
+            ),
+            _ => (self.log_name(polled.topic), &self.tasks.fences),
+        };
+        let key = (topic.to_owned(), polled.partition);
+        // A record polled before its partition was revoked is dropped by the caller.
+        let stale = fences
+            .get(&(polled.topic, polled.partition))
+            .is_some_and(|&revoked| polled.generation < revoked);
+        if stale {
+            return Ok(());
+        }
+        let Some(committed) = self.tasks.committed.remove(&key) else {
+            return Ok(());
+        };
+        let offset = polled.msg.offset();
+        if offset < committed {
+            return Err(ServiceError::LogWentBack {
+                topic: key.0,
+                partition: polled.partition,
+                offset,
+                committed,
+                group: self.config.kafka.group_id.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// Whether `polled` was polled before `fences` says its partition was revoked: then it is

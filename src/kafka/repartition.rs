@@ -19,10 +19,12 @@
 
 use std::ffi::CStr;
 
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, OwnedHeaders};
 
 use super::batch_queue::Consumed;
 use crate::engine::contract::rejection::{ErrorCode, Rejection};
+use crate::engine::output::{DeadLetter, Output, Source};
 use crate::engine::{InputTopic, ProjectKey, Record};
 use crate::topics::TopicTable;
 
@@ -147,4 +149,162 @@ pub(super) fn check_size(
         ));
     }
     Ok(())
+}
+
+/// A forward the client or broker refused for good (see `super::collector`): what the dead
+/// letter that stands in for its input record needs, read back from the forward's headers.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Refused {
+    /// The epoch the forward belongs to: its dead letter is an output of the same epoch.
+    pub epoch: u64,
+    /// The input record's own topic, partition and offset (from `jurystream.origin`).
+    pub topic: Option<String>,
+    pub partition: Option<i32>,
+    pub offset: Option<i64>,
+    /// The input record's key (from `jurystream.key`).
+    pub key: Option<Vec<u8>>,
+    /// The payload, `None` when its size was the reason.
+    pub payload: Option<Vec<u8>>,
+    pub payload_bytes: usize,
+    /// The broker's or client's error.
+    pub error: String,
+    pub too_large: bool,
+}
+
+impl Refused {
+    /// The refused forward of `epoch` with `headers` and `payload`, refused with `error`.
+    pub fn of(
+        epoch: u64,
+        headers: Option<&impl Headers>,
+        payload: Option<&[u8]>,
+        error: &KafkaError,
+    ) -> Refused {
+        let header = |wanted: &CStr| {
+            let headers = headers?;
+            let wanted = name(wanted);
+            headers
+                .iter()
+                .find(|h| h.key == wanted)
+                .and_then(|h| h.value.map(<[u8]>::to_vec))
+        };
+        let origin = header(ORIGIN)
+            .and_then(|v| serde_json::from_slice::<(String, i32, i64, Option<i64>)>(&v).ok());
+        let too_large = matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize)
+        );
+        Refused {
+            epoch,
+            topic: origin.as_ref().map(|o| o.0.clone()),
+            partition: origin.as_ref().map(|o| o.1),
+            offset: origin.as_ref().map(|o| o.2),
+            key: header(KEY),
+            payload: (!too_large).then(|| payload.map(<[u8]>::to_vec)).flatten(),
+            payload_bytes: payload.map_or(0, <[u8]>::len),
+            error: error.to_string(),
+            too_large,
+        }
+    }
+
+    /// The `forward_refused` dead letter of its input record, within `max_record_bytes`, with
+    /// at most `max_payload_bytes` of key and payload.
+    pub fn dead_letter(
+        &self,
+        repartition_topic: &str,
+        max_payload_bytes: usize,
+        max_record_bytes: usize,
+    ) -> Output {
+        let topic = self.topic.as_deref().unwrap_or(repartition_topic);
+        let why = if self.too_large {
+            " (the payload, too large, is left out)"
+        } else {
+            ""
+        };
+        let rejection = Rejection::new(
+            ErrorCode::ForwardRefused,
+            format!(
+                "the broker refused for good to take the record into {repartition_topic}: {}; \
+                 it was not applied{why}",
+                self.error
+            ),
+        );
+        let source = Source {
+            topic,
+            partition: self.partition,
+            offset: self.offset,
+            key: self.key.as_deref(),
+            payload: self.payload.as_deref(),
+        };
+        let mut letter = DeadLetter::new(source, &rejection, max_payload_bytes);
+        letter.payload_bytes = self.payload_bytes;
+        letter.into_output(max_record_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::message::OwnedHeaders;
+
+    use super::*;
+    use crate::engine::contract::rejection::ErrorCode;
+
+    fn forwarded(payload: &[u8]) -> (OwnedHeaders, Vec<u8>) {
+        let record = Record {
+            topic: "jury.votes",
+            input: Some(InputTopic::Votes),
+            partition: Some(3),
+            offset: Some(41),
+            position: Some(41),
+            key: Some(b"producer-key"),
+            timestamp_ms: Some(7),
+            clock_ms: None,
+            held_projects: 0,
+            payload: Some(payload),
+        };
+        (headers(&record), payload.to_vec())
+    }
+
+    fn letter(refused: &Refused) -> serde_json::Value {
+        let out = refused.dead_letter("app-repartition", 8, 1 << 20);
+        serde_json::from_str(&out.render()).unwrap()
+    }
+
+    #[test]
+    fn a_forward_refused_as_too_large_is_dead_lettered_at_its_origin_without_payload() {
+        let (h, payload) = forwarded(br#"{"event_id":"x"}"#);
+        let error = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        let refused = Refused::of(5, Some(&h), Some(&payload), &error);
+        assert_eq!(
+            (refused.topic.as_deref(), refused.partition, refused.offset),
+            (Some("jury.votes"), Some(3), Some(41))
+        );
+        let dl = letter(&refused);
+        assert_eq!(dl["error"], ErrorCode::ForwardRefused.as_str());
+        assert_eq!(
+            (
+                dl["source_topic"].as_str(),
+                dl["partition"].as_i64(),
+                dl["offset"].as_i64()
+            ),
+            (Some("jury.votes"), Some(3), Some(41))
+        );
+        assert!(dl["payload"].is_null(), "{dl}");
+        assert_eq!(dl["payload_bytes"], payload.len());
+        assert_eq!(dl["key"], "producer"); // cut to 8 bytes
+        assert!(
+            dl["message"].as_str().unwrap().contains("app-repartition"),
+            "{dl}"
+        );
+    }
+
+    #[test]
+    fn a_forward_refused_for_another_reason_keeps_its_payload() {
+        let (h, payload) = forwarded(br#"{"event_id":"x"}"#);
+        let error = KafkaError::MessageProduction(RDKafkaErrorCode::PolicyViolation);
+        let dl = letter(&Refused::of(5, Some(&h), Some(&payload), &error));
+        assert_eq!(dl["payload"], r#"{"event_"#);
+        // Without headers (not ours): named as from the repartition topic, never lost.
+        let bare = Refused::of(5, None::<&OwnedHeaders>, Some(&payload), &error);
+        assert_eq!(letter(&bare)["source_topic"], "app-repartition");
+    }
 }

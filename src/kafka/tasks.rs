@@ -50,6 +50,9 @@ pub(super) struct Tasks {
     /// Projects held over all owned partitions, for `limits.max_projects` (see
     /// [`crate::engine::Record::held_projects`]).
     pub held_projects: usize,
+    /// The group's committed offset of each partition assigned since, until its first record
+    /// is read: that record must not lie below it (see `ServiceError::LogWentBack`).
+    pub committed: std::collections::HashMap<(String, i32), i64>,
 }
 
 impl Tasks {

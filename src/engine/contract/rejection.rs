@@ -45,11 +45,12 @@ pub enum ErrorCode {
     SessionLimit,
     OutputTooLarge,
     KeyNotProjectId,
+    ForwardRefused,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests and metric pre-registration.
-    pub const ALL: [ErrorCode; 37] = [
+    pub const ALL: [ErrorCode; 38] = [
         ErrorCode::InvalidEnvelope,
         ErrorCode::UnknownTopic,
         ErrorCode::EmptyPayload,
@@ -87,6 +88,7 @@ impl ErrorCode {
         ErrorCode::SessionLimit,
         ErrorCode::OutputTooLarge,
         ErrorCode::KeyNotProjectId,
+        ErrorCode::ForwardRefused,
     ];
 
     /// The wire spelling, e.g. `duplicate_event_id`.
@@ -129,6 +131,7 @@ impl ErrorCode {
             ErrorCode::SessionLimit => "session_limit",
             ErrorCode::OutputTooLarge => "output_too_large",
             ErrorCode::KeyNotProjectId => "key_not_project_id",
+            ErrorCode::ForwardRefused => "forward_refused",
         }
     }
 }

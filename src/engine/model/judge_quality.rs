@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use super::effective_judges::{Basis, CandidateScores, Correlations};
 use super::stats;
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::IdMap;
@@ -86,47 +87,6 @@ fn kappa(pairs: &[(f64, f64)]) -> Option<f64> {
     let h_yes = pairs.iter().filter(|(_, h)| yes(*h)).count() as f64 / n;
     let chance = s_yes * h_yes + (1.0 - s_yes) * (1.0 - h_yes);
     (chance < 1.0).then(|| (agree - chance) / (1.0 - chance))
-}
-
-/// Whether every judge pair's correlation rested on enough shared candidates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Basis {
-    Full,
-    /// Some pair shared fewer than `min_shared` candidates and counted as uncorrelated.
-    Partial,
-}
-
-/// The effective number of judges `n² / Σ_ij ρ_ij` of judges whose scores are `scores[j][c]`
-/// (`None` where judge `j` did not score candidate `c`): `ρ_ij` is the Pearson correlation of
-/// judges `i` and `j` over the candidates both scored, negative ones clipped to 0, `ρ_ii = 1`.
-/// Judges that always agree count as one, independent ones as `n`; the result is in `[1, n]`.
-/// A pair with fewer than `min_shared` shared candidates, or one that does not vary over them,
-/// counts as uncorrelated (`Basis::Partial` says the first happened). `None` without judges.
-pub fn effective_judges(scores: &[Vec<Option<f64>>], min_shared: usize) -> Option<(f64, Basis)> {
-    let n = scores.len();
-    if n == 0 {
-        return None;
-    }
-    let mut basis = Basis::Full;
-    let mut total = n as f64;
-    for i in 0..n {
-        for j in i + 1..n {
-            let (a, b): (Vec<f64>, Vec<f64>) = scores[i]
-                .iter()
-                .zip(&scores[j])
-                .filter_map(|(a, b)| Some(((*a)?, (*b)?)))
-                .unzip();
-            if a.len() < min_shared.max(2) {
-                basis = Basis::Partial;
-                continue;
-            }
-            let rho = agreement(&a.into_iter().zip(b).collect::<Vec<_>>()).pearson_r;
-            total += 2.0 * rho.unwrap_or(0.0).max(0.0);
-        }
-    }
-    let n = n as f64;
-    Some(((n * n / total).clamp(1.0, n), basis))
 }
 
 /// The bounds and thresholds of a project's judge-quality state.
@@ -397,9 +357,6 @@ pub struct Observed {
     pub forgotten: usize,
 }
 
-/// The judge scores of one candidate, for the effective number of judges.
-pub type CandidateScores = Vec<(String, f64)>;
-
 /// A project's judge-quality state: the humans' votes per item, the judge scores of completed
 /// sessions waiting for them, each judge's window of pairs, and the judge scores of its last
 /// candidates (for the effective number of judges).
@@ -410,6 +367,8 @@ pub struct ProjectQuality {
     pub judges: Bounded<JudgeWindow>,
     /// The last candidates' judge scores, by their place in the project's order.
     pub recent: BTreeMap<u64, CandidateScores>,
+    /// The running correlations of judge pairs over `recent`, kept with it.
+    pub correlations: Correlations,
     /// Items forgotten so far to stay in bounds.
     pub forgotten: u64,
 }
@@ -558,29 +517,28 @@ impl ProjectQuality {
         let first = self.recent.last_key_value().map_or(0, |(k, _)| k + 1);
         let scored = candidates.into_iter().filter(|s| !s.is_empty());
         for (seq, scores) in (first..).zip(scored) {
+            self.correlations.apply(&scores, 1);
             self.recent.insert(seq, scores);
             changed.push(seq);
         }
         while self.recent.len() > window.max(1) {
-            if let Some((seq, _)) = self.recent.pop_first() {
+            if let Some((seq, scores)) = self.recent.pop_first() {
+                self.correlations.apply(&scores, -1);
                 changed.push(seq);
             }
         }
         changed
     }
 
-    /// The effective number of `judges` over the recent candidates (see [`effective_judges`]).
+    /// Rebuilds the correlations from `recent`, after a restore wrote it directly.
+    pub fn rebuild_correlations(&mut self) {
+        self.correlations = Correlations::of(self.recent.values());
+    }
+
+    /// The effective number of `judges` over the recent candidates (see
+    /// [`super::effective_judges`]), from the running correlations: `O(judges²)`.
     pub fn effective_judges(&self, judges: &[&str], min_shared: usize) -> Option<(f64, Basis)> {
-        let scores: Vec<Vec<Option<f64>>> = judges
-            .iter()
-            .map(|j| {
-                self.recent
-                    .values()
-                    .map(|c| c.iter().find(|(judge, _)| judge == j).map(|(_, s)| *s))
-                    .collect()
-            })
-            .collect();
-        effective_judges(&scores, min_shared)
+        self.correlations.effective_judges(judges, min_shared)
     }
 
     /// The kappa of each judge's window, where defined.
@@ -663,25 +621,6 @@ mod tests {
         let two = agreement(&[(0.2, 0.1), (0.8, 0.3)]);
         assert_eq!((two.pearson_r, two.p_value), (Some(1.0), None));
         assert_eq!(agreement(&[]).mean_abs_diff, None);
-    }
-
-    #[test]
-    fn identical_judges_count_once_and_independent_ones_nearly_in_full() {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-        let candidates = 400;
-        let one: Vec<Option<f64>> = (0..candidates).map(|_| Some(rng.random())).collect();
-        let same = vec![one.clone(), one.clone(), one];
-        assert_eq!(effective_judges(&same, 10), Some((1.0, Basis::Full)));
-        let independent: Vec<Vec<Option<f64>>> = (0..3)
-            .map(|_| (0..candidates).map(|_| Some(rng.random())).collect())
-            .collect();
-        let (n_eff, basis) = effective_judges(&independent, 10).unwrap();
-        assert!(n_eff > 2.7 && n_eff <= 3.0, "{n_eff}");
-        assert_eq!(basis, Basis::Full);
-        // Two that never scored the same candidate: uncorrelated, and said to be partial.
-        let apart = vec![vec![Some(0.1), None], vec![None, Some(0.2)]];
-        assert_eq!(effective_judges(&apart, 10), Some((2.0, Basis::Partial)));
-        assert_eq!(effective_judges(&[], 10), None);
     }
 
     const LIMITS: QualityLimits = QualityLimits {
@@ -910,15 +849,6 @@ mod tests {
             }
             prop_assert!(a.pearson_r.is_none_or(|r| (-1.0..=1.0).contains(&r)));
             prop_assert!(a.kappa.is_none_or(|k| (-1.0..=1.0).contains(&k)));
-        }
-
-        /// The effective number of judges lies in [1, n].
-        #[test]
-        fn effective_judges_lie_between_one_and_n(
-            scores in prop::collection::vec(prop::collection::vec(prop::option::of(0.0..=1.0f64), 12), 1..6),
-        ) {
-            let (n_eff, _) = effective_judges(&scores, 3).unwrap();
-            prop_assert!(n_eff.is_finite() && n_eff >= 1.0 && n_eff <= scores.len() as f64, "{}", n_eff);
         }
 
         /// Whatever arrives in whatever order: every pair is in [0, 1] and forms once, and

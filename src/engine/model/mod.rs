@@ -6,6 +6,7 @@ pub mod bias;
 pub mod bradley_terry;
 pub mod consensus;
 pub mod dedupe;
+pub mod effective_judges;
 pub mod judge_quality;
 pub mod leaderboard;
 pub mod score;
