@@ -145,11 +145,18 @@ impl Default for OutputSettings {
 pub struct Http {
     pub bind: String,
     /// The URL other instances send a client to for the projects this one owns; empty:
-    /// `http://<bind>`.
+    /// `http://<bind>`, or with an unspecified bind address the host name's reachable address
+    /// (see `crate::queries::advertise`).
     pub advertised_url: String,
     /// Answer a query for a project owned by another instance with that instance's answer,
     /// fetched once, instead of a `307` (for load balancers that cannot follow redirects).
     pub proxy_queries: bool,
+    /// How long a proxied query waits for the owner's answer before a `504`.
+    pub proxy_timeout_ms: u64,
+    /// A file of bearer tokens, one per line, that `/v1` requires (with those of the
+    /// `JURYSTREAM_API_TOKENS` variable, comma-separated); none: `/v1` is open. Tokens never
+    /// go in this file: it names where they are.
+    pub tokens_file: String,
 }
 
 impl Default for Http {
@@ -158,12 +165,14 @@ impl Default for Http {
             bind: "127.0.0.1:9464".into(),
             advertised_url: String::new(),
             proxy_queries: false,
+            proxy_timeout_ms: 5000,
+            tokens_file: String::new(),
         }
     }
 }
 
 impl Http {
-    /// The URL this instance advertises.
+    /// The URL this instance advertises, once `advertised_url` is decided at start.
     pub fn advertised(&self) -> String {
         if self.advertised_url.is_empty() {
             format!("http://{}", self.bind)

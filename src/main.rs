@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 use jurystream::config::Config;
 use jurystream::engine::{Engine, Settings};
+use jurystream::queries::advertise;
 use jurystream::queries::api::{self, Queries};
 use jurystream::queries::view::View;
 use jurystream::replay;
@@ -131,8 +132,20 @@ fn init_logging(config: &Config) {
 
 /// The service: the HTTP endpoints and signal handling on a small tokio runtime, the processing
 /// loop on this thread.
-fn run_service(config: Config) -> Result<()> {
+fn run_service(mut config: Config) -> Result<()> {
     init_logging(&config);
+    config.http.advertised_url = advertise::advertised_url(
+        &config.http.bind,
+        &config.http.advertised_url,
+        &advertise::host_name(),
+        advertise::resolve,
+    )?;
+    tracing::info!(url = %config.http.advertised_url, "advertising queries");
+    let tokens = api::tokens(
+        &config.http.tokens_file,
+        std::env::var("JURYSTREAM_API_TOKENS").ok().as_deref(),
+    )
+    .context("http.tokens_file")?;
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -161,7 +174,7 @@ fn run_service(config: Config) -> Result<()> {
         });
     }
     let view = Arc::new(View::default());
-    let queries = api::routes(Queries::of(&config, Arc::clone(&view)));
+    let queries = api::routes(Queries::of(&config, Arc::clone(&view), tokens));
     let server = runtime.spawn(jurystream::telemetry::http::serve(
         bind,
         (Arc::clone(&metrics), Arc::clone(&health)),

@@ -15,7 +15,8 @@ use serde_json::Value;
 use support::published::{Published, replayed};
 use support::stream::Shape;
 use support::{
-    Answer, Broker, Service, Setup, free_port, http_answer, produce, setup, start_instance,
+    Answer, Broker, Service, Setup, free_port, http_answer, http_answer_with, produce, setup,
+    start_instance,
 };
 
 /// `path` asked of `service`, following one redirect to another of `services`; the answer and
@@ -215,5 +216,119 @@ fn two_instances_answer_for_every_project_as_the_topics_say_and_after_a_handover
     // The state a restored: the same scores (with the last step's alpha), completed sessions
     // and leaderboard rows.
     assert_eq!(assert_answers(&[&a], &projects, &expect), 0);
+    assert!(a.terminate().success());
+}
+
+/// As deployed in containers: both instances listen on every interface (`0.0.0.0`) without
+/// `http.advertised_url`, so each advertises its host name's address; with
+/// `http.proxy_queries` and a bearer token each answers for the other's projects itself, through
+/// the URL the other advertised. Without the token, `401`.
+#[test]
+fn instances_bound_to_every_interface_answer_for_each_other_through_their_advertised_urls() {
+    let broker = Broker::shared();
+    let prefix = "query-any";
+    let shape = Shape {
+        partitions: 3,
+        projects: 6,
+        batches_per_project: 3,
+        sessions_per_project: 1,
+    };
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(&broker.bootstrap, prefix, &shape, free_port(), "");
+    produce(&broker.bootstrap, &records);
+    let start = |name: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d).expect("dir");
+        let port = free_port();
+        let config = support::write_test_config(&d, prefix, &broker.bootstrap, port, "");
+        let bind = format!("0.0.0.0:{port}");
+        let service = Service::start_with(
+            &config,
+            d.join("service.log"),
+            &[
+                ("JURYSTREAM_HTTP__BIND", bind.as_str()),
+                ("JURYSTREAM_HTTP__PROXY_QUERIES", "true"),
+                ("JURYSTREAM_API_TOKENS", "t0ken"),
+            ],
+        );
+        assert!(
+            service.wait_ready(Duration::from_secs(60)),
+            "{}",
+            service.log_text()
+        );
+        service
+    };
+    let (a, b) = (start("a"), start("b"));
+    assert!(
+        support::wait_caught_up(&[&a, &b], &records, Duration::from_secs(180)),
+        "{}\n{}",
+        a.metrics(),
+        b.metrics()
+    );
+    let expect = replayed(&config, &records);
+    let token = "Authorization: Bearer t0ken\r\n";
+    for project in expect.scores.keys() {
+        let path = format!("/v1/projects/{project}");
+        for service in [&a, &b] {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let answer = loop {
+                let answer = http_answer_with(service.http_port, &path, token).expect("an answer");
+                let restoring = serde_json::from_str::<Value>(&answer.body)
+                    .is_ok_and(|v| v["restoring"] == Value::Bool(true));
+                if (answer.status != 503 && !restoring) || Instant::now() > deadline {
+                    break answer;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            };
+            assert_eq!(answer.status, 200, "{path}: {answer:?}");
+            let got = json(&answer);
+            let published: Value =
+                serde_json::from_str(&expect.scores[project.as_str()]).expect("json");
+            assert_eq!(got["score"]["score"], published["score"], "{path}");
+            let denied = http_answer(service.http_port, &path).expect("an answer");
+            assert_eq!(denied.status, 401, "{denied:?}");
+            assert!(json(&denied)["error"].is_string());
+        }
+    }
+    // Every instance advertised a distinct, reachable URL: no conflict was seen.
+    for service in [&a, &b] {
+        assert_eq!(
+            support::metric_sum(
+                &service.metrics(),
+                "jurystream_advertised_url_conflicts_total"
+            ),
+            0
+        );
+        assert!(service.log_text().contains("advertising queries"));
+    }
+    // The metrics and probes stay open.
+    assert!(support::http_get(a.http_port, "/readyz").is_some_and(|b| b.starts_with("ready")));
+    // b leaves and c, misconfigured with a's URL, takes its partition and announces it: a
+    // reports the conflict.
+    assert!(b.terminate().success());
+    let d = dir.path().join("c");
+    std::fs::create_dir_all(&d).expect("dir");
+    let c_config = support::write_test_config(&d, prefix, &broker.bootstrap, free_port(), "");
+    let a_url = format!("http://127.0.0.1:{}", a.http_port);
+    let c = Service::start_with(
+        &c_config,
+        d.join("service.log"),
+        &[("JURYSTREAM_HTTP__ADVERTISED_URL", a_url.as_str())],
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let conflicts =
+        || support::metric_sum(&a.metrics(), "jurystream_advertised_url_conflicts_total");
+    while conflicts() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(conflicts() > 0, "{}\n{}", a.log_text(), c.log_text());
+    assert!(
+        a.log_text()
+            .contains("another instance advertises this instance's URL")
+    );
+    assert!(c.terminate().success());
     assert!(a.terminate().success());
 }

@@ -332,11 +332,17 @@ impl Collector {
         )
     }
 
-    /// Announces on `topic` (`<group_id>-instances`) that this instance, reachable at `url`,
-    /// owns repartition-topic partition `partition`. It is an output of the current epoch.
-    pub fn announce(&mut self, topic: &str, partition: i32, url: &str) -> Result<(), ServiceError> {
+    /// Announces on `topic` (`<group_id>-instances`) that this instance (`instance`, unique
+    /// per process), reachable at `url`, owns repartition-topic partition `partition`. It is
+    /// an output of the current epoch.
+    pub fn announce(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        (url, instance): (&str, &str),
+    ) -> Result<(), ServiceError> {
         let key = partition.to_string();
-        let value = serde_json::json!({ "url": url }).to_string();
+        let value = serde_json::json!({ "url": url, "instance": instance }).to_string();
         self.send_in_epoch(
             (topic, None),
             (Some(key.as_bytes()), Some(value.as_bytes()), None),

@@ -62,6 +62,10 @@ pub(super) struct Core {
     pub tally: Tally,
     /// What the interactive queries read (see [`crate::queries`]).
     pub view: Arc<View>,
+    /// This process among the instances: its id in its announcements, and when it started
+    /// (wall clock, ms), so that only announcements made since count as conflicts.
+    pub instance: String,
+    pub started_ms: i64,
 }
 
 /// Outcome counts kept locally and added to the Prometheus counters once per pass (up to
@@ -170,6 +174,8 @@ impl Core {
             processed: 0,
             tally: Tally::default(),
             view,
+            instance: format!("{}-{}", std::process::id(), wall_ms()),
+            started_ms: wall_ms(),
         }
     }
 
@@ -266,7 +272,7 @@ impl Core {
         if topic == self.topics.repartition() {
             let url = self.config.http.advertised();
             self.collector
-                .announce(self.topics.instances(), partition, &url)?;
+                .announce(self.topics.instances(), partition, (&url, &self.instance))?;
         }
         Ok(())
     }
@@ -359,6 +365,13 @@ impl Core {
             .judge_items_forgotten
             .set(i64::try_from(forgotten).unwrap_or(i64::MAX));
     }
+}
+
+/// Now, in milliseconds since the epoch.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The processor, whatever a panic elsewhere left it in: its state is only changed whole.

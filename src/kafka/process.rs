@@ -21,7 +21,9 @@ use super::repartition::{self, headers};
 use crate::config::Config;
 use crate::engine::{IdMap, InputTopic, Outcome, PartitionState, Record};
 use crate::prefetch;
-use crate::telemetry::events::{InternalEvent, RecordRevoked, RecordsProcessed};
+use crate::telemetry::events::{
+    AdvertisedUrlConflict, InternalEvent, RecordRevoked, RecordsProcessed,
+};
 use crate::topics::partition_of;
 
 /// How many records ahead of the one it applies the processing thread prefetches state (see
@@ -207,11 +209,14 @@ impl Core {
         self.reputation(msg)
     }
 
-    /// Notes an instance's announcement that it owns a repartition-topic partition.
+    /// Notes an instance's announcement that it owns a repartition-topic partition. Another
+    /// instance announcing this one's URL since it started is reported: clients sent there
+    /// would reach the wrong instance (or none).
     fn instance(&self, msg: &BorrowedMessage<'_>) {
         #[derive(serde::Deserialize)]
         struct Announced {
             url: String,
+            instance: Option<String>,
         }
         let partition = std::str::from_utf8(msg.key().unwrap_or_default())
             .ok()
@@ -221,6 +226,18 @@ impl Core {
             .and_then(|p| serde_json::from_slice::<Announced>(p).ok());
         match (partition, announced) {
             (Some(partition), Some(a)) => {
+                let since = msg
+                    .timestamp()
+                    .to_millis()
+                    .is_some_and(|t| t >= self.started_ms);
+                let other = a.instance.as_ref().is_some_and(|i| *i != self.instance);
+                if since && other && a.url == self.config.http.advertised() {
+                    AdvertisedUrlConflict {
+                        url: &a.url,
+                        partition,
+                    }
+                    .emit(&self.metrics);
+                }
                 self.view.directory.insert(partition, a.url);
             }
             _ => tracing::warn!(

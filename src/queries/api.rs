@@ -4,15 +4,19 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -21,6 +25,10 @@ use super::view::{Owned, ProjectView, ScoreView, SessionView, View};
 use crate::config::Config;
 use crate::engine::contract::time::{EventTime, rfc3339};
 use crate::topics::partition_of;
+
+/// The client a proxying instance asks owners with: one for every request, so connections to
+/// the owners are reused.
+type Proxy = Client<HttpConnector, Empty<Bytes>>;
 
 /// What the endpoints need besides the view.
 #[derive(Debug, Clone)]
@@ -36,11 +44,17 @@ pub struct Queries {
     pub max_id_bytes: usize,
     /// `http.proxy_queries`: fetch a project owned elsewhere rather than redirect.
     pub proxy: bool,
+    /// `http.proxy_timeout_ms`.
+    pub proxy_timeout: Duration,
+    pub client: Proxy,
+    /// The bearer tokens `/v1` accepts; empty: `/v1` is open.
+    pub tokens: Arc<Vec<String>>,
 }
 
 impl Queries {
-    /// What the endpoints of a service running `config` need, reading `view`.
-    pub fn of(config: &Config, view: Arc<View>) -> Queries {
+    /// What the endpoints of a service running `config` need, reading `view`, requiring one
+    /// of `tokens` if there are any.
+    pub fn of(config: &Config, view: Arc<View>, tokens: Vec<String>) -> Queries {
         Queries {
             view,
             partitions: config
@@ -50,12 +64,67 @@ impl Queries {
             advertised: config.http.advertised(),
             max_id_bytes: config.limits.max_id_bytes,
             proxy: config.http.proxy_queries,
+            proxy_timeout: Duration::from_millis(config.http.proxy_timeout_ms),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            tokens: Arc::new(tokens),
         }
     }
 }
 
+/// The bearer tokens of `file` (one per line; empty: none) and of `variable` (comma-separated).
+pub fn tokens(file: &str, variable: Option<&str>) -> std::io::Result<Vec<String>> {
+    let from_file = if file.is_empty() {
+        String::new()
+    } else {
+        std::fs::read_to_string(file)?
+    };
+    Ok(from_file
+        .lines()
+        .chain(variable.unwrap_or_default().split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Whether `a` equals `b`, in a time that does not depend on where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// Answers `401` to a request under `/v1` without one of the configured bearer tokens.
+async fn authorize(State(q): State<Arc<Queries>>, request: Request, next: Next) -> Response {
+    if q.tokens.is_empty() {
+        return next.run(request).await;
+    }
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let known = given.is_some_and(|g| {
+        q.tokens
+            .iter()
+            .fold(false, |ok, t| ok | same_secret(t.as_bytes(), g.as_bytes()))
+    });
+    if known {
+        return next.run(request).await;
+    }
+    let mut answer = error(
+        StatusCode::UNAUTHORIZED,
+        "a bearer token is required (Authorization: Bearer <token>)",
+    );
+    answer.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer"),
+    );
+    answer
+}
+
 /// The routes under `/v1`.
 pub fn routes(queries: Queries) -> Router {
+    let queries = Arc::new(queries);
     Router::new()
         .route("/v1/projects/{project_id}", get(project))
         .route(
@@ -64,7 +133,11 @@ pub fn routes(queries: Queries) -> Router {
         )
         .route("/v1/projects/{project_id}/judges", get(judges))
         .route("/v1/leaderboard", get(leaderboard))
-        .with_state(Arc::new(queries))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&queries),
+            authorize,
+        ))
+        .with_state(queries)
 }
 
 /// A project's snapshot here, if any, with its partition and whether that is still restoring;
@@ -179,7 +252,7 @@ impl Queries {
         };
         let target = format!("{url}{}", uri.path_and_query().map_or("", |p| p.as_str()));
         if self.proxy && !headers.contains_key(PROXIED) {
-            return Located::Away(proxy(&target).await);
+            return Located::Away(self.ask(&target, headers).await);
         }
         Located::Away(
             (
@@ -192,24 +265,43 @@ impl Queries {
     }
 }
 
-/// The answer of `target`, asked once on the client's behalf.
-async fn proxy(target: &str) -> Response {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let request = match axum::http::Request::get(target)
-        .header(PROXIED, "1")
-        .body(Empty::new())
-    {
-        Ok(r) => r,
-        Err(e) => return error(StatusCode::BAD_GATEWAY, format!("{target}: {e}")),
-    };
-    let answer = match client.request(request).await {
-        Ok(a) => a,
-        Err(e) => return error(StatusCode::BAD_GATEWAY, format!("asking {target}: {e}")),
-    };
-    let (parts, body) = answer.into_parts();
-    match body.collect().await {
-        Ok(body) => Response::from_parts(parts, axum::body::Body::from(body.to_bytes())),
-        Err(e) => error(StatusCode::BAD_GATEWAY, format!("reading {target}: {e}")),
+impl Queries {
+    /// The answer of `target`, asked once on the client's behalf (with its bearer token), within
+    /// `http.proxy_timeout_ms`: `502` if the owner cannot be asked, `504` if it does not answer
+    /// in time.
+    async fn ask(&self, target: &str, headers: &HeaderMap) -> Response {
+        let mut request = axum::http::Request::get(target).header(PROXIED, "1");
+        if let Some(token) = headers.get(header::AUTHORIZATION) {
+            request = request.header(header::AUTHORIZATION, token);
+        }
+        let request = match request.body(Empty::new()) {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::BAD_GATEWAY, format!("{target}: {e}")),
+        };
+        let asked = async {
+            let answer = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (parts, body) = answer.into_parts();
+            let body = body.collect().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(Response::from_parts(
+                parts,
+                axum::body::Body::from(body.to_bytes()),
+            ))
+        };
+        match tokio::time::timeout(self.proxy_timeout, asked).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => error(StatusCode::BAD_GATEWAY, format!("asking {target}: {e}")),
+            Err(_) => error(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "{target} did not answer within http.proxy_timeout_ms ({} ms)",
+                    self.proxy_timeout.as_millis()
+                ),
+            ),
+        }
     }
 }
 
@@ -290,7 +382,8 @@ async fn project(
 struct SessionAnswer<'a> {
     project_id: &'a str,
     session_id: &'a str,
-    /// `open` or `completed`.
+    /// `open`, `completed`, or `unknown` while the partition is restoring and the session
+    /// not read yet.
     state: &'static str,
     restoring: bool,
     /// The open session's ballots so far.
@@ -323,6 +416,17 @@ async fn session(
     let completed = p
         .and_then(|p| p.completed.get(&session_id))
         .and_then(|record| serde_json::from_str::<&RawValue>(record).ok());
+    if open.is_none() && completed.is_none() && owned.restoring {
+        return Json(SessionAnswer {
+            project_id: &project_id,
+            session_id: &session_id,
+            state: "unknown",
+            restoring: true,
+            open: None,
+            consensus: None,
+        })
+        .into_response();
+    }
     if open.is_none() && completed.is_none() {
         return error(
             StatusCode::NOT_FOUND,
@@ -482,6 +586,9 @@ mod tests {
             advertised: "http://me:9464".into(),
             max_id_bytes: 16,
             proxy,
+            proxy_timeout: Duration::from_millis(300),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            tokens: Arc::new(Vec::new()),
         }
     }
 
@@ -616,6 +723,73 @@ mod tests {
             get(queries(false), &format!("/v1/projects/{}", project_in(3))).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(headers[header::RETRY_AFTER], "1");
+        // A session of a restoring partition: not a false 404, but restoring, like the project.
+        let path = format!("/v1/projects/{}/sessions/s1", project_in(1));
+        let (status, _, body) = get(queries(false), &path).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(
+            (body["state"].as_str(), body["restoring"].as_bool()),
+            (Some("unknown"), Some(true))
+        );
+    }
+
+    #[tokio::test]
+    async fn v1_needs_a_known_bearer_token_when_tokens_are_configured() {
+        let with_tokens = || Queries {
+            tokens: Arc::new(vec!["s3cret".into(), "rotated".into()]),
+            ..queries(false)
+        };
+        let here = format!("/v1/projects/{}", project_in(0));
+        let ask = |token: Option<&str>| {
+            let mut r = Request::get(here.as_str());
+            if let Some(t) = token {
+                r = r.header(header::AUTHORIZATION, t);
+            }
+            routes(with_tokens()).oneshot(r.body(Body::empty()).unwrap())
+        };
+        for bad in [
+            None,
+            Some("Bearer nope"),
+            Some("s3cret"),
+            Some("Bearer s3cre"),
+        ] {
+            let answer = ask(bad).await.unwrap();
+            assert_eq!(answer.status(), StatusCode::UNAUTHORIZED, "{bad:?}");
+            assert_eq!(answer.headers()[header::WWW_AUTHENTICATE], "Bearer");
+            let body = answer.into_body().collect().await.unwrap().to_bytes();
+            let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert!(json["error"].as_str().unwrap().contains("bearer token"));
+        }
+        for good in ["Bearer s3cret", "Bearer rotated"] {
+            assert_eq!(ask(Some(good)).await.unwrap().status(), StatusCode::OK);
+        }
+        // Tokens from a file (one per line) and the variable (comma-separated).
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(&file, "a\n\n  b  \n").unwrap();
+        let file = file.to_str().unwrap();
+        assert_eq!(tokens(file, Some("c, d,")).unwrap(), ["a", "b", "c", "d"]);
+        assert_eq!(tokens("", None).unwrap(), Vec::<String>::new());
+        assert!(tokens("/no/such/file", None).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_proxy_gives_up_after_its_timeout() {
+        // An owner that accepts the connection and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let owner_url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let proxying = queries(true);
+        proxying.view.directory.insert(2, owner_url);
+        let started = std::time::Instant::now();
+        let (status, _, body) = get(proxying, &format!("/v1/projects/{}", project_in(2))).await;
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[tokio::test]

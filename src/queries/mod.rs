@@ -11,5 +11,6 @@
 //! others' announcements from it: a query for a project owned elsewhere is answered with a
 //! `307` to the owner.
 
+pub mod advertise;
 pub mod api;
 pub mod view;

@@ -125,6 +125,25 @@ impl InternalEvent for AlertPublished {
     }
 }
 
+/// Another instance announced this instance's advertised URL: two instances share one URL
+/// (an unspecified or copied `http.advertised_url`), so queries reach the wrong one.
+pub struct AdvertisedUrlConflict<'a> {
+    pub url: &'a str,
+    pub partition: i32,
+}
+
+impl InternalEvent for AdvertisedUrlConflict<'_> {
+    fn emit(self, metrics: &Metrics) {
+        tracing::error!(
+            url = self.url,
+            partition = self.partition,
+            "another instance advertises this instance's URL: set a distinct http.advertised_url \
+             on each instance"
+        );
+        metrics.advertised_url_conflicts.inc();
+    }
+}
+
 /// A consensus was published with the configured judge weights, as the learned ones of its
 /// judges were all zero.
 pub struct WeightsFellBack;

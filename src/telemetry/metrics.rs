@@ -51,6 +51,8 @@ pub struct Metrics {
     pub alerts: IntCounterVec,
     /// Consensus records that fell back to the configured judge weights.
     pub weights_fallbacks: IntCounter,
+    /// Announcements of this instance's URL by another instance.
+    pub advertised_url_conflicts: IntCounter,
     pub reputations: IntGauge,
     pub project_score: GaugeVec,
     /// Each judge's kappa with the humans, in the projects `jurystream_project_score` shows.
@@ -304,6 +306,11 @@ impl Metrics {
                 "jurystream_consensus_weight_fallbacks_total",
                 "Consensus records published with the configured judge weights because the \
                  learned weights of all their judges were zero",
+            ),
+            advertised_url_conflicts: counter(
+                &r,
+                "jurystream_advertised_url_conflicts_total",
+                "Announcements by another instance of this instance's advertised URL",
             ),
             reputations: gauge(
                 &r,

@@ -759,10 +759,15 @@ pub struct Answer {
 
 /// A minimal HTTP/1.0 GET on localhost, redirects not followed; None if nothing answers.
 pub fn http_answer(port: u16, path: &str) -> Option<Answer> {
+    http_answer_with(port, path, "")
+}
+
+/// [`http_answer`] with `headers` (each line ending in `\r\n`) added to the request.
+pub fn http_answer_with(port: u16, path: &str, headers: &str) -> Option<Answer> {
     use std::io::Read;
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n{headers}\r\n").ok()?;
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
     let (head, body) = buf.split_once("\r\n\r\n")?;

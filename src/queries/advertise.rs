@@ -1,0 +1,142 @@
+//! The URL an instance advertises to the others for the partitions it owns, decided once at
+//! start: other instances send clients there, so it must be an address they can reach.
+//!
+//! `http.advertised_url` when set. Otherwise `http://<bind>`, unless the bind address is
+//! unspecified (`0.0.0.0` or `[::]`, as in a container), which no other instance can reach: then
+//! the machine's host name is resolved (Docker and Kubernetes map it to the container's or pod's
+//! address in `/etc/hosts`) and the first address that is neither unspecified nor loopback is
+//! used, a loopback one only if there is nothing else (reachable from this machine alone). If
+//! the host name resolves to nothing usable, the service does not start.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+
+/// Why no advertised URL could be decided.
+#[derive(Debug, thiserror::Error)]
+pub enum AdvertiseError {
+    #[error("http.bind = {0:?} is not an address and port")]
+    Bind(String),
+    #[error(
+        "http.bind = {bind:?} listens on every interface and http.advertised_url is empty, and \
+         the host name {host:?} resolves to no address other instances could reach; set \
+         http.advertised_url (on Kubernetes, the pod IP through the downward API)"
+    )]
+    Unreachable { bind: String, host: String },
+}
+
+/// The URL to advertise for `bind` and `advertised_url` (see the module doc), resolving
+/// `host` (the machine's host name) with `resolve` where needed.
+pub fn advertised_url(
+    bind: &str,
+    advertised_url: &str,
+    host: &str,
+    resolve: impl Fn(&str, u16) -> Vec<IpAddr>,
+) -> Result<String, AdvertiseError> {
+    if !advertised_url.is_empty() {
+        return Ok(advertised_url.trim_end_matches('/').to_owned());
+    }
+    let addr: SocketAddr = bind
+        .parse()
+        .map_err(|_| AdvertiseError::Bind(bind.to_owned()))?;
+    if !addr.ip().is_unspecified() {
+        return Ok(format!("http://{addr}"));
+    }
+    let found = resolve(host, addr.port());
+    let usable = |loopback: bool| {
+        found
+            .iter()
+            .find(|ip| !ip.is_unspecified() && ip.is_loopback() == loopback)
+            .copied()
+    };
+    let ip = usable(false)
+        .or_else(|| usable(true))
+        .ok_or_else(|| AdvertiseError::Unreachable {
+            bind: bind.to_owned(),
+            host: host.to_owned(),
+        })?;
+    if ip.is_loopback() {
+        tracing::warn!(%ip, "advertising a loopback address: instances on other machines cannot reach it");
+    }
+    Ok(format!("http://{}", SocketAddr::new(ip, addr.port())))
+}
+
+/// This machine's host name (Linux), else `$HOSTNAME`, else `localhost`.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// The addresses `host` resolves to through the system resolver.
+pub fn resolve(host: &str, port: u16) -> Vec<IpAddr> {
+    (host, port)
+        .to_socket_addrs()
+        .map(|addrs| addrs.map(|a| a.ip()).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ips(list: &[&str]) -> Vec<IpAddr> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_set_url_or_a_specific_bind_is_advertised_as_is() {
+        let none = |_: &str, _: u16| Vec::new();
+        assert_eq!(
+            advertised_url("0.0.0.0:9464", "http://pod-1:9464/", "h", none).unwrap(),
+            "http://pod-1:9464"
+        );
+        assert_eq!(
+            advertised_url("10.1.2.3:9464", "", "h", none).unwrap(),
+            "http://10.1.2.3:9464"
+        );
+        assert!(matches!(
+            advertised_url("nonsense", "", "h", none),
+            Err(AdvertiseError::Bind(_))
+        ));
+    }
+
+    #[test]
+    fn an_unspecified_bind_advertises_the_host_names_reachable_address() {
+        let resolved = |addrs: &'static [&'static str]| {
+            move |host: &str, port: u16| {
+                assert_eq!((host, port), ("pod-7", 9464));
+                ips(addrs)
+            }
+        };
+        assert_eq!(
+            advertised_url(
+                "0.0.0.0:9464",
+                "",
+                "pod-7",
+                resolved(&["127.0.1.1", "10.0.0.7"])
+            )
+            .unwrap(),
+            "http://10.0.0.7:9464"
+        );
+        assert_eq!(
+            advertised_url("[::]:9464", "", "pod-7", resolved(&["fd00::7"])).unwrap(),
+            "http://[fd00::7]:9464"
+        );
+        // Only loopback: reachable from this machine, better than nothing.
+        assert_eq!(
+            advertised_url("0.0.0.0:9464", "", "pod-7", resolved(&["127.0.0.1"])).unwrap(),
+            "http://127.0.0.1:9464"
+        );
+        let error = advertised_url("0.0.0.0:9464", "", "pod-7", resolved(&["0.0.0.0"]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("http.advertised_url"), "{error}");
+    }
+
+    #[test]
+    fn the_system_resolver_finds_localhost() {
+        assert!(resolve("localhost", 80).iter().any(IpAddr::is_loopback));
+    }
+}
