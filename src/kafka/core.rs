@@ -202,7 +202,7 @@ impl Core {
         for key in restored {
             if let Some(owned) = self.tasks.units.get(&key) {
                 self.view
-                    .restored(key.1, &owned.state, self.engine.settings());
+                    .restored(key, &owned.state, self.engine.settings());
             }
         }
         Ok(())
@@ -218,7 +218,7 @@ impl Core {
             if let Some(owned) = self.tasks.units.get_mut(key) {
                 let from = self.out.len();
                 self.engine.release_held(&mut owned.state, &mut self.out);
-                self.view.published(key.1, &self.out[from..]);
+                self.view.published(*key, &self.out[from..]);
             }
         }
         self.publish_out()
@@ -265,8 +265,8 @@ impl Core {
     /// arrives.
     pub(super) fn assign(&mut self, topic: &str, partition: i32) -> Result<(), ServiceError> {
         let units = self.units_of(topic, partition);
-        if !units.is_empty() {
-            self.view.assigned(partition);
+        for &unit in &units {
+            self.view.assigned(unit);
         }
         self.tasks.assigned.extend(units);
         if topic == self.topics.repartition() {
@@ -281,8 +281,8 @@ impl Core {
     /// everything it processed is committed.
     pub(super) fn revoke(&mut self, topic: &str, partition: i32, generation: u64) {
         let units = self.units_of(topic, partition);
-        if !units.is_empty() {
-            self.view.revoked(partition);
+        for &unit in &units {
+            self.view.revoked(unit);
         }
         for unit in units {
             self.tasks.revoke(unit, generation);

@@ -92,7 +92,7 @@ impl Core {
             };
             self.tasks.held_projects += unit.state.project_count().saturating_sub(before);
             self.view
-                .applied_after(polled.partition, &unit.state, journaled, &self.out);
+                .applied_after(key, &unit.state, journaled, &self.out);
             if let Some(started) = started {
                 self.metrics
                     .processing
@@ -117,7 +117,7 @@ impl Core {
                     &mut self.out,
                 );
                 self.view.applied_after(
-                    polled.partition,
+                    (InputTopic::JudgeScores, polled.partition),
                     &unit.state,
                     journaled,
                     &self.out[start..],

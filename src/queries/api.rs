@@ -545,6 +545,7 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
+    use crate::engine::InputTopic;
 
     const PARTITIONS: i32 = 4;
 
@@ -560,9 +561,9 @@ mod tests {
     /// nobody has announced partition 3.
     fn queries(proxy: bool) -> Queries {
         let view = View::default();
-        view.assigned(0);
+        view.assigned((InputTopic::JudgeScores, 0));
         view.owned.insert(0, Owned { restoring: false });
-        view.assigned(1);
+        view.assigned((InputTopic::JudgeScores, 1));
         view.directory.insert(2, "http://other:9464".into());
         view.directory.insert(0, "http://me:9464".into());
         let here = project_in(0);

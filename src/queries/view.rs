@@ -17,7 +17,7 @@ use crate::engine::contract::time::{EventTime, rfc3339};
 use crate::engine::model::session::{Ballot, Session};
 use crate::engine::output::{Output, OutputTopic, OutputValue};
 use crate::engine::quality::judge_record;
-use crate::engine::{Change, JudgeProject, PartitionState, Settings};
+use crate::engine::{Change, InputTopic, JudgeProject, PartitionState, Settings};
 
 /// A project's `jury.scores` numbers as last published; `freshness` and `alpha` describe the
 /// last batch's step, which a state restored from a changelog written before it was kept
@@ -75,6 +75,10 @@ impl SessionView {
 pub struct ProjectView {
     /// The partition whose state holds it.
     pub partition: i32,
+    /// The units (topic, partition) its parts come from: its score from a votes unit, the rest
+    /// from a judge-scores unit. With `by_key` the two may be different partitions, and one
+    /// may be revoked while the other stays.
+    pub units: BTreeMap<InputTopic, i32>,
     pub score: Option<ScoreView>,
     pub open: BTreeMap<String, SessionView>,
     /// The consensus records of the latest completed sessions, by session, as the state
@@ -111,7 +115,10 @@ struct Placed<'a> {
 #[derive(Debug, Default)]
 pub struct View {
     pub projects: DashMap<String, ProjectView>,
+    /// The partitions with at least one unit owned here, restoring while any of them is.
     pub owned: DashMap<i32, Owned>,
+    /// The units owned here, and whether each is restoring.
+    units: DashMap<Unit, bool>,
     /// Partition -> advertised URL of its owner, as the instances announced.
     pub directory: DashMap<i32, String>,
 }
@@ -122,21 +129,59 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// A state the view follows: its input topic (votes or judge scores) and partition.
+pub type Unit = (InputTopic, i32);
+
 impl View {
-    /// Partition `partition` is assigned to this instance: restoring until [`View::restored`].
-    pub fn assigned(&self, partition: i32) {
-        self.owned.insert(partition, Owned { restoring: true });
+    /// `unit` is assigned to this instance: restoring until [`View::restored`].
+    pub fn assigned(&self, unit: Unit) {
+        self.units.insert(unit, true);
+        self.owned.insert(unit.1, Owned { restoring: true });
     }
 
-    /// Partition `partition` was taken away: its projects leave the view.
-    pub fn revoked(&self, partition: i32) {
-        self.owned.remove(&partition);
-        self.projects.retain(|_, p| p.partition != partition);
+    /// Notes whether partition `partition` is still owned, and restoring.
+    fn own(&self, partition: i32) {
+        let units: Vec<bool> = self
+            .units
+            .iter()
+            .filter(|u| u.key().1 == partition)
+            .map(|u| *u.value())
+            .collect();
+        if units.is_empty() {
+            self.owned.remove(&partition);
+        } else {
+            let restoring = units.into_iter().any(|r| r);
+            self.owned.insert(partition, Owned { restoring });
+        }
     }
 
-    /// Partition `partition`'s state was restored as `state`: its projects enter the view as
-    /// the state holds them, their records as the engine's `settings` render them.
-    pub fn restored(&self, partition: i32, state: &PartitionState, settings: &Settings) {
+    /// `unit` was taken away: what its state gave its projects leaves the view (a project
+    /// whose other part another unit holds stays, with that part).
+    pub fn revoked(&self, unit: Unit) {
+        self.units.remove(&unit);
+        self.own(unit.1);
+        let (topic, partition) = unit;
+        self.projects.retain(|_, p| {
+            if p.units.get(&topic) != Some(&partition) {
+                return true;
+            }
+            p.units.remove(&topic);
+            match topic {
+                InputTopic::Votes => p.score = None,
+                _ => {
+                    p.open.clear();
+                    p.completed.clear();
+                    p.leaderboard.clear();
+                    p.judges.clear();
+                }
+            }
+            !p.units.is_empty()
+        });
+    }
+
+    /// `unit`'s state was restored as `state`: its projects enter the view as the state holds
+    /// them, their records as the engine's `settings` render them.
+    pub fn restored(&self, unit: Unit, state: &PartitionState, settings: &Settings) {
         let lambda = |p: &str| settings.scoring.lambda_for(p);
         let leaderboard = &settings.leaderboard;
         let now = now_ms();
@@ -144,7 +189,7 @@ impl View {
             let Some(last) = v.score.last_update_at else {
                 continue;
             };
-            let mut p = self.entry(project.as_str(), partition, now);
+            let mut p = self.entry(project.as_str(), unit, now);
             let alpha = v.score.last_alpha;
             p.score = Some(ScoreView {
                 score: v.score.score,
@@ -157,7 +202,7 @@ impl View {
             });
         }
         for (project, sessions) in &state.sessions.projects {
-            let mut p = self.entry(project, partition, now);
+            let mut p = self.entry(project, unit, now);
             p.open = sessions
                 .open
                 .iter()
@@ -169,7 +214,7 @@ impl View {
             if standings.is_empty() && j.kept.records.is_empty() {
                 continue;
             }
-            let mut p = self.entry(project, partition, now);
+            let mut p = self.entry(project, unit, now);
             p.completed = kept(j);
             for s in standings {
                 let record = Output::json(OutputTopic::Leaderboard, None, &s)
@@ -183,22 +228,23 @@ impl View {
             if q.judges.is_empty() {
                 continue;
             }
-            let mut p = self.entry(project, partition, now);
+            let mut p = self.entry(project, unit, now);
             let window = settings.judge_quality.window;
             for (judge, w) in q.judges.iter() {
                 let record = judge_record(project, judge, w, window);
                 p.judges.insert(judge.to_owned(), record.render().into());
             }
         }
-        self.owned.insert(partition, Owned { restoring: false });
+        self.units.insert(unit, false);
+        self.own(unit.1);
     }
 
-    /// A record of partition `partition` was applied to `state`: `changes` are its journal
-    /// entries, `out` what it published. Each project it touched is updated under one hold of
-    /// its entry, so a reader sees the project before or after the record, never half of it.
+    /// A record of `unit` was applied to `state`: `changes` are its journal entries, `out`
+    /// what it published. Each project it touched is updated under one hold of its entry, so a
+    /// reader sees the project before or after the record, never half of it.
     pub fn applied<'a>(
         &self,
-        partition: i32,
+        unit: Unit,
         state: &PartitionState,
         changes: &'a [Change],
         out: &'a [Output],
@@ -225,7 +271,7 @@ impl View {
         let now = now_ms();
         for group in updates.chunk_by(|a, b| a.0 == b.0) {
             let project = group[0].0;
-            let mut p = self.entry(project, partition, now);
+            let mut p = self.entry(project, unit, now);
             for (_, update) in group {
                 p.apply(project, update, state);
             }
@@ -236,31 +282,31 @@ impl View {
     /// entries before it: the record's own changes are the ones after those.
     pub fn applied_after(
         &self,
-        partition: i32,
+        unit: Unit,
         state: &PartitionState,
         journaled: usize,
         out: &[Output],
     ) {
         let changes = state.journal.as_deref().unwrap_or_default();
         self.applied(
-            partition,
+            unit,
             state,
             changes.get(journaled..).unwrap_or_default(),
             out,
         );
     }
 
-    /// Partition `partition` published `out` outside any record (held scores released, which
-    /// read nothing from the state).
-    pub fn published(&self, partition: i32, out: &[Output]) {
-        self.applied(partition, &PartitionState::default(), &[], out);
+    /// `unit` published `out` outside any record (held scores released, which read nothing
+    /// from the state).
+    pub fn published(&self, unit: Unit, out: &[Output]) {
+        self.applied(unit, &PartitionState::default(), &[], out);
     }
 
-    /// Project `project`'s snapshot, created if new, marked changed at `now`.
+    /// Project `project`'s snapshot, created if new, marked changed at `now` by `unit`.
     fn entry(
         &self,
         project: &str,
-        partition: i32,
+        (topic, partition): Unit,
         now: i64,
     ) -> dashmap::mapref::one::RefMut<'_, String, ProjectView> {
         let mut p = match self.projects.get_mut(project) {
@@ -268,6 +314,7 @@ impl View {
             None => self.projects.entry(project.to_owned()).or_default(),
         };
         p.partition = partition;
+        p.units.insert(topic, partition);
         p.updated_ms = now;
         p
     }
@@ -363,7 +410,17 @@ impl ProjectView {
                 }
             }
             Update::Judge(judge, record) => {
-                self.judges.insert((*judge).to_owned(), Arc::clone(record));
+                // A judge the state forgot later in the same record (a new judge beyond
+                // judge_quality.max_judges) must not come back with its earlier record.
+                let kept = state
+                    .quality
+                    .get(project)
+                    .is_some_and(|q| q.judges.get(judge).is_some());
+                if kept {
+                    self.judges.insert((*judge).to_owned(), Arc::clone(record));
+                } else {
+                    self.judges.remove(*judge);
+                }
             }
             Update::JudgeKept(judge) => {
                 let kept = state
@@ -486,7 +543,7 @@ mod tests {
             let journaled = state.journal.as_ref().map_or(0, Vec::len);
             engine.process(&mut state, &mut reps, &record, &mut out);
             let changes = state.journal.clone().unwrap_or_default();
-            view.applied(0, &state, &changes[journaled..], &out);
+            view.applied((*topic, 0), &state, &changes[journaled..], &out);
             published.extend(out);
         }
         (state, published)
@@ -495,7 +552,8 @@ mod tests {
     #[test]
     fn the_view_holds_what_was_last_published_and_the_open_sessions() {
         let view = View::default();
-        view.assigned(0);
+        view.assigned((InputTopic::Votes, 0));
+        view.assigned((InputTopic::JudgeScores, 0));
         let (state, published) = run(&events(), &view);
         for project in ["proj-a", "team/b"] {
             let p = view.projects.get(project).expect("in the view");
@@ -538,8 +596,105 @@ mod tests {
                 .expect("a row");
             assert_eq!(&*p.leaderboard[&keys[0]], last_row.render());
         }
-        view.revoked(0);
+        view.revoked((InputTopic::Votes, 0));
+        view.revoked((InputTopic::JudgeScores, 0));
         assert!(view.projects.is_empty() && view.owned.is_empty());
+    }
+
+    #[test]
+    fn revoking_one_topics_partition_keeps_what_the_other_gave() {
+        // With by_key a partition's votes and judge scores are two units, revoked apart.
+        let view = View::default();
+        view.assigned((InputTopic::Votes, 0));
+        view.assigned((InputTopic::JudgeScores, 0));
+        run(&events(), &view);
+        view.revoked((InputTopic::Votes, 0));
+        for project in ["proj-a", "team/b"] {
+            let p = view.projects.get(project).expect("still in the view");
+            assert!(p.score.is_none(), "the votes unit's part is gone");
+            assert_eq!(p.completed.len(), 2, "the judge-scores unit's part stays");
+            assert!(!p.leaderboard.is_empty());
+        }
+        assert!(
+            view.owned.get(&0).is_some(),
+            "partition 0 is still partly owned"
+        );
+        view.revoked((InputTopic::JudgeScores, 0));
+        assert!(view.projects.is_empty() && view.owned.is_empty());
+        // And the other way round: the scores stay.
+        let view = View::default();
+        run(&events(), &view);
+        view.revoked((InputTopic::JudgeScores, 0));
+        let p = view.projects.get("proj-a").expect("still in the view");
+        assert!(p.score.is_some() && p.completed.is_empty() && p.open.is_empty());
+    }
+
+    #[test]
+    fn a_judge_the_state_forgot_does_not_come_back() {
+        // judge_quality.max_judges = 1: the item has its vote; the ballot that completes a
+        // session of two judges pairs both in one record, and the second forgets the first.
+        // The view holds what the state holds: the second alone.
+        let mut config = config();
+        config.judge_quality.enabled = true;
+        config.judge_quality.max_judges = 1;
+        config.judge_quality.min_human_votes = 1;
+        let engine = Engine::new(Settings::of(&config));
+        let mut state = PartitionState::journaled();
+        let mut reps = ReputationTable::default();
+        let view = View::default();
+        let mut offset = 0;
+        let mut send = |topic: InputTopic, payload: String| {
+            let record = Record {
+                topic: match topic {
+                    InputTopic::Votes => "jury.votes",
+                    _ => "jury.judge-scores",
+                },
+                input: Some(topic),
+                partition: Some(0),
+                offset: Some(offset),
+                position: Some(offset),
+                key: None,
+                timestamp_ms: None,
+                payload: Some(payload.as_bytes()),
+                clock_ms: None,
+                held_projects: 0,
+            };
+            offset += 1;
+            let mut out = Vec::new();
+            let journaled = state.journal.as_ref().map_or(0, Vec::len);
+            let outcome = engine.process(&mut state, &mut reps, &record, &mut out);
+            engine.observe_votes(&mut state, &reps, &record, outcome, &mut out);
+            let changes = state.journal.clone().unwrap_or_default();
+            view.applied((topic, 0), &state, &changes[journaled..], &out);
+            out
+        };
+        send(
+            InputTopic::Votes,
+            r#"{"event_id": "v", "project_id": "p", "item_id": "X", "occurred_at": 1795168800000, "votes": [{"voter_id": "u", "value": 1}]}"#.to_owned(),
+        );
+        let mut out = Vec::new();
+        for judge in ["j1", "j2"] {
+            out = send(
+                InputTopic::JudgeScores,
+                format!(
+                    r#"{{"event_id": "b-{judge}", "project_id": "p", "session_id": "s", "occurred_at": 1795168801000, "judge": "{judge}", "scores": {{"X": 7}}, "expected_judges": 2}}"#
+                ),
+            );
+        }
+        let published: Vec<&str> = out
+            .iter()
+            .filter(|o| o.topic == OutputTopic::JudgeQuality)
+            .filter_map(|o| o.key.as_deref())
+            .collect();
+        assert_eq!(published, ["p/j1", "p/j2"], "both paired in the record");
+        let kept: Vec<String> = state.quality["p"]
+            .judges
+            .iter()
+            .map(|(j, _)| j.to_owned())
+            .collect();
+        assert_eq!(kept, ["j2"]);
+        let p = view.projects.get("p").expect("in the view");
+        assert_eq!(p.judges.keys().collect::<Vec<_>>(), ["j2"]);
     }
 
     #[test]
@@ -585,7 +740,7 @@ mod tests {
             let (state, _) = run(&events, &live);
             let restored = View::default();
             let settings = Settings::of(&config());
-            restored.restored(0, &state, &settings);
+            restored.restored((InputTopic::JudgeScores, 0), &state, &settings);
             for project in ["proj-a", "team/b"] {
                 let (l, r) = (&live.projects.get(project).unwrap(), &restored.projects.get(project).unwrap());
                 prop_assert_eq!(&l.score, &r.score);
