@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use jurystream::config::Config;
 use jurystream::engine::output::Output;
 use jurystream::engine::reputation::ReputationTable;
-use jurystream::engine::{Engine, PartitionState, Record, Settings};
+use jurystream::engine::{Engine, InputTopic, PartitionState, Record, Settings};
 use jurystream::queries::view::View;
 use jurystream::topics::TopicTable;
 
@@ -158,7 +158,7 @@ fn query_view() {
     let before = LIVE.load(Ordering::Relaxed);
     let view = View::default();
     for score in &scores {
-        view.published(0, std::slice::from_ref(score));
+        view.published((InputTopic::Votes, 0), std::slice::from_ref(score));
     }
     let held = LIVE.load(Ordering::Relaxed) - before;
     assert_eq!(view.projects.len(), PROJECTS);
