@@ -426,3 +426,87 @@ fn by_key_dead_letters_a_mis_keyed_record_and_keeps_its_project_whole() {
     let keyed_only = replayed(&config, &records[..records.len() - 2]);
     assert_eq!(expect.scores.get("proj-0"), keyed_only.scores.get("proj-0"));
 }
+
+/// A forwarded record the broker refuses for good (the repartition topic's `max.message.bytes`
+/// below the producer's limit) becomes a `forward_refused` dead letter at the input record's own
+/// topic, partition and offset, without the payload that was too large; the rest of the stream
+/// is processed and committed. A broker that does not enforce `max.message.bytes` (tansu) never
+/// refuses: there the refusal is injected where its delivery report would arrive
+/// (`JURYSTREAM_REFUSE_FORWARD`, a `fault-injection` build), and all the rest is as real.
+#[test]
+fn a_forward_the_broker_refuses_is_dead_lettered_at_its_origin() {
+    let broker = Broker::shared();
+    let prefix = "refused";
+    let enforced =
+        support::enforces_max_message_bytes(&broker.bootstrap, &format!("{prefix}-probe"));
+    if !enforced {
+        eprintln!("this broker does not enforce max.message.bytes: the refusal is injected");
+    }
+    let Setup {
+        dir,
+        config,
+        mut records,
+    } = setup(&broker.bootstrap, prefix, &shape(), free_port(), "");
+    // The repartition topic exists before the service, with a 20 kB record limit.
+    support::create_topic_with(
+        &broker.bootstrap,
+        &format!("{prefix}-group-repartition"),
+        3,
+        &[("max.message.bytes", "20000")],
+    );
+    let votes = format!("{prefix}.votes");
+    let big: Vec<String> = (0..400)
+        .map(|i| format!(r#"{{"voter_id": "{}{i:03}", "value": 1}}"#, "v".repeat(100)))
+        .collect();
+    let payload = format!(
+        r#"{{"event_id": "big", "project_id": "proj-0", "occurred_at": 1795168800000, "votes": [{}]}}"#,
+        big.join(", ")
+    );
+    let offset = records
+        .iter()
+        .filter(|r| r.topic == votes && r.partition == 0)
+        .count() as i64;
+    records.push(Rec {
+        topic: votes.clone(),
+        partition: 0,
+        offset,
+        key: Some("proj-0".into()),
+        timestamp_ms: 1_795_168_800_000,
+        value: Some(payload.clone()),
+    });
+    produce(&broker.bootstrap, &records);
+    let injected = [("JURYSTREAM_REFUSE_FORWARD", r#""event_id": "big""#)];
+    let env: &[(&str, &str)] = if enforced { &[] } else { &injected };
+    let service = Service::start_with(&config, dir.path().join("service.log"), env);
+    assert!(
+        service.wait_ready(Duration::from_secs(60)),
+        "{}",
+        service.log_text()
+    );
+    assert!(
+        service.wait_caught_up(&records, Duration::from_secs(120)),
+        "{}",
+        service.log_text()
+    );
+    let letters: Vec<serde_json::Value> =
+        read_log(&broker.bootstrap, &format!("{prefix}.dead-letters"))
+            .iter()
+            .filter_map(|r| serde_json::from_slice(r.value.as_deref()?).ok())
+            .filter(|d: &serde_json::Value| d["error"] == "forward_refused")
+            .collect();
+    assert_eq!(letters.len(), 1, "{letters:?}\n{}", service.log_text());
+    let d = &letters[0];
+    assert_eq!(
+        (
+            d["source_topic"].as_str(),
+            d["partition"].as_i64(),
+            d["offset"].as_i64()
+        ),
+        (Some(votes.as_str()), Some(0), Some(offset))
+    );
+    assert!(d["payload"].is_null(), "{d}");
+    assert_eq!(d["payload_bytes"], payload.len());
+    let metrics = service.metrics();
+    assert!(metrics.contains("forward_refused"), "{metrics}");
+    assert!(service.terminate().success());
+}

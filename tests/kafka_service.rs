@@ -408,6 +408,58 @@ fn sigterm_finishes_commits_and_a_restart_redoes_nothing() {
     assert_nothing_reread(again, &records);
 }
 
+/// An input topic deleted and recreated (its offsets start again below what the group
+/// committed) stops the service with an error that names the partition and how to start over,
+/// instead of skipping every record as already seen. Apache Kafka answers a fetch beyond the
+/// recreated log's end with OFFSET_OUT_OF_RANGE and the consumer resets to its start, where
+/// the service sees the first record below the committed offset; tansu answers such a fetch
+/// with nothing, so there the consumer waits at the committed offset and nothing goes back.
+#[test]
+fn a_topic_recreated_below_the_committed_offsets_stops_the_service_with_advice() {
+    let broker = Broker::shared();
+    if broker.is_tansu() {
+        eprintln!("SKIPPED: tansu never reports an out-of-range fetch offset (needs Apache Kafka)");
+        return;
+    }
+    let prefix = "recreated";
+    let Setup {
+        dir,
+        config,
+        records,
+    } = small_stream_produced(&broker.bootstrap, prefix);
+    let service = Service::start_ready(&config, dir.path().join("a.log"));
+    assert!(service.wait_caught_up(&records, Duration::from_secs(90)));
+    assert!(service.terminate().success());
+    let votes = format!("{prefix}.votes");
+    let busiest = (0..3)
+        .max_by_key(|p| {
+            records
+                .iter()
+                .filter(|r| r.topic == votes && r.partition == *p)
+                .count()
+        })
+        .unwrap_or(0);
+    support::delete_topic(&broker.bootstrap, &votes);
+    std::thread::sleep(Duration::from_secs(1));
+    support::create_topic_with(&broker.bootstrap, &votes, 3, &[]);
+    let mut again = records
+        .iter()
+        .find(|r| r.topic == votes && r.partition == busiest)
+        .cloned()
+        .expect("a vote");
+    again.offset = 0;
+    produce(&broker.bootstrap, &[again]);
+    let mut service = Service::start(&config, dir.path().join("b.log"));
+    let status = service.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "{}", service.log_text());
+    let log = service.log_text();
+    assert!(
+        log.contains(&format!("partition {busiest} of {votes} went back"))
+            && log.contains("delete the consumer group"),
+        "{log}"
+    );
+}
+
 /// An epoch ends once the input is quiet, long before `kafka.commit_interval_ms`: with a ten-minute
 /// interval, everything is committed within seconds of the last record, so a `kill -9` then loses
 /// nothing and a restart re-reads nothing.

@@ -332,6 +332,17 @@ impl Collector {
         )
     }
 
+    /// Notes a forward as refused for good by the broker with `error` without producing it (the
+    /// delivery report a broker would send, for fault injection): it counts in the current
+    /// epoch until its dead letter stands in for it.
+    pub fn refuse_forward(&mut self, headers: &OwnedHeaders, payload: &[u8], error: &KafkaError) {
+        let refused = Refused::of(self.epoch, Some(headers), Some(payload), error);
+        if let Ok(mut all) = self.producer.context().refused.lock() {
+            all.push(refused);
+        }
+        self.epoch_outputs += 1;
+    }
+
     /// Announces on `topic` (`<group_id>-instances`) that this instance (`instance`, unique
     /// per process), reachable at `url`, owns repartition-topic partition `partition`. It is
     /// an output of the current epoch.

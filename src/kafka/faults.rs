@@ -7,6 +7,11 @@
 //!   judge-scores (`j`) partition that has at least four records, its first half acknowledged
 //!   and its offset record not written.
 //!
+//! And one makes the broker's refusal of a forward happen where the broker would not refuse it
+//! (a broker that does not enforce `max.message.bytes`): `JURYSTREAM_REFUSE_FORWARD=TEXT`
+//! treats the forward of every input record whose payload contains `TEXT` as refused for good
+//! (message too large), as a delivery report would say, instead of producing it.
+//!
 //! Without the feature [`Faults::from_env`] is always empty and nothing here ever aborts.
 
 use std::time::Duration;
@@ -21,6 +26,8 @@ pub(super) struct Faults {
     after_changelog: bool,
     /// `v` or `j`: see [`flush_cut`].
     mid_changelog: Option<String>,
+    /// Forwards whose payload contains this are refused.
+    refuse_forward: Option<String>,
 }
 
 impl Faults {
@@ -32,7 +39,17 @@ impl Faults {
         Faults {
             after_changelog: std::env::var_os("JURYSTREAM_CRASH_AFTER_CHANGELOG").is_some(),
             mid_changelog: std::env::var("JURYSTREAM_CRASH_MID_CHANGELOG").ok(),
+            refuse_forward: std::env::var("JURYSTREAM_REFUSE_FORWARD").ok(),
         }
+    }
+
+    /// Whether the forward of `payload` is to be refused as the broker would refuse it.
+    pub fn refuses_forward(&self, payload: &[u8]) -> bool {
+        self.refuse_forward.as_ref().is_some_and(|text| {
+            payload
+                .windows(text.len().max(1))
+                .any(|w| w == text.as_bytes())
+        })
     }
 
     /// Where to abort while writing an epoch's changelog `records`, if anywhere.

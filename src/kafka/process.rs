@@ -290,6 +290,15 @@ impl Core {
             Ok(project) => {
                 let payload = record.payload.unwrap_or_default();
                 let partition = partition_of(&project, self.config.kafka.partitions);
+                if self.faults.refuses_forward(payload) {
+                    let error = KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge,
+                    );
+                    self.collector
+                        .refuse_forward(&headers(&record), payload, &error);
+                    self.tally.forwarded(polled.topic);
+                    return Ok(());
+                }
                 self.collector.forward(
                     (self.topics.repartition(), partition),
                     &project,

@@ -43,6 +43,11 @@ enum Guard {
 }
 
 impl Broker {
+    /// Whether this is a tansu broker the tests started (not Apache Kafka).
+    pub fn is_tansu(&self) -> bool {
+        matches!(self._guard, Guard::Tansu(..))
+    }
+
     /// The broker shared by all tests of one test binary.
     pub fn shared() -> &'static Broker {
         static BROKER: OnceLock<Broker> = OnceLock::new();
@@ -807,6 +812,32 @@ pub fn create_topics(bootstrap: &str, prefix: &str, partitions: i32) {
         .collect();
     let admin = admin(bootstrap);
     let _ = block_on(admin.create_topics(&new, &AdminOptions::new()));
+}
+
+/// Creates `topic` with `partitions` partitions and the topic `configs`.
+pub fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+    let mut t = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        t = t.set(k, v);
+    }
+    let _ = block_on(admin(bootstrap).create_topics(&[t], &AdminOptions::new()));
+}
+
+/// Whether the broker refuses a record larger than a topic's `max.message.bytes` (Apache
+/// Kafka does; some compatible brokers do not enforce it): produces 5,000 bytes to a probe
+/// topic limited to 1,000.
+pub fn enforces_max_message_bytes(bootstrap: &str, probe: &str) -> bool {
+    create_topic_with(bootstrap, probe, 1, &[("max.message.bytes", "1000")]);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("producer");
+    let payload = vec![b'x'; 5000];
+    let record = BaseRecord::<(), [u8]>::to(probe).payload(&payload);
+    let sent = producer.send(record).map_err(|(e, _)| e);
+    let flushed = producer.flush(Duration::from_secs(30));
+    sent.is_err() || flushed.is_err() || read_log(bootstrap, probe).is_empty()
 }
 
 /// Deletes `topic` if it exists, reporting on stderr if the broker refused.
