@@ -120,3 +120,62 @@ def test_choix_agrees_with_the_reference_trick():
         r = choix_ratings(["a", "b"], [("a", "b")] * wins)
         assert np.isfinite(r["a"]) and r["a"] > last
         last = r["a"]
+
+
+def judge_stream(seed, items, judges):
+    """Items each voted once (value v, reputation 1) and judged in a one-candidate session per
+    item by every judge, on 0..10: pairs (score / 10, v), one per judge and item."""
+    rng = random.Random(seed)
+    records, pairs = [], {j: [] for j in judges}
+    offset = 0
+    for i in range(items):
+        truth = rng.random()
+        v = round(min(1.0, max(0.0, truth + rng.gauss(0, 0.15))), 2)
+        records.append({"topic": "jury.votes", "partition": 0, "offset": offset, "value": {
+            "event_id": f"v{i}", "project_id": "jq", "item_id": f"item-{i}",
+            "occurred_at": START_MS + offset * 1000,
+            "votes": [{"voter_id": "u", "value": v, "reputation": 1}]}})
+        offset += 1
+        for j, (bias, noise) in judges.items():
+            score = round(min(10.0, max(0.0, 10 * (truth + bias + rng.gauss(0, noise)))), 1)
+            pairs[j].append((score / 10, v))
+            records.append({"topic": "jury.judge-scores", "partition": 1, "offset": offset, "value": {
+                "event_id": f"b{i}-{j}", "project_id": "jq", "session_id": f"s{i}",
+                "occurred_at": START_MS + offset * 1000, "judge": j, "expected_judges": len(judges),
+                "scale": {"min": 0, "max": 10}, "scores": {f"item-{i}": score}}})
+            offset += 1
+    return records, pairs
+
+
+def test_judge_quality_matches_scipy_and_krippendorff():
+    import krippendorff
+    from scipy import stats
+
+    judges = {"fair": (0.0, 0.1), "lenient": (0.25, 0.1), "noisy": (0.0, 0.4)}
+    records, pairs = judge_stream(7, 60, judges)
+    config = "[judge_quality]\nenabled = true\nmin_human_votes = 1\n"
+    table = {}
+    for o in replay(records, config):
+        if o["topic"] == "jury.judge-quality":
+            table[o["value"]["judge"]] = o["value"]
+    assert set(table) == set(judges)
+    for j, ps in pairs.items():
+        row = table[j]
+        s = np.array([p[0] for p in ps])
+        h = np.array([p[1] for p in ps])
+        assert row["pairs"] == len(ps)
+        r, p = stats.pearsonr(s, h)
+        assert abs(row["pearson_r"] - r) < 1e-9, (j, row, r)
+        assert abs(row["p_value"] - p) < 1e-6 * max(1.0, p), (j, row, p)
+        assert abs(row["mean_abs_diff"] - np.mean(np.abs(s - h))) < 1e-9
+        assert abs(row["bias"] - np.mean(s - h)) < 1e-9
+        alpha = krippendorff.alpha(reliability_data=[s, h], level_of_measurement="interval")
+        assert abs(row["krippendorff_alpha"] - alpha) < 1e-9, (j, row, alpha)
+        # Cohen's kappa of the >= 0.5 decisions, from scipy's contingency table.
+        table2 = stats.contingency.crosstab(s >= 0.5, h >= 0.5).count
+        n = table2.sum()
+        p_o = np.trace(table2) / n
+        p_e = (table2.sum(0) * table2.sum(1)).sum() / n ** 2
+        assert abs(row["kappa"] - (p_o - p_e) / (1 - p_e)) < 1e-9, (j, row)
+    # The lenient judge is the one with a positive bias.
+    assert table["lenient"]["bias"] > 0.15 > abs(table["fair"]["bias"])
