@@ -10,7 +10,7 @@
 //!   - `engine::contract`: the input formats, one reader for every input topic (and, measured
 //!     to be worth it, a one-pass reader of valid vote batches), and the rejections;
 //!   - `engine::model`: the formulas (score, dedupe, session, consensus, bias, stats,
-//!     leaderboard, Bradley-Terry, judge quality);
+//!     leaderboard, Bradley-Terry, judge quality, effective judges);
 //!   - `engine::votes`, `engine::judging`: the two pipelines; `engine::quality` joins them
 //!     (judge scores with the humans' votes on the same items);
 //!   - `engine::routing`: a record's project, read for the stage that repartitions by it;

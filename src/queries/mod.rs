@@ -3,7 +3,8 @@
 //!
 //! - [`view`]: the per-project snapshots the processing thread keeps current and the handlers
 //!   read, the partitions this instance owns, and the directory of the others' owners;
-//! - [`api`]: the HTTP endpoints.
+//! - [`api`]: the HTTP endpoints (and their bearer tokens and proxy);
+//! - [`advertise`]: the URL an instance advertises, decided once at start.
 //!
 //! A project lives on the instance that owns its repartition-topic partition
 //! ([`crate::topics::partition_of`]). Each instance announces the partitions it takes, with

@@ -1,6 +1,7 @@
 //! The formulas: HumanJudge scoring, duplicate windows, judge sessions, consensus, the bias
-//! audit, statistics, the leaderboard, Bradley-Terry ratings and judge quality. Pure functions
-//! and the state they keep; each is documented with its formula in docs/.
+//! audit, statistics, the leaderboard, Bradley-Terry ratings, judge quality and the effective
+//! number of judges. Pure functions and the state they keep; each is documented with its
+//! formula in docs/.
 
 pub mod bias;
 pub mod bradley_terry;
