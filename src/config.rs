@@ -153,6 +153,10 @@ pub struct Http {
     pub proxy_queries: bool,
     /// How long a proxied query waits for the owner's answer before a `504`.
     pub proxy_timeout_ms: u64,
+    /// Connections served at once (besides a few reserved for /metrics and the probes).
+    pub max_connections: usize,
+    /// How long a request's headers may take, and an idle keep-alive connection may wait.
+    pub header_timeout_ms: u64,
     /// A file of bearer tokens, one per line, that `/v1` requires (with those of the
     /// `JURYSTREAM_API_TOKENS` variable, comma-separated); none: `/v1` is open. Tokens never
     /// go in this file: it names where they are.
@@ -166,6 +170,8 @@ impl Default for Http {
             advertised_url: String::new(),
             proxy_queries: false,
             proxy_timeout_ms: 5000,
+            max_connections: 256,
+            header_timeout_ms: 5000,
             tokens_file: String::new(),
         }
     }
@@ -662,6 +668,11 @@ impl Config {
                 ));
             }
         }
+        positive("http.max_connections", self.http.max_connections)?;
+        positive(
+            "http.header_timeout_ms",
+            usize::try_from(self.http.header_timeout_ms).unwrap_or(usize::MAX),
+        )?;
         let inputs = [&t.votes, &t.judge_scores, &t.reputations];
         if inputs[0] == inputs[1] || inputs[0] == inputs[2] || inputs[1] == inputs[2] {
             return Err(invalid("topics", "the three input topics must be distinct"));

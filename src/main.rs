@@ -175,10 +175,27 @@ fn run_service(mut config: Config) -> Result<()> {
     }
     let view = Arc::new(View::default());
     let queries = api::routes(Queries::of(&config, Arc::clone(&view), tokens));
+    match rlimit::getrlimit(rlimit::Resource::NOFILE) {
+        Ok((soft, hard)) => tracing::info!(
+            soft,
+            hard,
+            max_connections = config.http.max_connections,
+            "file descriptor limit (HTTP connections and the brokers' connections share it)"
+        ),
+        Err(e) => tracing::warn!(error = %e, "file descriptor limit unknown"),
+    }
+    let limits = jurystream::telemetry::http::Limits {
+        max_connections: config.http.max_connections,
+        header_timeout: Duration::from_millis(config.http.header_timeout_ms),
+    };
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(bind))
+        .with_context(|| format!("http.bind {bind}"))?;
     let server = runtime.spawn(jurystream::telemetry::http::serve(
-        bind,
+        listener,
         (Arc::clone(&metrics), Arc::clone(&health)),
         queries,
+        limits,
         async {
             let _ = done_rx.await;
         },

@@ -408,6 +408,93 @@ fn sigterm_finishes_commits_and_a_restart_redoes_nothing() {
     assert_nothing_reread(again, &records);
 }
 
+/// Slow or many HTTP clients never starve the service: while it consumes a stream, a client
+/// holds more half-sent requests than `http.max_connections` and its reserve for the
+/// operational endpoints; the stream is fully processed, `/readyz` and `/metrics` answer within
+/// about one header timeout throughout, and the half-sent requests are closed by the timeout.
+#[test]
+fn half_sent_requests_beyond_the_connection_limit_never_starve_the_service() {
+    use std::io::{Read, Write};
+    let broker = Broker::shared();
+    let prefix = "slowloris";
+    let port = free_port();
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(&broker.bootstrap, prefix, &sample_shape(), port, "");
+    let service = Service::start_with(
+        &config,
+        dir.path().join("service.log"),
+        &[
+            ("JURYSTREAM_HTTP__MAX_CONNECTIONS", "8"),
+            ("JURYSTREAM_HTTP__HEADER_TIMEOUT_MS", "1000"),
+        ],
+    );
+    assert!(
+        service.wait_ready(Duration::from_secs(60)),
+        "{}",
+        service.log_text()
+    );
+    // 8 regular connections, the 16 reserved ones and 6 more, each with half a request.
+    let mut held: Vec<std::net::TcpStream> = (0..30)
+        .filter_map(|_| {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").ok()?;
+            Some(s)
+        })
+        .collect();
+    assert_eq!(held.len(), 30);
+    produce(&broker.bootstrap, &records);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut slowest = Duration::ZERO;
+    while service.records_handled() < inputs(&records) && std::time::Instant::now() < deadline {
+        for path in ["/readyz", "/metrics"] {
+            let asked = std::time::Instant::now();
+            while support::http_answer(port, path).is_none_or(|a| a.status != 200)
+                && asked.elapsed() < Duration::from_secs(10)
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            slowest = slowest.max(asked.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        service.records_handled(),
+        inputs(&records),
+        "{}",
+        service.log_text()
+    );
+    assert!(service.wait_caught_up(&records, Duration::from_secs(60)));
+    eprintln!("slowest probe answer under the flood: {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(3),
+        "a probe waited {slowest:?}"
+    );
+    // The half-sent requests were closed by the server.
+    for s in &mut held {
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut buf = [0u8; 16];
+        let read = s.read(&mut buf);
+        assert!(
+            matches!(&read, Ok(0))
+                || read
+                    .as_ref()
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "still open: {read:?}"
+        );
+    }
+    let metrics = service.metrics();
+    assert!(
+        support::metric_sum(&metrics, "jurystream_http_connections_refused_total") > 0,
+        "{metrics}"
+    );
+    assert!(service.log_text().contains("file descriptor limit"));
+    assert!(service.terminate().success());
+}
+
 /// An input topic deleted and recreated (its offsets start again below what the group
 /// committed) stops the service with an error that names the partition and how to start over,
 /// instead of skipping every record as already seen. Apache Kafka answers a fetch beyond the

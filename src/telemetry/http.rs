@@ -2,9 +2,10 @@
 //! `/readyz` (bootstrapped and the broker reachable), and the routes it is given (the
 //! interactive queries, [`crate::queries::api`]), each answer counted by route and status.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
@@ -12,6 +13,10 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::Semaphore;
 
 use crate::telemetry::metrics::Metrics;
 
@@ -34,28 +39,147 @@ struct AppState {
     health: Arc<Health>,
 }
 
-/// Serves the endpoints and `routes` until `shutdown` resolves.
+/// Connections beyond `http.max_connections` that are still served, for `/metrics`, `/healthz`
+/// and `/readyz` only (a `/v1` request on one is answered `503`): a scrape or a probe gets
+/// through while the queries take every regular connection.
+pub const OPS_RESERVE: usize = 16;
+
+/// The longest request URI `/v1` reads; a longer one is answered `414` (as JSON).
+pub const MAX_URI_BYTES: usize = 8192;
+
+/// How the server bounds its clients (`http.max_connections`, `http.header_timeout_ms`).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_connections: usize,
+    /// How long a request's headers may take to arrive, and an idle keep-alive connection may
+    /// wait for its next request, before the connection is closed.
+    pub header_timeout: Duration,
+}
+
+/// Serves the endpoints and `routes` until `shutdown` resolves, within `limits`: at most
+/// `max_connections` connections at once plus [`OPS_RESERVE`] for the operational endpoints;
+/// a connection beyond both is closed at once and counted. Every connection's headers must
+/// arrive within `header_timeout`, which also closes idle keep-alive connections.
 pub async fn serve(
-    bind: SocketAddr,
+    listener: tokio::net::TcpListener,
     (metrics, health): (Arc<Metrics>, Arc<Health>),
     routes: Router,
+    limits: Limits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let counted = routes.layer(middleware::from_fn_with_state(
-        Arc::clone(&metrics),
-        count_query,
-    ));
-    let app = Router::new()
+    let ops = Router::new()
         .route("/metrics", get(render_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .with_state(AppState { metrics, health })
-        .merge(counted);
-    let listener = tokio::net::TcpListener::bind(bind).await?;
-    tracing::info!(%bind, "serving /metrics, /healthz, /readyz and /v1");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+        .with_state(AppState {
+            metrics: Arc::clone(&metrics),
+            health,
+        });
+    let counted =
+        routes
+            .layer(middleware::from_fn(json_rejections))
+            .layer(middleware::from_fn_with_state(
+                Arc::clone(&metrics),
+                count_query,
+            ));
+    let full = ops
+        .clone()
+        .merge(counted)
+        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such endpoint") });
+    let reserved = ops.fallback(|| async {
+        json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many connections: this one is reserved for /metrics, /healthz and /readyz",
+        )
+    });
+    let bind = listener.local_addr()?;
+    tracing::info!(
+        %bind,
+        max_connections = limits.max_connections,
+        reserved = OPS_RESERVE,
+        header_timeout_ms = limits.header_timeout.as_millis() as u64,
+        "serving /metrics, /healthz, /readyz and /v1"
+    );
+    let regular = Arc::new(Semaphore::new(limits.max_connections));
+    let reserve = Arc::new(Semaphore::new(OPS_RESERVE));
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors or the like: wait rather than spin.
+                    tracing::warn!(error = %e, "accepting a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => return Ok(()),
+        };
+        let (permit, app) = match Arc::clone(&regular).try_acquire_owned() {
+            Ok(p) => (p, full.clone()),
+            Err(_) => match Arc::clone(&reserve).try_acquire_owned() {
+                Ok(p) => (p, reserved.clone()),
+                Err(_) => {
+                    metrics.http_connections_refused.inc();
+                    drop(stream);
+                    continue;
+                }
+            },
+        };
+        let gauge = metrics.http_connections.clone();
+        gauge.inc();
+        tokio::spawn(async move {
+            let served = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app))
+                .await;
+            if let Err(e) = served {
+                tracing::debug!(error = %e, "connection closed");
+            }
+            gauge.dec();
+            drop(permit);
+        });
+    }
+}
+
+/// An error answer: its status and `{"error": message}`.
+fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": message.into() }).to_string();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Makes every rejection of the routes given JSON: an over-long URI is `414`, and an error
+/// answer the framework made as text (a path that does not match, bad percent-encoding, a
+/// malformed query string) becomes `{"error": its text}` with its status.
+async fn json_rejections(request: Request, next: Next) -> Response {
+    let uri_bytes = request.uri().to_string().len();
+    if uri_bytes > MAX_URI_BYTES {
+        return json_error(
+            StatusCode::URI_TOO_LONG,
+            format!("the request URI is {uri_bytes} bytes, above {MAX_URI_BYTES}"),
+        );
+    }
+    let response = next.run(request).await;
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if json || !(response.status().is_client_error() || response.status().is_server_error()) {
+        return response;
+    }
+    let status = response.status();
+    let text = match axum::body::to_bytes(response.into_body(), 64 << 10).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(_) => String::new(),
+    };
+    let message = if text.trim().is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text.trim().to_owned()
+    };
+    json_error(status, message)
 }
 
 /// Counts an answer of the given routes by its route pattern and status.
@@ -86,5 +210,157 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
         (StatusCode::OK, "ready\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::time::Instant;
+
+    use axum::extract::Path;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+
+    /// A server with `max` connections and a 300 ms header timeout, serving one `/v1` route
+    /// that takes a path id; its address and metrics.
+    async fn server(max: usize) -> (SocketAddr, Arc<Metrics>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let health = Arc::new(Health::default());
+        health.set_ready(true, &metrics);
+        let routes = Router::new().route(
+            "/v1/projects/{id}",
+            get(|Path(id): Path<String>| async move { id }),
+        );
+        let limits = Limits {
+            max_connections: max,
+            header_timeout: Duration::from_millis(300),
+        };
+        let m = Arc::clone(&metrics);
+        tokio::spawn(async move {
+            serve(
+                listener,
+                (m, health),
+                routes,
+                limits,
+                std::future::pending(),
+            )
+            .await
+        });
+        (addr, metrics)
+    }
+
+    /// Sends `request` whole and reads the answer until the server closes (HTTP/1.0).
+    async fn ask(addr: SocketAddr, path: &str) -> (u16, String, String) {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.unwrap();
+        let status = answer
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        (status, head.to_lowercase(), body.to_owned())
+    }
+
+    /// Opens a connection that sends half a request and then nothing.
+    async fn half(addr: SocketAddr) -> TcpStream {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        s
+    }
+
+    /// Whether the server closes `s` within `within`.
+    async fn closed(s: &mut TcpStream, within: Duration) -> bool {
+        let mut buf = [0u8; 64];
+        matches!(
+            tokio::time::timeout(within, s.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    #[tokio::test]
+    async fn half_sent_requests_and_idle_connections_are_closed_after_the_header_timeout() {
+        let (addr, _) = server(4).await;
+        let mut s = half(addr).await;
+        let started = Instant::now();
+        assert!(closed(&mut s, Duration::from_secs(3)).await);
+        assert!(
+            started.elapsed() >= Duration::from_millis(250),
+            "{:?}",
+            started.elapsed()
+        );
+        // A keep-alive connection that answered one request and then idles is closed too.
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 256];
+        assert!(s.read(&mut buf).await.unwrap() > 0);
+        assert!(closed(&mut s, Duration::from_secs(3)).await);
+    }
+
+    #[tokio::test]
+    async fn beyond_the_limit_only_the_operational_endpoints_answer_then_nothing() {
+        let (addr, metrics) = server(2).await;
+        let mut held = vec![half(addr).await, half(addr).await];
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The regular connections are taken: a reserved one answers the probes, not /v1.
+        let (status, _, body) = ask(addr, "/readyz").await;
+        assert_eq!((status, body.as_str()), (200, "ready\n"));
+        let (status, head, body) = ask(addr, "/v1/projects/p").await;
+        assert_eq!(status, 503);
+        assert!(
+            head.contains("application/json") && body.contains("reserved"),
+            "{body}"
+        );
+        // Every reserved connection taken too: the next is closed at once, and counted.
+        for _ in 0..OPS_RESERVE {
+            held.push(half(addr).await);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut refused = TcpStream::connect(addr).await.unwrap();
+        assert!(closed(&mut refused, Duration::from_millis(200)).await);
+        assert_eq!(metrics.http_connections_refused.get(), 1);
+        assert_eq!(metrics.http_connections.get(), (2 + OPS_RESERVE) as i64);
+        // The header timeout frees them all.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(metrics.http_connections.get(), 0);
+        let (status, _, body) = ask(addr, "/v1/projects/p").await;
+        assert_eq!((status, body.as_str()), (200, "p"));
+    }
+
+    #[tokio::test]
+    async fn every_rejection_under_v1_is_json() {
+        let (addr, _) = server(8).await;
+        let long = format!("/v1/projects/{}", "x".repeat(MAX_URI_BYTES));
+        for (path, status) in [
+            ("/v1/projects/%FF%FE", 400),
+            ("/v1/nope", 404),
+            ("/v1/projects/a/b/c", 404),
+            (long.as_str(), 414),
+        ] {
+            let (got, head, body) = ask(addr, path).await;
+            assert_eq!(got, status, "{path}: {body}");
+            assert!(
+                head.contains("content-type: application/json"),
+                "{path}: {head}"
+            );
+            let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert!(json["error"].is_string(), "{path}: {body}");
+        }
+        // /metrics keeps Prometheus' text format.
+        let (status, head, _) = ask(addr, "/metrics").await;
+        assert_eq!(status, 200);
+        assert!(head.contains("text/plain"), "{head}");
     }
 }

@@ -53,6 +53,9 @@ pub struct Metrics {
     pub weights_fallbacks: IntCounter,
     /// Announcements of this instance's URL by another instance.
     pub advertised_url_conflicts: IntCounter,
+    /// HTTP connections open, and those closed at once for want of a free one.
+    pub http_connections: IntGauge,
+    pub http_connections_refused: IntCounter,
     pub reputations: IntGauge,
     pub project_score: GaugeVec,
     /// Each judge's kappa with the humans, in the projects `jurystream_project_score` shows.
@@ -306,6 +309,17 @@ impl Metrics {
                 "jurystream_consensus_weight_fallbacks_total",
                 "Consensus records published with the configured judge weights because the \
                  learned weights of all their judges were zero",
+            ),
+            http_connections: gauge(
+                &r,
+                "jurystream_http_connections",
+                "HTTP connections open (at most http.max_connections plus the reserve for \
+                 /metrics, /healthz and /readyz)",
+            ),
+            http_connections_refused: counter(
+                &r,
+                "jurystream_http_connections_refused_total",
+                "HTTP connections closed at once because every connection was taken",
             ),
             advertised_url_conflicts: counter(
                 &r,
