@@ -147,6 +147,13 @@ impl ClientContext for Delivery {
 }
 
 impl Delivery {
+    /// Keeps a forward refused for good until [`Collector::take_refused`] replaces it.
+    fn refuse(&self, refused: Refused) {
+        if let Ok(mut all) = self.refused.lock() {
+            all.push(refused);
+        }
+    }
+
     /// The acknowledgement counter of `epoch` (see [`ACKED_EPOCHS`]).
     fn acked_count(&self, epoch: u64) -> &AtomicU64 {
         &self.acked[(epoch % ACKED_EPOCHS as u64) as usize]
@@ -170,10 +177,7 @@ impl ProducerContext for Delivery {
                 }
             }
             Err((e, msg)) if tag.destination == Destination::Repartition && refused_for_good(e) => {
-                let refused = Refused::of(tag.epoch, msg.headers(), msg.payload(), e);
-                if let Ok(mut all) = self.refused.lock() {
-                    all.push(refused);
-                }
+                self.refuse(Refused::of(tag.epoch, msg.headers(), msg.payload(), e));
             }
             Err((e, _)) if output_refused(tag.destination, e) => {
                 // Settled: the epoch waits for no report of it any more.
@@ -262,11 +266,9 @@ impl Collector {
                     record = r;
                 }
                 Err((e, r)) if destination == Destination::Repartition && refused_for_good(&e) => {
-                    let refused =
-                        Refused::of(r.delivery_opaque.epoch, r.headers.as_ref(), r.payload, &e);
-                    if let Ok(mut all) = self.producer.context().refused.lock() {
-                        all.push(refused);
-                    }
+                    let epoch = r.delivery_opaque.epoch;
+                    let refused = Refused::of(epoch, r.headers.as_ref(), r.payload, &e);
+                    self.producer.context().refuse(refused);
                     return Ok(true);
                 }
                 Err((e, _)) if output_refused(destination, &e) => {
@@ -337,9 +339,7 @@ impl Collector {
     /// epoch until its dead letter stands in for it.
     pub fn refuse_forward(&mut self, headers: &OwnedHeaders, payload: &[u8], error: &KafkaError) {
         let refused = Refused::of(self.epoch, Some(headers), Some(payload), error);
-        if let Ok(mut all) = self.producer.context().refused.lock() {
-            all.push(refused);
-        }
+        self.producer.context().refuse(refused);
         self.epoch_outputs += 1;
     }
 

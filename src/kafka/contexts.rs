@@ -104,9 +104,11 @@ impl ConsumerContext for GroupContext {
             let mut core = lock(&self.core);
             for e in committed.iter().flat_map(TopicPartitionList::elements) {
                 if let Offset::Offset(c) = e.offset() {
+                    let key = (e.topic(), e.partition());
                     core.tasks
                         .committed
-                        .insert((e.topic().to_owned(), e.partition()), c);
+                        .retain(|(t, p, _)| (t.as_str(), *p) != key);
+                    core.tasks.committed.push((key.0.to_owned(), key.1, c));
                 }
             }
             let assigned = partitions(tpl);

@@ -34,7 +34,6 @@ const PREFETCH_AHEAD: usize = 4;
 impl Core {
     /// Processes one input record of an owned partition, restoring its state first if needed.
     fn process(&mut self, polled: &Polled<'_>) -> Result<(), ServiceError> {
-        self.check_position(polled)?;
         if polled.source == Source::Forward {
             return self.forward(polled);
         }
@@ -53,6 +52,7 @@ impl Core {
             self.tasks.assigned.extend(missing);
             self.restore_assigned()?;
         }
+        self.check_position(polled)?;
         let Some(unit) = self.tasks.units.get_mut(&key) else {
             return Ok(());
         };
@@ -128,34 +128,30 @@ impl Core {
         self.publish_out()
     }
 
-    /// Fails if `polled` is the first record read of its partition since assignment and lies
+    /// Fails if `polled`, a record of a partition still owned (its caller dropped any polled
+    /// before a revocation), is the first read of its partition since assignment and lies
     /// below the group's committed offset (see `ServiceError::LogWentBack`).
     fn check_position(&mut self, polled: &Polled<'_>) -> Result<(), ServiceError> {
         if self.tasks.committed.is_empty() {
             return Ok(());
         }
-        let (topic, fences) = match polled.source {
-            Source::Forward => (
-                self.topics.input_name(polled.topic),
-                &self.tasks.forward_fences,
-            ),
-            _ => (self.log_name(polled.topic), &self.tasks.fences),
+        let topic = match polled.source {
+            Source::Forward => self.topics.input_name(polled.topic),
+            _ => self.log_name(polled.topic),
         };
-        let key = (topic.to_owned(), polled.partition);
-        // A record polled before its partition was revoked is dropped by the caller.
-        let stale = fences
-            .get(&(polled.topic, polled.partition))
-            .is_some_and(|&revoked| polled.generation < revoked);
-        if stale {
-            return Ok(());
-        }
-        let Some(committed) = self.tasks.committed.remove(&key) else {
+        let Some(at) = self
+            .tasks
+            .committed
+            .iter()
+            .position(|(t, p, _)| t == topic && *p == polled.partition)
+        else {
             return Ok(());
         };
+        let (topic, _, committed) = self.tasks.committed.swap_remove(at);
         let offset = polled.msg.offset();
         if offset < committed {
             return Err(ServiceError::LogWentBack {
-                topic: key.0,
+                topic,
                 partition: polled.partition,
                 offset,
                 committed,
@@ -274,6 +270,7 @@ impl Core {
         if self.revoked(&self.tasks.forward_fences, polled) {
             return Ok(());
         }
+        self.check_position(polled)?;
         let msg = &polled.msg;
         self.tasks.forwarded.insert(key, msg.offset());
         let record = own_record(msg, polled.topic, self.topics.input_name(polled.topic));

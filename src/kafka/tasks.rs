@@ -50,9 +50,10 @@ pub(super) struct Tasks {
     /// Projects held over all owned partitions, for `limits.max_projects` (see
     /// [`crate::engine::Record::held_projects`]).
     pub held_projects: usize,
-    /// The group's committed offset of each partition assigned since, until its first record
-    /// is read: that record must not lie below it (see `ServiceError::LogWentBack`).
-    pub committed: std::collections::HashMap<(String, i32), i64>,
+    /// The group's committed offset (topic, partition, offset) of each partition assigned
+    /// since, until its first record is read: that record must not lie below it (see
+    /// `ServiceError::LogWentBack`). A few entries, scanned without allocating.
+    pub committed: Vec<(String, i32, i64)>,
 }
 
 impl Tasks {
