@@ -176,10 +176,7 @@ fn epoch_group<'c>(c: &'c mut Criterion, name: &str) -> BenchmarkGroup<'c, WallT
 /// growing windows made the samples slower as the run went on, and too noisy to rank changes.
 fn bench_journaled_epoch(c: &mut Criterion) {
     let mut reps = ReputationTable::default();
-    let unit = Unit {
-        topic: InputTopic::Votes,
-        partition: 0,
-    };
+    let unit = Unit::projects(0);
     let mut group = epoch_group(c, "epoch");
     for (projects, window) in FULL_WINDOWS {
         let engine = engine_with_window(window);

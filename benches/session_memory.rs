@@ -8,10 +8,11 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
+use jurystream::changelog::Unit;
 use jurystream::config::Config;
 use jurystream::engine::output::Output;
 use jurystream::engine::reputation::ReputationTable;
-use jurystream::engine::{Engine, InputTopic, PartitionState, Record, Settings};
+use jurystream::engine::{Engine, PartitionState, Record, Settings};
 use jurystream::queries::view::View;
 use jurystream::topics::TopicTable;
 
@@ -49,16 +50,19 @@ fn main() {
     judge_quality();
 }
 
-/// Judge quality in one project: items with votes (through the engine, as the judge-scores
-/// unit observes them), judge scores waiting for votes, pairs in judges' windows and recent
+/// Judge quality in one project: items with votes (through the engine, as the project's state
+/// applies them), judge scores waiting for votes, pairs in judges' windows and recent
 /// candidates' scores (through the project's state, each kind on its own).
 fn judge_quality() {
     use jurystream::engine::model::judge_quality::{Pair, ProjectQuality, QualityLimits};
     const ITEMS: usize = 10_000;
-    let engine = Engine::new(Settings {
+    // A dedupe window of one id, so the project's own state stays the size of one batch's.
+    let mut settings = Settings {
         pairs_judges: true,
         ..Settings::default()
-    });
+    };
+    settings.limits.dedupe_window = 1;
+    let engine = Engine::new(settings);
     let mut reps = ReputationTable::default();
     let mut state = PartitionState::default();
     let mut out: Vec<Output> = Vec::new();
@@ -69,10 +73,8 @@ fn judge_quality() {
             1_795_168_800_000 + i as i64
         );
         let r = record("jury.votes", i, &payload);
-        let mut votes = PartitionState::default();
         out.clear();
-        let outcome = engine.process(&mut votes, &mut reps, &r, &mut out);
-        engine.observe_votes(&mut state, &reps, &r, outcome, &mut out);
+        engine.process(&mut state, &mut reps, &r, &mut out);
     }
     drop(out);
     let held = LIVE.load(Ordering::Relaxed) - before;
@@ -158,7 +160,7 @@ fn query_view() {
     let before = LIVE.load(Ordering::Relaxed);
     let view = View::default();
     for score in &scores {
-        view.published((InputTopic::Votes, 0), std::slice::from_ref(score));
+        view.published(Unit::projects(0), std::slice::from_ref(score));
     }
     let held = LIVE.load(Ordering::Relaxed) - before;
     assert_eq!(view.projects.len(), PROJECTS);

@@ -150,9 +150,7 @@ pub fn replay(
                         held_projects: state.project_count(),
                         payload: payload.as_deref(),
                     };
-                    let outcome = engine.process(&mut state, &mut reputations, &record, &mut outs);
-                    engine.observe_votes(&mut state, &reputations, &record, outcome, &mut outs);
-                    outcome
+                    engine.process(&mut state, &mut reputations, &record, &mut outs)
                 }
                 Err(e) => reject_line(engine, line_no, text, &e, &mut outs),
             },

@@ -328,18 +328,17 @@ fn a_crash_inside_a_changelog_write_counts_everything_once() {
         batches_per_project: 8,
         sessions_per_project: 4,
     };
-    // Two incarnations each die with a flush written in part (its first half acknowledged, its
-    // offset record not): first a votes partition's, then a judge-scores partition's. The
-    // restarts must count each record once: no vote or ballot twice (nor dead-lettered as a
-    // duplicate), none lost.
+    // Two incarnations each die with a flush of a partition of the project log written in part
+    // (its first half acknowledged, its offset record not). The restarts must count each record
+    // once: no vote or ballot twice (nor dead-lettered as a duplicate), none lost.
     let torn = "aborting inside a changelog write";
     let crashed = crash_each(
         &broker.bootstrap,
         "torn",
         &shape,
         &[
-            ["JURYSTREAM_CRASH_MID_CHANGELOG", "v", torn],
-            ["JURYSTREAM_CRASH_MID_CHANGELOG", "j", torn],
+            ["JURYSTREAM_CRASH_MID_CHANGELOG", "p", torn],
+            ["JURYSTREAM_CRASH_MID_CHANGELOG", "p", torn],
         ],
     );
     let service = crashed.restart();

@@ -1,11 +1,13 @@
 //! The state changelog: partition state as compacted key/value records, and back.
 //!
-//! The state of every partition the service keeps state for (of the repartition topic, or of an
-//! input with `by_key`) is written to the same-numbered partition of the changelog topic
-//! (`<group_id>-state`). Keys are JSON arrays, so ids may contain any character:
-//! `["v", 3, "project", "proj-42"]`, `["j", 3, "session", "proj-42", "council-981"]`. The first two
-//! elements name the unit (`v` = votes, `j` = judge-scores; the partition), the third the kind of
-//! state. A tombstone (no value) deletes. Restoring reads the partition from the beginning and
+//! The state of every partition the service keeps state for (a [`Unit`]: a partition of the
+//! repartition topic, or of an input with `by_key`) is written to the same-numbered partition of
+//! the changelog topic (`<group_id>-state`). Keys are JSON arrays, so ids may contain any
+//! character: `["p", 3, "project", "proj-42"]`, `["p", 3, "session", "proj-42", "council-981"]`.
+//! The first two elements name the unit (`p` = a partition of the project log, holding each of
+//! its projects whole; with `by_key`, `v` = votes and `j` = judge scores of an input partition),
+//! the third the kind of state. A partition holding keys of the other layout is refused at
+//! restore ([`ChangelogError::Layout`]), never misread. A tombstone (no value) deletes. Restoring reads the partition from the beginning and
 //! keeps the latest value per key, exactly as compaction would. This module is pure: the Kafka
 //! runtime does the reading and writing.
 //!
@@ -33,6 +35,14 @@
 //! records made it, and the state is the end of the flush, its offset the redo's; if it is not,
 //! none of the flush's state records were written (they follow it), and the state is the flush
 //! before. Either way, each ballot counts once and replays from the restored offset.
+//!
+//! A projects unit (`p`) holds both: its flush writes its vote projects first, exactly as a
+//! votes unit does, then the redo record of everything else (sessions, bias, leaderboard, judge
+//! quality, origins) and those records. A crash that cuts the flush inside its vote projects or
+//! its redo record restores the rest of the state to the flush before: a vote re-read then is
+//! skipped by the score of a project whose record made it (its offset) and applied to the rest
+//! (its judge quality), which is what `Engine::process` does with a batch at or below its
+//! project's last applied offset.
 
 mod render;
 mod restore;
@@ -75,6 +85,24 @@ impl From<RecordRef<'_>> for StateRecord {
 /// A changelog record that cannot be read back.
 #[derive(Debug, thiserror::Error)]
 pub enum ChangelogError {
+    /// The partition holds state of the other layout: one state per project (a projects unit,
+    /// `input.partitioning = "repartition"`) against one per input topic (`by_key`, or a
+    /// version before one state per project). Read as this layout it would be misread (its
+    /// records ignored, the state lost), so it is refused.
+    #[error(
+        "changelog partition {partition} holds state of another layout (key {key}), not the \
+         {expected} this configuration keeps: written with the other input.partitioning, or by \
+         a version that kept votes and judge scores in separate states. To start over from the \
+         inputs: stop every instance, delete the consumer group, its state topic \
+         (<group_id>-state) and its repartition topic (<group_id>-repartition), and start \
+         again, or use a new kafka.group_id; the inputs are then read again from their \
+         earliest retained records"
+    )]
+    Layout {
+        partition: i32,
+        key: String,
+        expected: Layout,
+    },
     #[error("changelog key {key}: {reason}")]
     Key { key: String, reason: String },
     #[error("changelog value of {key}: {source}")]
@@ -85,16 +113,57 @@ pub enum ChangelogError {
     },
 }
 
-/// The state of one input partition in the changelog.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The state of one task in the changelog: the state of one partition of the log it follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Unit {
-    pub topic: InputTopic,
+    pub kind: UnitKind,
     pub partition: i32,
 }
 
+/// Which records a [`Unit`]'s state holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UnitKind {
+    /// Every record of a partition of the repartition topic, whose partitions hold every record
+    /// of their projects: votes and judge scores in one order, one state per project.
+    Projects,
+    /// One input topic's records of an input partition (`input.partitioning = "by_key"`).
+    Input(InputTopic),
+}
+
 impl Unit {
+    /// The unit of partition `partition` of the project log (the repartition topic).
+    pub fn projects(partition: i32) -> Unit {
+        Unit {
+            kind: UnitKind::Projects,
+            partition,
+        }
+    }
+
+    /// The unit of input partition `partition` of `topic` (`by_key`).
+    pub fn input(topic: InputTopic, partition: i32) -> Unit {
+        Unit {
+            kind: UnitKind::Input(topic),
+            partition,
+        }
+    }
+
     fn tag(self) -> &'static str {
-        tag(self.topic)
+        match self.kind {
+            UnitKind::Projects => PROJECTS_TAG,
+            UnitKind::Input(topic) => tag(topic),
+        }
+    }
+
+    /// Whether this unit's judge state follows the redo protocol (see the module doc): a
+    /// judge-scores unit, and a projects unit.
+    fn redoes(self) -> bool {
+        self.kind != UnitKind::Input(InputTopic::Votes)
+    }
+
+    /// Whether this unit's vote projects' dedupe windows are its `seen` records (a votes or
+    /// projects unit); a judge-scores unit's `seen` records are its ballot ids.
+    fn holds_votes(self) -> bool {
+        self.kind != UnitKind::Input(InputTopic::JudgeScores)
     }
 
     /// How every key of this unit begins, `["v",3,`: what [`Restorer`] recognises its unit's
@@ -110,6 +179,36 @@ impl Unit {
         String::from_utf8_lossy(&b).into_owned()
     }
 }
+
+/// How a partition's state is laid out in the changelog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One state per project, of every record of a partition of the project log.
+    Projects,
+    /// One state per input topic and partition.
+    PerInput,
+}
+
+impl Layout {
+    fn of(kind: UnitKind) -> Layout {
+        match kind {
+            UnitKind::Projects => Layout::Projects,
+            UnitKind::Input(_) => Layout::PerInput,
+        }
+    }
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Layout::Projects => "one state per project (input.partitioning = \"repartition\")",
+            Layout::PerInput => "one state per input partition (input.partitioning = \"by_key\")",
+        })
+    }
+}
+
+/// How a projects unit is named in changelog keys.
+const PROJECTS_TAG: &str = "p";
 
 /// How an input topic is named in changelog keys and values.
 fn tag(topic: InputTopic) -> &'static str {
@@ -139,8 +238,11 @@ pub(super) enum Slot<'a> {
     Origins,
     /// A vote project: its score and its open dedupe bucket. `["v",3,"project","proj-42"]`.
     Project(&'a str),
-    /// A closed bucket of a project's dedupe window: `["v",3,"seen","proj-42","12"]`.
+    /// A closed bucket of a project's dedupe window: `["v",3,"seen","proj-42","12"]` (of a
+    /// judge-scores unit, its ballot ids').
     Seen(&'a str, u64),
+    /// A bucket of a projects unit's window of ballot ids: `["p",3,"ballots","proj-42","12"]`.
+    Ballots(&'a str, u64),
     /// An open session: `["j",3,"session","proj-42","council-981"]`.
     Session(&'a str, &'a str),
     /// A completed session's id, by fingerprint: `["j",3,"completed","proj-42","<32 hex>"]`.
@@ -186,6 +288,7 @@ impl<'a> Slot<'a> {
             Slot::Origins => "origins",
             Slot::Project(_) => "project",
             Slot::Seen(..) => "seen",
+            Slot::Ballots(..) => "ballots",
             Slot::Session(..) => "session",
             Slot::Completed(..) => "completed",
             Slot::Audit(_) => "audit",
@@ -216,6 +319,7 @@ impl<'a> Slot<'a> {
             ("origins", []) => Slot::Origins,
             ("project", [p]) => Slot::Project(p),
             ("seen", [p, bucket]) => Slot::Seen(p, number(bucket)?),
+            ("ballots", [p, bucket]) => Slot::Ballots(p, number(bucket)?),
             ("session", [p, s]) => Slot::Session(p, s),
             ("completed", [p, f]) => Slot::Completed(p, hex(f)?),
             ("audit", [p]) => Slot::Audit(p),
@@ -255,7 +359,7 @@ impl Serialize for Key<'_> {
             Slot::Project(p) | Slot::Audit(p) | Slot::Watermark(p) | Slot::Forgotten(p) => {
                 seq.serialize_element(p)?
             }
-            Slot::Seen(p, bucket) | Slot::Recent(p, bucket) => {
+            Slot::Seen(p, bucket) | Slot::Ballots(p, bucket) | Slot::Recent(p, bucket) => {
                 seq.serialize_element(p)?;
                 seq.serialize_element(&bucket.to_string())?;
             }

@@ -146,12 +146,13 @@ impl Records {
                     .get(project)
                     .is_some_and(|p| push_project(b, p))
             }),
-            Slot::Seen(project, bucket) => {
+            Slot::Seen(project, bucket) | Slot::Ballots(project, bucket) => {
                 // Buckets are rewritten whole when they change and deleted once every id in
                 // them was forgotten.
-                let window = match unit.topic {
-                    InputTopic::Votes => state.projects.get(project).map(|p| &p.seen),
-                    _ => state.judge_projects.get(project).map(|p| &p.seen),
+                let window = if matches!(slot, Slot::Seen(..)) && unit.holds_votes() {
+                    state.projects.get(project).map(|p| &p.seen)
+                } else {
+                    state.judge_projects.get(project).map(|p| &p.seen)
                 };
                 self.push(unit, slot, |b| {
                     window.is_some_and(|w| {
@@ -291,6 +292,7 @@ impl Change {
     /// flush's changes.
     fn slots<'a>(
         &'a self,
+        unit: Unit,
         open_bucket: &mut impl FnMut(&'a str) -> Option<u64>,
         mut emit: impl FnMut(Slot<'a>),
     ) {
@@ -319,7 +321,11 @@ impl Change {
                 return;
             }
             Change::Seen { project, seq } | Change::Forgot { project, seq } => {
-                Slot::Seen(project, seq / SEEN_BUCKET)
+                if unit.kind == UnitKind::Projects {
+                    Slot::Ballots(project, seq / SEEN_BUCKET)
+                } else {
+                    Slot::Seen(project, seq / SEEN_BUCKET)
+                }
             }
             Change::Session { project, session } => Slot::Session(project, session),
             Change::Completed {
@@ -410,11 +416,14 @@ impl Renderer {
         offset: Option<i64>,
         out: &mut Records,
     ) {
-        match (unit.topic, offset) {
-            (InputTopic::JudgeScores, Some(offset)) => {
+        match offset {
+            Some(offset) if unit.redoes() => {
                 let mut body = std::mem::take(&mut self.body);
                 body.clear();
-                self.render_state(unit, state, changes, &mut body);
+                // A projects unit's vote projects come first, as a votes unit writes them; the
+                // rest of its state follows in the redo record (see the module doc).
+                self.render_state(unit, state, changes, Part::Votes, out);
+                self.render_state(unit, state, changes, Part::Redone, &mut body);
                 body.push_origins(unit, &state.origins);
                 if !body.is_empty() {
                     self.push_redo(unit, offset, &body, out);
@@ -422,8 +431,8 @@ impl Renderer {
                 }
                 self.body = body;
             }
-            (_, offset) => {
-                self.render_state(unit, state, changes, out);
+            offset => {
+                self.render_state(unit, state, changes, Part::All, out);
                 if offset.is_some() {
                     out.push_origins(unit, &state.origins);
                 }
@@ -480,6 +489,7 @@ impl Renderer {
         unit: Unit,
         state: &PartitionState,
         changes: &[Change],
+        part: Part,
         out: &mut Records,
     ) {
         let Renderer {
@@ -492,8 +502,14 @@ impl Renderer {
         let mut slots: Vec<(Slot<'_>, &Change)> = std::mem::take(slots);
         index.clear();
         let mut open = open_buckets(state);
+        let votes = |c: &&Change| matches!(c, Change::Votes { .. });
+        let changes = changes.iter().filter(|c| match part {
+            Part::All => true,
+            Part::Votes => unit.holds_votes() && votes(c),
+            Part::Redone => !(unit.holds_votes() && votes(c)),
+        });
         for change in changes {
-            change.slots(&mut open, |slot| {
+            change.slots(unit, &mut open, |slot| {
                 let hash = hasher.hash_one(slot);
                 let found = index.entry(
                     hash,
@@ -517,6 +533,17 @@ impl Renderer {
         }
         self.slots = recycle(slots);
     }
+}
+
+/// Which of a flush's changes [`Renderer::render_state`] renders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    All,
+    /// A projects unit's vote projects (their records and dedupe buckets), written before its
+    /// redo record.
+    Votes,
+    /// The rest of a projects or judge-scores unit's state, inside its redo record.
+    Redone,
 }
 
 /// An empty vector with `v`'s allocation, for elements that borrow for a shorter time: the

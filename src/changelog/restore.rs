@@ -17,6 +17,10 @@ pub struct Restorer {
     /// How this unit's keys begin (`["v",3,`), to tell its records from the partition's others.
     prefix: Vec<u8>,
     latest: HashMap<String, Option<Vec<u8>>>,
+    /// How the keys of the other layout begin in this partition (see [`Layout`]), and the
+    /// first such key read.
+    other_prefixes: Vec<Vec<u8>>,
+    other_key: Option<String>,
     /// Records read, for the restore-size metric.
     pub records: u64,
     pub bytes: u64,
@@ -24,10 +28,19 @@ pub struct Restorer {
 
 impl Restorer {
     pub fn new(unit: Unit) -> Self {
+        let others = match unit.kind {
+            UnitKind::Projects => vec![
+                Unit::input(InputTopic::Votes, unit.partition),
+                Unit::input(InputTopic::JudgeScores, unit.partition),
+            ],
+            UnitKind::Input(_) => vec![Unit::projects(unit.partition)],
+        };
         Restorer {
             unit,
             prefix: unit.prefix(),
             latest: HashMap::new(),
+            other_prefixes: others.into_iter().map(Unit::prefix).collect(),
+            other_key: None,
             records: 0,
             bytes: 0,
         }
@@ -47,6 +60,9 @@ impl Restorer {
                 String::from_utf8_lossy(key).into_owned(),
                 value.map(<[u8]>::to_vec),
             );
+        } else if self.other_key.is_none() && self.other_prefixes.iter().any(|p| key.starts_with(p))
+        {
+            self.other_key = Some(String::from_utf8_lossy(key).into_owned());
         }
     }
 
@@ -110,6 +126,13 @@ impl Restorer {
 
     /// The restored state (journaling) and the last input offset it includes, if any.
     pub fn finish(mut self) -> Result<(PartitionState, Option<i64>), ChangelogError> {
+        if let Some(key) = self.other_key.take() {
+            return Err(ChangelogError::Layout {
+                partition: self.unit.partition,
+                key,
+                expected: Layout::of(self.unit.kind),
+            });
+        }
         // A complete redo record newer than the offset record is a flush that may have been cut
         // after it: its records go over the state records read (see the module doc).
         if let Some((redo_offset, records)) = self.take_redo()? {
@@ -141,7 +164,12 @@ impl Restorer {
                 Slot::Offset => restored.offset = offset_in(&v),
                 Slot::Origins => restored.state.origins = origins_in(&key, v)?,
                 Slot::Project(p) => restored.project(p, from_value(&key, v)?).map_err(bad)?,
-                Slot::Seen(p, _) => restored.seen(p, from_value(&key, v)?).map_err(bad)?,
+                Slot::Seen(p, _) if self.unit.holds_votes() => {
+                    restored.seen(p, from_value(&key, v)?).map_err(bad)?
+                }
+                Slot::Seen(p, _) | Slot::Ballots(p, _) => {
+                    restored.ballots(p, from_value(&key, v)?).map_err(bad)?
+                }
                 Slot::Completed(p, fp) => restored.completed(p, fp, from_value(&key, v)?),
                 Slot::Session(p, session) => restored.session(p, session, from_value(&key, v)?),
                 Slot::Audit(p) => restored.audit(p, from_value(&key, v)?),
@@ -193,7 +221,7 @@ impl Restorer {
                 Slot::Redo(_) => {}
             }
         }
-        Ok(restored.finish(self.unit.topic))
+        Ok(restored.finish())
     }
 }
 
@@ -203,13 +231,23 @@ impl Restorer {
 struct Restored {
     state: PartitionState,
     offset: Option<i64>,
-    /// Dedupe ids per project, from project and seen records.
+    /// Dedupe ids per vote project, from project and seen records.
     seen: IdMap<String, Vec<(u64, u128)>>,
+    /// Ballot ids per project.
+    ballots: IdMap<String, Vec<(u64, u128)>>,
     /// Per vote project, the newest id its record counts (see the module doc).
     counted: IdMap<String, u64>,
     completed: IdMap<String, Vec<(u64, u128)>>,
     sessions: IdMap<String, ProjectSessions>,
     next_seq: u64,
+}
+
+/// Appends a bucket's ids, read as written (see [`bucket`]), to `entries`.
+fn push_ids(entries: &mut Vec<(u64, u128)>, ids: Vec<(u64, String)>) -> Result<(), &'static str> {
+    for (seq, f) in ids {
+        entries.push((seq, fingerprint(&f)?));
+    }
+    Ok(())
 }
 
 /// A fingerprint as a record holds it (32 hex digits).
@@ -239,13 +277,14 @@ impl Restored {
         Ok(())
     }
 
-    /// A closed bucket of a project's dedupe window.
+    /// A closed bucket of a vote project's dedupe window.
     fn seen(&mut self, project: &str, ids: Vec<(u64, String)>) -> Result<(), &'static str> {
-        let entries = self.seen.entry(project.to_owned()).or_default();
-        for (seq, f) in ids {
-            entries.push((seq, fingerprint(&f)?));
-        }
-        Ok(())
+        push_ids(self.seen.entry(project.to_owned()).or_default(), ids)
+    }
+
+    /// A bucket of a project's window of ballot ids.
+    fn ballots(&mut self, project: &str, ids: Vec<(u64, String)>) -> Result<(), &'static str> {
+        push_ids(self.ballots.entry(project.to_owned()).or_default(), ids)
     }
 
     /// A completed session's id.
@@ -303,12 +342,13 @@ impl Restored {
         self.next_seq = meta.next_seq;
     }
 
-    /// The state of a unit of `topic` (journaling) and the last input offset it includes.
-    fn finish(self, topic: InputTopic) -> (PartitionState, Option<i64>) {
+    /// The state (journaling) and the last input offset it includes.
+    fn finish(self) -> (PartitionState, Option<i64>) {
         let Restored {
             mut state,
             offset,
             seen,
+            ballots,
             counted,
             completed,
             mut sessions,
@@ -316,22 +356,18 @@ impl Restored {
         } = self;
         state.journal = Some(Vec::new());
         for (project, mut entries) in seen {
-            match topic {
-                InputTopic::Votes => {
-                    // Ids newer than the project record's are from a flush cut short: their
-                    // events are not in the score and will be replayed. (Ids written twice by
-                    // a cut flush are merged by `RecentIds::restore`.)
-                    let newest = counted.get(&project).copied();
-                    entries.retain(|(s, _)| newest.is_some_and(|n| *s <= n));
-                    if let Some(p) = state.projects.get_mut(project.as_str()) {
-                        p.seen = RecentIds::restore(entries);
-                    }
-                }
-                _ => {
-                    let window = RecentIds::restore(entries);
-                    state.judge_projects.entry(project).or_default().seen = window;
-                }
+            // Ids newer than the project record's are from a flush cut short: their events are
+            // not in the score and will be replayed. (Ids written twice by a cut flush are
+            // merged by `RecentIds::restore`.)
+            let newest = counted.get(&project).copied();
+            entries.retain(|(s, _)| newest.is_some_and(|n| *s <= n));
+            if let Some(p) = state.projects.get_mut(project.as_str()) {
+                p.seen = RecentIds::restore(entries);
             }
+        }
+        for (project, entries) in ballots {
+            let window = RecentIds::restore(entries);
+            state.judge_projects.entry(project).or_default().seen = window;
         }
         for (project, entries) in completed {
             sessions.entry(project).or_default().completed = RecentIds::restore(entries);

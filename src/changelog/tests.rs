@@ -57,29 +57,20 @@ fn run(
     flush: usize,
     log: &mut Vec<StateRecord>,
 ) -> Vec<Vec<String>> {
-    let topic = match unit.topic {
-        InputTopic::Votes => "jury.votes",
-        _ => "jury.judge-scores",
-    };
     let mut reps = ReputationTable::default();
     let mut out: Vec<Output> = Vec::new();
     let mut rendered = Vec::new();
     let run_id = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let chunk_bytes = CHUNK_BYTES.get();
     let (mut renderer, mut flushed) = (Renderer::new(run_id, chunk_bytes), Records::default());
-    // A judge-scores unit also observes the votes of its log (judge quality): they are applied
-    // to a votes state first, as the runtime's votes unit does.
-    let mut votes = PartitionState::default();
     for (i, p) in payloads.iter().enumerate() {
         let offset = (first_offset + i) as i64;
-        let observed = unit.topic == InputTopic::JudgeScores && p.contains("\"votes\"");
-        let (topic, input) = if observed {
-            ("jury.votes", InputTopic::Votes)
-        } else {
-            (topic, unit.topic)
-        };
+        let input = input_of(unit, p);
         let r = Record {
-            topic,
+            topic: match input {
+                InputTopic::Votes => "jury.votes",
+                _ => "jury.judge-scores",
+            },
             input: Some(input),
             partition: Some(unit.partition),
             offset: Some(offset),
@@ -91,12 +82,7 @@ fn run(
             payload: Some(p.as_bytes()),
         };
         out.clear();
-        if observed {
-            let outcome = engine.process(&mut votes, &mut reps, &r, &mut Vec::new());
-            engine.observe_votes(state, &reps, &r, outcome, &mut out);
-        } else {
-            engine.process(state, &mut reps, &r, &mut out);
-        }
+        engine.process(state, &mut reps, &r, &mut out);
         rendered.push(out.iter().map(|o| o.render().into_owned()).collect());
         if (i + 1) % flush == 0 || i + 1 == payloads.len() {
             let changes = state
@@ -126,17 +112,32 @@ fn run(
                 .cloned()
                 .collect();
             assert_eq!(live, fresh);
-            // Without an offset, the state records alone.
-            // With it, the same records (after the redo record), then the origins and the
-            // offset.
-            // (No origins record while no record of the unit's own input was processed: a
-            // judge-scores unit that observed only votes.)
-            let body = records(unit, state, &changes);
+            // Without an offset, the state records alone. With it, the same records (a
+            // projects unit's vote projects first, then the redo record and the rest), then
+            // the origins and the offset. (No origins record while no record of the unit's own
+            // input was processed.)
+            let mut body = records(unit, state, &changes);
             let n = flush_records.len();
             let origins = usize::from(!state.origins.is_empty());
-            let redo = n - 1 - origins - body.len();
-            assert!(redo == 0 || unit.topic == InputTopic::JudgeScores);
-            assert_eq!(flush_records[redo..n - 1 - origins], body[..]);
+            let is_redo = |r: &StateRecord| r.key.contains("\"redo\"");
+            let mut written: Vec<StateRecord> = flush_records[..n - 1 - origins]
+                .iter()
+                .filter(|r| !is_redo(r))
+                .cloned()
+                .collect();
+            assert!(unit.redoes() || written.len() == n - 1 - origins);
+            if unit.kind == UnitKind::Projects {
+                // Vote projects before the redo record, everything else after it.
+                let first_redo = flush_records.iter().position(is_redo).unwrap_or(n);
+                let is_vote =
+                    |r: &StateRecord| r.key.contains("\"project\"") || r.key.contains("\"seen\"");
+                assert!(flush_records[..first_redo].iter().all(is_vote));
+                assert!(flush_records[first_redo..].iter().all(|r| !is_vote(r)));
+                let key = |r: &StateRecord| r.key.clone();
+                body.sort_by_key(key);
+                written.sort_by_key(key);
+            }
+            assert_eq!(written, body);
             if origins == 1 {
                 assert_eq!(flush_records[n - 2], origins_record(unit, state));
             }
@@ -147,12 +148,22 @@ fn run(
     rendered
 }
 
+/// The input a payload of [`run`] is: its unit's, or in a projects unit, a vote batch's or a
+/// ballot's by its fields.
+fn input_of(unit: Unit, payload: &str) -> InputTopic {
+    match unit.kind {
+        UnitKind::Input(topic) => topic,
+        UnitKind::Projects if payload.contains("\"votes\"") => InputTopic::Votes,
+        UnitKind::Projects => InputTopic::JudgeScores,
+    }
+}
+
 fn restore(unit: Unit, log: &[StateRecord]) -> (PartitionState, Option<i64>) {
     let mut r = Restorer::new(unit);
-    // Another unit's records on the same changelog partition must be ignored.
+    // Another unit's records (of another partition) must be ignored.
     let other = Unit {
-        topic: InputTopic::Votes,
         partition: unit.partition + 1,
+        ..unit
     };
     r.accept(
         offset_record(other, 99).key.as_bytes(),
@@ -272,7 +283,7 @@ fn check_round_trip_with(
 #[test]
 fn keys_are_json_arrays_that_survive_slashes() {
     let unit = Unit {
-        topic: InputTopic::JudgeScores,
+        kind: UnitKind::Input(InputTopic::JudgeScores),
         partition: 3,
     };
     let state = PartitionState::default();
@@ -315,7 +326,7 @@ fn votes_round_trip_with_evictions() {
     for cut in [0, 1, 7, 20, 39, 40] {
         check_round_trip(
             Unit {
-                topic: InputTopic::Votes,
+                kind: UnitKind::Input(InputTopic::Votes),
                 partition: 0,
             },
             &payloads,
@@ -325,8 +336,13 @@ fn votes_round_trip_with_evictions() {
     }
 }
 
+const PROJECTS: Unit = Unit {
+    kind: UnitKind::Projects,
+    partition: 0,
+};
+
 const VOTES: Unit = Unit {
-    topic: InputTopic::Votes,
+    kind: UnitKind::Input(InputTopic::Votes),
     partition: 0,
 };
 
@@ -435,17 +451,20 @@ fn check_cut_flush(
     );
     torn.pop(); // the offset record is written last: it never made it
     let keep = keep.min(torn.len());
-    // A judge-scores flush starts with its redo record: once all its chunks are out, the flush
-    // is restored whole.
-    let chunks = torn
+    // A judge-scores flush starts with its redo record, a projects flush with its vote
+    // projects and then its redo record: once all its chunks are out, the flush is restored
+    // whole.
+    let is_chunk = |r: &StateRecord| r.key.contains("\"redo\"") && r.value.is_some();
+    let votes_first = torn.iter().take_while(|r| !is_chunk(r)).count();
+    let chunks = torn[votes_first..]
         .iter()
-        .take_while(|r| r.key.contains("\"redo\"") && r.value.is_some())
+        .take_while(|r| is_chunk(r))
         .count();
-    assert!(chunks > 0 || unit.topic == InputTopic::Votes || torn.is_empty());
+    assert!(chunks > 0 || !unit.redoes() || torn.is_empty() || votes_first == torn.len());
     log.extend(torn.into_iter().take(keep));
     let (mut restored, offset) = restore(unit, &log);
     let before = cut.checked_sub(1).map(|o| o as i64);
-    let redone = chunks > 0 && keep >= chunks;
+    let redone = chunks > 0 && keep >= votes_first + chunks;
     let expect = if redone { Some(end as i64 - 1) } else { before };
     assert_eq!(
         offset, expect,
@@ -462,11 +481,15 @@ fn check_cut_flush(
         flush,
         &mut log,
     );
-    // A replayed record publishes what the clean run did, or nothing when its vote project's
-    // record made it (it is counted already, and its outputs were published before).
+    // A replayed record publishes what the clean run did, or, when its vote project's record
+    // made it, all but its score (counted already, and published before).
     for (i, (again, first)) in replayed.iter().zip(&clean_out[next..]).enumerate() {
+        let unscored: Vec<&String> = first
+            .iter()
+            .filter(|o| !o.contains("\"freshness\""))
+            .collect();
         assert!(
-            again == first || (unit.topic == InputTopic::Votes && again.is_empty()),
+            again == first || again.iter().eq(unscored.iter().copied()),
             "record {}: {again:?} published again, the clean run published {first:?} \
              (cut after {keep} records of the flush at {cut})",
             next + i
@@ -494,7 +517,7 @@ fn a_flush_cut_short_restores_to_counted_ids() {
 }
 
 const JUDGES: Unit = Unit {
-    topic: InputTopic::JudgeScores,
+    kind: UnitKind::Input(InputTopic::JudgeScores),
     partition: 2,
 };
 
@@ -694,7 +717,7 @@ fn judge_quality_round_trips() {
         .map(|i| (i / 3 % 6, i % 4, (i * 2) as i64, i % 3 == 1))
         .collect();
     let payloads = judged_with_votes(&events);
-    let (clean, out) = clean_run(&engine(5), JUDGES, &payloads, 4);
+    let (clean, out) = clean_run(&engine(5), PROJECTS, &payloads, 4);
     // The stream forms pairs, so the state the round trip compares holds judge windows.
     assert!(
         out.iter()
@@ -708,13 +731,14 @@ fn judge_quality_round_trips() {
             .any(|q| !q.judges.is_empty() && !q.recent.is_empty())
     );
     for cut in [0, 7, 31, 50, 80] {
-        check_round_trip(JUDGES, &payloads, cut, 4);
+        check_round_trip(PROJECTS, &payloads, cut, 4);
     }
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
-    /// Votes observed by the judge-scores unit count once however its flush is cut.
+    /// A projects unit's votes count once in its scores and once in its judge quality however
+    /// its flush is cut.
     #[test]
     fn any_cut_flush_with_votes_observes_each_vote_once(
         events in prop::collection::vec((0usize..5, 0usize..4, 0i64..60, any::<bool>()), 1..60),
@@ -724,7 +748,7 @@ proptest! {
     ) {
         let payloads = judged_with_votes(&events);
         let cut = (cut_flushes * flush).min(payloads.len());
-        check_cut_flush(JUDGES, &payloads, 5, flush, cut, keep);
+        check_cut_flush(PROJECTS, &payloads, 5 + flush, flush, cut, keep);
     }
 
     #[test]
@@ -764,15 +788,17 @@ proptest! {
         let judges: Vec<String> = events.iter().enumerate().map(|(i, (s, j, _, t))| ballot(i, *s, *j, *t)).collect();
         let votes: Vec<String> = events.iter().enumerate().map(|(i, (_, _, p, t))| vote(i % 7, *p, *t)).collect();
         let cut = ((events.len() as f64) * cut_frac) as usize;
-        check_round_trip(Unit { topic: InputTopic::JudgeScores, partition: 1 }, &judges, cut, flush);
-        check_round_trip(Unit { topic: InputTopic::Votes, partition: 1 }, &votes, cut, flush);
+        check_round_trip(Unit::input(InputTopic::JudgeScores, 1), &judges, cut, flush);
+        check_round_trip(Unit::input(InputTopic::Votes, 1), &votes, cut, flush);
+        let mixed: Vec<String> = judges.iter().zip(&votes).flat_map(|(j, v)| [j.clone(), v.clone()]).collect();
+        check_round_trip(Unit::projects(1), &mixed, cut, flush);
     }
 }
 
 #[test]
 fn renderer_and_buffers_keep_their_memory() {
     let unit = Unit {
-        topic: InputTopic::Votes,
+        kind: UnitKind::Input(InputTopic::Votes),
         partition: 0,
     };
     let engine = engine(10);
@@ -844,7 +870,7 @@ fn fingerprints_and_buckets_are_spelled_as_documented() {
     assert!(!super::push_bucket(&mut empty, std::iter::empty()));
     assert!(empty.is_empty());
     let negative = Unit {
-        topic: InputTopic::Votes,
+        kind: UnitKind::Input(InputTopic::Votes),
         partition: -1,
     };
     assert_eq!(offset_record(negative, 1).key, r#"["v",-1,"offset"]"#);
@@ -856,7 +882,7 @@ fn a_changelog_written_before_origins_and_project_watermarks_restores() {
     // origins, no project watermarks. Read on with `by_key`, the records it holds are skipped by
     // its offset; its sessions time out by their project's next event.
     let unit = Unit {
-        topic: InputTopic::JudgeScores,
+        kind: UnitKind::Input(InputTopic::JudgeScores),
         partition: 2,
     };
     let mut r = Restorer::new(unit);
@@ -874,7 +900,7 @@ fn a_changelog_written_before_origins_and_project_watermarks_restores() {
 #[test]
 fn every_kind_of_key_is_written_and_read_back() {
     let unit = Unit {
-        topic: InputTopic::JudgeScores,
+        kind: UnitKind::Input(InputTopic::JudgeScores),
         partition: 3,
     };
     for (slot, text) in [

@@ -23,6 +23,7 @@ mod votes;
 use contract::json::{self, ParseFailure};
 use contract::rejection::{ErrorCode, Rejection};
 use contract::time::EventTime;
+use contract::vote;
 use output::{DeadLetter, Output, OutputValue};
 use reputation::{ReputationChange, ReputationTable};
 
@@ -158,7 +159,15 @@ impl Engine {
             InputTopic::Votes => {
                 let mut doc = None;
                 let (batch, at) = self.validate_votes(record, payload, &mut doc)?;
-                self.apply_batch(state, reputations, &batch, at, record.receipt(), out)
+                let outcome =
+                    self.apply_batch(state, reputations, &batch, at, record.receipt(), out)?;
+                let weights = batch.votes.iter().map(|v| {
+                    let weight = vote::weight(v.reputation, || reputations.get(v.voter_id));
+                    (weight, v.value)
+                });
+                let project = (batch.project_id, batch.item_id);
+                self.observe_votes(state, project, weights, at, outcome, out);
+                Ok(outcome)
             }
             InputTopic::Reputations => {
                 let doc = json::parse(payload).map_err(parse_rejection)?;

@@ -4,16 +4,17 @@
 //! and `judge_drift` alerts and a `jury.review-requests` record; a completed session gets the
 //! effective number of its judges.
 //!
-//! The state lives with the judge scores ([`PartitionState::quality`]). A runtime that keeps a
-//! project's votes in another state hands this one every vote record of the project's log after
-//! it is applied there ([`Engine::observe_votes`]); replay, with one state, does the same.
+//! The state lives in the project's state ([`PartitionState::quality`]), beside its score and
+//! its sessions: a vote batch joins it as it is applied ([`Engine::observe_votes`]), from the
+//! batch as read once.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use smallvec::SmallVec;
+
 use super::contract::time::EventTime;
-use super::contract::vote;
 use super::journal::Change;
 use super::model::bias::{BiasAlert, risk_level};
 use super::model::consensus::{Analysis, analyze};
@@ -23,9 +24,8 @@ use super::model::judge_quality::{
 };
 use super::model::session::Session;
 use super::output::{Output, OutputTopic};
-use super::reputation::ReputationTable;
 use super::state::PartitionState;
-use super::{Engine, InputTopic, Outcome, Record};
+use super::{Engine, Outcome};
 use crate::config::Weighting;
 
 impl Engine {
@@ -39,52 +39,36 @@ impl Engine {
         }
     }
 
-    /// Whether the runtime must hand this state's vote records to [`Engine::observe_votes`].
-    pub fn observes_votes(&self) -> bool {
-        self.settings.pairs_judges
-    }
-
-    /// Observes the vote record `record`, which another state (or this one) applied with
-    /// `outcome`: the votes of a batch that counted (applied or late) join the humans' score of
-    /// its `item_id`, and the judge scores waiting for that item pair with it once the score is
-    /// complete. Any other record or outcome changes nothing. An `item_id` longer than
-    /// `limits.max_id_bytes` is not kept (the id is informational for the score).
-    pub fn observe_votes(
+    /// Joins a vote batch of `project` on `item` to the humans' score of that item, if judge
+    /// scores pair with votes and the batch counted: `outcome` is applied or late, or replayed
+    /// into a score that already counts it (see [`super::VoteProject::applied_through`]): a
+    /// projects unit writes its vote projects before the rest of its state, so after a flush
+    /// cut short the score may hold a batch its judge quality does not (see `crate::changelog`),
+    /// and a batch re-read from the log is always one the judge quality does not hold. The
+    /// judge scores waiting for the item pair with it once its score is complete. `votes` are
+    /// the batch's `(weight, value)`. An `item_id` longer than `limits.max_id_bytes` is not
+    /// kept (the id is informational for the score).
+    pub(super) fn observe_votes(
         &self,
         state: &mut PartitionState,
-        reputations: &ReputationTable,
-        record: &Record<'_>,
+        (project, item): (&str, Option<&str>),
+        votes: impl Iterator<Item = (f64, f64)>,
+        at: EventTime,
         outcome: Outcome,
         out: &mut Vec<Output>,
     ) {
         if !self.settings.pairs_judges
-            || record.input != Some(InputTopic::Votes)
-            || !matches!(outcome, Outcome::Applied | Outcome::Late)
+            || !matches!(
+                outcome,
+                Outcome::Applied | Outcome::Late | Outcome::Replayed
+            )
         {
             return;
         }
-        let Some(payload) = record.payload else {
+        let Some(item) = item.filter(|i| i.len() <= self.settings.limits.max_id_bytes) else {
             return;
         };
-        let mut doc = None;
-        let Ok((batch, at)) = self.validate_votes(record, payload, &mut doc) else {
-            return;
-        };
-        let Some(item) = batch
-            .item_id
-            .filter(|i| i.len() <= self.settings.limits.max_id_bytes)
-        else {
-            return;
-        };
-        let votes: Vec<(f64, f64)> = batch
-            .votes
-            .iter()
-            .map(|v| {
-                let weight = vote::weight(v.reputation, || reputations.get(v.voter_id));
-                (weight, v.value)
-            })
-            .collect();
-        let project = batch.project_id;
+        let votes: SmallVec<[(f64, f64); 4]> = votes.collect();
         let limits = self.quality_limits();
         if !state.quality.contains_key(project) {
             state

@@ -31,6 +31,9 @@ pub struct PreparedVotes {
     /// must find them without reading the payload (that would be the miss it is there to hide).
     project: ProjectKey,
     fingerprint: u128,
+    /// The batch's `item_id`, kept when judge scores pair with votes (see
+    /// [`Engine::observe_votes`]).
+    item: Option<CompactString>,
 }
 
 /// One vote of a [`PreparedVotes`]: its value, and its explicit reputation or else its voter,
@@ -145,6 +148,10 @@ impl Engine {
             at,
             project: ProjectKey::from(batch.project_id),
             fingerprint: dedupe::fingerprint(batch.event_id),
+            item: batch
+                .item_id
+                .filter(|_| self.settings.pairs_judges)
+                .map(CompactString::from),
         })
     }
 
@@ -175,11 +182,14 @@ impl Engine {
         if state.origins.is_copy(record) {
             return Outcome::Replayed;
         }
-        let weights = prepared.votes.iter().map(|v| {
-            let table = || v.voter.as_deref().and_then(|id| reputations.get(id));
-            (vote::weight(v.reputation, table), v.value)
-        });
-        let applied = weighted_mean(weights).and_then(|mean| {
+        let weights = || {
+            prepared.votes.iter().map(|v| {
+                let table = || v.voter.as_deref().and_then(|id| reputations.get(id));
+                (vote::weight(v.reputation, table), v.value)
+            })
+        };
+        let start = out.len();
+        let applied = weighted_mean(weights()).and_then(|mean| {
             let weighed = Weighed {
                 project_id: prepared.project.as_str(),
                 fingerprint: prepared.fingerprint,
@@ -189,7 +199,15 @@ impl Engine {
             self.apply_weighed(state, &weighed, prepared.at, record.receipt(), out)
                 .ok()
         });
-        let outcome = applied.unwrap_or_else(|| self.process_new(state, reputations, record, out));
+        let outcome = match applied {
+            Some(outcome) => {
+                let project = (prepared.project.as_str(), prepared.item.as_deref());
+                self.observe_votes(state, project, weights(), prepared.at, outcome, out);
+                self.bound_outputs(record, &mut out[start..]);
+                outcome
+            }
+            None => self.process_new(state, reputations, record, out),
+        };
         state.origins.advance(record);
         outcome
     }

@@ -14,7 +14,7 @@ use super::ServiceError;
 use super::collector::{ACKED_EPOCHS, Collector};
 use super::faults::Faults;
 use super::tasks::Tasks;
-use crate::changelog;
+use crate::changelog::{self, Unit, UnitKind};
 use crate::config::Config;
 use crate::engine::output::Output;
 use crate::engine::reputation::ReputationTable;
@@ -212,7 +212,7 @@ impl Core {
     /// partitions `keys`, in that order. Runs every `output.scores_coalesce_ms` and when an epoch
     /// is sealed, so a held score waits at most one coalescing interval and is always in the
     /// epoch of the records that caused it.
-    pub(super) fn release_held(&mut self, keys: &[(InputTopic, i32)]) -> Result<(), ServiceError> {
+    pub(super) fn release_held(&mut self, keys: &[Unit]) -> Result<(), ServiceError> {
         self.out.clear();
         for key in keys {
             if let Some(owned) = self.tasks.units.get_mut(key) {
@@ -246,29 +246,34 @@ impl Core {
         }
     }
 
-    /// The stateful units of partition `partition` of topic `topic` (see [`Tasks`]): both of a
-    /// repartition-topic partition, one of an input partition with `by_key`, none otherwise.
-    fn units_of(&self, topic: &str, partition: i32) -> Vec<(InputTopic, i32)> {
+    /// The topic whose partition `unit` is.
+    pub(super) fn unit_log(&self, unit: Unit) -> &str {
+        match unit.kind {
+            UnitKind::Projects => self.topics.repartition(),
+            UnitKind::Input(topic) => self.topics.input_name(topic),
+        }
+    }
+
+    /// The unit of partition `partition` of topic `topic` (see [`Tasks`]): a partition of the
+    /// repartition topic, or of an input with `by_key`; none for an input partition that is
+    /// forwarded.
+    fn unit_named(&self, topic: &str, partition: i32) -> Option<Unit> {
         if topic == self.topics.repartition() {
-            return vec![
-                (InputTopic::Votes, partition),
-                (InputTopic::JudgeScores, partition),
-            ];
+            return Some(Unit::projects(partition));
         }
         match self.topics.input(topic) {
-            Some(t) if !self.config.input.repartitions() => vec![(t, partition)],
-            _ => Vec::new(),
+            Some(t) if !self.config.input.repartitions() => Some(Unit::input(t, partition)),
+            _ => None,
         }
     }
 
     /// Takes partition `partition` of `topic`: its state is restored when its first record
     /// arrives.
     pub(super) fn assign(&mut self, topic: &str, partition: i32) -> Result<(), ServiceError> {
-        let units = self.units_of(topic, partition);
-        for &unit in &units {
+        if let Some(unit) = self.unit_named(topic, partition) {
             self.view.assigned(unit);
+            self.tasks.assigned.push(unit);
         }
-        self.tasks.assigned.extend(units);
         if topic == self.topics.repartition() {
             let url = self.config.http.advertised();
             self.collector
@@ -280,11 +285,8 @@ impl Core {
     /// Drops partition `partition` of `topic`, taken by revocation number `generation`, after
     /// everything it processed is committed.
     pub(super) fn revoke(&mut self, topic: &str, partition: i32, generation: u64) {
-        let units = self.units_of(topic, partition);
-        for &unit in &units {
+        if let Some(unit) = self.unit_named(topic, partition) {
             self.view.revoked(unit);
-        }
-        for unit in units {
             self.tasks.revoke(unit, generation);
         }
         if let Some(t) = self.topics.input(topic)

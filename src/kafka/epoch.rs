@@ -19,10 +19,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::ServiceError;
 use super::collector::{Destination, Tag};
 use super::core::{Core, Epoch};
-use crate::changelog::Unit;
+use crate::engine::Outcome;
 use crate::engine::contract::rejection::ErrorCode;
 use crate::engine::output::OutputTopic;
-use crate::engine::{InputTopic, Outcome};
 use crate::telemetry::events::{
     ChangelogSent, EpochCommitted, InternalEvent, OffsetsCommitted, RecordsProcessed,
 };
@@ -40,8 +39,7 @@ impl Core {
         let keys = self.tasks.owned_keys();
         self.release_held(&keys)?;
         let mut changelog = self.epochs.spare_records.pop().unwrap_or_default();
-        // The next offset to read of each partition consumed: the two units of a
-        // repartition-topic partition share it.
+        // The next offset to read of each partition consumed.
         let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
         for (&(topic, partition), &offset) in &self.tasks.forwarded {
             next.insert(
@@ -50,21 +48,12 @@ impl Core {
             );
         }
         self.tasks.forwarded.clear();
-        // Within a partition the judge-scores unit is written first: it observes the votes of
-        // its log too (see `Core::process`), and a flush cut short must leave its offset at or
-        // ahead of the votes unit's.
-        let mut keys = keys;
-        keys.sort_by_key(|&(topic, partition)| (partition, topic != InputTopic::JudgeScores));
-        for key in keys {
-            let Some(owned) = self.tasks.units.get_mut(&key) else {
+        for unit in keys {
+            let Some(owned) = self.tasks.units.get_mut(&unit) else {
                 continue;
             };
             let Some(offset) = owned.pending.take() else {
                 continue;
-            };
-            let unit = Unit {
-                topic: key.0,
-                partition: key.1,
             };
             let mut changes = owned
                 .state
@@ -87,7 +76,7 @@ impl Core {
                 *j = changes;
             }
             let at = next
-                .entry((self.log_name(key.0).to_owned(), key.1))
+                .entry((self.unit_log(unit).to_owned(), unit.partition))
                 .or_default();
             *at = (*at).max(offset + 1);
         }

@@ -86,9 +86,9 @@ impl Faults {
 }
 
 /// Where to cut an epoch's changelog for `JURYSTREAM_CRASH_MID_CHANGELOG`: in the middle of the
-/// first flush of a `tag` unit (`v` votes, `j` judge scores) that has at least four records
-/// (state records, a judge-scores flush's redo record first, its offset record last), so that
-/// the flush is written in part and its offset record is not.
+/// first flush of a `tag` unit (`p` projects, `v` votes, `j` judge scores) that has at least
+/// four records (state records, a redo record among them, its offset record last), so that the
+/// flush is written in part and its offset record is not.
 fn flush_cut(records: &changelog::Records, tag: &str) -> Option<usize> {
     let prefix = format!("[\"{tag}\",");
     let mut start = 0;

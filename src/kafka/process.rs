@@ -18,8 +18,9 @@ use super::clients::QuietReader;
 use super::core::{Core, MAX_EPOCHS_IN_FLIGHT, lock};
 use super::poll::{Polled, Source, own_record};
 use super::repartition::{self, headers};
+use crate::changelog::Unit;
 use crate::config::Config;
-use crate::engine::{IdMap, InputTopic, Outcome, PartitionState, Record};
+use crate::engine::{InputTopic, Outcome, PartitionState, Record};
 use crate::prefetch;
 use crate::telemetry::events::{
     AdvertisedUrlConflict, InternalEvent, RecordRevoked, RecordsProcessed,
@@ -39,17 +40,12 @@ impl Core {
         }
         let msg = &polled.msg;
         let topic = polled.topic;
-        let key = (topic, polled.partition);
-        // A vote record is also observed by its partition's judge-scores unit (judge quality).
-        let observer = (topic == InputTopic::Votes && self.engine.observes_votes())
-            .then_some((InputTopic::JudgeScores, polled.partition));
-        let needed = [Some(key), observer].into_iter().flatten();
-        if needed.clone().any(|k| !self.tasks.units.contains_key(&k)) {
-            if self.revoked(&self.tasks.fences, polled) {
+        let key = self.unit_of(polled);
+        if !self.tasks.units.contains_key(&key) {
+            if self.revoked(self.tasks.fences.get(&key).copied(), polled) {
                 return Ok(());
             }
-            let missing = needed.filter(|k| !self.tasks.units.contains_key(k));
-            self.tasks.assigned.extend(missing);
+            self.tasks.assigned.push(key);
             self.restore_assigned()?;
         }
         self.check_position(polled)?;
@@ -100,30 +96,6 @@ impl Core {
             }
             outcome
         };
-        // The judge-scores unit's offset covers every record of the partition's log, votes
-        // too, and its changelog is written before the votes unit's (see `Core::seal`): after
-        // a crash it has observed at least every vote the votes unit holds, so a vote the votes
-        // unit skips as held, it skips too, and one applied again, it observes once.
-        if let Some(unit) = observer.and_then(|k| self.tasks.units.get_mut(&k)) {
-            unit.pending = Some(offset);
-            if unit.skip_through.is_none_or(|s| offset > s) {
-                let start = self.out.len();
-                let journaled = unit.state.journal.as_ref().map_or(0, Vec::len);
-                self.engine.observe_votes(
-                    &mut unit.state,
-                    &self.reputations,
-                    &record,
-                    outcome,
-                    &mut self.out,
-                );
-                self.view.applied_after(
-                    (InputTopic::JudgeScores, polled.partition),
-                    &unit.state,
-                    journaled,
-                    &self.out[start..],
-                );
-            }
-        }
         self.tally.count(topic, outcome);
         self.publish_out()
     }
@@ -161,16 +133,20 @@ impl Core {
         Ok(())
     }
 
-    /// Whether `polled` was polled before `fences` says its partition was revoked: then it is
-    /// dropped unapplied, and counted (its offset was never committed; the next owner reads it).
-    pub(super) fn revoked(
-        &self,
-        fences: &IdMap<(InputTopic, i32), u64>,
-        polled: &Polled<'_>,
-    ) -> bool {
-        let revoked = fences
-            .get(&(polled.topic, polled.partition))
-            .is_some_and(|&revoked| polled.generation < revoked);
+    /// The unit whose state `polled` applies to: its partition of the project log, or with
+    /// `by_key` its own input partition.
+    fn unit_of(&self, polled: &Polled<'_>) -> Unit {
+        match polled.source {
+            Source::Repartitioned(_) => Unit::projects(polled.partition),
+            Source::Input | Source::Forward => Unit::input(polled.topic, polled.partition),
+        }
+    }
+
+    /// Whether `polled` was polled before its partition was revoked by revocation number
+    /// `revoked` (if ever): then it is dropped unapplied, and counted (its offset was never
+    /// committed; the next owner reads it).
+    pub(super) fn revoked(&self, revoked: Option<u64>, polled: &Polled<'_>) -> bool {
+        let revoked = revoked.is_some_and(|revoked| polled.generation < revoked);
         if revoked {
             RecordRevoked {
                 topic: self.topics.input_name(polled.topic),
@@ -190,7 +166,7 @@ impl Core {
         if let Some(payload) = polled.msg.payload() {
             prefetch::bytes(payload);
         }
-        if let Some(unit) = self.tasks.units.get(&(polled.topic, polled.partition)) {
+        if let Some(unit) = self.tasks.units.get(&self.unit_of(polled)) {
             self.engine.prefetch(&unit.state, prepared);
         }
     }
@@ -267,7 +243,8 @@ impl Core {
     /// if its project cannot be read or it would not fit a record forwarded with its key.
     pub(super) fn forward(&mut self, polled: &Polled<'_>) -> Result<(), ServiceError> {
         let key = (polled.topic, polled.partition);
-        if self.revoked(&self.tasks.forward_fences, polled) {
+        let fence = self.tasks.forward_fences.get(&key).copied();
+        if self.revoked(fence, polled) {
             return Ok(());
         }
         self.check_position(polled)?;

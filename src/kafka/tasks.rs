@@ -1,5 +1,6 @@
-//! The state store: the engine state of each input partition this instance owns, restored from
-//! the changelog the first time one of its records arrives, and dropped when it is revoked.
+//! The tasks: the engine state of each partition this instance owns of the log its state
+//! follows, restored from the changelog the first time one of its records arrives, and dropped
+//! when it is revoked.
 
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use crate::telemetry::events::{InternalEvent, PartitionRestored, RestoreFinished
 use crate::telemetry::metrics::Metrics;
 use crate::topics::TopicTable;
 
-/// The state of one owned input partition.
+/// The state of one owned partition.
 pub(super) struct Owned {
     pub state: PartitionState,
     /// Records at or below this offset are already in the restored state.
@@ -29,24 +30,25 @@ pub(super) struct Owned {
 
 /// The owned partitions, and those assigned and not restored yet or revoked.
 ///
-/// A stateful unit is the state of one input topic's records in one partition of the log it
-/// follows: of the repartition topic (its votes and its judge scores are two units, as their
-/// changelog records are), or of that input topic itself with `by_key`. An input partition
-/// whose records are forwarded to the repartition topic keeps no state: only the offset to
-/// commit once its forwards are acknowledged.
+/// A task (Kafka Streams' word) is a [`Unit`]: the state of one partition of the log the state
+/// follows, with every store of that partition inside it. With `repartition` that is a partition
+/// of the repartition topic, which holds every record of its projects, votes and judge scores in
+/// one order, and its state holds each project whole. With `by_key` it is an input partition,
+/// one input topic's records. An input partition whose records are forwarded to the repartition
+/// topic keeps no state: only the offset to commit once its forwards are acknowledged.
 #[derive(Default)]
 pub(super) struct Tasks {
-    pub units: IdMap<(InputTopic, i32), Owned>,
+    pub units: IdMap<Unit, Owned>,
     /// Input partitions forwarded to the repartition topic, and the last offset forwarded (or
     /// dead-lettered) since the last sealed epoch.
     pub forwarded: IdMap<(InputTopic, i32), i64>,
     /// Like `fences`, for forwarded input partitions.
     pub forward_fences: IdMap<(InputTopic, i32), u64>,
-    /// Partitions assigned but not restored yet.
-    pub assigned: Vec<(InputTopic, i32)>,
+    /// Units assigned but not restored yet.
+    pub assigned: Vec<Unit>,
     /// Revoked partitions and the revocation that took them: a record of one polled before that
     /// revocation (see [`super::poll::Polled::generation`]) is dropped, not applied.
-    pub fences: IdMap<(InputTopic, i32), u64>,
+    pub fences: IdMap<Unit, u64>,
     /// Projects held over all owned partitions, for `limits.max_projects` (see
     /// [`crate::engine::Record::held_projects`]).
     pub held_projects: usize,
@@ -59,14 +61,14 @@ pub(super) struct Tasks {
 impl Tasks {
     /// The owned partitions, in order (epochs and releases go partition by partition, so what
     /// they produce does not depend on the map's order).
-    pub fn owned_keys(&self) -> Vec<(InputTopic, i32)> {
-        let mut keys: Vec<(InputTopic, i32)> = self.units.keys().copied().collect();
+    pub fn owned_keys(&self) -> Vec<Unit> {
+        let mut keys: Vec<Unit> = self.units.keys().copied().collect();
         keys.sort();
         keys
     }
 
-    /// Drops the partition `key`, taken by revocation number `generation`.
-    pub fn revoke(&mut self, key: (InputTopic, i32), generation: u64) {
+    /// Drops the unit `key`, taken by revocation number `generation`.
+    pub fn revoke(&mut self, key: Unit, generation: u64) {
         if let Some(owned) = self.units.remove(&key) {
             self.held_projects = self
                 .held_projects
@@ -82,21 +84,20 @@ impl Tasks {
         self.forward_fences.insert(key, generation);
     }
 
-    /// Restores every assigned partition not restored yet, reading all the changelog partitions
-    /// they need in one pass (votes and judge-scores partition p share changelog partition p).
-    /// Returns the units restored.
+    /// Restores every assigned unit not restored yet, reading all the changelog partitions
+    /// they need in one pass (with `by_key`, votes and judge-scores partition p share changelog
+    /// partition p). Returns the units restored.
     pub fn restore_assigned(
         &mut self,
         cfg: &Config,
         topics: &TopicTable,
         metrics: &Metrics,
-    ) -> Result<Vec<(InputTopic, i32)>, ServiceError> {
-        let mut wanted: Vec<(InputTopic, i32)> = std::mem::take(&mut self.assigned)
+    ) -> Result<Vec<Unit>, ServiceError> {
+        let mut wanted: Vec<Unit> = std::mem::take(&mut self.assigned)
             .into_iter()
             .filter(|key| !self.units.contains_key(key))
             .collect();
-        // A unit assigned and also wanted by a record (or both units of a partition wanted by
-        // a vote record) is restored once.
+        // A unit assigned and also wanted by a record is restored once.
         wanted.sort();
         wanted.dedup();
         if wanted.is_empty() {
@@ -106,20 +107,13 @@ impl Tasks {
         let reader: BaseConsumer<QuietReader> =
             clients::reader_config(cfg, "restore")?.create_with_context(QuietReader)?;
         let mut tpl = TopicPartitionList::new();
-        let partitions: std::collections::BTreeSet<i32> = wanted.iter().map(|(_, p)| *p).collect();
+        let partitions: std::collections::BTreeSet<i32> =
+            wanted.iter().map(|u| u.partition).collect();
         for p in &partitions {
             tpl.add_partition_offset(topics.state(), *p, Offset::Beginning)?;
         }
         reader.assign(&tpl)?;
-        let mut restorers: Vec<Restorer> = wanted
-            .iter()
-            .map(|(t, p)| {
-                Restorer::new(Unit {
-                    topic: *t,
-                    partition: *p,
-                })
-            })
-            .collect();
+        let mut restorers: Vec<Restorer> = wanted.iter().map(|&u| Restorer::new(u)).collect();
         let complete = read_to_end(&reader, partitions.len(), "restore read", |m| {
             for r in restorers
                 .iter_mut()

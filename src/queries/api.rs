@@ -540,6 +540,7 @@ async fn leaderboard(
 
 #[cfg(test)]
 mod tests {
+    use crate::changelog::Unit;
     use axum::body::Body;
     use axum::http::Request;
     use tower::ServiceExt;
@@ -561,9 +562,9 @@ mod tests {
     /// nobody has announced partition 3.
     fn queries(proxy: bool) -> Queries {
         let view = View::default();
-        view.assigned((InputTopic::JudgeScores, 0));
+        view.assigned(Unit::input(InputTopic::JudgeScores, 0));
         view.owned.insert(0, Owned { restoring: false });
-        view.assigned((InputTopic::JudgeScores, 1));
+        view.assigned(Unit::input(InputTopic::JudgeScores, 1));
         view.directory.insert(2, "http://other:9464".into());
         view.directory.insert(0, "http://me:9464".into());
         let here = project_in(0);

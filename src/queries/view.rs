@@ -6,13 +6,14 @@
 //! project either before or after a record, never half of one. The view holds no more projects
 //! than the state does, and shares its ballots and consensus records with it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 
+use crate::changelog::{Unit, UnitKind};
 use crate::engine::contract::time::{EventTime, rfc3339};
 use crate::engine::model::session::{Ballot, Session};
 use crate::engine::output::{Output, OutputTopic, OutputValue};
@@ -75,10 +76,10 @@ impl SessionView {
 pub struct ProjectView {
     /// The partition whose state holds it.
     pub partition: i32,
-    /// The units (topic, partition) its parts come from: its score from a votes unit, the rest
-    /// from a judge-scores unit. With `by_key` the two may be different partitions, and one
-    /// may be revoked while the other stays.
-    pub units: BTreeMap<InputTopic, i32>,
+    /// The units its parts come from: one projects unit, or with `by_key` its score from a
+    /// votes unit and the rest from a judge-scores unit, perhaps of different partitions, one
+    /// revoked while the other stays.
+    pub units: BTreeSet<Unit>,
     pub score: Option<ScoreView>,
     pub open: BTreeMap<String, SessionView>,
     /// The consensus records of the latest completed sessions, by session, as the state
@@ -129,14 +130,11 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// A state the view follows: its input topic (votes or judge scores) and partition.
-pub type Unit = (InputTopic, i32);
-
 impl View {
     /// `unit` is assigned to this instance: restoring until [`View::restored`].
     pub fn assigned(&self, unit: Unit) {
         self.units.insert(unit, true);
-        self.owned.insert(unit.1, Owned { restoring: true });
+        self.owned.insert(unit.partition, Owned { restoring: true });
     }
 
     /// Notes whether partition `partition` is still owned, and restoring.
@@ -144,7 +142,7 @@ impl View {
         let units: Vec<bool> = self
             .units
             .iter()
-            .filter(|u| u.key().1 == partition)
+            .filter(|u| u.key().partition == partition)
             .map(|u| *u.value())
             .collect();
         if units.is_empty() {
@@ -159,21 +157,19 @@ impl View {
     /// whose other part another unit holds stays, with that part).
     pub fn revoked(&self, unit: Unit) {
         self.units.remove(&unit);
-        self.own(unit.1);
-        let (topic, partition) = unit;
+        self.own(unit.partition);
         self.projects.retain(|_, p| {
-            if p.units.get(&topic) != Some(&partition) {
+            if !p.units.remove(&unit) {
                 return true;
             }
-            p.units.remove(&topic);
-            match topic {
-                InputTopic::Votes => p.score = None,
-                _ => {
-                    p.open.clear();
-                    p.completed.clear();
-                    p.leaderboard.clear();
-                    p.judges.clear();
-                }
+            if unit.kind != UnitKind::Input(InputTopic::JudgeScores) {
+                p.score = None;
+            }
+            if unit.kind != UnitKind::Input(InputTopic::Votes) {
+                p.open.clear();
+                p.completed.clear();
+                p.leaderboard.clear();
+                p.judges.clear();
             }
             !p.units.is_empty()
         });
@@ -236,7 +232,7 @@ impl View {
             }
         }
         self.units.insert(unit, false);
-        self.own(unit.1);
+        self.own(unit.partition);
     }
 
     /// A record of `unit` was applied to `state`: `changes` are its journal entries, `out`
@@ -306,15 +302,15 @@ impl View {
     fn entry(
         &self,
         project: &str,
-        (topic, partition): Unit,
+        unit: Unit,
         now: i64,
     ) -> dashmap::mapref::one::RefMut<'_, String, ProjectView> {
         let mut p = match self.projects.get_mut(project) {
             Some(p) => p,
             None => self.projects.entry(project.to_owned()).or_default(),
         };
-        p.partition = partition;
-        p.units.insert(topic, partition);
+        p.partition = unit.partition;
+        p.units.insert(unit);
         p.updated_ms = now;
         p
     }
@@ -543,7 +539,7 @@ mod tests {
             let journaled = state.journal.as_ref().map_or(0, Vec::len);
             engine.process(&mut state, &mut reps, &record, &mut out);
             let changes = state.journal.clone().unwrap_or_default();
-            view.applied((*topic, 0), &state, &changes[journaled..], &out);
+            view.applied(Unit::input(*topic, 0), &state, &changes[journaled..], &out);
             published.extend(out);
         }
         (state, published)
@@ -552,8 +548,8 @@ mod tests {
     #[test]
     fn the_view_holds_what_was_last_published_and_the_open_sessions() {
         let view = View::default();
-        view.assigned((InputTopic::Votes, 0));
-        view.assigned((InputTopic::JudgeScores, 0));
+        view.assigned(Unit::input(InputTopic::Votes, 0));
+        view.assigned(Unit::input(InputTopic::JudgeScores, 0));
         let (state, published) = run(&events(), &view);
         for project in ["proj-a", "team/b"] {
             let p = view.projects.get(project).expect("in the view");
@@ -596,8 +592,8 @@ mod tests {
                 .expect("a row");
             assert_eq!(&*p.leaderboard[&keys[0]], last_row.render());
         }
-        view.revoked((InputTopic::Votes, 0));
-        view.revoked((InputTopic::JudgeScores, 0));
+        view.revoked(Unit::input(InputTopic::Votes, 0));
+        view.revoked(Unit::input(InputTopic::JudgeScores, 0));
         assert!(view.projects.is_empty() && view.owned.is_empty());
     }
 
@@ -605,10 +601,10 @@ mod tests {
     fn revoking_one_topics_partition_keeps_what_the_other_gave() {
         // With by_key a partition's votes and judge scores are two units, revoked apart.
         let view = View::default();
-        view.assigned((InputTopic::Votes, 0));
-        view.assigned((InputTopic::JudgeScores, 0));
+        view.assigned(Unit::input(InputTopic::Votes, 0));
+        view.assigned(Unit::input(InputTopic::JudgeScores, 0));
         run(&events(), &view);
-        view.revoked((InputTopic::Votes, 0));
+        view.revoked(Unit::input(InputTopic::Votes, 0));
         for project in ["proj-a", "team/b"] {
             let p = view.projects.get(project).expect("still in the view");
             assert!(p.score.is_none(), "the votes unit's part is gone");
@@ -619,12 +615,12 @@ mod tests {
             view.owned.get(&0).is_some(),
             "partition 0 is still partly owned"
         );
-        view.revoked((InputTopic::JudgeScores, 0));
+        view.revoked(Unit::input(InputTopic::JudgeScores, 0));
         assert!(view.projects.is_empty() && view.owned.is_empty());
         // And the other way round: the scores stay.
         let view = View::default();
         run(&events(), &view);
-        view.revoked((InputTopic::JudgeScores, 0));
+        view.revoked(Unit::input(InputTopic::JudgeScores, 0));
         let p = view.projects.get("proj-a").expect("still in the view");
         assert!(p.score.is_some() && p.completed.is_empty() && p.open.is_empty());
     }
@@ -662,10 +658,9 @@ mod tests {
             offset += 1;
             let mut out = Vec::new();
             let journaled = state.journal.as_ref().map_or(0, Vec::len);
-            let outcome = engine.process(&mut state, &mut reps, &record, &mut out);
-            engine.observe_votes(&mut state, &reps, &record, outcome, &mut out);
+            engine.process(&mut state, &mut reps, &record, &mut out);
             let changes = state.journal.clone().unwrap_or_default();
-            view.applied((topic, 0), &state, &changes[journaled..], &out);
+            view.applied(Unit::projects(0), &state, &changes[journaled..], &out);
             out
         };
         send(
@@ -740,7 +735,7 @@ mod tests {
             let (state, _) = run(&events, &live);
             let restored = View::default();
             let settings = Settings::of(&config());
-            restored.restored((InputTopic::JudgeScores, 0), &state, &settings);
+            restored.restored(Unit::projects(0), &state, &settings);
             for project in ["proj-a", "team/b"] {
                 let (l, r) = (&live.projects.get(project).unwrap(), &restored.projects.get(project).unwrap());
                 prop_assert_eq!(&l.score, &r.score);

@@ -4,7 +4,8 @@ use serde_json::Value;
 
 use super::*;
 use crate::config::{Config, Partitioning};
-use crate::engine::Settings;
+use crate::engine::reputation::ReputationTable;
+use crate::engine::{InputTopic, Record, Settings};
 use crate::topics::TopicTable;
 
 /// An engine over `config`, one state, and everything published.
@@ -27,7 +28,7 @@ impl Run {
         }
     }
 
-    /// Sends `payload` on `topic` as replay does: applied, then observed.
+    /// Sends `payload` on `topic` as replay does.
     fn send(&mut self, topic: &str, payload: &str) -> Outcome {
         let record = Record {
             topic,
@@ -42,12 +43,8 @@ impl Run {
             payload: Some(payload.as_bytes()),
         };
         self.offset += 1;
-        let outcome = self
-            .engine
-            .process(&mut self.state, &mut self.reps, &record, &mut self.out);
         self.engine
-            .observe_votes(&mut self.state, &self.reps, &record, outcome, &mut self.out);
-        outcome
+            .process(&mut self.state, &mut self.reps, &record, &mut self.out)
     }
 
     /// The event time of the next record: a second per record from 2026-11-20T10:00:00Z, so
@@ -385,9 +382,7 @@ fn by_key_observes_no_votes() {
     let mut config = on();
     config.input.partitioning = Partitioning::ByKey;
     let mut run = Run::new(&config);
-    assert!(!run.engine.observes_votes());
-    // by_key wants records keyed by project; this harness sends none, so check the engine
-    // directly: the votes are not observed and the session pairs nothing.
+    // by_key wants records keyed by project: the votes are applied, not observed.
     let record = Record {
         topic: "jury.votes",
         input: Some(InputTopic::Votes),
@@ -400,13 +395,11 @@ fn by_key_observes_no_votes() {
         held_projects: 0,
         payload: Some(br#"{"event_id":"v","project_id":"p","item_id":"A","occurred_at":"2026-11-20T10:00:00Z","votes":[{"voter_id":"u","value":1},{"voter_id":"w","value":1},{"voter_id":"x","value":1}]}"#),
     };
-    run.engine.observe_votes(
-        &mut run.state,
-        &run.reps,
-        &record,
-        Outcome::Applied,
-        &mut run.out,
-    );
+    let outcome = run
+        .engine
+        .process(&mut run.state, &mut run.reps, &record, &mut run.out);
+    assert_eq!(outcome, Outcome::Applied);
+    assert!(run.state.projects.contains_key("p"));
     assert!(run.state.quality.is_empty());
 }
 
