@@ -261,12 +261,14 @@ pub(super) enum Slot<'a> {
     /// One of a category's Bradley-Terry resampling blocks, by day and slot:
     /// `["j",3,"block","proj-42","chat","20417.3"]`.
     Block(&'a str, &'a str, BlockId),
-    /// The humans' votes on an item, `{"seq":N,"value":{...}}`:
-    /// `["j",3,"item","proj-42","trace-100"]`.
-    Item(&'a str, &'a str),
-    /// The judge scores waiting for an item's votes, `{"seq":N,"value":[...]}`:
-    /// `["j",3,"waiting","proj-42","trace-100"]`.
-    Waiting(&'a str, &'a str),
+    /// A bucket of `ITEM_BUCKET` places of a project's items with votes,
+    /// `[[seq,"trace-100",{...}],...]`: `["p",3,"items","proj-42","6"]`. One record per bucket
+    /// and flush, not per item: with a new item per vote, per-item records were most of the
+    /// changelog.
+    Items(&'a str, u64),
+    /// A bucket of places of a project's items with judge scores waiting for votes,
+    /// `[[seq,"trace-100",[...]],...]`: `["p",3,"waits","proj-42","6"]`.
+    Waits(&'a str, u64),
     /// A judge's window of pairs, `{"seq":N,"value":{...}}`: `["j",3,"judge","proj-42","gpt"]`.
     Judge(&'a str, &'a str),
     /// One of a project's last candidates' judge scores, by its place:
@@ -297,8 +299,8 @@ impl<'a> Slot<'a> {
             Slot::Watermark(_) => "watermark",
             Slot::Ranking(..) => "ranking",
             Slot::Block(..) => "block",
-            Slot::Item(..) => "item",
-            Slot::Waiting(..) => "waiting",
+            Slot::Items(..) => "items",
+            Slot::Waits(..) => "waits",
             Slot::Judge(..) => "judge",
             Slot::Recent(..) => "recent",
             Slot::Forgotten(_) => "forgotten",
@@ -328,8 +330,8 @@ impl<'a> Slot<'a> {
             ("watermark", [p]) => Slot::Watermark(p),
             ("ranking", [p, c]) => Slot::Ranking(p, c),
             ("block", [p, c, b]) => Slot::Block(p, c, b.parse().map_err(|()| "a bad block")?),
-            ("item", [p, i]) => Slot::Item(p, i),
-            ("waiting", [p, i]) => Slot::Waiting(p, i),
+            ("items", [p, n]) => Slot::Items(p, number(n)?),
+            ("waits", [p, n]) => Slot::Waits(p, number(n)?),
             ("judge", [p, j]) => Slot::Judge(p, j),
             ("recent", [p, n]) => Slot::Recent(p, number(n)?),
             ("forgotten", [p]) => Slot::Forgotten(p),
@@ -359,15 +361,17 @@ impl Serialize for Key<'_> {
             Slot::Project(p) | Slot::Audit(p) | Slot::Watermark(p) | Slot::Forgotten(p) => {
                 seq.serialize_element(p)?
             }
-            Slot::Seen(p, bucket) | Slot::Ballots(p, bucket) | Slot::Recent(p, bucket) => {
+            Slot::Seen(p, bucket)
+            | Slot::Ballots(p, bucket)
+            | Slot::Items(p, bucket)
+            | Slot::Waits(p, bucket)
+            | Slot::Recent(p, bucket) => {
                 seq.serialize_element(p)?;
                 seq.serialize_element(&bucket.to_string())?;
             }
             Slot::Session(p, second)
             | Slot::Ranking(p, second)
             | Slot::Consensus(p, second)
-            | Slot::Item(p, second)
-            | Slot::Waiting(p, second)
             | Slot::Judge(p, second) => {
                 seq.serialize_element(p)?;
                 seq.serialize_element(second)?;
@@ -413,6 +417,10 @@ struct WatermarkValue {
 
 /// Ids per dedupe-window changelog record.
 const SEEN_BUCKET: u64 = 32;
+
+/// Item places per judge-quality bucket record ([`Slot::Items`], [`Slot::Waits`]): a busy
+/// project's flush rewrites its newest bucket or two, a few kilobytes at most.
+const ITEM_BUCKET: u64 = 16;
 
 /// A dedupe fingerprint as it is written: 32 lowercase hex digits.
 struct Hex(u128);

@@ -222,13 +222,13 @@ impl Records {
                     watermark.is_some_and(|watermark| push_json(b, &WatermarkValue { watermark }))
                 });
             }
-            Slot::Item(project, item) => {
-                let q = state.quality.get(project);
-                self.push_placed(unit, slot, q.and_then(|q| q.items.get_with_seq(item)));
+            Slot::Items(project, bucket) => {
+                let items = state.quality.get(project).map(|q| &q.items);
+                self.push(unit, slot, |b| push_places(b, items, bucket));
             }
-            Slot::Waiting(project, item) => {
-                let q = state.quality.get(project);
-                self.push_placed(unit, slot, q.and_then(|q| q.waiting.get_with_seq(item)));
+            Slot::Waits(project, bucket) => {
+                let waiting = state.quality.get(project).map(|q| &q.waiting);
+                self.push(unit, slot, |b| push_places(b, waiting, bucket));
             }
             Slot::Judge(project, judge) => {
                 let q = state.quality.get(project);
@@ -263,6 +263,15 @@ impl Records {
             Slot::Offset | Slot::Origins | Slot::Redo(_) => {}
         }
     }
+}
+
+/// Appends the values of `bounded` whose places are in `bucket` (see [`ITEM_BUCKET`]) as
+/// `[[seq,key,value],...]`; false (a tombstone) when there is none.
+fn push_places<V: Serialize>(b: &mut Vec<u8>, bounded: Option<&Bounded<V>>, bucket: u64) -> bool {
+    let places = bucket * ITEM_BUCKET..(bucket + 1) * ITEM_BUCKET;
+    let values: Vec<(u64, &str, &V)> =
+        bounded.map_or_else(Vec::new, |b| b.places(places).collect());
+    !values.is_empty() && push_json(b, &values)
 }
 
 /// [`open_bucket`] for a flush's changes in order: a vote event's changes name the same project
@@ -351,8 +360,8 @@ impl Change {
                 category,
                 block,
             } => Slot::Block(project, category, *block),
-            Change::QualityItem { project, item } => Slot::Item(project, item),
-            Change::QualityWaiting { project, item } => Slot::Waiting(project, item),
+            Change::QualityItem { project, seq } => Slot::Items(project, seq / ITEM_BUCKET),
+            Change::QualityWaiting { project, seq } => Slot::Waits(project, seq / ITEM_BUCKET),
             Change::QualityJudge { project, judge } => Slot::Judge(project, judge),
             Change::QualityRecent { project, seq } => Slot::Recent(project, *seq),
             Change::QualityForgotten { project } => Slot::Forgotten(project),

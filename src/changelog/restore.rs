@@ -205,8 +205,8 @@ impl Restorer {
                     restored.sessions.entry(p.to_owned()).or_default().watermark =
                         Some(value.watermark);
                 }
-                Slot::Item(p, item) => place(&mut restored.quality(p).items, item, &key, v)?,
-                Slot::Waiting(p, item) => place(&mut restored.quality(p).waiting, item, &key, v)?,
+                Slot::Items(p, _) => places(&mut restored.quality(p).items, &key, v)?,
+                Slot::Waits(p, _) => places(&mut restored.quality(p).waiting, &key, v)?,
                 Slot::Judge(p, judge) => place(&mut restored.quality(p).judges, judge, &key, v)?,
                 Slot::Recent(p, seq) => {
                     let scores = from_value(&key, v)?;
@@ -389,6 +389,19 @@ fn place<V: serde::de::DeserializeOwned>(
 ) -> Result<(), ChangelogError> {
     let placed: Placed<V> = from_value(key, v)?;
     bounded.restore(id, placed.seq, placed.value);
+    Ok(())
+}
+
+/// Puts the values of a bucket record (see [`Slot::Items`]) back at their places in `bounded`.
+fn places<V: serde::de::DeserializeOwned>(
+    bounded: &mut Bounded<V>,
+    key: &str,
+    v: Value,
+) -> Result<(), ChangelogError> {
+    let values: Vec<(u64, String, V)> = from_value(key, v)?;
+    for (seq, id, value) in values {
+        bounded.restore(&id, seq, value);
+    }
     Ok(())
 }
 

@@ -928,8 +928,9 @@ fn every_kind_of_key_is_written_and_read_back() {
             r#"["j",3,"consensus","p","s/1"]"#,
         ),
         (Slot::Board("p", "", "m"), r#"["j",3,"board","p","","m"]"#),
-        (Slot::Item("p", "t/1"), r#"["j",3,"item","p","t/1"]"#),
-        (Slot::Waiting("p", "t"), r#"["j",3,"waiting","p","t"]"#),
+        (Slot::Items("p", 6), r#"["j",3,"items","p","6"]"#),
+        (Slot::Waits("p", 0), r#"["j",3,"waits","p","0"]"#),
+        (Slot::Ballots("p", 2), r#"["j",3,"ballots","p","2"]"#),
         (
             Slot::Judge("p", "openai/j"),
             r#"["j",3,"judge","p","openai/j"]"#,

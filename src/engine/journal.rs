@@ -55,10 +55,11 @@ pub enum Change {
     },
     /// A judge-scores project's watermark.
     Watermark { project: String },
-    /// The humans' votes on an item (judge quality).
-    QualityItem { project: String, item: String },
-    /// The judge scores waiting for an item's votes.
-    QualityWaiting { project: String, item: String },
+    /// The humans' votes on an item (judge quality), by the item's place in its project's
+    /// order: the changelog writes items in buckets of places.
+    QualityItem { project: String, seq: u64 },
+    /// The judge scores waiting for an item's votes, by the item's place.
+    QualityWaiting { project: String, seq: u64 },
     /// A judge's window of pairs.
     QualityJudge { project: String, judge: String },
     /// One of the last candidates' judge scores, by its place.

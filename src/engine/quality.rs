@@ -209,21 +209,18 @@ impl Engine {
             waiting,
             forgotten,
         } = observed;
-        let note = |state: &mut PartitionState, change: fn(String, String) -> Change, keys| {
-            for key in keys {
-                state.note(|| change(project.to_owned(), key));
-            }
-        };
-        note(
-            state,
-            |project, item| Change::QualityItem { project, item },
-            items,
-        );
-        note(
-            state,
-            |project, item| Change::QualityWaiting { project, item },
-            waiting,
-        );
+        for seq in items {
+            state.note(|| Change::QualityItem {
+                project: project.to_owned(),
+                seq,
+            });
+        }
+        for seq in waiting {
+            state.note(|| Change::QualityWaiting {
+                project: project.to_owned(),
+                seq,
+            });
+        }
         if forgotten > 0 {
             state.note(|| Change::QualityForgotten {
                 project: project.to_owned(),
@@ -261,11 +258,12 @@ impl Engine {
         for alert in &alerts {
             out.push(Output::alert(Some(project.to_owned()), alert));
         }
-        note(
-            state,
-            |project, judge| Change::QualityJudge { project, judge },
-            judges,
-        );
+        for judge in judges {
+            state.note(|| Change::QualityJudge {
+                project: project.to_owned(),
+                judge,
+            });
+        }
         // One request per item and session: which pairs form together depends on whether the
         // session or the item's votes came last, which no producer decides; what each pair is
         // does not.

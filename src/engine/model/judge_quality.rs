@@ -6,6 +6,7 @@
 //! Every statistic is `None` where it is undefined (too few pairs, no variance), never NaN.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
@@ -172,16 +173,21 @@ impl<V: PartialEq> PartialEq for Bounded<V> {
 }
 
 impl<V: Default> Bounded<V> {
-    /// The value of `key`, created if new; a new key forgets the oldest beyond `max`, whose
-    /// keys are appended to `forgotten`.
-    fn entry(&mut self, key: &str, max: usize, forgotten: &mut Vec<String>) -> &mut V {
+    /// The value of `key` and its place, created if new; a new key forgets the oldest beyond
+    /// `max`, whose places and keys are appended to `forgotten`.
+    fn entry(
+        &mut self,
+        key: &str,
+        max: usize,
+        forgotten: &mut Vec<(u64, String)>,
+    ) -> (u64, &mut V) {
         if !self.values.contains_key(key) {
             while self.values.len() >= max.max(1) {
-                let Some((_, oldest)) = self.order.pop_first() else {
+                let Some((seq, oldest)) = self.order.pop_first() else {
                     break;
                 };
                 self.values.remove(&oldest);
-                forgotten.push(oldest);
+                forgotten.push((seq, oldest));
             }
             self.order.insert(self.next, key.to_owned());
             self.values
@@ -190,11 +196,11 @@ impl<V: Default> Bounded<V> {
         }
         // Found without allocating the key (the common case: an item voted on again); the
         // borrow checker cannot yet return a borrow from a conditional first lookup.
-        let (_, value) = self
+        let (seq, value) = self
             .values
             .get_mut(key)
             .expect("present: found or inserted above");
-        value
+        (*seq, value)
     }
 }
 
@@ -208,10 +214,18 @@ impl<V> Bounded<V> {
         self.values.get(key).map(|(seq, v)| (*seq, v))
     }
 
-    fn remove(&mut self, key: &str) -> Option<V> {
+    /// Removes `key`, returning its place and value.
+    fn remove(&mut self, key: &str) -> Option<(u64, V)> {
         let (seq, v) = self.values.remove(key)?;
         self.order.remove(&seq);
-        Some(v)
+        Some((seq, v))
+    }
+
+    /// The values whose places are in `places`, in order: a changelog bucket.
+    pub fn places(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &str, &V)> {
+        self.order
+            .range(places)
+            .filter_map(|(&seq, k)| Some((seq, k.as_str(), self.get(k)?)))
     }
 
     /// Puts a restored value back at its place `seq`.
@@ -348,10 +362,10 @@ pub struct JudgeStanding {
 pub struct Observed {
     /// The pairs formed, in order.
     pub pairs: Vec<Pair>,
-    /// Items whose votes changed or were forgotten.
-    pub items: Vec<String>,
-    /// Items whose waiting judge scores changed, paired or were forgotten.
-    pub waiting: Vec<String>,
+    /// The places of items whose votes changed or were forgotten.
+    pub items: Vec<u64>,
+    /// The places of items whose waiting judge scores changed, paired or were forgotten.
+    pub waiting: Vec<u64>,
     /// How many items (votes or waiting scores), or waiting scores of an item, were forgotten to
     /// stay in bounds.
     pub forgotten: usize,
@@ -390,9 +404,10 @@ impl ProjectQuality {
         limits: &QualityLimits,
     ) -> Observed {
         let mut observed = Observed::default();
-        let agg = self
+        let mut forgotten = Vec::new();
+        let (seq, agg) = self
             .items
-            .entry(item, limits.max_pending_items, &mut observed.items);
+            .entry(item, limits.max_pending_items, &mut forgotten);
         let needed = limits.min_human_votes.max(1);
         for &(r, v) in votes.iter().filter(|(r, _)| *r > 0.0) {
             if agg.votes < needed {
@@ -405,12 +420,15 @@ impl ProjectQuality {
             }
         }
         let ready = agg.ready();
-        observed.forgotten = observed.items.len();
-        observed.items.push(item.to_owned());
+        observed.forgotten = forgotten.len();
+        observed
+            .items
+            .extend(forgotten.into_iter().map(|(seq, _)| seq));
+        observed.items.push(seq);
         if let Some((h, ready_at)) = ready
-            && let Some(waiting) = self.waiting.remove(item)
+            && let Some((waited, waiting)) = self.waiting.remove(item)
         {
-            observed.waiting.push(item.to_owned());
+            observed.waiting.push(waited);
             observed.pairs = waiting
                 .into_iter()
                 .map(|w| Pair {
@@ -452,7 +470,7 @@ impl ProjectQuality {
                     at: at.max(ready_at),
                 }),
                 None => {
-                    let waiting =
+                    let (seq, waiting) =
                         self.waiting
                             .entry(item, limits.max_pending_items, &mut forgotten);
                     waiting.push(Waiting {
@@ -466,15 +484,17 @@ impl ProjectQuality {
                     let excess = waiting.len().saturating_sub(limits.max_judges.max(1));
                     waiting.drain(..excess);
                     dropped += excess;
-                    if observed.waiting.last().is_none_or(|w| w != item) {
-                        observed.waiting.push(item.to_owned());
+                    if observed.waiting.last() != Some(&seq) {
+                        observed.waiting.push(seq);
                     }
                 }
             }
         }
         observed.forgotten = forgotten.len() + dropped;
         self.forgotten += observed.forgotten as u64;
-        observed.waiting.extend(forgotten);
+        observed
+            .waiting
+            .extend(forgotten.into_iter().map(|(seq, _)| seq));
         observed
     }
 
@@ -487,11 +507,13 @@ impl ProjectQuality {
         forgotten: &mut Vec<String>,
     ) -> JudgeStanding {
         let window = limits.window.max(1);
-        let w = self.judges.entry(&pair.judge, limits.max_judges, forgotten);
+        let mut gone = Vec::new();
+        let (_, w) = self.judges.entry(&pair.judge, limits.max_judges, &mut gone);
         w.insert(TimedPair::of(pair), window);
         let agreement = w.agreement();
         w.last_event_at = w.last_event_at.max(Some(pair.at));
         let kappa_change = w.kappa_change(window);
+        forgotten.extend(gone.into_iter().map(|(_, judge)| judge));
         JudgeStanding {
             judge: pair.judge.clone(),
             agreement,
@@ -721,9 +743,10 @@ mod tests {
         }
         // A fourth item forgets "a"'s votes: its count starts again.
         let fourth = q.votes("d", &[(1.0, 1.0)], at(), &LIMITS);
+        // (By their places: "a" was the first, "d" the fourth.)
         assert_eq!(
             (fourth.forgotten, fourth.items.as_slice()),
-            (1, ["a".to_owned(), "d".to_owned()].as_slice())
+            (1, [0, 3].as_slice())
         );
         assert!(q.item("a").is_none());
         q.votes("a", &[(1.0, 1.0)], at(), &LIMITS);
