@@ -114,11 +114,7 @@ fn bench_parse_validate_apply(c: &mut Criterion) {
                 |(state, out)| {
                     for (i, p) in payloads.iter().enumerate() {
                         out.clear();
-                        let record = Record {
-                            offset: Some(i as i64),
-                            position: Some(i as i64),
-                            ..vote_record(p)
-                        };
+                        let record = vote_record(p).at(None, Some(i as i64));
                         black_box(engine.process(state, &mut reps, &record, out));
                     }
                 },
@@ -194,13 +190,9 @@ fn bench_journaled_epoch(c: &mut Criterion) {
             let clock_at = |i: usize| epochs * 100 + (i * 100 / payloads.len()) as u64;
             for (i, p) in payloads.iter().enumerate() {
                 out.clear();
-                let record = Record {
-                    offset: Some(next),
-                    position: Some(next),
-                    clock_ms: Some(clock_at(i)),
-                    held_projects: 0,
-                    ..vote_record(p)
-                };
+                let record = vote_record(p)
+                    .at(None, Some(next))
+                    .received(Some(clock_at(i)), 0);
                 next += 1;
                 black_box(engine.process(state, &mut reps, &record, &mut out));
                 for o in &out {
@@ -360,18 +352,12 @@ fn bench_bradley_terry(c: &mut Criterion) {
 /// A `jury.votes` record of partition 0 carrying `payload`, with no offset (nothing is
 /// skipped) and no clock (nothing is coalesced); benchmarks that need them set them.
 fn vote_record(payload: &str) -> Record<'_> {
-    Record {
-        topic: "jury.votes",
-        input: Some(InputTopic::Votes),
-        partition: Some(0),
-        offset: None,
-        position: None,
-        key: None,
-        timestamp_ms: None,
-        clock_ms: None,
-        held_projects: 0,
-        payload: Some(payload.as_bytes()),
-    }
+    Record::new(
+        "jury.votes",
+        Some(InputTopic::Votes),
+        Some(payload.as_bytes()),
+    )
+    .at(Some(0), None)
 }
 
 /// Applying prepared records as the service's processing thread does, with and without its

@@ -182,18 +182,12 @@ fn one_batch_each(projects: usize) -> impl Iterator<Item = String> {
 
 /// Record `i` of `topic`'s partition 0 carrying `payload`.
 fn record<'a>(topic: &'a str, i: usize, payload: &'a str) -> Record<'a> {
-    Record {
+    Record::new(
         topic,
-        input: TopicTable::default().input(topic),
-        partition: Some(0),
-        offset: Some(i as i64),
-        position: Some(i as i64),
-        key: None,
-        timestamp_ms: None,
-        clock_ms: None,
-        held_projects: 0,
-        payload: Some(payload.as_bytes()),
-    }
+        TopicTable::default().input(topic),
+        Some(payload.as_bytes()),
+    )
+    .at(Some(0), Some(i as i64))
 }
 
 /// One vote batch to each of 100,000 projects: the bytes a project costs before its dedupe

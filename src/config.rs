@@ -538,9 +538,9 @@ impl Default for Leaderboard {
 /// Judge quality: each judge's agreement with the humans over (judge score, humans' score)
 /// pairs of the same item, and the alerts and review requests it raises. It needs a project's
 /// votes and judge scores in one state, so it works with `input.partitioning = "repartition"`
-/// (the default) and is off with `by_key`. On by default: a vote joins its item's votes in the
-/// project's state as it is applied, from the batch as read once (docs/performance.md measures
-/// what it costs).
+/// (the default) and is off with `by_key`. A vote joins its item's votes in the project's state
+/// as it is applied, from the batch as read once; off by default until that costs little enough
+/// (docs/performance.md measures it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JudgeQuality {
@@ -570,7 +570,7 @@ pub struct JudgeQuality {
 impl Default for JudgeQuality {
     fn default() -> Self {
         JudgeQuality {
-            enabled: true,
+            enabled: false,
             min_human_votes: 3,
             max_pending_items: 10_000,
             window: 500,

@@ -137,19 +137,14 @@ pub fn replay(
         let outcome = match serde_json::from_slice::<Envelope>(text) {
             Ok(env) => match env.value.map(payload_of).transpose() {
                 Ok(payload) => {
-                    let record = Record {
-                        topic: &env.topic,
-                        input: topics.input(&env.topic),
-                        partition: env.partition,
-                        offset: env.offset,
-                        // No changelog: only offsets identify a record read again.
-                        position: None,
-                        key: env.key.as_deref().map(str::as_bytes),
-                        timestamp_ms: env.timestamp_ms,
-                        clock_ms: None,
-                        held_projects: state.project_count(),
-                        payload: payload.as_deref(),
-                    };
+                    let key = env.key.as_deref().map(str::as_bytes);
+                    let record =
+                        Record::new(&env.topic, topics.input(&env.topic), payload.as_deref())
+                            .at(env.partition, env.offset)
+                            // No changelog: only offsets identify a record read again.
+                            .positioned(None)
+                            .keyed(key, env.timestamp_ms)
+                            .received(None, state.project_count());
                     engine.process(&mut state, &mut reputations, &record, &mut outs)
                 }
                 Err(e) => reject_line(engine, line_no, text, &e, &mut outs),
@@ -173,18 +168,9 @@ fn reject_line(
     e: &serde_json::Error,
     outs: &mut Vec<Output>,
 ) -> Outcome {
-    let record = Record {
-        topic: REPLAY_SOURCE,
-        input: None,
-        partition: None,
-        offset: Some(line_no),
-        position: None,
-        key: None,
-        timestamp_ms: None,
-        clock_ms: None,
-        held_projects: 0,
-        payload: Some(text),
-    };
+    let record = Record::new(REPLAY_SOURCE, None, Some(text))
+        .at(None, Some(line_no))
+        .positioned(None);
     let rejection = Rejection::new(
         ErrorCode::InvalidEnvelope,
         format!("line {line_no} is not a replay record: {e}"),

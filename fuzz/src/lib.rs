@@ -43,18 +43,10 @@ fn records(input: InputTopic, topic: &str, data: &[u8]) {
     let mut reps = ReputationTable::default();
     let mut out: Vec<Output> = Vec::new();
     for (offset, payload) in data.split(|&b| b == 0xFF).enumerate() {
-        let record = Record {
-            topic,
-            input: Some(input),
-            partition: Some(0),
-            offset: Some(offset as i64),
-            position: Some(offset as i64),
-            key: payload.get(..4),
-            timestamp_ms: Some(1_795_168_800_000),
-            clock_ms: None,
-            held_projects: state.project_count(),
-            payload: Some(payload),
-        };
+        let record = Record::new(topic, Some(input), Some(payload))
+            .at(Some(0), Some(offset as i64))
+            .keyed(payload.get(..4), Some(1_795_168_800_000))
+            .received(None, state.project_count());
         let before = state.clone();
         out.clear();
         let outcome = engine.process(&mut state, &mut reps, &record, &mut out);

@@ -66,21 +66,12 @@ fn run(
     for (i, p) in payloads.iter().enumerate() {
         let offset = (first_offset + i) as i64;
         let input = input_of(unit, p);
-        let r = Record {
-            topic: match input {
-                InputTopic::Votes => "jury.votes",
-                _ => "jury.judge-scores",
-            },
-            input: Some(input),
-            partition: Some(unit.partition),
-            offset: Some(offset),
-            position: Some(offset),
-            key: None,
-            timestamp_ms: None,
-            clock_ms: None,
-            held_projects: 0,
-            payload: Some(p.as_bytes()),
+        let topic = match input {
+            InputTopic::Votes => "jury.votes",
+            _ => "jury.judge-scores",
         };
+        let r = Record::new(topic, Some(input), Some(p.as_bytes()))
+            .at(Some(unit.partition), Some(offset));
         out.clear();
         engine.process(state, &mut reps, &r, &mut out);
         rendered.push(out.iter().map(|o| o.render().into_owned()).collect());
@@ -600,18 +591,12 @@ fn judged(payloads: &[String]) -> (PartitionState, Vec<Change>) {
     let engine = engine(5);
     let mut state = PartitionState::journaled();
     for (i, p) in payloads.iter().enumerate() {
-        let r = Record {
-            topic: "jury.judge-scores",
-            input: Some(InputTopic::JudgeScores),
-            partition: Some(JUDGES.partition),
-            offset: Some(i as i64),
-            position: Some(i as i64),
-            key: None,
-            timestamp_ms: None,
-            clock_ms: None,
-            held_projects: 0,
-            payload: Some(p.as_bytes()),
-        };
+        let r = Record::new(
+            "jury.judge-scores",
+            Some(InputTopic::JudgeScores),
+            Some(p.as_bytes()),
+        )
+        .at(Some(JUDGES.partition), Some(i as i64));
         engine.process(
             &mut state,
             &mut ReputationTable::default(),

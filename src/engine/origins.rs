@@ -68,18 +68,9 @@ mod tests {
     use super::*;
 
     fn at(input: InputTopic, partition: i32, offset: i64) -> Record<'static> {
-        Record {
-            topic: "t",
-            input: Some(input),
-            partition: Some(partition),
-            offset: Some(offset),
-            position: None,
-            key: None,
-            timestamp_ms: None,
-            payload: None,
-            clock_ms: None,
-            held_projects: 0,
-        }
+        Record::new("t", Some(input), None)
+            .at(Some(partition), Some(offset))
+            .positioned(None)
     }
 
     #[test]
@@ -98,10 +89,7 @@ mod tests {
         o.advance(&at(v, 0, 2));
         assert!(o.is_copy(&at(v, 0, 5)));
         // Without coordinates nothing is a copy, and nothing is noted.
-        let bare = Record {
-            offset: None,
-            ..at(v, 0, 1)
-        };
+        let bare = at(v, 0, 1).at(Some(0), None);
         assert!(!o.is_copy(&bare));
         o.advance(&bare);
         assert_eq!(o.entries(), vec![(v, 0, 5)]);

@@ -50,6 +50,59 @@ pub struct Receipt {
 }
 
 impl<'a> Record<'a> {
+    /// A record of `topic` (`input` says which input that is, if any) carrying `payload`
+    /// (`None`: a tombstone), with nothing else known: what a runtime knows of it, it adds with
+    /// the methods below. The one way to make a record, so a field added here is set everywhere.
+    pub fn new(topic: &'a str, input: Option<InputTopic>, payload: Option<&'a [u8]>) -> Self {
+        Record {
+            topic,
+            input,
+            partition: None,
+            offset: None,
+            position: None,
+            key: None,
+            timestamp_ms: None,
+            payload,
+            clock_ms: None,
+            held_projects: 0,
+        }
+    }
+
+    /// The record read from `partition` at `offset`: also its [`Record::position`] unless
+    /// [`Record::positioned`] says otherwise (it is, but for a repartitioned record).
+    pub fn at(self, partition: Option<i32>, offset: Option<i64>) -> Self {
+        Record {
+            partition,
+            offset,
+            position: offset,
+            ..self
+        }
+    }
+
+    /// The record at `position` in the log its state follows (see [`Record::position`]).
+    pub fn positioned(self, position: Option<i64>) -> Self {
+        Record { position, ..self }
+    }
+
+    /// The record with key `key` and record timestamp `timestamp_ms`.
+    pub fn keyed(self, key: Option<&'a [u8]>, timestamp_ms: Option<i64>) -> Self {
+        Record {
+            key,
+            timestamp_ms,
+            ..self
+        }
+    }
+
+    /// The record as received at `clock_ms` by an instance holding `held_projects` projects
+    /// (see [`Record::clock_ms`], [`Record::held_projects`]).
+    pub fn received(self, clock_ms: Option<u64>, held_projects: usize) -> Self {
+        Record {
+            clock_ms,
+            held_projects,
+            ..self
+        }
+    }
+
     /// Where and when the record was received.
     pub fn receipt(&self) -> Receipt {
         Receipt {

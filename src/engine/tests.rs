@@ -18,18 +18,7 @@ fn engine() -> Engine {
 
 /// A record from `topic`, an input by its default name (or not an input at all).
 fn rec<'a>(topic: &'a str, payload: Option<&'a [u8]>) -> Record<'a> {
-    Record {
-        topic,
-        input: TopicTable::default().input(topic),
-        partition: Some(0),
-        offset: None,
-        position: None,
-        key: None,
-        timestamp_ms: None,
-        clock_ms: None,
-        held_projects: 0,
-        payload,
-    }
+    Record::new(topic, TopicTable::default().input(topic), payload).at(Some(0), None)
 }
 
 struct Harness {
@@ -200,10 +189,7 @@ fn reputation_comes_from_vote_then_table_then_default() {
     assert_eq!(h.last()["score"], (0.9 + 0.75) / (0.9 + 3.0 + 1.0));
     // A tombstone falls back to the default 1.0.
     assert_eq!(
-        h.send_record(Record {
-            key: Some(b"u-8"),
-            ..rec("jury.reputations", None)
-        }),
+        h.send_record(rec("jury.reputations", None).keyed(Some(b"u-8"), None)),
         Outcome::Applied
     );
     assert_eq!(h.reps.get("u-8"), None);
@@ -214,12 +200,7 @@ fn record_timestamp_stands_in_for_occurred_at() {
     let mut h = Harness::new();
     let payload =
         r#"{"event_id": "e1", "project_id": "p", "votes": [{"voter_id": "u", "value": 1}]}"#;
-    let r = Record {
-        timestamp_ms: Some(1_795_168_807_250),
-        clock_ms: None,
-        held_projects: 0,
-        ..rec("jury.votes", Some(payload.as_bytes()))
-    };
+    let r = rec("jury.votes", Some(payload.as_bytes())).keyed(None, Some(1_795_168_807_250));
     assert_eq!(h.send_record(r), Outcome::Applied);
     assert_eq!(h.last()["last_event_at"], "2026-11-20T10:00:07.250Z");
     let e2 = payload.replace("e1", "e2");
@@ -1426,10 +1407,7 @@ fn a_new_project_beyond_max_projects_is_dead_lettered() {
     // What the runtime passes: the projects held before each record.
     let send = |h: &mut Harness, topic: &str, payload: &str| {
         let held = h.state.project_count();
-        h.send_record(Record {
-            held_projects: held,
-            ..rec(topic, Some(payload.as_bytes()))
-        })
+        h.send_record(rec(topic, Some(payload.as_bytes())).received(None, held))
     };
     assert_eq!(
         send(&mut h, "jury.votes", &vote("e1", "a")),

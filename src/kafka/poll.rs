@@ -194,16 +194,7 @@ pub(super) fn own_record<'m>(
     input: InputTopic,
     topic: &'m str,
 ) -> Record<'m> {
-    Record {
-        topic,
-        input: Some(input),
-        partition: Some(msg.partition()),
-        offset: Some(msg.offset()),
-        position: Some(msg.offset()),
-        key: msg.key(),
-        timestamp_ms: msg.timestamp_ms(),
-        clock_ms: None,
-        held_projects: 0,
-        payload: msg.payload(),
-    }
+    Record::new(topic, Some(input), msg.payload())
+        .at(Some(msg.partition()), Some(msg.offset()))
+        .keyed(msg.key(), msg.timestamp_ms())
 }

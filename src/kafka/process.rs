@@ -54,14 +54,11 @@ impl Core {
         };
         let offset = msg.offset();
         unit.pending = Some(offset);
-        let record = Record {
-            clock_ms: Some(
-                u64::try_from(self.now.duration_since(self.started).as_millis())
-                    .unwrap_or(u64::MAX),
-            ),
-            held_projects: self.tasks.held_projects,
-            ..polled.record(&self.topics)
-        };
+        let clock_ms =
+            u64::try_from(self.now.duration_since(self.started).as_millis()).unwrap_or(u64::MAX);
+        let record = polled
+            .record(&self.topics)
+            .received(Some(clock_ms), self.tasks.held_projects);
         self.out.clear();
         let outcome = if unit.skip_through.is_some_and(|s| offset <= s) {
             Outcome::Replayed
@@ -329,18 +326,9 @@ pub(super) fn reputation_record<'m>(msg: &'m BorrowedMessage<'_>) -> Record<'m> 
 /// queue, see `record`), as input topic `input` named `topic`: the reputation table's records,
 /// and the load benchmark's loop that validates events as the polling thread does.
 pub fn message_record<'m>(msg: &'m impl Message, input: InputTopic, topic: &'m str) -> Record<'m> {
-    Record {
-        topic,
-        input: Some(input),
-        partition: Some(msg.partition()),
-        offset: Some(msg.offset()),
-        position: Some(msg.offset()),
-        key: msg.key(),
-        timestamp_ms: msg.timestamp().to_millis(),
-        clock_ms: None,
-        held_projects: 0,
-        payload: msg.payload(),
-    }
+    Record::new(topic, Some(input), msg.payload())
+        .at(Some(msg.partition()), Some(msg.offset()))
+        .keyed(msg.key(), msg.timestamp().to_millis())
 }
 
 /// The processing thread: applies polled batches in order, keeps the reputation table current,

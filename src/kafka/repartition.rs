@@ -78,20 +78,13 @@ impl Origin {
     /// The engine's view of `msg`, a repartition-topic record from this origin: the input
     /// record it copies, at `msg`'s position in the repartition topic.
     pub fn record<'m>(&self, msg: &'m Consumed<'_>, topics: &'m TopicTable) -> Record<'m> {
-        Record {
-            topic: self
-                .input
-                .map_or(topics.repartition(), |t| topics.input_name(t)),
-            input: self.input,
-            partition: self.partition,
-            offset: self.offset,
-            position: Some(msg.offset()),
-            key: msg.header(KEY),
-            timestamp_ms: self.timestamp_ms,
-            clock_ms: None,
-            held_projects: 0,
-            payload: msg.payload(),
-        }
+        let topic = self
+            .input
+            .map_or(topics.repartition(), |t| topics.input_name(t));
+        Record::new(topic, self.input, msg.payload())
+            .at(self.partition, self.offset)
+            .positioned(Some(msg.offset()))
+            .keyed(msg.header(KEY), self.timestamp_ms)
     }
 }
 
@@ -249,18 +242,9 @@ mod tests {
     use crate::engine::contract::rejection::ErrorCode;
 
     fn forwarded(payload: &[u8]) -> (OwnedHeaders, Vec<u8>) {
-        let record = Record {
-            topic: "jury.votes",
-            input: Some(InputTopic::Votes),
-            partition: Some(3),
-            offset: Some(41),
-            position: Some(41),
-            key: Some(b"producer-key"),
-            timestamp_ms: Some(7),
-            clock_ms: None,
-            held_projects: 0,
-            payload: Some(payload),
-        };
+        let record = Record::new("jury.votes", Some(InputTopic::Votes), Some(payload))
+            .at(Some(3), Some(41))
+            .keyed(Some(b"producer-key"), Some(7));
         (headers(&record), payload.to_vec())
     }
 

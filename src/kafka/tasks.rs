@@ -2,6 +2,7 @@
 //! follows, restored from the changelog the first time one of its records arrives, and dropped
 //! when it is revoked.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -107,8 +108,7 @@ impl Tasks {
         let reader: BaseConsumer<QuietReader> =
             clients::reader_config(cfg, "restore")?.create_with_context(QuietReader)?;
         let mut tpl = TopicPartitionList::new();
-        let partitions: std::collections::BTreeSet<i32> =
-            wanted.iter().map(|u| u.partition).collect();
+        let partitions: BTreeSet<i32> = wanted.iter().map(|u| u.partition).collect();
         for p in &partitions {
             tpl.add_partition_offset(topics.state(), *p, Offset::Beginning)?;
         }
@@ -158,6 +158,27 @@ impl Tasks {
     }
 }
 
+/// The partitions assigned to `reader` that hold no record, whose end is known at once: an
+/// empty changelog partition or reputation table would otherwise wait for a fetch to report its
+/// end, which made a start on an empty broker take a second. A partition is empty when its high
+/// watermark is at or below its low one. (Tansu's high watermark can lag the records readable,
+/// but was never 0 for a partition holding one, so no partition with records is taken for
+/// empty; a watermark that cannot be read leaves the partition to the fetch.)
+fn empty_partitions(reader: &BaseConsumer<QuietReader>) -> BTreeSet<i32> {
+    let Ok(assigned) = reader.assignment() else {
+        return BTreeSet::new();
+    };
+    assigned
+        .elements()
+        .iter()
+        .filter(|e| {
+            let marks = reader.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(5));
+            marks.is_ok_and(|(low, high)| high <= low)
+        })
+        .map(|e| e.partition())
+        .collect()
+}
+
 /// Reads a reader's assigned partitions (`partitions` of them) from where they are to their ends,
 /// handing every record to `accept`. `Ok(false)` if they did not all reach their end within five
 /// minutes.
@@ -167,7 +188,7 @@ pub(super) fn read_to_end(
     what: &str,
     mut accept: impl FnMut(&BorrowedMessage<'_>) -> Result<(), ServiceError>,
 ) -> Result<bool, ServiceError> {
-    let mut at_end = std::collections::BTreeSet::new();
+    let mut at_end = empty_partitions(reader);
     let deadline = Instant::now() + Duration::from_secs(300);
     while at_end.len() < partitions {
         if Instant::now() > deadline {

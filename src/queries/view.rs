@@ -520,21 +520,12 @@ mod tests {
         let mut reps = ReputationTable::default();
         let mut published = Vec::new();
         for (offset, (topic, payload)) in events.iter().enumerate() {
-            let record = Record {
-                topic: match topic {
-                    InputTopic::Votes => "jury.votes",
-                    _ => "jury.judge-scores",
-                },
-                input: Some(*topic),
-                partition: Some(0),
-                offset: Some(offset as i64),
-                position: Some(offset as i64),
-                key: None,
-                timestamp_ms: None,
-                payload: Some(payload.as_bytes()),
-                clock_ms: None,
-                held_projects: 0,
+            let name = match topic {
+                InputTopic::Votes => "jury.votes",
+                _ => "jury.judge-scores",
             };
+            let record = Record::new(name, Some(*topic), Some(payload.as_bytes()))
+                .at(Some(0), Some(offset as i64));
             let mut out = Vec::new();
             let journaled = state.journal.as_ref().map_or(0, Vec::len);
             engine.process(&mut state, &mut reps, &record, &mut out);
@@ -640,21 +631,12 @@ mod tests {
         let view = View::default();
         let mut offset = 0;
         let mut send = |topic: InputTopic, payload: String| {
-            let record = Record {
-                topic: match topic {
-                    InputTopic::Votes => "jury.votes",
-                    _ => "jury.judge-scores",
-                },
-                input: Some(topic),
-                partition: Some(0),
-                offset: Some(offset),
-                position: Some(offset),
-                key: None,
-                timestamp_ms: None,
-                payload: Some(payload.as_bytes()),
-                clock_ms: None,
-                held_projects: 0,
+            let name = match topic {
+                InputTopic::Votes => "jury.votes",
+                _ => "jury.judge-scores",
             };
+            let record =
+                Record::new(name, Some(topic), Some(payload.as_bytes())).at(Some(0), Some(offset));
             offset += 1;
             let mut out = Vec::new();
             let journaled = state.journal.as_ref().map_or(0, Vec::len);

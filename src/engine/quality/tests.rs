@@ -30,18 +30,12 @@ impl Run {
 
     /// Sends `payload` on `topic` as replay does.
     fn send(&mut self, topic: &str, payload: &str) -> Outcome {
-        let record = Record {
+        let record = Record::new(
             topic,
-            input: TopicTable::default().input(topic),
-            partition: Some(0),
-            offset: Some(self.offset),
-            position: Some(self.offset),
-            key: None,
-            timestamp_ms: None,
-            clock_ms: None,
-            held_projects: 0,
-            payload: Some(payload.as_bytes()),
-        };
+            TopicTable::default().input(topic),
+            Some(payload.as_bytes()),
+        )
+        .at(Some(0), Some(self.offset));
         self.offset += 1;
         self.engine
             .process(&mut self.state, &mut self.reps, &record, &mut self.out)
@@ -383,18 +377,7 @@ fn by_key_observes_no_votes() {
     config.input.partitioning = Partitioning::ByKey;
     let mut run = Run::new(&config);
     // by_key wants records keyed by project: the votes are applied, not observed.
-    let record = Record {
-        topic: "jury.votes",
-        input: Some(InputTopic::Votes),
-        partition: Some(0),
-        offset: Some(0),
-        position: Some(0),
-        key: Some(b"p"),
-        timestamp_ms: None,
-        clock_ms: None,
-        held_projects: 0,
-        payload: Some(br#"{"event_id":"v","project_id":"p","item_id":"A","occurred_at":"2026-11-20T10:00:00Z","votes":[{"voter_id":"u","value":1},{"voter_id":"w","value":1},{"voter_id":"x","value":1}]}"#),
-    };
+    let record = Record::new("jury.votes", Some(InputTopic::Votes), Some(br#"{"event_id":"v","project_id":"p","item_id":"A","occurred_at":"2026-11-20T10:00:00Z","votes":[{"voter_id":"u","value":1},{"voter_id":"w","value":1},{"voter_id":"x","value":1}]}"#)).at(Some(0), Some(0)).keyed(Some(b"p"), None);
     let outcome = run
         .engine
         .process(&mut run.state, &mut run.reps, &record, &mut run.out);
