@@ -143,12 +143,19 @@ fn load_event(i: usize, projects: usize) -> String {
 /// The states the per-epoch benchmarks run on, as (projects, dedupe window): one project with
 /// the default window of 100,000 ids, and 10,000 projects with windows of 100 (what the load
 /// benchmark's million events leave each of its projects).
-const FULL_WINDOWS: [(usize, usize); 2] = [(1, 100_000), (10_000, 100)];
+/// Projects, their dedupe window, and whether judge quality is on: the load benchmark's stream
+/// names a new item with every vote, judge quality's worst case.
+const FULL_WINDOWS: [(usize, usize, bool); 3] = [
+    (1, 100_000, false),
+    (10_000, 100, false),
+    (10_000, 100, true),
+];
 
-/// An engine whose dedupe windows hold `window` ids.
-fn engine_with_window(window: usize) -> Engine {
+/// An engine whose dedupe windows hold `window` ids, with judge quality on or off.
+fn engine_with_window(window: usize, judged: bool) -> Engine {
     let mut config = Config::default();
     config.limits.dedupe_window = window;
+    config.judge_quality.enabled = judged;
     Engine::new(Settings::of(&config))
 }
 
@@ -174,8 +181,8 @@ fn bench_journaled_epoch(c: &mut Criterion) {
     let mut reps = ReputationTable::default();
     let unit = Unit::projects(0);
     let mut group = epoch_group(c, "epoch");
-    for (projects, window) in FULL_WINDOWS {
-        let engine = engine_with_window(window);
+    for (projects, window, judged) in FULL_WINDOWS {
+        let engine = engine_with_window(window, judged);
         let mut state = PartitionState::journaled();
         let mut out = Vec::<Output>::with_capacity(4);
         let mut next = 0;
@@ -224,7 +231,11 @@ fn bench_journaled_epoch(c: &mut Criterion) {
         for _ in 0..20 {
             apply(&mut state, &make(EPOCH));
         }
-        group.bench_function(format!("journaled_{projects}_projects"), |b| {
+        let name = match judged {
+            false => format!("journaled_{projects}_projects"),
+            true => format!("journaled_{projects}_projects_judged"),
+        };
+        group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut took = Duration::ZERO;
                 for _ in 0..iters {
@@ -368,8 +379,8 @@ fn bench_prefetch(c: &mut Criterion) {
     const AHEAD: usize = 4;
     let mut reps = ReputationTable::default();
     let mut group = epoch_group(c, "prefetch");
-    for (projects, window) in FULL_WINDOWS {
-        let engine = engine_with_window(window);
+    for (projects, window, _) in FULL_WINDOWS.into_iter().filter(|(.., judged)| !judged) {
+        let engine = engine_with_window(window, false);
         let mut state = PartitionState::default();
         let mut out = Vec::<Output>::with_capacity(4);
         let mut made = 0;

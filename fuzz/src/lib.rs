@@ -106,15 +106,15 @@ fn replay(data: &[u8]) {
     let _ = jurystream::replay::replay(&engine, &topics, data, &mut out);
 }
 
+/// Restores the records as a projects unit (`["p",0,...]`) and as a votes unit (`["v",0,...]`).
 fn restore(data: &[u8]) {
-    let mut restorer = Restorer::new(Unit {
-        topic: InputTopic::Votes,
-        partition: 0,
-    });
-    for record in data.split(|&b| b == 0xFE) {
-        let mut parts = record.splitn(2, |&b| b == 0xFD);
-        let key = parts.next().unwrap_or_default();
-        restorer.accept(key, parts.next());
+    for unit in [Unit::projects(0), Unit::input(InputTopic::Votes, 0)] {
+        let mut restorer = Restorer::new(unit);
+        for record in data.split(|&b| b == 0xFE) {
+            let mut parts = record.splitn(2, |&b| b == 0xFD);
+            let key = parts.next().unwrap_or_default();
+            restorer.accept(key, parts.next());
+        }
+        let _ = restorer.finish();
     }
-    let _ = restorer.finish();
 }

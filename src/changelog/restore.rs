@@ -334,7 +334,10 @@ impl Restored {
 
     /// A project's judge quality, created empty if new.
     fn quality(&mut self, project: &str) -> &mut ProjectQuality {
-        self.state.quality.entry(project.to_owned()).or_default()
+        self.state
+            .quality
+            .entry(ProjectKey::from(project))
+            .or_default()
     }
 
     /// The session book's creation counter.

@@ -57,9 +57,9 @@ pub enum Change {
     Watermark { project: String },
     /// The humans' votes on an item (judge quality), by the item's place in its project's
     /// order: the changelog writes items in buckets of places.
-    QualityItem { project: String, seq: u64 },
+    QualityItem { project: ProjectKey, seq: u64 },
     /// The judge scores waiting for an item's votes, by the item's place.
-    QualityWaiting { project: String, seq: u64 },
+    QualityWaiting { project: ProjectKey, seq: u64 },
     /// A judge's window of pairs.
     QualityJudge { project: String, judge: String },
     /// One of the last candidates' judge scores, by its place.

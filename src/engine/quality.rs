@@ -15,13 +15,12 @@ use serde::Serialize;
 use smallvec::SmallVec;
 
 use super::contract::time::EventTime;
+use super::ids::ProjectKey;
 use super::journal::Change;
 use super::model::bias::{BiasAlert, risk_level};
 use super::model::consensus::{Analysis, analyze};
 use super::model::effective_judges::{Basis, CandidateScores};
-use super::model::judge_quality::{
-    Agreement, JudgeWindow, Observed, Pair, ProjectQuality, QualityLimits,
-};
+use super::model::judge_quality::{Agreement, JudgeWindow, Observed, Pair, QualityLimits};
 use super::model::session::Session;
 use super::output::{Output, OutputTopic};
 use super::state::PartitionState;
@@ -70,14 +69,8 @@ impl Engine {
         };
         let votes: SmallVec<[(f64, f64); 4]> = votes.collect();
         let limits = self.quality_limits();
-        if !state.quality.contains_key(project) {
-            state
-                .quality
-                .insert(project.to_owned(), ProjectQuality::default());
-        }
-        let Some(quality) = state.quality.get_mut(project) else {
-            return;
-        };
+        // Inline up to 24 bytes: finding the project allocates nothing.
+        let quality = state.quality.entry(ProjectKey::from(project)).or_default();
         let observed = quality.votes(item, &votes, at, &limits);
         self.add_pairs(state, project, observed, out);
     }
@@ -135,7 +128,7 @@ impl Engine {
             .map(|scores| scores.iter().map(|(j, s)| ((*j).to_owned(), *s)).collect())
             .collect();
         let q = &self.settings.judge_quality;
-        let quality = state.quality.entry(project.to_owned()).or_default();
+        let quality = state.quality.entry(ProjectKey::from(project)).or_default();
         let changed = quality.remember(candidates, q.window);
         let judges: Vec<&str> = judges.into_iter().collect();
         let effective = quality.effective_judges(&judges, q.min_shared);
@@ -186,7 +179,7 @@ impl Engine {
         let limits = self.quality_limits();
         let observed = state
             .quality
-            .entry(project.to_owned())
+            .entry(ProjectKey::from(project))
             .or_default()
             .completed(session, &scores, at, &limits);
         self.add_pairs(state, project, observed, out);
@@ -211,13 +204,13 @@ impl Engine {
         } = observed;
         for seq in items {
             state.note(|| Change::QualityItem {
-                project: project.to_owned(),
+                project: ProjectKey::from(project),
                 seq,
             });
         }
         for seq in waiting {
             state.note(|| Change::QualityWaiting {
-                project: project.to_owned(),
+                project: ProjectKey::from(project),
                 seq,
             });
         }

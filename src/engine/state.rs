@@ -139,7 +139,7 @@ pub struct PartitionState {
     /// each judge's window of pairs, and the last candidates' judge scores. Kept by the unit
     /// that applies judge scores, which also observes the votes of its log (see
     /// [`super::Engine::observe_votes`]).
-    pub quality: IdMap<String, ProjectQuality>,
+    pub quality: IdMap<ProjectKey, ProjectQuality>,
     /// The last offset processed from each input partition, to recognise copies.
     pub origins: Origins,
     /// When set, every state change is noted here for the runtime's changelog.

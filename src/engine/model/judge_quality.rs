@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
 use super::stats;
 use crate::engine::contract::time::EventTime;
-use crate::engine::ids::IdMap;
+use crate::engine::ids::{IdMap, ProjectKey};
 
 /// How a judge agrees with the humans over a window of pairs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -158,8 +158,8 @@ pub struct Pair {
 /// value carries its place in that order, so a restore puts it back where it was.
 #[derive(Debug, Clone, Default)]
 pub struct Bounded<V> {
-    values: IdMap<String, (u64, V)>,
-    order: BTreeMap<u64, String>,
+    values: IdMap<ProjectKey, (u64, V)>,
+    order: BTreeMap<u64, ProjectKey>,
     next: u64,
 }
 
@@ -187,11 +187,11 @@ impl<V: Default> Bounded<V> {
                     break;
                 };
                 self.values.remove(&oldest);
-                forgotten.push((seq, oldest));
+                forgotten.push((seq, oldest.into()));
             }
-            self.order.insert(self.next, key.to_owned());
+            self.order.insert(self.next, ProjectKey::from(key));
             self.values
-                .insert(key.to_owned(), (self.next, V::default()));
+                .insert(ProjectKey::from(key), (self.next, V::default()));
             self.next += 1;
         }
         // Found without allocating the key (the common case: an item voted on again); the
@@ -231,8 +231,8 @@ impl<V> Bounded<V> {
     /// Puts a restored value back at its place `seq`.
     pub fn restore(&mut self, key: &str, seq: u64, value: V) {
         self.remove(key);
-        self.order.insert(seq, key.to_owned());
-        self.values.insert(key.to_owned(), (seq, value));
+        self.order.insert(seq, ProjectKey::from(key));
+        self.values.insert(ProjectKey::from(key), (seq, value));
         self.next = self.next.max(seq + 1);
     }
 
