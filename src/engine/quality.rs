@@ -5,7 +5,7 @@
 //! effective number of its judges.
 //!
 //! The state lives in the project's state ([`PartitionState::quality`]), beside its score and
-//! its sessions: a vote batch joins it as it is applied ([`Engine::observe_votes`]), from the
+//! its sessions: a vote batch joins it as it is applied (`Engine::observe_votes`), from the
 //! batch as read once.
 
 use std::collections::{BTreeMap, BTreeSet};

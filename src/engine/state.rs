@@ -136,9 +136,8 @@ pub struct PartitionState {
     /// `jury.judge-scores`: per-project dedupe, bias roll-up and leaderboard.
     pub judge_projects: IdMap<String, JudgeProject>,
     /// Judge quality per project: the humans' votes per item, judge scores waiting for them,
-    /// each judge's window of pairs, and the last candidates' judge scores. Kept by the unit
-    /// that applies judge scores, which also observes the votes of its log (see
-    /// [`super::Engine::observe_votes`]).
+    /// each judge's window of pairs, and the last candidates' judge scores. A vote batch joins
+    /// it as it is applied (`Engine::observe_votes`).
     pub quality: IdMap<ProjectKey, ProjectQuality>,
     /// The last offset processed from each input partition, to recognise copies.
     pub origins: Origins,
