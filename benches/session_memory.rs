@@ -54,7 +54,9 @@ fn main() {
 /// applies them), judge scores waiting for votes, pairs in judges' windows and recent
 /// candidates' scores (through the project's state, each kind on its own).
 fn judge_quality() {
-    use jurystream::engine::model::judge_quality::{Pair, ProjectQuality, QualityLimits};
+    use jurystream::engine::model::judge_quality::{
+        Pair, ProjectQuality, QualityLimits, TaskQuality,
+    };
     const ITEMS: usize = 10_000;
     // A dedupe window of one id, so the project's own state stays the size of one batch's.
     let mut settings = Settings {
@@ -78,7 +80,7 @@ fn judge_quality() {
     }
     drop(out);
     let held = LIVE.load(Ordering::Relaxed) - before;
-    assert_eq!(state.quality["proj-1"].items.len(), ITEMS);
+    assert_eq!(state.quality.held(), (ITEMS, 0));
     println!(
         "judge_quality/item_memory: {ITEMS} items with votes hold {held} bytes = {} bytes per item",
         held / ITEMS as isize
@@ -88,22 +90,23 @@ fn judge_quality() {
         max_pending_items: ITEMS,
         window: ITEMS,
         max_judges: 100,
+        max_task_items: ITEMS,
     };
     let at = jurystream::engine::contract::time::EventTime::from_epoch_millis(1_795_168_800_000)
         .expect("a valid time");
-    let mut q = ProjectQuality::default();
+    let mut q = TaskQuality::default();
     let before = LIVE.load(Ordering::Relaxed);
     for i in 0..ITEMS {
         let item = format!("trace-{i:08}");
         q.completed(
-            "sess-00001",
+            ("proj-1", "sess-00001"),
             &[(item.as_str(), "judge-a", 0.5)],
             at,
             &limits,
         );
     }
     let held = LIVE.load(Ordering::Relaxed) - before;
-    assert_eq!(q.waiting.len(), ITEMS);
+    assert_eq!(q.held(), (0, ITEMS));
     println!(
         "judge_quality/waiting_memory: {ITEMS} items with a judge score waiting hold {held} bytes = {} bytes per item",
         held / ITEMS as isize

@@ -550,6 +550,11 @@ pub struct JudgeQuality {
     /// Items per project whose votes are remembered, and items whose judge scores wait for
     /// votes (each bound on its own); the oldest is forgotten first.
     pub max_pending_items: usize,
+    /// Items one instance remembers votes for, over all its projects, and as many whose judge
+    /// scores wait for votes: split evenly over the `kafka.partitions` tasks, each of which
+    /// forgets its oldest item first whatever its project. A split bound, not a shared one, so
+    /// what a task forgets does not depend on which instance holds which partitions.
+    pub max_items: usize,
     /// Pairs per judge its agreement is computed over; candidates the effective number of
     /// judges is computed over.
     pub window: usize,
@@ -570,9 +575,10 @@ pub struct JudgeQuality {
 impl Default for JudgeQuality {
     fn default() -> Self {
         JudgeQuality {
-            enabled: false,
+            enabled: true,
             min_human_votes: 3,
             max_pending_items: 10_000,
+            max_items: 100_000,
             window: 500,
             max_judges: 100,
             min_shared: 10,
@@ -774,6 +780,7 @@ impl Config {
         let q = &self.judge_quality;
         positive("judge_quality.min_human_votes", q.min_human_votes as usize)?;
         positive("judge_quality.max_pending_items", q.max_pending_items)?;
+        positive("judge_quality.max_items", q.max_items)?;
         positive("judge_quality.window", q.window)?;
         at_most(
             "judge_quality.window",

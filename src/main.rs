@@ -222,7 +222,7 @@ fn run_replay(config: Config, input: &str, output: &str) -> Result<()> {
     } else {
         Box::new(File::create(output).with_context(|| format!("creating output {output}"))?)
     };
-    let engine = Engine::new(Settings::of(&config));
+    let engine = Engine::new(Settings::of(&config).one_task());
     let started = Instant::now();
     let summary = replay::replay(
         &engine,

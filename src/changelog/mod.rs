@@ -55,7 +55,7 @@ use serde_json::value::RawValue;
 use crate::engine::contract::time::EventTime;
 use crate::engine::model::bias::ProjectAudit;
 use crate::engine::model::dedupe::RecentIds;
-use crate::engine::model::judge_quality::{Bounded, ProjectQuality};
+use crate::engine::model::judge_quality::{Bounded, ItemVotes, ProjectQuality, Waiting};
 use crate::engine::model::leaderboard::{BlockId, Ranking, StoredRow};
 use crate::engine::model::score::ProjectScore;
 use crate::engine::model::session::{ProjectSessions, Session, SessionBook};
@@ -261,14 +261,15 @@ pub(super) enum Slot<'a> {
     /// One of a category's Bradley-Terry resampling blocks, by day and slot:
     /// `["j",3,"block","proj-42","chat","20417.3"]`.
     Block(&'a str, &'a str, BlockId),
-    /// A bucket of `ITEM_BUCKET` places of a project's items with votes,
-    /// `[[seq,"trace-100",{...}],...]`: `["p",3,"items","proj-42","6"]`. One record per bucket
-    /// and flush, not per item: with a new item per vote, per-item records were most of the
-    /// changelog.
-    Items(&'a str, u64),
-    /// A bucket of places of a project's items with judge scores waiting for votes,
-    /// `[[seq,"trace-100",[...]],...]`: `["p",3,"waits","proj-42","6"]`.
-    Waits(&'a str, u64),
+    /// A bucket of `ITEM_BUCKET` places of the task's items with votes, whatever their
+    /// projects, `[[seq,"proj-42","trace-100",{...}],...]`: `["p",3,"items","6"]`. One record
+    /// per bucket and flush, not per item: with a new item per vote, per-item records were most
+    /// of the changelog; and places of the task, not of each project, so that a flush's new
+    /// items fill buckets rather than rewrite one per project.
+    Items(u64),
+    /// A bucket of places of the task's items with judge scores waiting for votes,
+    /// `[[seq,"proj-42","trace-100",[...]],...]`: `["p",3,"waits","6"]`.
+    Waits(u64),
     /// A judge's window of pairs, `{"seq":N,"value":{...}}`: `["j",3,"judge","proj-42","gpt"]`.
     Judge(&'a str, &'a str),
     /// One of a project's last candidates' judge scores, by its place:
@@ -330,8 +331,8 @@ impl<'a> Slot<'a> {
             ("watermark", [p]) => Slot::Watermark(p),
             ("ranking", [p, c]) => Slot::Ranking(p, c),
             ("block", [p, c, b]) => Slot::Block(p, c, b.parse().map_err(|()| "a bad block")?),
-            ("items", [p, n]) => Slot::Items(p, number(n)?),
-            ("waits", [p, n]) => Slot::Waits(p, number(n)?),
+            ("items", [n]) => Slot::Items(number(n)?),
+            ("waits", [n]) => Slot::Waits(number(n)?),
             ("judge", [p, j]) => Slot::Judge(p, j),
             ("recent", [p, n]) => Slot::Recent(p, number(n)?),
             ("forgotten", [p]) => Slot::Forgotten(p),
@@ -361,11 +362,7 @@ impl Serialize for Key<'_> {
             Slot::Project(p) | Slot::Audit(p) | Slot::Watermark(p) | Slot::Forgotten(p) => {
                 seq.serialize_element(p)?
             }
-            Slot::Seen(p, bucket)
-            | Slot::Ballots(p, bucket)
-            | Slot::Items(p, bucket)
-            | Slot::Waits(p, bucket)
-            | Slot::Recent(p, bucket) => {
+            Slot::Seen(p, bucket) | Slot::Ballots(p, bucket) | Slot::Recent(p, bucket) => {
                 seq.serialize_element(p)?;
                 seq.serialize_element(&bucket.to_string())?;
             }
@@ -390,7 +387,9 @@ impl Serialize for Key<'_> {
                 seq.serialize_element(category)?;
                 seq.serialize_element(&block.to_string())?;
             }
-            Slot::Redo(n) => seq.serialize_element(&n.to_string())?,
+            Slot::Redo(n) | Slot::Items(n) | Slot::Waits(n) => {
+                seq.serialize_element(&n.to_string())?
+            }
         }
         seq.end()
     }
@@ -418,8 +417,9 @@ struct WatermarkValue {
 /// Ids per dedupe-window changelog record.
 const SEEN_BUCKET: u64 = 32;
 
-/// Item places per judge-quality bucket record ([`Slot::Items`], [`Slot::Waits`]): a busy
-/// project's flush rewrites its newest bucket or two, a few kilobytes at most.
+/// Item places per judge-quality bucket record ([`Slot::Items`], [`Slot::Waits`]): a flush
+/// writes its new items' buckets once each, and rewrites the older buckets of items voted on
+/// again, a few kilobytes each at most.
 const ITEM_BUCKET: u64 = 16;
 
 /// A dedupe fingerprint as it is written: 32 lowercase hex digits.

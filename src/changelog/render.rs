@@ -222,13 +222,13 @@ impl Records {
                     watermark.is_some_and(|watermark| push_json(b, &WatermarkValue { watermark }))
                 });
             }
-            Slot::Items(project, bucket) => {
-                let items = state.quality.get(project).map(|q| &q.items);
-                self.push(unit, slot, |b| push_places(b, items, bucket));
+            Slot::Items(bucket) => {
+                let items: Vec<_> = state.quality.items_at(places(bucket)).collect();
+                self.push(unit, slot, |b| !items.is_empty() && push_json(b, &items));
             }
-            Slot::Waits(project, bucket) => {
-                let waiting = state.quality.get(project).map(|q| &q.waiting);
-                self.push(unit, slot, |b| push_places(b, waiting, bucket));
+            Slot::Waits(bucket) => {
+                let waits: Vec<_> = state.quality.waits_at(places(bucket)).collect();
+                self.push(unit, slot, |b| !waits.is_empty() && push_json(b, &waits));
             }
             Slot::Judge(project, judge) => {
                 let q = state.quality.get(project);
@@ -265,13 +265,10 @@ impl Records {
     }
 }
 
-/// Appends the values of `bounded` whose places are in `bucket` (see [`ITEM_BUCKET`]) as
-/// `[[seq,key,value],...]`; false (a tombstone) when there is none.
-fn push_places<V: Serialize>(b: &mut Vec<u8>, bounded: Option<&Bounded<V>>, bucket: u64) -> bool {
-    let places = bucket * ITEM_BUCKET..(bucket + 1) * ITEM_BUCKET;
-    let values: Vec<(u64, &str, &V)> =
-        bounded.map_or_else(Vec::new, |b| b.places(places).collect());
-    !values.is_empty() && push_json(b, &values)
+/// The item places of judge-quality bucket `bucket` (see [`ITEM_BUCKET`]); a bucket is
+/// written as `[[seq,project,item,value],...]`, or a tombstone when it holds none.
+fn places(bucket: u64) -> std::ops::Range<u64> {
+    bucket * ITEM_BUCKET..(bucket + 1) * ITEM_BUCKET
 }
 
 /// [`open_bucket`] for a flush's changes in order: a vote event's changes name the same project
@@ -360,8 +357,8 @@ impl Change {
                 category,
                 block,
             } => Slot::Block(project, category, *block),
-            Change::QualityItem { project, seq } => Slot::Items(project, seq / ITEM_BUCKET),
-            Change::QualityWaiting { project, seq } => Slot::Waits(project, seq / ITEM_BUCKET),
+            Change::QualityItem { seq } => Slot::Items(seq / ITEM_BUCKET),
+            Change::QualityWaiting { seq } => Slot::Waits(seq / ITEM_BUCKET),
             Change::QualityJudge { project, judge } => Slot::Judge(project, judge),
             Change::QualityRecent { project, seq } => Slot::Recent(project, *seq),
             Change::QualityForgotten { project } => Slot::Forgotten(project),

@@ -205,8 +205,24 @@ impl Restorer {
                     restored.sessions.entry(p.to_owned()).or_default().watermark =
                         Some(value.watermark);
                 }
-                Slot::Items(p, _) => places(&mut restored.quality(p).items, &key, v)?,
-                Slot::Waits(p, _) => places(&mut restored.quality(p).waiting, &key, v)?,
+                Slot::Items(_) => {
+                    let items: Vec<(u64, String, String, ItemVotes)> = from_value(&key, v)?;
+                    for (seq, project, item, votes) in items {
+                        restored
+                            .state
+                            .quality
+                            .restore_item((&project, &item), seq, votes);
+                    }
+                }
+                Slot::Waits(_) => {
+                    let waits: Vec<(u64, String, String, Vec<Waiting>)> = from_value(&key, v)?;
+                    for (seq, project, item, waiting) in waits {
+                        restored
+                            .state
+                            .quality
+                            .restore_waiting((&project, &item), seq, waiting);
+                    }
+                }
                 Slot::Judge(p, judge) => place(&mut restored.quality(p).judges, judge, &key, v)?,
                 Slot::Recent(p, seq) => {
                     let scores = from_value(&key, v)?;
@@ -334,10 +350,7 @@ impl Restored {
 
     /// A project's judge quality, created empty if new.
     fn quality(&mut self, project: &str) -> &mut ProjectQuality {
-        self.state
-            .quality
-            .entry(ProjectKey::from(project))
-            .or_default()
+        self.state.quality.project(project)
     }
 
     /// The session book's creation counter.
@@ -376,7 +389,7 @@ impl Restored {
             sessions.entry(project).or_default().completed = RecentIds::restore(entries);
         }
         state.sessions = SessionBook::restore(sessions, next_seq);
-        for quality in state.quality.values_mut() {
+        for quality in state.quality.iter_mut() {
             quality.rebuild_correlations();
         }
         (state, offset)
@@ -391,20 +404,7 @@ fn place<V: serde::de::DeserializeOwned>(
     v: Value,
 ) -> Result<(), ChangelogError> {
     let placed: Placed<V> = from_value(key, v)?;
-    bounded.restore(id, placed.seq, placed.value);
-    Ok(())
-}
-
-/// Puts the values of a bucket record (see [`Slot::Items`]) back at their places in `bounded`.
-fn places<V: serde::de::DeserializeOwned>(
-    bounded: &mut Bounded<V>,
-    key: &str,
-    v: Value,
-) -> Result<(), ChangelogError> {
-    let values: Vec<(u64, String, V)> = from_value(key, v)?;
-    for (seq, id, value) in values {
-        bounded.restore(&id, seq, value);
-    }
+    bounded.insert(id, placed.seq, placed.value);
     Ok(())
 }
 

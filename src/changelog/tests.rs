@@ -203,7 +203,12 @@ fn engine(dedupe_window: usize) -> Engine {
     config.sessions.max_open_per_project = 2;
     config.sessions.timeout_secs = 20;
     config.judge_quality.enabled = true;
-    Engine::new(Settings::of(&config))
+    // Three items of each kind per task (a sixth of `max_items` over the six partitions): the
+    // streams below name four, so the task forgets items of one project for another's.
+    config.judge_quality.max_items = 18;
+    let settings = Settings::of(&config);
+    assert_eq!(settings.quality_task_items, 3);
+    Engine::new(settings)
 }
 
 /// A run without interruption: its final state and outputs.
@@ -701,7 +706,9 @@ fn judge_quality_round_trips() {
     let events: Vec<(usize, usize, i64, bool)> = (0..80)
         .map(|i| (i / 3 % 6, i % 4, (i * 2) as i64, i % 3 == 1))
         .collect();
-    let payloads = judged_with_votes(&events);
+    let mut payloads = judged_with_votes(&events);
+    // Then votes on eight more items over both projects: beyond the task's three.
+    payloads.extend((0..8).map(|k| item_vote(80 + k, k % 2, &format!("X{k}"), 170 + k as i64)));
     let (clean, out) = clean_run(&engine(5), PROJECTS, &payloads, 4);
     // The stream forms pairs, so the state the round trip compares holds judge windows.
     assert!(
@@ -712,9 +719,11 @@ fn judge_quality_round_trips() {
     assert!(
         clean
             .quality
-            .values()
-            .any(|q| !q.judges.is_empty() && !q.recent.is_empty())
+            .iter()
+            .any(|(_, q)| !q.judges.is_empty() && !q.recent.is_empty())
     );
+    // ... and the task's bound forgot items on the way.
+    assert!(clean.quality.iter().any(|(_, q)| q.forgotten > 0));
     for cut in [0, 7, 31, 50, 80] {
         check_round_trip(PROJECTS, &payloads, cut, 4);
     }
@@ -913,8 +922,8 @@ fn every_kind_of_key_is_written_and_read_back() {
             r#"["j",3,"consensus","p","s/1"]"#,
         ),
         (Slot::Board("p", "", "m"), r#"["j",3,"board","p","","m"]"#),
-        (Slot::Items("p", 6), r#"["j",3,"items","p","6"]"#),
-        (Slot::Waits("p", 0), r#"["j",3,"waits","p","0"]"#),
+        (Slot::Items(6), r#"["j",3,"items","6"]"#),
+        (Slot::Waits(0), r#"["j",3,"waits","0"]"#),
         (Slot::Ballots("p", 2), r#"["j",3,"ballots","p","2"]"#),
         (
             Slot::Judge("p", "openai/j"),

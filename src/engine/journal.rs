@@ -55,11 +55,12 @@ pub enum Change {
     },
     /// A judge-scores project's watermark.
     Watermark { project: String },
-    /// The humans' votes on an item (judge quality), by the item's place in its project's
-    /// order: the changelog writes items in buckets of places.
-    QualityItem { project: ProjectKey, seq: u64 },
+    /// The humans' votes on an item (judge quality), by the item's place in its task's order
+    /// (see [`super::model::judge_quality::TaskQuality`]): the changelog writes items in
+    /// buckets of places.
+    QualityItem { seq: u64 },
     /// The judge scores waiting for an item's votes, by the item's place.
-    QualityWaiting { project: ProjectKey, seq: u64 },
+    QualityWaiting { seq: u64 },
     /// A judge's window of pairs.
     QualityJudge { project: String, judge: String },
     /// One of the last candidates' judge scores, by its place.

@@ -35,6 +35,7 @@ impl Engine {
             max_pending_items: q.max_pending_items,
             window: q.window,
             max_judges: q.max_judges,
+            max_task_items: self.settings.quality_task_items,
         }
     }
 
@@ -69,9 +70,7 @@ impl Engine {
         };
         let votes: SmallVec<[(f64, f64); 4]> = votes.collect();
         let limits = self.quality_limits();
-        // Inline up to 24 bytes: finding the project allocates nothing.
-        let quality = state.quality.entry(ProjectKey::from(project)).or_default();
-        let observed = quality.votes(item, &votes, at, &limits);
+        let observed = state.quality.votes((project, item), &votes, at, &limits);
         self.add_pairs(state, project, observed, out);
     }
 
@@ -128,7 +127,7 @@ impl Engine {
             .map(|scores| scores.iter().map(|(j, s)| ((*j).to_owned(), *s)).collect())
             .collect();
         let q = &self.settings.judge_quality;
-        let quality = state.quality.entry(ProjectKey::from(project)).or_default();
+        let quality = state.quality.project(project);
         let changed = quality.remember(candidates, q.window);
         let judges: Vec<&str> = judges.into_iter().collect();
         let effective = quality.effective_judges(&judges, q.min_shared);
@@ -179,9 +178,7 @@ impl Engine {
         let limits = self.quality_limits();
         let observed = state
             .quality
-            .entry(ProjectKey::from(project))
-            .or_default()
-            .completed(session, &scores, at, &limits);
+            .completed((project, session), &scores, at, &limits);
         self.add_pairs(state, project, observed, out);
     }
 
@@ -203,21 +200,19 @@ impl Engine {
             forgotten,
         } = observed;
         for seq in items {
-            state.note(|| Change::QualityItem {
-                project: ProjectKey::from(project),
-                seq,
-            });
+            state.note(|| Change::QualityItem { seq });
         }
         for seq in waiting {
-            state.note(|| Change::QualityWaiting {
-                project: ProjectKey::from(project),
-                seq,
-            });
+            state.note(|| Change::QualityWaiting { seq });
         }
-        if forgotten > 0 {
-            state.note(|| Change::QualityForgotten {
-                project: project.to_owned(),
-            });
+        let mut counted: SmallVec<[&ProjectKey; 2]> = SmallVec::new();
+        for project in &forgotten {
+            if !counted.contains(&project) {
+                counted.push(project);
+                state.note(|| Change::QualityForgotten {
+                    project: project.to_string(),
+                });
+            }
         }
         if pairs.is_empty() {
             return;

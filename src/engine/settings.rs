@@ -16,6 +16,10 @@ pub struct Settings {
     pub judge_quality: JudgeQuality,
     /// Whether judge scores pair with the humans' votes (see [`Settings::pairs_judges`]).
     pub pairs_judges: bool,
+    /// Items a task's judge quality holds (with votes, and as many with waiting scores):
+    /// `judge_quality.max_items` split over the `kafka.partitions` tasks of an instance, or all
+    /// of it where one state holds every project ([`Settings::one_task`]).
+    pub quality_task_items: usize,
     /// `output.scores_coalesce_ms`: a project's `jury.scores` updates within this many
     /// milliseconds of the runtime's clock are coalesced (see [`super::Coalescing`]).
     pub scores_coalesce_ms: u64,
@@ -40,6 +44,10 @@ impl Settings {
             leaderboard: config.leaderboard.clone(),
             judge_quality: config.judge_quality.clone(),
             pairs_judges: Settings::pairs_judges(config),
+            quality_task_items: config
+                .judge_quality
+                .max_items
+                .div_ceil(config.kafka.partitions.max(1) as usize),
             scores_coalesce_ms: config.output.scores_coalesce_ms,
             key_is_project: !config.input.repartitions(),
             kept_record_bytes: config.producer_record_limit() / 4,
@@ -48,6 +56,13 @@ impl Settings {
 }
 
 impl Settings {
+    /// The settings of a runtime whose one state holds every project (replay): it holds all
+    /// of `judge_quality.max_items`.
+    pub fn one_task(mut self) -> Settings {
+        self.quality_task_items = self.judge_quality.max_items;
+        self
+    }
+
     /// Whether judge scores pair with the humans' votes: `judge_quality.enabled`, and a
     /// project's votes and judge scores in one log (`input.partitioning = "repartition"`).
     /// With `by_key` they are partitions of two topics, perhaps on two instances, and no state

@@ -9,7 +9,7 @@ use super::ids::{IdMap, ProjectKey};
 use super::journal::{Change, JournalHint};
 use super::model::bias::ProjectAudit;
 use super::model::dedupe::{RecentIds, Remembered};
-use super::model::judge_quality::ProjectQuality;
+use super::model::judge_quality::TaskQuality;
 use super::model::leaderboard::Board;
 use super::model::score::ProjectScore;
 use super::model::session::SessionBook;
@@ -136,9 +136,10 @@ pub struct PartitionState {
     /// `jury.judge-scores`: per-project dedupe, bias roll-up and leaderboard.
     pub judge_projects: IdMap<String, JudgeProject>,
     /// Judge quality per project: the humans' votes per item, judge scores waiting for them,
-    /// each judge's window of pairs, and the last candidates' judge scores. A vote batch joins
-    /// it as it is applied (`Engine::observe_votes`).
-    pub quality: IdMap<ProjectKey, ProjectQuality>,
+    /// each judge's window of pairs, and the last candidates' judge scores; the task's items in
+    /// one order, within the task's bound. A vote batch joins it as it is applied
+    /// (`Engine::observe_votes`).
+    pub quality: TaskQuality,
     /// The last offset processed from each input partition, to recognise copies.
     pub origins: Origins,
     /// When set, every state change is noted here for the runtime's changelog.

@@ -154,6 +154,9 @@ impl Core {
         metrics
             .projects_limit
             .set(i64::try_from(config.limits.max_projects).unwrap_or(i64::MAX));
+        metrics
+            .judge_items_limit
+            .set(i64::try_from(config.judge_quality.max_items).unwrap_or(i64::MAX));
         Core {
             engine,
             config: config.clone(),
@@ -350,15 +353,11 @@ impl Core {
             }
         }
         let (mut votes, mut waiting, mut forgotten) = (0, 0, 0);
-        for q in self
-            .tasks
-            .units
-            .values()
-            .flat_map(|o| o.state.quality.values())
-        {
-            votes += q.items.len();
-            waiting += q.waiting.len();
-            forgotten += q.forgotten;
+        for quality in self.tasks.units.values().map(|o| &o.state.quality) {
+            let (items, waits) = quality.held();
+            votes += items;
+            waiting += waits;
+            forgotten += quality.iter().map(|(_, q)| q.forgotten).sum::<u64>();
         }
         let items = &self.metrics.judge_items;
         items.with_label_values(&["votes"]).set(votes as i64);

@@ -220,7 +220,7 @@ impl View {
                 p.leaderboard.insert(key, record);
             }
         }
-        for (project, q) in &state.quality {
+        for (project, q) in state.quality.iter() {
             if q.judges.is_empty() {
                 continue;
             }
@@ -664,7 +664,10 @@ mod tests {
             .filter_map(|o| o.key.as_deref())
             .collect();
         assert_eq!(published, ["p/j1", "p/j2"], "both paired in the record");
-        let kept: Vec<String> = state.quality["p"]
+        let kept: Vec<String> = state
+            .quality
+            .get("p")
+            .unwrap()
             .judges
             .iter()
             .map(|(j, _)| j.to_owned())

@@ -64,6 +64,8 @@ pub struct Metrics {
     pub judge_items: IntGaugeVec,
     /// Judge-quality items (or waiting scores) forgotten to stay within their bounds.
     pub judge_items_forgotten: IntGauge,
+    /// `judge_quality.max_items`: the most `judge_items` of each kind an instance holds.
+    pub judge_items_limit: IntGauge,
     pub ready: IntGauge,
     pub up: Gauge,
 }
@@ -334,6 +336,12 @@ impl Metrics {
             project_score,
             judge_kappa,
             judge_items,
+            judge_items_limit: gauge(
+                &r,
+                "jurystream_judge_items_limit",
+                "judge_quality.max_items: the most judge-quality items of each kind an instance \
+                 holds (split over its kafka.partitions tasks, each forgetting its oldest first)",
+            ),
             judge_items_forgotten: gauge(
                 &r,
                 "jurystream_judge_items_forgotten",

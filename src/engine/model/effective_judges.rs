@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::judge_quality::agreement;
+use super::judge_quality::judge_agreement;
 
 /// The judge scores of one candidate.
 pub type CandidateScores = Vec<(String, f64)>;
@@ -44,7 +44,7 @@ pub fn effective_judges(scores: &[Vec<Option<f64>>], min_shared: usize) -> Optio
             .zip(&scores[j])
             .filter_map(|(a, b)| Some(((*a)?, (*b)?)))
             .collect();
-        (pairs.len(), agreement(&pairs).pearson_r)
+        (pairs.len(), judge_agreement(&pairs).pearson_r)
     };
     combine(n, min_shared, rho)
 }

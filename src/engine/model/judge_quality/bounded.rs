@@ -1,0 +1,187 @@
+//! The two orders judge quality keeps its state in: a project's values by key, oldest first
+//! ([`Bounded`]), and the places of every item a task holds, whatever its project
+//! ([`Places`]), so that a task, not only a project, stays within a bound.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use crate::engine::ids::{IdMap, ProjectKey};
+
+/// Values by key, in order of arrival, at most a bound of them: the oldest goes first. Each
+/// value carries its place in that order, so a restore puts it back where it was. The places
+/// are the bounded's own ([`Bounded::entry`]) or given to it ([`Bounded::insert`]): an item's
+/// place is its place in its task's [`Places`].
+#[derive(Debug, Clone, Default)]
+pub struct Bounded<V> {
+    values: IdMap<ProjectKey, (u64, V)>,
+    order: BTreeMap<u64, ProjectKey>,
+    next: u64,
+}
+
+/// Two are equal when they hold the same values in the same order: the places themselves are
+/// only relative (a restore cannot know the places of values already forgotten).
+impl<V: PartialEq> PartialEq for Bounded<V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.order.values().eq(other.order.values())
+            && self.order.values().all(|k| self.get(k) == other.get(k))
+    }
+}
+
+impl<V: Default> Bounded<V> {
+    /// The value of `key` and its place, created if new at the next place of its own; a new
+    /// key forgets the oldest beyond `max`, whose places and keys are appended to `forgotten`.
+    pub fn entry(
+        &mut self,
+        key: &str,
+        max: usize,
+        forgotten: &mut Vec<(u64, ProjectKey)>,
+    ) -> (u64, &mut V) {
+        if !self.values.contains_key(key) {
+            self.make_room(max, forgotten);
+            self.insert(key, self.next, V::default());
+        }
+        self.get_mut(key).expect("present: found or inserted above")
+    }
+}
+
+impl<V> Bounded<V> {
+    pub fn get(&self, key: &str) -> Option<&V> {
+        self.values.get(key).map(|(_, v)| v)
+    }
+
+    /// The value of `key` and its place.
+    pub fn get_mut(&mut self, key: &str) -> Option<(u64, &mut V)> {
+        self.values.get_mut(key).map(|(seq, v)| (*seq, v))
+    }
+
+    /// The value of `key` with its place in the order, for the changelog.
+    pub fn get_with_seq(&self, key: &str) -> Option<(u64, &V)> {
+        self.values.get(key).map(|(seq, v)| (*seq, v))
+    }
+
+    /// The key and value at place `seq`.
+    pub fn at(&self, seq: u64) -> Option<(&str, &V)> {
+        let key = self.order.get(&seq)?;
+        Some((key.as_str(), self.get(key)?))
+    }
+
+    /// Forgets the oldest values until there is room for one more within `max`, appending
+    /// their places and keys to `forgotten`.
+    pub fn make_room(&mut self, max: usize, forgotten: &mut Vec<(u64, ProjectKey)>) {
+        while self.values.len() >= max.max(1) {
+            let Some((seq, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            self.values.remove(&oldest);
+            forgotten.push((seq, oldest));
+        }
+    }
+
+    /// Puts `value` at place `seq`, replacing what `key` held, and returns the place it held;
+    /// later places of its own follow it. A restore puts values back this way.
+    pub fn insert(&mut self, key: &str, seq: u64, value: V) -> Option<u64> {
+        let held = self.remove(key).map(|(held, _)| held);
+        self.order.insert(seq, ProjectKey::from(key));
+        self.values.insert(ProjectKey::from(key), (seq, value));
+        self.next = self.next.max(seq + 1);
+        held
+    }
+
+    /// Removes `key`, returning its place and value.
+    pub fn remove(&mut self, key: &str) -> Option<(u64, V)> {
+        let (seq, v) = self.values.remove(key)?;
+        self.order.remove(&seq);
+        Some((seq, v))
+    }
+
+    /// Removes the value at place `seq`.
+    pub fn remove_at(&mut self, seq: u64) -> Option<V> {
+        let key = self.order.remove(&seq)?;
+        self.values.remove(&key).map(|(_, v)| v)
+    }
+
+    /// The values whose places are in `places`, in order.
+    pub fn places(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &str, &V)> {
+        self.order
+            .range(places)
+            .filter_map(|(&seq, k)| Some((seq, k.as_str(), self.get(k)?)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The values by key, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
+        self.order
+            .values()
+            .filter_map(|k| Some((k.as_str(), self.get(k)?)))
+    }
+
+    /// Whether its order and its values agree (for tests of the invariants).
+    pub fn consistent(&self) -> bool {
+        self.order.len() == self.values.len()
+            && self
+                .order
+                .iter()
+                .all(|(seq, k)| self.values.get(k).is_some_and(|(s, _)| s == seq))
+    }
+}
+
+/// The places of the items a task holds, over all its projects, in order of arrival: the task
+/// forgets its oldest item first, whatever its project. A place is the item's place in its
+/// project's [`Bounded`] too, and the changelog writes items in buckets of places.
+#[derive(Debug, Clone, Default)]
+pub struct Places {
+    order: BTreeMap<u64, ProjectKey>,
+    next: u64,
+}
+
+/// Equal when the same projects hold places in the same order (places are only relative, as in
+/// [`Bounded`]).
+impl PartialEq for Places {
+    fn eq(&self, other: &Self) -> bool {
+        self.order.values().eq(other.order.values())
+    }
+}
+
+impl Places {
+    /// The next place, taken by an item of `project`.
+    pub fn take(&mut self, project: &str) -> u64 {
+        let seq = self.next;
+        self.restore(seq, project);
+        seq
+    }
+
+    /// Puts a restored item of `project` back at place `seq`.
+    pub fn restore(&mut self, seq: u64, project: &str) {
+        self.order.insert(seq, ProjectKey::from(project));
+        self.next = self.next.max(seq + 1);
+    }
+
+    pub fn remove(&mut self, seq: u64) {
+        self.order.remove(&seq);
+    }
+
+    /// The oldest place and its project, removed.
+    pub fn pop_oldest(&mut self) -> Option<(u64, ProjectKey)> {
+        self.order.pop_first()
+    }
+
+    /// The places in `places` and their projects, in order: a changelog bucket.
+    pub fn range(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &str)> {
+        self.order.range(places).map(|(&seq, p)| (seq, p.as_str()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+}

@@ -1,0 +1,586 @@
+//! Judge quality's state: the humans' votes per item and the judge scores waiting for them,
+//! joined into pairs `(s, h)` of a judge's normalised score for an item and the humans' score
+//! for the same item; each judge's window of pairs and its agreement with the humans
+//! ([`agreement`]); and the judge scores of a project's last candidates, for how many
+//! independent judges a consensus rests on. The pipeline that drives it is
+//! `engine::quality`.
+//!
+//! A task holds one [`TaskQuality`]: every project's [`ProjectQuality`], and the places of
+//! the items they hold in one order, so that the task holds at most
+//! `judge_quality.max_items` split over the partitions, the oldest forgotten first whatever its
+//! project.
+
+mod agreement;
+mod bounded;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+use self::agreement::kappa;
+pub use self::agreement::{Agreement, judge_agreement};
+pub use self::bounded::{Bounded, Places};
+use super::effective_judges::{Basis, CandidateScores, Correlations};
+use crate::engine::contract::time::EventTime;
+use crate::engine::ids::{IdMap, ProjectKey};
+
+/// The bounds and thresholds of a project's judge-quality state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QualityLimits {
+    /// Votes an item needs before its humans' score pairs with judge scores.
+    pub min_human_votes: u64,
+    /// Items a project remembers votes for, and items with judge scores waiting for votes
+    /// (each bound on its own); the oldest is forgotten first.
+    pub max_pending_items: usize,
+    /// Pairs per judge the agreement is computed over, and candidates the effective number of
+    /// judges is computed over.
+    pub window: usize,
+    /// Judges a project keeps a window for; the one seen first is forgotten first.
+    pub max_judges: usize,
+    /// Items a task remembers votes for, over all its projects, and items with judge scores
+    /// waiting for votes (each bound on its own); the oldest is forgotten first.
+    pub max_task_items: usize,
+}
+
+/// The humans' score of one item: `Σ r·v` and `Σ r` over its first `min_human_votes` votes that
+/// carry weight (`votes` of them so far), not decayed, and the event time of the batch that
+/// completed them. Only the first ones count, so the score a judge is paired with does not
+/// depend on whether its session completed before or after later votes: the two arrive on two
+/// topics, in an order no producer decides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ItemVotes {
+    pub weighted: f64,
+    pub weight: f64,
+    pub votes: u64,
+    #[serde(default)]
+    pub ready_at: Option<EventTime>,
+}
+
+impl ItemVotes {
+    /// The reputation-weighted mean vote; `None` while no vote carries weight.
+    pub fn score(&self) -> Option<f64> {
+        (self.weight > 0.0).then(|| (self.weighted / self.weight).clamp(0.0, 1.0))
+    }
+
+    /// The humans' score and when it was complete, once it is.
+    fn ready(&self) -> Option<(f64, EventTime)> {
+        Some((self.score()?, self.ready_at?))
+    }
+}
+
+/// A completed session's judge score of an item, waiting for the item's votes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Waiting {
+    pub session: String,
+    pub judge: String,
+    pub s: f64,
+    /// When its session completed.
+    pub at: EventTime,
+}
+
+/// A judge's score of an item and the humans' score of it, paired once both exist.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pair {
+    pub judge: String,
+    pub item: String,
+    /// The session the judge's score came from.
+    pub session: String,
+    pub s: f64,
+    pub h: f64,
+    /// When both sides existed: the later of the session's completion and the humans' score's.
+    pub at: EventTime,
+}
+
+/// A judge's last `window` pairs by their own time, and which of its alerts are active (each
+/// alerts when its finding becomes true and re-arms once it is no longer true).
+///
+/// The window is ordered by each pair's time ([`Pair::at`]) with a tie-break of its item and
+/// session, not by when the pair formed: which pairs form first depends on how the votes and
+/// judge-score topics interleave, which no producer decides. A pair older than every pair of a
+/// full window never enters it, so the window is the last `window` of all the judge's pairs in
+/// that order, whatever order they came in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JudgeWindow {
+    #[serde(deserialize_with = "timed_pairs")]
+    pub pairs: VecDeque<TimedPair>,
+    #[serde(default)]
+    pub disagreeing: bool,
+    #[serde(default)]
+    pub drifting: bool,
+    /// The latest of its pairs' times ([`Pair::at`]).
+    pub last_event_at: Option<EventTime>,
+}
+
+/// A pair in a judge's window: its time, a tie-break (a hash of its item and session), the
+/// judge's score and the humans'.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TimedPair(pub EventTime, pub u64, pub f64, pub f64);
+
+impl TimedPair {
+    fn of(pair: &Pair) -> TimedPair {
+        let mut key = xxhash_rust::xxh3::Xxh3::new();
+        key.update(pair.item.as_bytes());
+        key.update(&[0xFF]);
+        key.update(pair.session.as_bytes());
+        TimedPair(pair.at, key.digest(), pair.s, pair.h)
+    }
+
+    fn order(&self) -> (EventTime, u64) {
+        (self.0, self.1)
+    }
+}
+
+/// Reads a window's pairs, also as written before they carried their time (`[s, h]`, in the
+/// order they formed): those count as older than any timed pair, in their order.
+fn timed_pairs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<VecDeque<TimedPair>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        Timed(TimedPair),
+        Plain(f64, f64),
+    }
+    let stored = Vec::<Stored>::deserialize(d)?;
+    Ok(stored
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| match p {
+            Stored::Timed(p) => p,
+            Stored::Plain(s, h) => TimedPair(EventTime::MIN, i as u64, s, h),
+        })
+        .collect())
+}
+
+impl JudgeWindow {
+    /// The agreement over the window.
+    pub fn agreement(&self) -> Agreement {
+        let pairs: Vec<(f64, f64)> = self.pairs.iter().map(|p| (p.2, p.3)).collect();
+        judge_agreement(&pairs)
+    }
+
+    /// How the kappa moved within a full window: the kappa of its newer half less that of its
+    /// older half. `None` before the window holds `window` pairs, or where either kappa is
+    /// undefined. Computed from the window alone, so it does not depend on the order in which
+    /// the pairs formed.
+    pub fn kappa_change(&self, window: usize) -> Option<f64> {
+        let window = window.max(2);
+        if self.pairs.len() < window {
+            return None;
+        }
+        let half = self.pairs.len() / 2;
+        let kappa_of = |pairs: &mut dyn Iterator<Item = &TimedPair>| {
+            let pairs: Vec<(f64, f64)> = pairs.map(|p| (p.2, p.3)).collect();
+            kappa(&pairs)
+        };
+        let older = kappa_of(&mut self.pairs.iter().take(half))?;
+        let newer = kappa_of(&mut self.pairs.iter().skip(self.pairs.len() - half))?;
+        Some(newer - older)
+    }
+
+    /// Adds `pair` in its place by time; beyond `window` the oldest leaves.
+    fn insert(&mut self, pair: TimedPair, window: usize) {
+        let at = self.pairs.partition_point(|p| p.order() <= pair.order());
+        self.pairs.insert(at, pair);
+        while self.pairs.len() > window {
+            self.pairs.pop_front();
+        }
+    }
+}
+
+/// A judge's standing after a pair: its agreement over the window, and how far its kappa moved
+/// since `window` pairs earlier (`None` before there were that many).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JudgeStanding {
+    pub judge: String,
+    pub agreement: Agreement,
+    pub kappa_change: Option<f64>,
+}
+
+/// What a task's judge-quality state did with votes or a completed session: the pairs
+/// formed, and what it changed or forgot (for the changelog).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    /// The pairs formed, in order.
+    pub pairs: Vec<Pair>,
+    /// The places of items whose votes changed or were forgotten.
+    pub items: Vec<u64>,
+    /// The places of items whose waiting judge scores changed, paired or were forgotten.
+    pub waiting: Vec<u64>,
+    /// The project of each item (votes or waiting scores), or waiting score of an item,
+    /// forgotten to stay in bounds: a task's bound may forget another project's item.
+    pub forgotten: Vec<ProjectKey>,
+}
+
+/// A project's judge-quality state: the humans' votes per item, the judge scores of completed
+/// sessions waiting for them, each judge's window of pairs, and the judge scores of its last
+/// candidates (for the effective number of judges).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProjectQuality {
+    pub items: Bounded<ItemVotes>,
+    pub waiting: Bounded<Vec<Waiting>>,
+    pub judges: Bounded<JudgeWindow>,
+    /// The last candidates' judge scores, by their place in the project's order.
+    pub recent: BTreeMap<u64, CandidateScores>,
+    /// The running correlations of judge pairs over `recent`, kept with it.
+    pub correlations: Correlations,
+    /// Items forgotten so far to stay in bounds.
+    pub forgotten: u64,
+}
+
+impl ProjectQuality {
+    /// The humans' votes on `item` so far.
+    pub fn item(&self, item: &str) -> Option<&ItemVotes> {
+        self.items.get(item)
+    }
+
+    /// Adds `pair` to its judge's window and returns the judge's standing; a judge new beyond
+    /// `max_judges` forgets the one seen first, whose name is appended to `forgotten`.
+    pub fn add(
+        &mut self,
+        pair: &Pair,
+        limits: &QualityLimits,
+        forgotten: &mut Vec<String>,
+    ) -> JudgeStanding {
+        let window = limits.window.max(1);
+        let mut gone = Vec::new();
+        let (_, w) = self.judges.entry(&pair.judge, limits.max_judges, &mut gone);
+        w.insert(TimedPair::of(pair), window);
+        let agreement = w.agreement();
+        w.last_event_at = w.last_event_at.max(Some(pair.at));
+        let kappa_change = w.kappa_change(window);
+        forgotten.extend(gone.into_iter().map(|(_, judge)| judge.into()));
+        JudgeStanding {
+            judge: pair.judge.clone(),
+            agreement,
+            kappa_change,
+        }
+    }
+
+    /// Whether `judge`'s findings are true now, and which of them just became true: sets the
+    /// judge's active flags to `(disagreeing, drifting)` and returns those that were not set.
+    pub fn findings(&mut self, judge: &str, now: (bool, bool)) -> (bool, bool) {
+        let Some((_, w)) = self.judges.get_mut(judge) else {
+            return (false, false);
+        };
+        let fresh = (now.0 && !w.disagreeing, now.1 && !w.drifting);
+        (w.disagreeing, w.drifting) = now;
+        fresh
+    }
+
+    /// Adds a session's candidates (each its judges' scores) to the recent window, forgetting
+    /// the oldest beyond `window`; returns the places added and forgotten.
+    pub fn remember(&mut self, candidates: Vec<CandidateScores>, window: usize) -> Vec<u64> {
+        let mut changed = Vec::new();
+        let first = self.recent.last_key_value().map_or(0, |(k, _)| k + 1);
+        let scored = candidates.into_iter().filter(|s| !s.is_empty());
+        for (seq, scores) in (first..).zip(scored) {
+            self.correlations.apply(&scores, 1);
+            self.recent.insert(seq, scores);
+            changed.push(seq);
+        }
+        while self.recent.len() > window.max(1) {
+            if let Some((seq, scores)) = self.recent.pop_first() {
+                self.correlations.apply(&scores, -1);
+                changed.push(seq);
+            }
+        }
+        changed
+    }
+
+    /// Rebuilds the correlations from `recent`, after a restore wrote it directly.
+    pub fn rebuild_correlations(&mut self) {
+        self.correlations = Correlations::of(self.recent.values());
+    }
+
+    /// The effective number of `judges` over the recent candidates (see
+    /// [`super::effective_judges`]), from the running correlations: `O(judges²)`.
+    pub fn effective_judges(&self, judges: &[&str], min_shared: usize) -> Option<(f64, Basis)> {
+        self.correlations.effective_judges(judges, min_shared)
+    }
+
+    /// The kappa of each judge's window, where defined.
+    pub fn kappas(&self) -> impl Iterator<Item = (&str, f64)> {
+        self.judges
+            .iter()
+            .filter_map(|(j, w)| Some((j, w.agreement().kappa?)))
+    }
+
+    /// The learned weight of each of `judges` whose window holds at least `min_pairs` pairs:
+    /// `max(0, kappa)` of its window. Fewer pairs are too little evidence to override the
+    /// configured weight (two unlucky pairs give kappa -1).
+    pub fn learned_weights<'a>(
+        &'a self,
+        judges: impl Iterator<Item = &'a str> + 'a,
+        min_pairs: usize,
+    ) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+        judges.filter_map(move |j| {
+            let w = self.judges.get(j)?;
+            if w.pairs.len() < min_pairs {
+                return None;
+            }
+            Some((j, w.agreement().kappa?.max(0.0)))
+        })
+    }
+}
+
+/// The judge quality of a task's projects, and the places of the items they hold in one order
+/// each for items with votes and items with waiting judge scores: beside each project's bound
+/// (`max_pending_items`), the task holds at most `max_task_items` of each, and forgets its
+/// oldest first, whatever its project. The places are the task's, so the changelog writes a
+/// task's items in buckets of consecutive places, whichever projects they belong to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskQuality {
+    projects: IdMap<ProjectKey, ProjectQuality>,
+    items: Places,
+    waits: Places,
+}
+
+impl TaskQuality {
+    pub fn get(&self, project: &str) -> Option<&ProjectQuality> {
+        self.projects.get(project)
+    }
+
+    pub fn get_mut(&mut self, project: &str) -> Option<&mut ProjectQuality> {
+        self.projects.get_mut(project)
+    }
+
+    /// The state of `project`, created if new.
+    pub fn project(&mut self, project: &str) -> &mut ProjectQuality {
+        // Inline up to 24 bytes: finding the project allocates nothing.
+        self.projects.entry(ProjectKey::from(project)).or_default()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &ProjectQuality)> {
+        self.projects.iter().map(|(p, q)| (p.as_str(), q))
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut ProjectQuality> {
+        self.projects.values_mut()
+    }
+
+    /// Items held with votes, and with waiting judge scores.
+    pub fn held(&self) -> (usize, usize) {
+        (self.items.len(), self.waits.len())
+    }
+
+    /// Applied votes `(reputation, value)` of `project` on `item`, of a batch at event time
+    /// `at`. The first `min_human_votes` that carry weight make the item's score; once it has
+    /// them, the judge scores waiting for it pair with it. Later votes change nothing.
+    pub fn votes(
+        &mut self,
+        (project, item): (&str, &str),
+        votes: &[(f64, f64)],
+        at: EventTime,
+        limits: &QualityLimits,
+    ) -> Observed {
+        let mut observed = Observed::default();
+        let seq = place(
+            (&mut self.projects, &mut self.items),
+            |q| &mut q.items,
+            (project, item),
+            limits,
+            (&mut observed.items, &mut observed.forgotten),
+        );
+        let q = self.project(project);
+        let Some((_, agg)) = q.items.get_mut(item) else {
+            return observed;
+        };
+        let needed = limits.min_human_votes.max(1);
+        for &(r, v) in votes.iter().filter(|(r, _)| *r > 0.0) {
+            if agg.votes < needed {
+                agg.weighted += r * v;
+                agg.weight += r;
+                agg.votes += 1;
+                if agg.votes == needed {
+                    agg.ready_at = Some(at);
+                }
+            }
+        }
+        let ready = agg.ready();
+        observed.items.push(seq);
+        if let Some((h, ready_at)) = ready
+            && let Some((waited, waiting)) = q.waiting.remove(item)
+        {
+            self.waits.remove(waited);
+            observed.waiting.push(waited);
+            observed.pairs = waiting
+                .into_iter()
+                .map(|w| Pair {
+                    judge: w.judge,
+                    item: item.to_owned(),
+                    session: w.session,
+                    s: w.s,
+                    h,
+                    at: w.at.max(ready_at),
+                })
+                .collect();
+        }
+        observed
+    }
+
+    /// A completed session's judge scores `(item, judge, s)` in `project`, completed at `at`:
+    /// each pairs now if its item has `min_human_votes`, or waits for them (at most
+    /// `max_judges` scores per item, the oldest dropped first and counted as forgotten).
+    pub fn completed(
+        &mut self,
+        (project, session): (&str, &str),
+        scores: &[(&str, &str, f64)],
+        at: EventTime,
+        limits: &QualityLimits,
+    ) -> Observed {
+        let mut observed = Observed::default();
+        for &(item, judge, s) in scores {
+            let ready = self.get(project).and_then(|q| q.items.get(item)?.ready());
+            if let Some((h, ready_at)) = ready {
+                observed.pairs.push(Pair {
+                    judge: judge.to_owned(),
+                    item: item.to_owned(),
+                    session: session.to_owned(),
+                    s,
+                    h,
+                    at: at.max(ready_at),
+                });
+                continue;
+            }
+            let seq = place(
+                (&mut self.projects, &mut self.waits),
+                |q| &mut q.waiting,
+                (project, item),
+                limits,
+                (&mut observed.waiting, &mut observed.forgotten),
+            );
+            let q = self.project(project);
+            let Some((_, waiting)) = q.waiting.get_mut(item) else {
+                continue;
+            };
+            waiting.push(Waiting {
+                session: session.to_owned(),
+                judge: judge.to_owned(),
+                s,
+                at,
+            });
+            // An item scored in session after session without votes keeps only its last
+            // `max_judges` scores.
+            let excess = waiting.len().saturating_sub(limits.max_judges.max(1));
+            waiting.drain(..excess);
+            q.forgotten += excess as u64;
+            observed
+                .forgotten
+                .extend(std::iter::repeat_n(ProjectKey::from(project), excess));
+            if observed.waiting.last() != Some(&seq) {
+                observed.waiting.push(seq);
+            }
+        }
+        observed
+    }
+
+    /// The items with votes at `places`, in order, with their projects: a changelog bucket.
+    pub fn items_at(
+        &self,
+        places: Range<u64>,
+    ) -> impl Iterator<Item = (u64, &str, &str, &ItemVotes)> {
+        self.items.range(places).filter_map(|(seq, project)| {
+            let (item, votes) = self.get(project)?.items.at(seq)?;
+            Some((seq, project, item, votes))
+        })
+    }
+
+    /// The items with waiting judge scores at `places`, in order, with their projects.
+    pub fn waits_at(
+        &self,
+        places: Range<u64>,
+    ) -> impl Iterator<Item = (u64, &str, &str, &Vec<Waiting>)> {
+        self.waits.range(places).filter_map(|(seq, project)| {
+            let (item, waiting) = self.get(project)?.waiting.at(seq)?;
+            Some((seq, project, item, waiting))
+        })
+    }
+
+    /// Puts a restored item's votes back at its place.
+    pub fn restore_item(&mut self, (project, item): (&str, &str), seq: u64, votes: ItemVotes) {
+        self.items.restore(seq, project);
+        if let Some(held) = self.project(project).items.insert(item, seq, votes)
+            && held != seq
+        {
+            self.items.remove(held);
+        }
+    }
+
+    /// Puts a restored item's waiting judge scores back at its place.
+    pub fn restore_waiting(
+        &mut self,
+        (project, item): (&str, &str),
+        seq: u64,
+        waiting: Vec<Waiting>,
+    ) {
+        self.waits.restore(seq, project);
+        if let Some(held) = self.project(project).waiting.insert(item, seq, waiting)
+            && held != seq
+        {
+            self.waits.remove(held);
+        }
+    }
+
+    /// Whether the task's places and its projects' agree (for tests of the invariants).
+    pub fn consistent(&self) -> bool {
+        let (items, waits) = self
+            .projects
+            .values()
+            .fold((0, 0), |(i, w), q| (i + q.items.len(), w + q.waiting.len()));
+        let held = |places: &Places, pick: fn(&ProjectQuality, u64) -> bool| {
+            places
+                .range(0..u64::MAX)
+                .all(|(seq, p)| self.get(p).is_some_and(|q| pick(q, seq)))
+        };
+        items == self.items.len()
+            && waits == self.waits.len()
+            && held(&self.items, |q, seq| q.items.at(seq).is_some())
+            && held(&self.waits, |q, seq| q.waiting.at(seq).is_some())
+            && self
+                .projects
+                .values()
+                .all(|q| q.items.consistent() && q.waiting.consistent())
+    }
+}
+
+/// The place of `project`'s `key` in `held` (its items with votes, or with waiting scores) and
+/// in the task's `places`, taking the next place if it is new: first the task's oldest are
+/// forgotten down to `max_task_items`, then the project's down to `max_pending_items`. The
+/// places forgotten are appended to `changed` and their projects to `forgotten`.
+fn place<V: Default>(
+    (projects, places): (&mut IdMap<ProjectKey, ProjectQuality>, &mut Places),
+    held: fn(&mut ProjectQuality) -> &mut Bounded<V>,
+    (project, key): (&str, &str),
+    limits: &QualityLimits,
+    (changed, forgotten): (&mut Vec<u64>, &mut Vec<ProjectKey>),
+) -> u64 {
+    if let Some((seq, _)) = projects.get_mut(project).and_then(|q| held(q).get_mut(key)) {
+        return seq;
+    }
+    while places.len() >= limits.max_task_items.max(1) {
+        let Some((seq, owner)) = places.pop_oldest() else {
+            break;
+        };
+        if let Some(q) = projects.get_mut(&owner) {
+            held(q).remove_at(seq);
+            q.forgotten += 1;
+        }
+        changed.push(seq);
+        forgotten.push(owner);
+    }
+    let q = projects.entry(ProjectKey::from(project)).or_default();
+    let mut gone = Vec::new();
+    held(q).make_room(limits.max_pending_items, &mut gone);
+    for (seq, _) in gone {
+        places.remove(seq);
+        q.forgotten += 1;
+        changed.push(seq);
+        forgotten.push(ProjectKey::from(project));
+    }
+    let seq = places.take(project);
+    held(q).insert(key, seq, V::default());
+    seq
+}
+
+#[cfg(test)]
+mod tests;

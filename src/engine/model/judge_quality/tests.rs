@@ -1,0 +1,298 @@
+use proptest::prelude::*;
+
+use super::*;
+
+const LIMITS: QualityLimits = QualityLimits {
+    min_human_votes: 3,
+    max_pending_items: 3,
+    window: 4,
+    max_judges: 3,
+    max_task_items: 100,
+};
+
+fn at() -> EventTime {
+    EventTime::from_epoch_millis(1_795_168_800_000).unwrap()
+}
+
+fn item<'q>(q: &'q TaskQuality, item: &str) -> Option<&'q ItemVotes> {
+    q.get("p")?.item(item)
+}
+
+fn pairs(o: &Observed) -> Vec<(&str, &str, f64, f64)> {
+    o.pairs
+        .iter()
+        .map(|p| (p.judge.as_str(), p.item.as_str(), p.s, p.h))
+        .collect()
+}
+
+#[test]
+fn a_pair_forms_when_both_sides_exist_and_later_votes_leave_it() {
+    let mut q = TaskQuality::default();
+    // Votes first: two are not enough; the session waits, and the third vote pairs it with
+    // the reputation-weighted mean of the three: (2*1 + 1*0 + 1*0.5) / 4 = 0.625.
+    assert!(
+        q.votes(("p", "i1"), &[(2.0, 1.0), (1.0, 0.0)], at(), &LIMITS)
+            .pairs
+            .is_empty()
+    );
+    assert!(
+        q.completed(
+            ("p", "s"),
+            &[("i1", "j1", 0.8), ("i1", "j2", 0.3)],
+            at(),
+            &LIMITS
+        )
+        .pairs
+        .is_empty()
+    );
+    let third = q.votes(("p", "i1"), &[(1.0, 0.5)], at(), &LIMITS);
+    assert_eq!(
+        pairs(&third),
+        [("j1", "i1", 0.8, 0.625), ("j2", "i1", 0.3, 0.625)]
+    );
+    // A later vote forms nothing and changes nothing: a later session pairs at once with
+    // the same score.
+    assert!(
+        q.votes(("p", "i1"), &[(4.0, 0.0)], at(), &LIMITS)
+            .pairs
+            .is_empty()
+    );
+    let later = q.completed(("p", "s"), &[("i1", "j3", 0.1)], at(), &LIMITS);
+    assert_eq!(pairs(&later), [("j3", "i1", 0.1, 0.625)]);
+    assert_eq!(item(&q, "i1").map(|v| v.votes), Some(3));
+}
+
+#[test]
+fn votes_without_weight_do_not_count_towards_the_score() {
+    let mut q = TaskQuality::default();
+    q.completed(("p", "s"), &[("i", "j", 0.4)], at(), &LIMITS);
+    assert!(
+        q.votes(("p", "i"), &[(0.0, 1.0); 3], at(), &LIMITS)
+            .pairs
+            .is_empty()
+    );
+    assert!(
+        q.votes(("p", "i"), &[(1.0, 0.25); 2], at(), &LIMITS)
+            .pairs
+            .is_empty()
+    );
+    let third = q.votes(("p", "i"), &[(1.0, 0.25), (9.0, 1.0)], at(), &LIMITS);
+    assert_eq!(pairs(&third), [("j", "i", 0.4, 0.25)]);
+}
+
+#[test]
+fn a_pair_is_the_same_whether_the_session_or_the_votes_come_last() {
+    let t = |secs: i64| EventTime::from_epoch_millis(1_795_168_800_000 + secs * 1000).unwrap();
+    let votes = [(1.0, 1.0), (1.0, 0.0), (2.0, 1.0), (5.0, 0.0)];
+    // Session at 10 s, votes at 20 s and 30 s (the last batch after the score is complete).
+    let mut first = TaskQuality::default();
+    first.completed(("p", "s"), &[("i", "j", 0.7)], t(10), &LIMITS);
+    assert!(
+        first
+            .votes(("p", "i"), &votes[..2], t(20), &LIMITS)
+            .pairs
+            .is_empty()
+    );
+    let a = first.votes(("p", "i"), &votes[2..], t(30), &LIMITS).pairs;
+    // The votes first, then the session.
+    let mut second = TaskQuality::default();
+    second.votes(("p", "i"), &votes[..2], t(20), &LIMITS);
+    second.votes(("p", "i"), &votes[2..], t(30), &LIMITS);
+    let b = second
+        .completed(("p", "s"), &[("i", "j", 0.7)], t(10), &LIMITS)
+        .pairs;
+    // h = (1 + 0 + 2) / 4 over the first three votes; the fourth does not count.
+    assert_eq!(a, b);
+    assert_eq!((a[0].h, a[0].at), (0.75, t(30)));
+}
+
+#[test]
+fn items_and_waiting_scores_are_bounded_oldest_first() {
+    let mut q = TaskQuality::default();
+    for item in ["a", "b", "c"] {
+        assert_eq!(
+            q.votes(("p", item), &[(1.0, 1.0)], at(), &LIMITS)
+                .forgotten
+                .len(),
+            0
+        );
+    }
+    // A fourth item forgets "a"'s votes: its count starts again.
+    let fourth = q.votes(("p", "d"), &[(1.0, 1.0)], at(), &LIMITS);
+    // (By their places: "a" was the first, "d" the fourth.)
+    assert_eq!(
+        (fourth.forgotten.len(), fourth.items.as_slice()),
+        (1, [0, 3].as_slice())
+    );
+    assert!(item(&q, "a").is_none());
+    q.votes(("p", "a"), &[(1.0, 1.0)], at(), &LIMITS);
+    assert_eq!(item(&q, "a").map(|v| v.votes), Some(1));
+    // Waiting judge scores are bounded the same way.
+    for item in ["x", "y", "z"] {
+        assert_eq!(
+            q.completed(("p", "s"), &[(item, "j", 0.5)], at(), &LIMITS)
+                .forgotten
+                .len(),
+            0
+        );
+    }
+    assert_eq!(
+        q.completed(("p", "s"), &[("w", "j", 0.5)], at(), &LIMITS)
+            .forgotten
+            .len(),
+        1
+    );
+    // "a", then "b" (when "a" came back), then "x".
+    assert_eq!(q.get("p").unwrap().forgotten, 3);
+    // "x" no longer waits: its votes reaching three pair nothing.
+    let votes = [(1.0, 1.0); 3];
+    assert!(q.votes(("p", "x"), &votes, at(), &LIMITS).pairs.is_empty());
+    assert_eq!(q.votes(("p", "y"), &votes, at(), &LIMITS).pairs.len(), 1);
+}
+
+#[test]
+fn a_task_forgets_its_oldest_item_whatever_its_project() {
+    let limits = QualityLimits {
+        max_task_items: 3,
+        ..LIMITS
+    };
+    let mut q = TaskQuality::default();
+    for (project, item) in [("p1", "a"), ("p2", "b"), ("p1", "c")] {
+        let observed = q.votes((project, item), &[(1.0, 1.0)], at(), &limits);
+        assert!(observed.forgotten.is_empty());
+    }
+    // A vote on a held item takes no place.
+    assert_eq!(
+        q.votes(("p2", "b"), &[(1.0, 1.0)], at(), &limits).items,
+        [1]
+    );
+    // p2's new item forgets p1's "a", the task's oldest (place 0), and takes place 3.
+    let fourth = q.votes(("p2", "d"), &[(1.0, 1.0)], at(), &limits);
+    assert_eq!(fourth.items, [0, 3]);
+    assert_eq!(fourth.forgotten, [ProjectKey::from("p1")]);
+    assert_eq!(q.held(), (3, 0));
+    assert!(q.get("p1").unwrap().item("a").is_none());
+    assert_eq!(q.get("p1").unwrap().forgotten, 1);
+    let bucket: Vec<(u64, &str, &str)> = q.items_at(0..16).map(|(s, p, i, _)| (s, p, i)).collect();
+    assert_eq!(bucket, [(1, "p2", "b"), (2, "p1", "c"), (3, "p2", "d")]);
+    assert!(q.consistent());
+}
+
+#[test]
+fn a_window_written_before_pairs_had_times_reads_back_oldest_first() {
+    let old = r#"{"pairs":[[0.9,0.8],[0.1,0.2]],"kappas":[null,1.0],"disagreeing":true,"drifting":false,"last_event_at":null}"#;
+    let w: JudgeWindow = serde_json::from_str(old).unwrap();
+    assert_eq!(
+        w.pairs,
+        [
+            TimedPair(EventTime::MIN, 0, 0.9, 0.8),
+            TimedPair(EventTime::MIN, 1, 0.1, 0.2)
+        ]
+    );
+    assert!(w.disagreeing);
+    let again: JudgeWindow = serde_json::from_str(&serde_json::to_string(&w).unwrap()).unwrap();
+    assert_eq!(again, w);
+}
+
+#[test]
+fn a_judge_window_keeps_its_last_pairs_by_time_and_kappa_change_compares_its_halves() {
+    let pair = |n: i64, s: f64, h: f64| Pair {
+        judge: "j".into(),
+        item: format!("i{n}"),
+        session: "s".into(),
+        s,
+        h,
+        at: EventTime::new(1_000 + n, 0).unwrap(),
+    };
+    // At times 0..4 four agreeing pairs (kappa 1), at 4..6 two inverted ones.
+    let agreeing = [(0.9, 0.8), (0.1, 0.2), (0.8, 0.9), (0.2, 0.1)];
+    let mut pairs: Vec<Pair> = agreeing
+        .iter()
+        .enumerate()
+        .map(|(n, &(s, h))| pair(n as i64, s, h))
+        .collect();
+    pairs.push(pair(4, 0.9, 0.2));
+    pairs.push(pair(5, 0.1, 0.8));
+    let mut q = ProjectQuality::default();
+    let mut last = None;
+    for (n, p) in pairs.iter().take(4).enumerate() {
+        last = Some(q.add(p, &LIMITS, &mut Vec::new()));
+        if n < 3 {
+            assert_eq!(last.as_ref().unwrap().kappa_change, None, "window not full");
+        }
+    }
+    let last = last.unwrap();
+    assert_eq!((last.agreement.pairs, last.agreement.kappa), (4, Some(1.0)));
+    assert_eq!(last.kappa_change, Some(0.0));
+    // The window of 4 is now times 2..6: the older half agrees (kappa 1), the newer half
+    // inverts (kappa -1): a change of -2.
+    let mut last = None;
+    for p in &pairs[4..] {
+        last = Some(q.add(p, &LIMITS, &mut Vec::new()));
+    }
+    let last = last.unwrap();
+    assert_eq!(last.agreement.pairs, 4);
+    assert_eq!(last.kappa_change, Some(-2.0));
+    let window = &q.judges.get("j").unwrap().pairs;
+    let times: Vec<i64> = window.iter().map(|p| p.0.parts().0 - 1_000).collect();
+    assert_eq!(times, [2, 3, 4, 5]);
+    // Every order of the six pairs leaves the same window and figures; a pair older than a
+    // full window never enters it.
+    for rotation in 0..pairs.len() {
+        let mut order = pairs.clone();
+        order.rotate_left(rotation);
+        order.reverse();
+        let mut other = ProjectQuality::default();
+        let mut standing = None;
+        for p in &order {
+            standing = Some(other.add(p, &LIMITS, &mut Vec::new()));
+        }
+        let w = other.judges.get("j").unwrap();
+        assert_eq!(&w.pairs, window);
+        assert_eq!(w.kappa_change(LIMITS.window), Some(-2.0));
+        assert_eq!(standing.unwrap().agreement.pairs, 4);
+    }
+}
+
+proptest! {
+    /// Whatever arrives in whatever order, in whichever projects: every pair is in [0, 1]
+    /// and forms once, each project and the task stay within their bounds, and the task's
+    /// places agree with its projects'.
+    #[test]
+    fn pairs_form_once_and_the_state_stays_bounded(
+        steps in prop::collection::vec(
+            (any::<bool>(), 0..3usize, 0..6usize, 0.0..=1.0f64, 0.0..=5.0f64), 0..80),
+    ) {
+        let limits = QualityLimits { max_task_items: 5, ..LIMITS };
+        let mut q = TaskQuality::default();
+        let mut scored = 0;
+        let mut formed = 0;
+        for (i, (is_vote, project, item, value, reputation)) in steps.into_iter().enumerate() {
+            let (project, item) = (format!("p{project}"), format!("i{item}"));
+            let observed = if is_vote {
+                q.votes((&project, &item), &[(reputation, value)], at(), &limits)
+            } else {
+                scored += 1;
+                let judge = format!("j{i}");
+                let scores = [(item.as_str(), judge.as_str(), value)];
+                q.completed((&project, "s"), &scores, at(), &limits)
+            };
+            for p in &observed.pairs {
+                prop_assert!((0.0..=1.0).contains(&p.s) && (0.0..=1.0).contains(&p.h));
+                let standing = q.project(&project).add(p, &limits, &mut Vec::new());
+                prop_assert!(standing.agreement.pairs <= limits.window);
+            }
+            formed += observed.pairs.len();
+            for (_, p) in q.iter() {
+                prop_assert!(p.items.len() <= limits.max_pending_items);
+                prop_assert!(p.waiting.len() <= limits.max_pending_items);
+                prop_assert!(p.judges.len() <= limits.max_judges);
+            }
+            let (items, waits) = q.held();
+            prop_assert!(items <= limits.max_task_items && waits <= limits.max_task_items);
+            prop_assert!(q.consistent());
+        }
+        // Each judge score pairs at most once (every judge here scores once).
+        prop_assert!(formed <= scored);
+    }
+}
