@@ -539,8 +539,7 @@ impl Default for Leaderboard {
 /// pairs of the same item, and the alerts and review requests it raises. It needs a project's
 /// votes and judge scores in one state, so it works with `input.partitioning = "repartition"`
 /// (the default) and is off with `by_key`. A vote joins its item's votes in the project's state
-/// as it is applied, from the batch as read once; off by default until that costs little enough
-/// (docs/performance.md measures it).
+/// as it is applied, from the batch as read once (docs/performance.md measures what it costs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JudgeQuality {

@@ -7,7 +7,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::published::{Published, assert_same, published, replayed, replayed_lines};
 use support::stream::{self, Shape};
@@ -488,12 +488,21 @@ fn a_forward_the_broker_refuses_is_dead_lettered_at_its_origin() {
         "{}",
         service.log_text()
     );
-    let letters: Vec<serde_json::Value> =
-        read_log(&broker.bootstrap, &format!("{prefix}.dead-letters"))
-            .iter()
-            .filter_map(|r| serde_json::from_slice(r.value.as_deref()?).ok())
-            .filter(|d: &serde_json::Value| d["error"] == "forward_refused")
-            .collect();
+    // The input's position moves past the record when it is read, a little before its dead
+    // letter is written: read the letters until it is there.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let letters = loop {
+        let letters: Vec<serde_json::Value> =
+            read_log(&broker.bootstrap, &format!("{prefix}.dead-letters"))
+                .iter()
+                .filter_map(|r| serde_json::from_slice(r.value.as_deref()?).ok())
+                .filter(|d: &serde_json::Value| d["error"] == "forward_refused")
+                .collect();
+        if !letters.is_empty() || Instant::now() > deadline {
+            break letters;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert_eq!(letters.len(), 1, "{letters:?}\n{}", service.log_text());
     let d = &letters[0];
     assert_eq!(
