@@ -44,16 +44,47 @@ fn ask(services: &[&Service], service: &Service, path: &str) -> (Answer, bool) {
 
 /// Asks until the answer is not 503 (an owner not announced yet) and not `restoring`.
 fn ask_settled(services: &[&Service], service: &Service, path: &str) -> (Answer, bool) {
+    ask_until(services, service, path, |_| true)
+}
+
+/// Asks until the answer is settled and `done` (the view is updated when an epoch's outputs
+/// are published, a little after the inputs' positions moved), or a minute has passed.
+fn ask_until(
+    services: &[&Service],
+    service: &Service,
+    path: &str,
+    done: impl Fn(&Answer) -> bool,
+) -> (Answer, bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (answer, redirected) = ask(services, service, path);
         let restoring = serde_json::from_str::<Value>(&answer.body)
             .is_ok_and(|v| v["restoring"] == Value::Bool(true));
-        if (answer.status != 503 && !restoring) || Instant::now() > deadline {
+        let settled = answer.status != 503 && !restoring && done(&answer);
+        if settled || Instant::now() > deadline {
             return (answer, redirected);
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// The fields of a project's answer that its published `jury.scores` record gives.
+const SCORE_FIELDS: [&str; 7] = [
+    "score",
+    "freshness",
+    "alpha",
+    "lambda",
+    "evaluations",
+    "votes",
+    "last_event_at",
+];
+
+/// Whether `answer` is a project's answer whose score is `published`.
+fn answers_score(answer: &Answer, published: &Value) -> bool {
+    let Ok(got) = serde_json::from_str::<Value>(&answer.body) else {
+        return false;
+    };
+    answer.status == 200 && SCORE_FIELDS.iter().all(|f| got["score"][f] == published[f])
 }
 
 fn json(answer: &Answer) -> Value {
@@ -76,27 +107,20 @@ fn assert_answers(services: &[&Service], projects: &[String], expect: &Published
     for (i, project) in projects.iter().enumerate() {
         // Ask a different instance each time: some questions are redirected.
         let service = services[i % services.len()];
+        let published: Value =
+            serde_json::from_str(&expect.scores[project.as_str()]).expect("json");
+        let path = format!("/v1/projects/{project}");
         let (answer, redirected) =
-            ask_settled(services, service, &format!("/v1/projects/{project}"));
+            ask_until(services, service, &path, |a| answers_score(a, &published));
         redirects += usize::from(redirected);
         assert_eq!(answer.status, 200, "{answer:?}");
         let got = json(&answer);
-        let published: Value =
-            serde_json::from_str(&expect.scores[project.as_str()]).expect("json");
-        for field in [
-            "score",
-            "freshness",
-            "alpha",
-            "lambda",
-            "evaluations",
-            "votes",
-        ] {
+        for field in SCORE_FIELDS {
             assert_eq!(
                 got["score"][field], published[field],
                 "{project} {field}: {got}"
             );
         }
-        assert_eq!(got["score"]["last_event_at"], published["last_event_at"]);
         assert_eq!(got["restoring"], false);
         // Every session of the stream completed; each one's answer is its consensus record.
         for c in consensus
@@ -105,27 +129,30 @@ fn assert_answers(services: &[&Service], projects: &[String], expect: &Published
         {
             let session = c["session_id"].as_str().expect("a session id");
             let path = format!("/v1/projects/{project}/sessions/{session}");
-            let (answer, _) = ask_settled(services, service, &path);
+            let (answer, _) = ask_until(services, service, &path, |a| {
+                serde_json::from_str::<Value>(&a.body).is_ok_and(|v| v["consensus"] == *c)
+            });
             assert_eq!(answer.status, 200, "{path}: {answer:?}");
             let got = json(&answer);
             assert_eq!(got["state"], "completed");
             assert_eq!(&got["consensus"], c, "{path}");
         }
-        let path = format!("/v1/leaderboard?project_id={project}");
-        let (answer, _) = ask_settled(services, service, &path);
-        assert_eq!(answer.status, 200, "{answer:?}");
-        let rows: BTreeSet<String> = json(&answer)["rows"]
-            .as_array()
-            .expect("rows")
-            .iter()
-            .map(Value::to_string)
-            .collect();
         let expected: BTreeSet<String> = expect
             .leaderboard
             .iter()
             .filter(|(k, _)| k.starts_with(&format!("{project}/")))
             .map(|(_, v)| serde_json::from_str::<Value>(v).expect("json").to_string())
             .collect();
+        let rows_of = |a: &Answer| -> Option<BTreeSet<String>> {
+            let v: Value = serde_json::from_str(&a.body).ok()?;
+            Some(v["rows"].as_array()?.iter().map(Value::to_string).collect())
+        };
+        let path = format!("/v1/leaderboard?project_id={project}");
+        let (answer, _) = ask_until(services, service, &path, |a| {
+            rows_of(a).is_some_and(|rows| rows == expected)
+        });
+        assert_eq!(answer.status, 200, "{answer:?}");
+        let rows = rows_of(&answer).expect("rows");
         assert_eq!(rows, expected, "{project}");
     }
     redirects
@@ -273,20 +300,18 @@ fn instances_bound_to_every_interface_answer_for_each_other_through_their_advert
     for project in expect.scores.keys() {
         let path = format!("/v1/projects/{project}");
         for service in [&a, &b] {
+            let published: Value =
+                serde_json::from_str(&expect.scores[project.as_str()]).expect("json");
             let deadline = Instant::now() + Duration::from_secs(60);
             let answer = loop {
                 let answer = http_answer_with(service.http_port, &path, token).expect("an answer");
-                let restoring = serde_json::from_str::<Value>(&answer.body)
-                    .is_ok_and(|v| v["restoring"] == Value::Bool(true));
-                if (answer.status != 503 && !restoring) || Instant::now() > deadline {
+                if answers_score(&answer, &published) || Instant::now() > deadline {
                     break answer;
                 }
                 std::thread::sleep(Duration::from_millis(200));
             };
             assert_eq!(answer.status, 200, "{path}: {answer:?}");
             let got = json(&answer);
-            let published: Value =
-                serde_json::from_str(&expect.scores[project.as_str()]).expect("json");
             assert_eq!(got["score"]["score"], published["score"], "{path}");
             let denied = http_answer(service.http_port, &path).expect("an answer");
             assert_eq!(denied.status, 401, "{denied:?}");
