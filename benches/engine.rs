@@ -86,9 +86,11 @@ fn bench_apply_prepared(c: &mut Criterion) {
             |(state, out)| {
                 for (batch, at) in &batches {
                     out.clear();
+                    let weights = engine.weigh(batch, &reps);
+                    let batch = (batch, weights.as_slice());
                     black_box(
                         engine
-                            .apply_batch(state, &reps, batch, *at, Receipt::default(), out)
+                            .apply_batch(state, batch, *at, Receipt::default(), out)
                             .ok(),
                     );
                 }

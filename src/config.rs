@@ -311,7 +311,8 @@ pub struct Limits {
     /// last event time, and with it every later batch's decay, into the future.
     pub max_future_skew_secs: u64,
     /// Most projects one instance holds, over all its partitions (a project with both votes and
-    /// judge sessions counts twice): a record that would add one more is dead-lettered
+    /// judge sessions counts once; with `by_key` its two parts are two partitions' and count
+    /// once each): a record that would add one more is dead-lettered
     /// (`project_limit`), so a flood of project ids costs dead letters, not memory.
     pub max_projects: usize,
 }

@@ -330,6 +330,38 @@ mod tests {
     }
 
     #[test]
+    fn a_project_with_votes_and_judge_scores_counts_once() {
+        let mut settings = Settings::default();
+        settings.limits.max_projects = 2;
+        let (engine, topics) = (Engine::new(settings), TopicTable::default());
+        let vote = |event: &str, project: &str| {
+            format!(
+                r#"{{"topic": "jury.votes", "value": {{"event_id": "{event}", "project_id": "{project}", "occurred_at": 0, "votes": [{{"voter_id": "u", "value": 1}}]}}}}"#
+            )
+        };
+        let ballot = |event: &str, project: &str| {
+            format!(
+                r#"{{"topic": "jury.judge-scores", "value": {{"event_id": "{event}", "project_id": "{project}", "session_id": "s", "occurred_at": 0, "judge": "j", "scores": {{"A": 5}}}}}}"#
+            )
+        };
+        // a has both parts, b only judge scores: two projects, so c is refused on either topic.
+        let input = [
+            vote("e1", "a"),
+            ballot("b1", "a"),
+            ballot("b2", "b"),
+            vote("e2", "b"),
+            vote("e3", "c"),
+            ballot("b3", "c"),
+        ]
+        .join("\n");
+        let mut out = Vec::new();
+        let summary = replay(&engine, &topics, input.as_bytes(), &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!((summary.applied, summary.dead_lettered), (4, 2), "{out}");
+        assert_eq!(out.matches("project_limit").count(), 2, "{out}");
+    }
+
+    #[test]
     fn null_value_is_a_tombstone() {
         let input = concat!(
             r#"{"topic": "jury.reputations", "key": "u", "value": {"voter_id": "u", "reputation": 0}}"#,

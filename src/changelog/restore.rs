@@ -389,6 +389,7 @@ impl Restored {
             sessions.entry(project).or_default().completed = RecentIds::restore(entries);
         }
         state.sessions = SessionBook::restore(sessions, next_seq);
+        state.count_shared_projects();
         for quality in state.quality.iter_mut() {
             quality.rebuild_correlations();
         }

@@ -68,7 +68,7 @@ impl Engine {
             ));
         }
         if record.held_projects >= self.settings.limits.max_projects
-            && !state.judge_projects.contains_key(project)
+            && !state.holds_project(project)
         {
             return Err(super::project_limit(
                 project,
@@ -83,6 +83,9 @@ impl Engine {
         }
         if let JudgeAction::Ballot(ballot) = &event.action {
             self.check_session_size(state, project, session, ballot)?;
+        }
+        if !state.judge_projects.contains_key(project) && state.projects.contains_key(project) {
+            state.shared_projects += 1;
         }
         let remembered = state
             .judge_projects

@@ -23,7 +23,6 @@ mod votes;
 use contract::json::{self, ParseFailure};
 use contract::rejection::{ErrorCode, Rejection};
 use contract::time::EventTime;
-use contract::vote;
 use output::{DeadLetter, Output, OutputValue};
 use reputation::{ReputationChange, ReputationTable};
 
@@ -159,14 +158,11 @@ impl Engine {
             InputTopic::Votes => {
                 let mut doc = None;
                 let (batch, at) = self.validate_votes(record, payload, &mut doc)?;
-                let outcome =
-                    self.apply_batch(state, reputations, &batch, at, record.receipt(), out)?;
-                let weights = batch.votes.iter().map(|v| {
-                    let weight = vote::weight(v.reputation, || reputations.get(v.voter_id));
-                    (weight, v.value)
-                });
+                let weights = self.weigh(&batch, reputations);
+                let batch_weights = (&batch, weights.as_slice());
+                let outcome = self.apply_batch(state, batch_weights, at, record.receipt(), out)?;
                 let project = (batch.project_id, batch.item_id);
-                self.observe_votes(state, project, weights, at, outcome, out);
+                self.observe_votes(state, project, &weights, at, outcome, out);
                 Ok(outcome)
             }
             InputTopic::Reputations => {

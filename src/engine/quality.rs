@@ -52,7 +52,7 @@ impl Engine {
         &self,
         state: &mut PartitionState,
         (project, item): (&str, Option<&str>),
-        votes: impl Iterator<Item = (f64, f64)>,
+        votes: &[(f64, f64)],
         at: EventTime,
         outcome: Outcome,
         out: &mut Vec<Output>,
@@ -68,9 +68,8 @@ impl Engine {
         let Some(item) = item.filter(|i| i.len() <= self.settings.limits.max_id_bytes) else {
             return;
         };
-        let votes: SmallVec<[(f64, f64); 4]> = votes.collect();
         let limits = self.quality_limits();
-        let observed = state.quality.votes((project, item), &votes, at, &limits);
+        let observed = state.quality.votes((project, item), votes, at, &limits);
         self.add_pairs(state, project, observed, out);
     }
 

@@ -142,6 +142,9 @@ pub struct PartitionState {
     pub quality: TaskQuality,
     /// The last offset processed from each input partition, to recognise copies.
     pub origins: Origins,
+    /// Projects with both a vote part (in `projects`) and a judge part (in `judge_projects`),
+    /// so that [`PartitionState::project_count`] counts each project once without a lookup.
+    pub shared_projects: usize,
     /// When set, every state change is noted here for the runtime's changelog.
     pub journal: Option<Vec<Change>>,
     /// Vote projects with a held score (see [`Coalescing`]), in the order they were first held;
@@ -159,11 +162,25 @@ impl PartitionState {
         }
     }
 
-    /// The projects this state holds, as `limits.max_projects` counts them: a vote project and
-    /// a judge project each count one, even under the same id, because each is an entry of its
-    /// own (and one extra lookup per new project would buy only a nicer number).
+    /// The projects this state holds, each once whether it has votes, judge scores or both
+    /// (as `limits.max_projects` counts them).
     pub fn project_count(&self) -> usize {
-        self.projects.len() + self.judge_projects.len()
+        self.projects.len() + self.judge_projects.len() - self.shared_projects
+    }
+
+    /// Whether `project` is held, by its votes or its judge scores.
+    pub fn holds_project(&self, project: &str) -> bool {
+        self.projects.contains_key(project) || self.judge_projects.contains_key(project)
+    }
+
+    /// Counts the projects with both parts again, after a restore wrote both maps directly.
+    pub fn count_shared_projects(&mut self) {
+        let projects = &self.projects;
+        self.shared_projects = self
+            .judge_projects
+            .keys()
+            .filter(|p| projects.contains_key(p.as_str()))
+            .count();
     }
 
     pub(super) fn note(&mut self, change: impl FnOnce() -> Change) {

@@ -1417,6 +1417,12 @@ fn a_new_project_beyond_max_projects_is_dead_lettered() {
         send(&mut h, "jury.judge-scores", &judge("e2", "a")),
         Outcome::Applied
     );
+    // Votes and judge scores of one project: one project.
+    assert_eq!(h.state.project_count(), 1);
+    assert_eq!(
+        send(&mut h, "jury.judge-scores", &judge("e7", "z")),
+        Outcome::Applied
+    );
     assert_eq!(h.state.project_count(), 2);
     let before = h.state.clone();
     for (topic, payload) in [
@@ -1432,11 +1438,16 @@ fn a_new_project_beyond_max_projects_is_dead_lettered() {
         assert!(message.contains("2 this instance holds"), "{message}");
         assert_eq!(h.state, before);
     }
-    // The projects it holds go on.
+    // The projects it holds go on, also with their other part.
     assert_eq!(
         send(&mut h, "jury.votes", &vote("e5", "a")),
         Outcome::Applied
     );
+    assert_eq!(
+        send(&mut h, "jury.votes", &vote("e8", "z")),
+        Outcome::Applied
+    );
+    assert_eq!(h.state.project_count(), 2);
     assert_eq!(
         send(
             &mut h,

@@ -47,6 +47,11 @@ struct PreparedVote {
     voter: Option<CompactString>,
 }
 
+/// A batch's votes as `(weight, value)`, each vote's weight its explicit reputation or else its
+/// voter's in the table ([`vote::weight`]): found once per batch, for the score's mean and for
+/// the item's votes in judge quality.
+pub type Weights = SmallVec<[(f64, f64); 4]>;
+
 /// What applying a vote batch takes from it once its votes are weighed: the same whether the
 /// batch was read in full ([`Engine::apply_batch`]) or prepared ([`Engine::apply_prepared`]).
 struct Weighed<'a> {
@@ -182,14 +187,16 @@ impl Engine {
         if state.origins.is_copy(record) {
             return Outcome::Replayed;
         }
-        let weights = || {
-            prepared.votes.iter().map(|v| {
+        let weights: Weights = prepared
+            .votes
+            .iter()
+            .map(|v| {
                 let table = || v.voter.as_deref().and_then(|id| reputations.get(id));
                 (vote::weight(v.reputation, table), v.value)
             })
-        };
+            .collect();
         let start = out.len();
-        let applied = weighted_mean(weights()).and_then(|mean| {
+        let applied = weighted_mean(&weights).and_then(|mean| {
             let weighed = Weighed {
                 project_id: prepared.project.as_str(),
                 fingerprint: prepared.fingerprint,
@@ -202,7 +209,7 @@ impl Engine {
         let outcome = match applied {
             Some(outcome) => {
                 let project = (prepared.project.as_str(), prepared.item.as_deref());
-                self.observe_votes(state, project, weights(), prepared.at, outcome, out);
+                self.observe_votes(state, project, &weights, prepared.at, outcome, out);
                 self.bound_outputs(record, &mut out[start..]);
                 outcome
             }
@@ -212,25 +219,30 @@ impl Engine {
         outcome
     }
 
-    /// Applies a validated vote batch observed at `at`: the HumanJudge update, duplicate
-    /// detection and the `jury.scores` record (held back if the receipt's clock says it comes
-    /// within the coalescing interval of the project's last one). Public so benchmarks can time
-    /// it without parsing.
+    /// The `(weight, value)` of `batch`'s votes.
+    pub fn weigh(&self, batch: &VoteBatch<'_>, reputations: &ReputationTable) -> Weights {
+        batch
+            .votes
+            .iter()
+            .map(|v| {
+                let table = || reputations.get(v.voter_id);
+                (vote::weight(v.reputation, table), v.value)
+            })
+            .collect()
+    }
+
+    /// Applies a validated vote batch observed at `at`, its votes weighed as `weights`
+    /// ([`Engine::weigh`]): the HumanJudge update, duplicate detection and the `jury.scores`
+    /// record (held back if the receipt's clock says it comes within the coalescing interval of
+    /// the project's last one). Public so benchmarks can time it without parsing.
     pub fn apply_batch(
         &self,
         state: &mut PartitionState,
-        reputations: &ReputationTable,
-        batch: &VoteBatch<'_>,
+        (batch, weights): (&VoteBatch<'_>, &[(f64, f64)]),
         at: EventTime,
         receipt: Receipt,
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {
-        let weights = batch.votes.iter().map(|v| {
-            (
-                vote::weight(v.reputation, || reputations.get(v.voter_id)),
-                v.value,
-            )
-        });
         let mean = weighted_mean(weights).ok_or_else(|| {
             Rejection::new(
                 ErrorCode::ZeroTotalReputation,
@@ -288,15 +300,20 @@ impl Engine {
     ) -> Result<Outcome, Declined> {
         let project = match state.projects.get_mut(batch.project_id) {
             Some(p) => p,
-            None if receipt.held_projects >= self.settings.limits.max_projects => {
-                return Err(Declined::ProjectLimit);
+            None => {
+                // A project whose judge part is held is held already.
+                let judged = state.judge_projects.contains_key(batch.project_id);
+                if receipt.held_projects >= self.settings.limits.max_projects && !judged {
+                    return Err(Declined::ProjectLimit);
+                }
+                state.shared_projects += usize::from(judged);
+                state
+                    .projects
+                    .entry(ProjectKey::from(batch.project_id))
+                    .or_insert_with(|| {
+                        VoteProject::new(ProjectScore::new(self.settings.scoring.initial_score))
+                    })
             }
-            None => state
-                .projects
-                .entry(ProjectKey::from(batch.project_id))
-                .or_insert_with(|| {
-                    VoteProject::new(ProjectScore::new(self.settings.scoring.initial_score))
-                }),
         };
         if let (Some(offset), Some(through)) = (receipt.position, project.applied_through)
             && offset <= through

@@ -41,16 +41,16 @@ pub struct Step {
 /// and reputations finite and >= 0, which validation guarantees; the result is then in 0..=1.
 /// Reputations so large that their sum overflows are rescaled by the largest one first, which
 /// leaves the mean mathematically unchanged.
-pub fn weighted_mean(votes: impl Iterator<Item = (f64, f64)> + Clone) -> Option<f64> {
+pub fn weighted_mean(votes: &[(f64, f64)]) -> Option<f64> {
     let (mut num, mut den) = (0.0, 0.0);
-    for (r, v) in votes.clone() {
+    for &(r, v) in votes {
         num += r * v;
         den += r;
     }
     if !den.is_finite() {
-        let max = votes.clone().fold(0.0_f64, |m, (r, _)| m.max(r));
+        let max = votes.iter().fold(0.0_f64, |m, (r, _)| m.max(*r));
         (num, den) = (0.0, 0.0);
-        for (r, v) in votes {
+        for &(r, v) in votes {
             num += (r / max) * v;
             den += r / max;
         }
@@ -115,7 +115,7 @@ mod tests {
         let t0 = 1_795_168_807_250;
         let first = s.apply(
             at(t0),
-            weighted_mean([(1.0, 1.0), (1.0, 0.0)].into_iter()).unwrap(),
+            weighted_mean(&[(1.0, 1.0), (1.0, 0.0)]).unwrap(),
             2,
             0.01,
         );
@@ -133,22 +133,16 @@ mod tests {
     fn reputation_weighting() {
         // 0.9 * 1 + 1 * 0 + 1 * 0.75 = 1.65 over 2.9
         assert_eq!(
-            weighted_mean([(0.9, 1.0), (1.0, 0.0), (1.0, 0.75)].into_iter()),
+            weighted_mean(&[(0.9, 1.0), (1.0, 0.0), (1.0, 0.75)]),
             Some(1.65 / 2.9)
         );
-        assert_eq!(
-            weighted_mean([(3.0, 1.0), (1.0, 0.0)].into_iter()),
-            Some(0.75)
-        );
+        assert_eq!(weighted_mean(&[(3.0, 1.0), (1.0, 0.0)]), Some(0.75));
         // A zero-reputation vote carries no weight at all.
-        assert_eq!(
-            weighted_mean([(0.0, 0.0), (2.0, 1.0)].into_iter()),
-            Some(1.0)
-        );
-        assert_eq!(weighted_mean([(0.0, 1.0), (0.0, 0.0)].into_iter()), None);
+        assert_eq!(weighted_mean(&[(0.0, 0.0), (2.0, 1.0)]), Some(1.0));
+        assert_eq!(weighted_mean(&[(0.0, 1.0), (0.0, 0.0)]), None);
         // Overflowing totals are rescaled, not NaN.
         assert_eq!(
-            weighted_mean([(f64::MAX, 1.0), (f64::MAX, 0.0)].into_iter()),
+            weighted_mean(&[(f64::MAX, 1.0), (f64::MAX, 0.0)]),
             Some(0.5)
         );
     }
@@ -219,7 +213,7 @@ mod tests {
             let mut s = ProjectScore::new(initial);
             let mut latest: Option<EventTime> = None;
             for (ms, votes) in batches {
-                let Some(mean) = weighted_mean(votes.iter().copied()) else { continue };
+                let Some(mean) = weighted_mean(&votes) else { continue };
                 prop_assert!((0.0..=1.0).contains(&mean));
                 let step = s.apply(at(ms), mean, votes.len() as u64, lambda);
                 prop_assert!((0.0..=1.0).contains(&s.score), "score {}", s.score);
@@ -233,7 +227,7 @@ mod tests {
         fn weighted_mean_is_order_independent_up_to_rounding(votes in prop::collection::vec((0.0..1e6f64, 0.0..=1.0f64), 1..30)) {
             let mut reversed = votes.clone();
             reversed.reverse();
-            match (weighted_mean(votes.iter().copied()), weighted_mean(reversed.iter().copied())) {
+            match (weighted_mean(&votes), weighted_mean(&reversed)) {
                 (Some(a), Some(b)) => prop_assert!((a - b).abs() < 1e-12),
                 (a, b) => prop_assert_eq!(a, b),
             }
