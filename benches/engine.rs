@@ -158,7 +158,7 @@ fn engine_with_window(window: usize, judged: bool) -> Engine {
     let mut config = Config::default();
     config.limits.dedupe_window = window;
     config.judge_quality.enabled = judged;
-    Engine::new(Settings::of(&config))
+    Engine::new(config.engine_settings())
 }
 
 /// A benchmark group whose samples are each [`EPOCH`] events, 20 of them (an epoch is tens of

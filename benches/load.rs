@@ -142,7 +142,7 @@ fn raw_consume_produce(
     validate: bool,
 ) -> f64 {
     let config = jurystream::config::Config::default();
-    let engine = jurystream::engine::Engine::new(jurystream::engine::Settings::of(&config));
+    let engine = jurystream::engine::Engine::new(config.engine_settings());
     let votes_topic = config.topics.votes.clone();
     let c = raw_consumer(bootstrap, topic);
     let p: BaseProducer = ClientConfig::new()

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 use jurystream::config::Config;
-use jurystream::engine::{Engine, Settings};
+use jurystream::engine::Engine;
 use jurystream::queries::advertise;
 use jurystream::queries::api::{self, Queries};
 use jurystream::queries::view::View;
@@ -222,7 +222,7 @@ fn run_replay(config: Config, input: &str, output: &str) -> Result<()> {
     } else {
         Box::new(File::create(output).with_context(|| format!("creating output {output}"))?)
     };
-    let engine = Engine::new(Settings::of(&config).one_task());
+    let engine = Engine::new(config.engine_settings().one_task());
     let started = Instant::now();
     let summary = replay::replay(
         &engine,

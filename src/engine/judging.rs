@@ -16,9 +16,9 @@ use super::model::effective_judges::Basis;
 use super::model::session::{BookLimits, Completed};
 use super::output::{Counted, Output, OutputTopic, OutputValue};
 use super::quality::Weights;
+use super::settings::Method;
 use super::state::PartitionState;
 use super::{Engine, Outcome, Record};
-use crate::config::Method;
 
 impl Engine {
     fn judge_limits(&self) -> JudgeLimits {

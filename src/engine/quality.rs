@@ -23,9 +23,9 @@ use super::model::effective_judges::{Basis, CandidateScores};
 use super::model::judge_quality::{Agreement, JudgeWindow, Observed, Pair, QualityLimits};
 use super::model::session::Session;
 use super::output::{Output, OutputTopic};
+use super::settings::Weighting;
 use super::state::PartitionState;
 use super::{Engine, Outcome};
-use crate::config::Weighting;
 
 impl Engine {
     fn quality_limits(&self) -> QualityLimits {
@@ -321,7 +321,7 @@ pub fn judge_record(project: &str, judge: &str, window: &JudgeWindow, size: usiz
     let record = JudgeQualityRecord {
         project_id: project,
         judge,
-        agreement: window.agreement(),
+        agreement: window.agreement_with_humans(),
         kappa_change: window.kappa_change(size),
         last_event_at: window.last_event_at.map(|t| t.to_string()),
     };
@@ -339,7 +339,7 @@ fn judge_alerts(
     a: &Agreement,
     kappa_change: Option<f64>,
     fresh: (bool, bool),
-    q: &crate::config::JudgeQuality,
+    q: &super::settings::JudgeQuality,
 ) -> Vec<BiasAlert> {
     let judge = &pair.judge;
     let alert = |kind, value: f64, threshold, detail| BiasAlert {

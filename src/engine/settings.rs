@@ -1,9 +1,13 @@
 //! All the engine may know of the configuration: the sections that shape its formulas and its
-//! input limits. A runtime hands the engine these ([`Settings::of`]), never the whole
-//! configuration, and tells it which input each record comes from ([`super::Record::input`]),
-//! so the engine knows nothing of Kafka, topic names, HTTP or logging.
+//! input limits, which are the engine's own types (the configuration loads them, re-exports
+//! them and checks them: `crate::config`). A runtime hands the engine its [`Settings`]
+//! (`Config::engine_settings`), never the whole configuration, and tells it which input each
+//! record comes from ([`super::Record::input`]), so the engine knows nothing of Kafka, topic
+//! names, HTTP or logging.
 
-use crate::config::{Bias, Config, JudgeQuality, Leaderboard, Limits, Scoring, Sessions};
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 
 /// The engine's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -14,7 +18,10 @@ pub struct Settings {
     pub bias: Bias,
     pub leaderboard: Leaderboard,
     pub judge_quality: JudgeQuality,
-    /// Whether judge scores pair with the humans' votes (see [`Settings::pairs_judges`]).
+    /// Whether judge scores pair with the humans' votes: `judge_quality.enabled`, and a
+    /// project's votes and judge scores in one log (`input.partitioning = "repartition"`).
+    /// With `by_key` they are partitions of two topics, perhaps on two instances, and no state
+    /// sees both.
     pub pairs_judges: bool,
     /// Items a task's judge quality holds (with votes, and as many with waiting scores):
     /// `judge_quality.max_items` split over the `kafka.partitions` tasks of an instance, or all
@@ -34,47 +41,310 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The engine's part of `config`.
-    pub fn of(config: &Config) -> Settings {
-        Settings {
-            limits: config.limits.clone(),
-            scoring: config.scoring.clone(),
-            sessions: config.sessions.clone(),
-            bias: config.bias.clone(),
-            leaderboard: config.leaderboard.clone(),
-            judge_quality: config.judge_quality.clone(),
-            pairs_judges: Settings::pairs_judges(config),
-            quality_task_items: config
-                .judge_quality
-                .max_items
-                .div_ceil(config.kafka.partitions.max(1) as usize),
-            scores_coalesce_ms: config.output.scores_coalesce_ms,
-            key_is_project: !config.input.repartitions(),
-            kept_record_bytes: config.producer_record_limit() / 4,
-        }
-    }
-}
-
-impl Settings {
     /// The settings of a runtime whose one state holds every project (replay): it holds all
     /// of `judge_quality.max_items`.
     pub fn one_task(mut self) -> Settings {
         self.quality_task_items = self.judge_quality.max_items;
         self
     }
+}
 
-    /// Whether judge scores pair with the humans' votes: `judge_quality.enabled`, and a
-    /// project's votes and judge scores in one log (`input.partitioning = "repartition"`).
-    /// With `by_key` they are partitions of two topics, perhaps on two instances, and no state
-    /// sees both.
-    pub fn pairs_judges(config: &Config) -> bool {
-        config.judge_quality.enabled && config.input.repartitions()
+/// Input limits; anything beyond them is dead-lettered, never truncated silently.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest accepted message value in bytes (also raises the Kafka clients' message size).
+    pub max_message_bytes: usize,
+    /// Most votes in one `jury.votes` batch.
+    pub max_votes_per_event: usize,
+    /// Longest `event_id`, `project_id`, `voter_id`, ... in bytes.
+    pub max_id_bytes: usize,
+    /// Dead letters carry at most this many bytes of the original payload.
+    pub dead_letter_payload_bytes: usize,
+    /// Accepted event ids remembered per project and topic for duplicate detection (oldest forgotten first).
+    pub dedupe_window: usize,
+    /// Reject events with fields the contract does not define (`unknown_field`) instead of ignoring them.
+    pub reject_unknown_fields: bool,
+    /// How far an event's `occurred_at` may lie after its record's timestamp, in seconds:
+    /// beyond, it is dead-lettered (`occurred_at_in_future`) rather than pushing its project's
+    /// last event time, and with it every later batch's decay, into the future.
+    pub max_future_skew_secs: u64,
+    /// Most projects one instance holds, over all its partitions (a project with both votes and
+    /// judge sessions counts once; with `by_key` its two parts are two partitions' and count
+    /// once each): a record that would add one more is dead-lettered
+    /// (`project_limit`), so a flood of project ids costs dead letters, not memory.
+    pub max_projects: usize,
+}
+
+impl Limits {
+    /// The largest record the service reads or writes: an accepted payload plus its envelope
+    /// (key, headers). The Kafka clients are configured with it, and no output may exceed it.
+    pub fn max_record_bytes(&self) -> usize {
+        self.max_message_bytes
+            .saturating_add(64 << 10)
+            .min(1_000_000_000)
     }
 }
 
-impl Default for Settings {
-    /// The engine's part of the default configuration.
+impl Default for Limits {
     fn default() -> Self {
-        Settings::of(&Config::default())
+        Limits {
+            max_message_bytes: 1 << 20,
+            max_votes_per_event: 1000,
+            max_id_bytes: 256,
+            dead_letter_payload_bytes: 64 << 10,
+            dedupe_window: 100_000,
+            reject_unknown_fields: false,
+            max_future_skew_secs: 3600,
+            max_projects: 1_000_000,
+        }
+    }
+}
+
+/// The HumanJudge time-weighted score.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Scoring {
+    /// Decay rate per second: a batch `dt` seconds after the previous one keeps `exp(-lambda*dt)` of the old score.
+    pub lambda: f64,
+    /// Score reported for a project that has had no batch yet.
+    pub initial_score: f64,
+    /// Per-project `lambda` overrides, keyed by project id.
+    pub project_lambda: BTreeMap<String, f64>,
+}
+
+impl Default for Scoring {
+    fn default() -> Self {
+        Scoring {
+            lambda: 0.01,
+            initial_score: 0.5,
+            project_lambda: BTreeMap::new(),
+        }
+    }
+}
+
+impl Scoring {
+    /// The decay rate for one project.
+    pub fn lambda_for(&self, project_id: &str) -> f64 {
+        self.project_lambda
+            .get(project_id)
+            .copied()
+            .unwrap_or(self.lambda)
+    }
+}
+
+/// How a single-candidate session's judges are combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    WeightedAverage,
+    Median,
+    Highest,
+    Lowest,
+    Majority,
+    Unanimous,
+}
+
+/// How a multi-candidate session is ranked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    NormalizedScores,
+    Borda,
+}
+
+/// Judge sessions: completion and consensus.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sessions {
+    /// Scale of ballots that give none.
+    pub default_scale_min: f64,
+    pub default_scale_max: f64,
+    /// A session completes ("timeout") once its project's event-time watermark passes its last
+    /// activity by this many seconds.
+    pub timeout_secs: u64,
+    /// Most open sessions per project and per partition's state; beyond, the oldest is
+    /// "evicted".
+    pub max_open_per_project: usize,
+    pub max_open_total: usize,
+    /// Completed session ids remembered per project, to dead-letter late ballots (`session_completed`).
+    pub completed_window: usize,
+    /// The latest completed sessions' `jury.consensus` records each project keeps, for the
+    /// interactive queries (`GET .../sessions/{id}`).
+    pub completed_records: usize,
+    /// Most candidates and most judges in one session: a ballot that would bring its session
+    /// beyond either is dead-lettered (`session_limit`), because a session's memory and its
+    /// consensus record grow with their product.
+    pub max_candidates: usize,
+    pub max_judges: usize,
+    pub strategy: Strategy,
+    pub method: Method,
+    /// Drop a judge's score and rank for a candidate it authored.
+    pub exclude_self_votes: bool,
+    /// Judge weights for weighted averages (default 1.0), keyed by judge id.
+    pub judge_weights: BTreeMap<String, f64>,
+    /// Where the weights come from: `judge_weights` ("configured"), or each judge's agreement
+    /// with the humans, `max(0, kappa)` of its judge-quality window ("learned"; a judge
+    /// without a kappa yet keeps its configured weight).
+    pub judge_weighting: Weighting,
+}
+
+/// Where judge weights come from (`sessions.judge_weighting`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Weighting {
+    Configured,
+    Learned,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Sessions {
+            default_scale_min: 1.0,
+            default_scale_max: 10.0,
+            timeout_secs: 300,
+            max_open_per_project: 1_000,
+            max_open_total: 100_000,
+            completed_window: 100_000,
+            completed_records: 10,
+            max_candidates: 1_000,
+            max_judges: 100,
+            strategy: Strategy::WeightedAverage,
+            method: Method::NormalizedScores,
+            exclude_self_votes: true,
+            judge_weights: BTreeMap::new(),
+            judge_weighting: Weighting::Configured,
+        }
+    }
+}
+
+impl Sessions {
+    /// A judge's weight.
+    pub fn weight(&self, judge: &str) -> f64 {
+        self.judge_weights.get(judge).copied().unwrap_or(1.0)
+    }
+}
+
+/// Bias-audit thresholds; values are on the normalized 0..1 scale.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Bias {
+    /// Length bias: |r| above this ...
+    pub length_r: f64,
+    /// ... with a p-value below this.
+    pub length_p: f64,
+    /// Position bias: variance of per-position mean scores above this (0.0062 = 0.5 on 1..10).
+    pub position_variance: f64,
+    /// Self-vote inflation above this.
+    pub self_vote_inflation: f64,
+    /// Low agreement: agreement below this.
+    pub low_agreement: f64,
+    /// Project scope: minimum evidence before alerting.
+    pub project_min_length_pairs: u64,
+    pub project_min_judge_reviews: u64,
+    pub project_min_position_sessions: u64,
+    pub project_min_self_votes: u64,
+    /// Project scope: a judge is harsh/generous when its mean's 95% CI lies entirely more than
+    /// this far below/above the project's mean.
+    pub project_calibration_margin: f64,
+}
+
+impl Default for Bias {
+    fn default() -> Self {
+        Bias {
+            length_r: 0.3,
+            length_p: 0.05,
+            position_variance: 0.0062,
+            self_vote_inflation: 0.1,
+            low_agreement: 0.5,
+            project_min_length_pairs: 30,
+            project_min_judge_reviews: 50,
+            project_min_position_sessions: 20,
+            project_min_self_votes: 20,
+            project_calibration_margin: 0.1,
+        }
+    }
+}
+
+/// The cross-session leaderboard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Leaderboard {
+    /// Sliding event-time window in days.
+    pub window_days: u64,
+    /// Bootstrap resamples of the window's session blocks behind each Bradley-Terry interval.
+    pub bootstrap_rounds: usize,
+    /// Models a category's rows and Bradley-Terry fit hold: a refit costs the square of it.
+    pub max_models: usize,
+    /// Categories a project's board holds.
+    pub max_categories: usize,
+    /// The Bradley-Terry ratings of a project's category are refitted at most this often, in
+    /// seconds of event time (0: after every session); rows in between carry the last fit.
+    pub bt_interval_secs: u64,
+}
+
+impl Default for Leaderboard {
+    fn default() -> Self {
+        Leaderboard {
+            window_days: 30,
+            bootstrap_rounds: 200,
+            max_models: 50,
+            max_categories: 100,
+            bt_interval_secs: 60,
+        }
+    }
+}
+
+/// Judge quality: each judge's agreement with the humans over (judge score, humans' score)
+/// pairs of the same item, and the alerts and review requests it raises. It needs a project's
+/// votes and judge scores in one state, so it works with `input.partitioning = "repartition"`
+/// (the default) and is off with `by_key`. A vote joins its item's votes in the project's state
+/// as it is applied, from the batch as read once (docs/performance.md measures what it costs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JudgeQuality {
+    pub enabled: bool,
+    /// Votes an item needs before its humans' score pairs with judge scores.
+    pub min_human_votes: u64,
+    /// Items per project whose votes are remembered, and items whose judge scores wait for
+    /// votes (each bound on its own); the oldest is forgotten first.
+    pub max_pending_items: usize,
+    /// Items one instance remembers votes for, over all its projects, and as many whose judge
+    /// scores wait for votes: split evenly over the `kafka.partitions` tasks, each of which
+    /// forgets its oldest item first whatever its project. A split bound, not a shared one, so
+    /// what a task forgets does not depend on which instance holds which partitions.
+    pub max_items: usize,
+    /// Pairs per judge its agreement is computed over; candidates the effective number of
+    /// judges is computed over.
+    pub window: usize,
+    /// Judges per project with a window; the one seen first is forgotten first.
+    pub max_judges: usize,
+    /// Shared candidates a judge pair needs for its correlation to count.
+    pub min_shared: usize,
+    /// `judge_human_disagreement`: kappa below this ...
+    pub min_kappa: f64,
+    /// ... over at least this many pairs.
+    pub min_pairs: usize,
+    /// `judge_drift`: kappa fell by more than this since `window` pairs earlier.
+    pub max_kappa_drop: f64,
+    /// A review request when a judge's score and the humans' differ by more than this.
+    pub review_gap: f64,
+}
+
+impl Default for JudgeQuality {
+    fn default() -> Self {
+        JudgeQuality {
+            enabled: true,
+            min_human_votes: 3,
+            max_pending_items: 10_000,
+            max_items: 100_000,
+            window: 500,
+            max_judges: 100,
+            min_shared: 10,
+            min_kappa: 0.4,
+            min_pairs: 30,
+            max_kappa_drop: 0.2,
+            review_gap: 0.5,
+        }
     }
 }

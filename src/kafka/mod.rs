@@ -56,7 +56,7 @@ use rdkafka::error::KafkaError;
 
 use crate::changelog::{ChangelogError, Unit};
 use crate::config::Config;
-use crate::engine::{Engine, Settings};
+use crate::engine::Engine;
 use crate::queries::view::View;
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
@@ -175,7 +175,7 @@ pub fn run(
     let topics = TopicTable::new(&config.topics, &config.kafka.group_id);
     clients::ensure_topics(&config, &topics)?;
     // The polling thread validates with its own copy of the (stateless) engine.
-    let engine = Engine::new(Settings::of(&config));
+    let engine = Engine::new(config.engine_settings());
     let core = Arc::new(Mutex::new(Core::new(
         &config,
         (engine.clone(), topics.clone()),

@@ -20,8 +20,9 @@ use crate::telemetry::events::{InternalEvent, PartitionRestored, RestoreFinished
 use crate::telemetry::metrics::Metrics;
 use crate::topics::TopicTable;
 
-/// The state of one owned partition.
-pub(super) struct Owned {
+/// A task: the state of one owned partition of the log its state follows (as Kafka Streams'
+/// task owns every store of its partition), and where its input stands.
+pub(super) struct Task {
     pub state: PartitionState,
     /// Records at or below this offset are already in the restored state.
     pub skip_through: Option<i64>,
@@ -39,7 +40,7 @@ pub(super) struct Owned {
 /// topic keeps no state: only the offset to commit once its forwards are acknowledged.
 #[derive(Default)]
 pub(super) struct Tasks {
-    pub units: IdMap<Unit, Owned>,
+    pub units: IdMap<Unit, Task>,
     /// Input partitions forwarded to the repartition topic, and the last offset forwarded (or
     /// dead-lettered) since the last sealed epoch.
     pub forwarded: IdMap<(InputTopic, i32), i64>,
@@ -142,7 +143,7 @@ impl Tasks {
             self.held_projects += state.project_count();
             self.units.insert(
                 key,
-                Owned {
+                Task {
                     state,
                     skip_through: offset,
                     pending: None,

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jurystream::config::Config;
-use jurystream::engine::{Engine, Settings};
+use jurystream::engine::Engine;
 use jurystream::topics::TopicTable;
 
 use super::stream;
@@ -50,7 +50,7 @@ pub fn replayed_lines(config_path: &std::path::Path, lines: &str) -> Published {
     let text = std::fs::read_to_string(config_path).expect("config");
     let config = Config::from_toml(&text).expect("valid config");
     let (engine, topics) = (
-        Engine::new(Settings::of(&config)),
+        Engine::new(config.engine_settings()),
         TopicTable::new(&config.topics, &config.kafka.group_id),
     );
     let mut out = Vec::new();

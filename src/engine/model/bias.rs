@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::consensus::Analysis;
 use super::stats::{self, Running};
-use crate::config::Bias;
+use crate::engine::settings::Bias;
 
 const Z95: f64 = 1.96;
 

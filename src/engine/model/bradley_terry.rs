@@ -42,7 +42,7 @@ use rand_chacha::ChaCha8Rng;
 /// in them: a win counts 1, a tie 0.5, a loss 0. One comparison is `games: 1.0`; a leaderboard
 /// block sums many.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Outcome {
+pub struct Games {
     pub a: usize,
     pub b: usize,
     pub score: f64,
@@ -89,7 +89,7 @@ struct Table {
 }
 
 impl Table {
-    fn of<'a>(models: usize, outcomes: impl Iterator<Item = &'a Outcome>) -> Table {
+    fn of<'a>(models: usize, outcomes: impl Iterator<Item = &'a Games>) -> Table {
         let mut t = Table {
             wins: vec![vec![0.0; models]; models],
             games: vec![vec![0.0; models]; models],
@@ -131,7 +131,7 @@ pub struct Fit {
 const SCALE: f64 = 400.0 / std::f64::consts::LN_10;
 
 /// Fits `models` models to `outcomes` (see the module doc).
-pub fn fit<'a>(models: usize, outcomes: impl Iterator<Item = &'a Outcome>) -> Fit {
+pub fn fit<'a>(models: usize, outcomes: impl Iterator<Item = &'a Games>) -> Fit {
     let t = Table::of(models, outcomes);
     let compared = t.compared();
     let theta = thetas(&t, &compared);
@@ -173,7 +173,7 @@ fn contrast_errors(h: Vec<Vec<f64>>) -> Option<Vec<f64>> {
 }
 
 /// The ratings alone, as each bootstrap resample needs them.
-fn ratings<'a>(models: usize, outcomes: impl Iterator<Item = &'a Outcome>) -> Vec<Option<f64>> {
+fn ratings<'a>(models: usize, outcomes: impl Iterator<Item = &'a Games>) -> Vec<Option<f64>> {
     let t = Table::of(models, outcomes);
     let compared = t.compared();
     let mut ratings = vec![None; models];
@@ -391,7 +391,7 @@ impl Interval {
 /// of the outcomes in `sessions`: a caller on the processing thread bounds what it passes.
 pub fn bootstrap(
     point: &Fit,
-    sessions: &[Vec<Outcome>],
+    sessions: &[Vec<Games>],
     rounds: usize,
     seed: u64,
 ) -> Vec<Option<Interval>> {
@@ -401,7 +401,7 @@ pub fn bootstrap(
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); models];
-    let mut drawn: Vec<&Vec<Outcome>> = Vec::with_capacity(sessions.len());
+    let mut drawn: Vec<&Vec<Games>> = Vec::with_capacity(sessions.len());
     for _ in 0..rounds {
         drawn.clear();
         for _ in 0..sessions.len() {
@@ -433,7 +433,7 @@ pub fn bootstrap(
 
 /// A bootstrap seed that is a function of the outcomes alone, so that a window gives the same
 /// intervals in every run.
-pub fn seed_of(sessions: &[Vec<Outcome>]) -> u64 {
+pub fn seed_of(sessions: &[Vec<Games>]) -> u64 {
     let mut bytes = Vec::with_capacity(sessions.len() * 24);
     for s in sessions {
         for o in s {

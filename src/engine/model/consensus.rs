@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use super::session::{Ballot, Session};
 use super::stats;
-use crate::config::{Method, Sessions, Strategy};
 use crate::engine::contract::judge::{CandidateMeta, Status};
+use crate::engine::settings::{Method, Sessions, Strategy};
 
 /// Scores two judges may differ by before `unanimous` asks for review.
 const UNANIMOUS_SPREAD: f64 = 0.1;

@@ -11,9 +11,9 @@
 use smallvec::SmallVec;
 
 /// The largest window: an index slot holds a position in 24 bits, which is why the
-/// configuration refuses a larger `limits.dedupe_window` (the constant lives there, so that the
-/// configuration needs nothing of the engine).
-pub const MAX_WINDOW: usize = crate::config::MAX_DEDUPE_WINDOW;
+/// configuration refuses a larger `limits.dedupe_window`. A window this size takes about
+/// 700 MiB, far beyond any useful setting.
+pub const MAX_WINDOW: usize = (1 << 24) - 1;
 const _: () = assert!(MAX_WINDOW < 1 << 24);
 
 /// The fingerprint of an event id.

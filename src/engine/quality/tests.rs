@@ -5,7 +5,7 @@ use serde_json::Value;
 use super::*;
 use crate::config::{Config, Partitioning};
 use crate::engine::reputation::ReputationTable;
-use crate::engine::{InputTopic, Record, Settings};
+use crate::engine::{InputTopic, Record};
 use crate::topics::TopicTable;
 
 /// An engine over `config`, one state, and everything published.
@@ -20,7 +20,7 @@ struct Run {
 impl Run {
     fn new(config: &Config) -> Run {
         Run {
-            engine: Engine::new(Settings::of(config)),
+            engine: Engine::new(config.engine_settings()),
             state: PartitionState::default(),
             reps: ReputationTable::default(),
             out: Vec::new(),

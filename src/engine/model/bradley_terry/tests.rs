@@ -3,8 +3,8 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 
-fn outcome(a: usize, b: usize, score: f64) -> Outcome {
-    Outcome {
+fn outcome(a: usize, b: usize, score: f64) -> Games {
+    Games {
         a,
         b,
         score,
@@ -13,7 +13,7 @@ fn outcome(a: usize, b: usize, score: f64) -> Outcome {
 }
 
 /// `n` copies of an outcome.
-fn times(n: usize, o: Outcome) -> impl Iterator<Item = Outcome> {
+fn times(n: usize, o: Games) -> impl Iterator<Item = Games> {
     std::iter::repeat_n(o, n)
 }
 
@@ -50,7 +50,7 @@ fn one_win_is_finite_and_solves_the_stationary_equation() {
 fn two_models_three_to_one_are_pulled_a_little_towards_the_reference() {
     // Without the prior p_A / p_B = 3: 1000 +- 95.4. With it, by symmetry theta = +-x and
     // 3 - 4 sigma(2x) + 1/2 - sigma(x) = 0.
-    let outcomes: Vec<Outcome> = times(3, outcome(0, 1, 1.0))
+    let outcomes: Vec<Games> = times(3, outcome(0, 1, 1.0))
         .chain(times(1, outcome(0, 1, 0.0)))
         .collect();
     let r = fit(2, outcomes.iter()).ratings;
@@ -143,7 +143,7 @@ fn unbeaten_winless_and_separated_models_are_rated_and_noted() {
 /// The tournament: one model wins all its 21 comparisons, the others mixed.
 #[test]
 fn an_unbeaten_model_is_rated_first_with_a_finite_interval() {
-    let mut sessions: Vec<Vec<Outcome>> = Vec::new();
+    let mut sessions: Vec<Vec<Games>> = Vec::new();
     for round in 0..7 {
         for other in 1..4 {
             sessions.push(vec![outcome(0, other, 1.0)]);
@@ -174,7 +174,7 @@ fn an_unbeaten_model_is_rated_first_with_a_finite_interval() {
 
 #[test]
 fn the_bootstrap_is_seeded_and_brackets_the_estimate() {
-    let sessions: Vec<Vec<Outcome>> = (0..60)
+    let sessions: Vec<Vec<Games>> = (0..60)
         .map(|i| {
             vec![outcome(
                 i % 3,
@@ -221,7 +221,7 @@ fn models_that_never_meet_others_do_not_move_them() {
     // Ratings are relative to the fixed reference, not re-centred per fit: a resample that
     // draws a group of models or not rates the others the same. (With a geometric-mean
     // centre, the lopsided pair 2, 3 would shift 0 and 1.)
-    let sessions: Vec<Outcome> = (0..40)
+    let sessions: Vec<Games> = (0..40)
         .map(|i| outcome(0, 1, if i % 3 == 0 { 0.0 } else { 1.0 }))
         .collect();
     let without = fit(4, sessions.iter()).ratings;
@@ -246,7 +246,7 @@ fn coverage(runs: u64, sessions: usize, rounds: usize) -> f64 {
     let (mut inside, mut total) = (0, 0);
     for run in 0..runs {
         let mut rng = ChaCha8Rng::seed_from_u64(run);
-        let games: Vec<Vec<Outcome>> = (0..sessions)
+        let games: Vec<Vec<Games>> = (0..sessions)
             .map(|_| {
                 let a = rng.random_range(0..truth.len());
                 let b = (a + rng.random_range(1..truth.len())) % truth.len();
@@ -281,7 +281,7 @@ proptest! {
         outcomes in prop::collection::vec((0..5usize, 0..5usize, prop::sample::select(vec![0.0, 0.5, 1.0])), 0..60),
         extra in (0..5usize, 0..5usize),
     ) {
-        let outcomes: Vec<Outcome> = outcomes.into_iter().map(|(a, b, s)| outcome(a, b, s)).collect();
+        let outcomes: Vec<Games> = outcomes.into_iter().map(|(a, b, s)| outcome(a, b, s)).collect();
         let r = fit(5, outcomes.iter()).ratings;
         let rev = fit(5, outcomes.iter().rev()).ratings;
         let t = Table::of(5, outcomes.iter());
@@ -294,7 +294,7 @@ proptest! {
         }
         let (w, l) = extra;
         if w != l {
-            let more: Vec<Outcome> = outcomes.iter().copied().chain([outcome(w, l, 1.0)]).collect();
+            let more: Vec<Games> = outcomes.iter().copied().chain([outcome(w, l, 1.0)]).collect();
             let after = fit(5, more.iter()).ratings;
             prop_assert!(rating(&after[w]) >= r[w].unwrap_or(REFERENCE) - 1e-6);
             prop_assert!(rating(&after[l]) <= r[l].unwrap_or(REFERENCE) + 1e-6);

@@ -1,7 +1,7 @@
 //! Judge quality's state: the humans' votes per item and the judge scores waiting for them,
 //! joined into pairs `(s, h)` of a judge's normalised score for an item and the humans' score
 //! for the same item; each judge's window of pairs and its agreement with the humans
-//! ([`agreement`]); and the judge scores of a project's last candidates, for how many
+//! ([`judge_agreement`]); and the judge scores of a project's last candidates, for how many
 //! independent judges a consensus rests on. The pipeline that drives it is
 //! `engine::quality`.
 //!
@@ -153,7 +153,7 @@ fn timed_pairs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<VecDeque<TimedP
 
 impl JudgeWindow {
     /// The agreement over the window.
-    pub fn agreement(&self) -> Agreement {
+    pub fn agreement_with_humans(&self) -> Agreement {
         let pairs: Vec<(f64, f64)> = self.pairs.iter().map(|p| (p.2, p.3)).collect();
         judge_agreement(&pairs)
     }
@@ -245,7 +245,7 @@ impl ProjectQuality {
         let mut gone = Vec::new();
         let (_, w) = self.judges.entry(&pair.judge, limits.max_judges, &mut gone);
         w.insert(TimedPair::of(pair), window);
-        let agreement = w.agreement();
+        let agreement = w.agreement_with_humans();
         w.last_event_at = w.last_event_at.max(Some(pair.at));
         let kappa_change = w.kappa_change(window);
         forgotten.extend(gone.into_iter().map(|(_, judge)| judge.into()));
@@ -302,7 +302,7 @@ impl ProjectQuality {
     pub fn kappas(&self) -> impl Iterator<Item = (&str, f64)> {
         self.judges
             .iter()
-            .filter_map(|(j, w)| Some((j, w.agreement().kappa?)))
+            .filter_map(|(j, w)| Some((j, w.agreement_with_humans().kappa?)))
     }
 
     /// The learned weight of each of `judges` whose window holds at least `min_pairs` pairs:
@@ -318,7 +318,7 @@ impl ProjectQuality {
             if w.pairs.len() < min_pairs {
                 return None;
             }
-            Some((j, w.agreement().kappa?.max(0.0)))
+            Some((j, w.agreement_with_humans().kappa?.max(0.0)))
         })
     }
 }

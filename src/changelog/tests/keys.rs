@@ -1,0 +1,152 @@
+//! How keys and values are spelled, and changelogs written by earlier versions.
+
+use super::*;
+
+#[test]
+fn keys_are_json_arrays_that_survive_slashes() {
+    let unit = Unit {
+        kind: UnitKind::Input(InputTopic::JudgeScores),
+        partition: 3,
+    };
+    let state = PartitionState::default();
+    let recs = records(
+        unit,
+        &state,
+        &[Change::Board {
+            project: "p/1".into(),
+            category: "".into(),
+            model: "openai/gpt-4o".into(),
+        }],
+    );
+    assert_eq!(recs[0].key, r#"["j",3,"board","p/1","","openai/gpt-4o"]"#);
+    // Keys with characters JSON escapes read back as the same ids.
+    let odd = "p\"1\\\u{1}é";
+    let key = &records(
+        unit,
+        &state,
+        &[Change::Audit {
+            project: odd.into(),
+        }],
+    )[0]
+    .key;
+    let parts: Vec<serde_json::Value> = serde_json::from_str(key).expect("json key");
+    assert_eq!(parts[3], serde_json::Value::from(odd));
+    assert_eq!(recs[0].value, None);
+    assert_eq!(
+        offset_record(unit, 7).value.as_deref(),
+        Some(r#"{"offset":7}"#)
+    );
+    assert_eq!(
+        offset_record(unit, -2).value.as_deref(),
+        Some(r#"{"offset":-2}"#)
+    );
+}
+
+#[test]
+fn fingerprints_and_buckets_are_spelled_as_documented() {
+    for fp in [
+        0u128,
+        1,
+        0xdead_beef,
+        u128::MAX,
+        0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
+    ] {
+        let spelled = serde_json::to_string(&super::Hex(fp)).unwrap();
+        assert_eq!(spelled, format!("\"{fp:032x}\""));
+        assert_eq!(u128::from_str_radix(spelled.trim_matches('"'), 16), Ok(fp));
+    }
+    let mut bucket = Vec::new();
+    assert!(super::push_bucket(
+        &mut bucket,
+        [(3, 0xab), (40, u128::MAX)].into_iter()
+    ));
+    assert_eq!(
+        String::from_utf8_lossy(&bucket),
+        format!(r#"[[3,"{:032x}"],[40,"{:032x}"]]"#, 0xab, u128::MAX)
+    );
+    let mut empty = Vec::new();
+    assert!(!super::push_bucket(&mut empty, std::iter::empty()));
+    assert!(empty.is_empty());
+    let negative = Unit {
+        kind: UnitKind::Input(InputTopic::Votes),
+        partition: -1,
+    };
+    assert_eq!(offset_record(negative, 1).key, r#"["v",-1,"offset"]"#);
+}
+
+#[test]
+fn a_changelog_written_before_origins_and_project_watermarks_restores() {
+    // `jury.state` as earlier versions wrote it: the book with the partition's watermark, no
+    // origins, no project watermarks. Read on with `by_key`, the records it holds are skipped by
+    // its offset; its sessions time out by their project's next event.
+    let unit = Unit {
+        kind: UnitKind::Input(InputTopic::JudgeScores),
+        partition: 2,
+    };
+    let mut r = Restorer::new(unit);
+    r.accept(
+        br#"["j",2,"book"]"#,
+        Some(br#"{"watermark":"2026-11-20T10:00:00Z","next_seq":7}"#),
+    );
+    r.accept(br#"["j",2,"offset"]"#, Some(br#"{"offset":41}"#));
+    let (state, offset) = r.finish().expect("an old changelog restores");
+    assert_eq!(offset, Some(41));
+    assert_eq!(state.sessions.next_seq(), 7);
+    assert!(state.origins.is_empty());
+}
+
+#[test]
+fn every_kind_of_key_is_written_and_read_back() {
+    let unit = Unit {
+        kind: UnitKind::Input(InputTopic::JudgeScores),
+        partition: 3,
+    };
+    for (slot, text) in [
+        (Slot::Offset, r#"["j",3,"offset"]"#),
+        (Slot::Origins, r#"["j",3,"origins"]"#),
+        (Slot::Watermark("p"), r#"["j",3,"watermark","p"]"#),
+        (Slot::Ranking("p", "c"), r#"["j",3,"ranking","p","c"]"#),
+        (
+            Slot::Block("p", "c", BlockId { day: -2, slot: 15 }),
+            r#"["j",3,"block","p","c","-2.15"]"#,
+        ),
+        (Slot::Project("p/1"), r#"["j",3,"project","p/1"]"#),
+        (Slot::Seen("p", 12), r#"["j",3,"seen","p","12"]"#),
+        (
+            Slot::Session("p", "s\"1"),
+            r#"["j",3,"session","p","s\"1"]"#,
+        ),
+        (
+            Slot::Completed("p", 0xab),
+            r#"["j",3,"completed","p","000000000000000000000000000000ab"]"#,
+        ),
+        (Slot::Audit("p"), r#"["j",3,"audit","p"]"#),
+        (
+            Slot::Consensus("p", "s/1"),
+            r#"["j",3,"consensus","p","s/1"]"#,
+        ),
+        (Slot::Board("p", "", "m"), r#"["j",3,"board","p","","m"]"#),
+        (Slot::Items(6), r#"["j",3,"items","6"]"#),
+        (Slot::Waits(0), r#"["j",3,"waits","0"]"#),
+        (Slot::Ballots("p", 2), r#"["j",3,"ballots","p","2"]"#),
+        (
+            Slot::Judge("p", "openai/j"),
+            r#"["j",3,"judge","p","openai/j"]"#,
+        ),
+        (Slot::Recent("p", 17), r#"["j",3,"recent","p","17"]"#),
+        (Slot::Forgotten("p"), r#"["j",3,"forgotten","p"]"#),
+        (Slot::Book, r#"["j",3,"book"]"#),
+        (Slot::Redo(2), r#"["j",3,"redo","2"]"#),
+    ] {
+        assert_eq!(unit.key(slot), text);
+        let parts: Vec<serde_json::Value> = serde_json::from_str(text).unwrap();
+        assert_eq!(Slot::from_parts(&parts[2..]), Ok(slot), "{text}");
+    }
+    let parts: Vec<serde_json::Value> = serde_json::from_str(r#"["j",3,"seen","p","x"]"#).unwrap();
+    assert_eq!(
+        Slot::from_parts(&parts[2..]),
+        Err("an index is not a number")
+    );
+    let parts: Vec<serde_json::Value> = serde_json::from_str(r#"["j",3,"nope"]"#).unwrap();
+    assert_eq!(Slot::from_parts(&parts[2..]), Err("unknown kind of state"));
+}

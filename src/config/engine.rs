@@ -1,0 +1,130 @@
+//! The checks of the engine's sections of the configuration (their types, defaults and meaning
+//! are [`crate::engine::settings`]'s): every value a type cannot express, each error naming its
+//! key.
+
+use super::{
+    Config, ConfigError, MAX_DEDUPE_WINDOW, at_most, invalid, positive, rate, unit_interval,
+};
+
+/// Checks the engine's sections.
+pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
+    let l = &c.limits;
+    positive("limits.max_message_bytes", l.max_message_bytes)?;
+    positive("limits.max_votes_per_event", l.max_votes_per_event)?;
+    positive("limits.max_id_bytes", l.max_id_bytes)?;
+    positive(
+        "limits.dead_letter_payload_bytes",
+        l.dead_letter_payload_bytes,
+    )?;
+    positive("limits.dedupe_window", l.dedupe_window)?;
+    positive("limits.max_projects", l.max_projects)?;
+    at_most(
+        "limits.dedupe_window",
+        l.dedupe_window,
+        MAX_DEDUPE_WINDOW,
+        "ids per project (the window's index limit)",
+    )?;
+    at_most(
+        "limits.max_message_bytes",
+        l.max_message_bytes,
+        1_000_000_000,
+        "(librdkafka's limit)",
+    )?;
+    rate("scoring.lambda", c.scoring.lambda)?;
+    for (project, lambda) in &c.scoring.project_lambda {
+        rate(&format!("scoring.project_lambda.{project}"), *lambda)?;
+    }
+    unit_interval("scoring.initial_score", c.scoring.initial_score)?;
+    let se = &c.sessions;
+    if !se.default_scale_min.is_finite()
+        || !se.default_scale_max.is_finite()
+        || se.default_scale_min >= se.default_scale_max
+    {
+        return Err(invalid(
+            "sessions.default_scale_min",
+            "must be finite and below sessions.default_scale_max",
+        ));
+    }
+    positive("sessions.timeout_secs", se.timeout_secs as usize)?;
+    positive("sessions.max_open_per_project", se.max_open_per_project)?;
+    positive("sessions.max_open_total", se.max_open_total)?;
+    positive("sessions.completed_window", se.completed_window)?;
+    positive("sessions.max_candidates", se.max_candidates)?;
+    positive("sessions.max_judges", se.max_judges)?;
+    for (judge, w) in &se.judge_weights {
+        if !w.is_finite() || *w <= 0.0 {
+            return Err(invalid(
+                &format!("sessions.judge_weights.{judge}"),
+                format!("must be a finite number > 0, got {w}"),
+            ));
+        }
+    }
+    let b = &c.bias;
+    for (key, v) in [
+        ("bias.length_r", b.length_r),
+        ("bias.length_p", b.length_p),
+        ("bias.position_variance", b.position_variance),
+        ("bias.low_agreement", b.low_agreement),
+        (
+            "bias.project_calibration_margin",
+            b.project_calibration_margin,
+        ),
+    ] {
+        unit_interval(key, v)?;
+    }
+    if !b.self_vote_inflation.is_finite() {
+        return Err(invalid("bias.self_vote_inflation", "must be finite"));
+    }
+    positive(
+        "leaderboard.window_days",
+        c.leaderboard.window_days as usize,
+    )?;
+    at_most(
+        "leaderboard.window_days",
+        c.leaderboard.window_days as usize,
+        366,
+        "days (a category keeps resampling blocks for each)",
+    )?;
+    at_most(
+        "leaderboard.bootstrap_rounds",
+        c.leaderboard.bootstrap_rounds,
+        10_000,
+        "resamples (each refits the window)",
+    )?;
+    positive("leaderboard.max_models", c.leaderboard.max_models)?;
+    positive("leaderboard.max_categories", c.leaderboard.max_categories)?;
+    at_most(
+        "leaderboard.max_models",
+        c.leaderboard.max_models,
+        1_000,
+        "models per category (a refit costs their square)",
+    )?;
+    let q = &c.judge_quality;
+    positive("judge_quality.min_human_votes", q.min_human_votes as usize)?;
+    positive("judge_quality.max_pending_items", q.max_pending_items)?;
+    positive("judge_quality.max_items", q.max_items)?;
+    positive("judge_quality.window", q.window)?;
+    at_most(
+        "judge_quality.window",
+        q.window,
+        10_000,
+        "pairs (each pair recomputes the window's statistics)",
+    )?;
+    positive("judge_quality.max_judges", q.max_judges)?;
+    for (key, v) in [
+        ("judge_quality.max_kappa_drop", q.max_kappa_drop),
+        ("judge_quality.review_gap", q.review_gap),
+    ] {
+        unit_interval(key, v)?;
+    }
+    if !(-1.0..=1.0).contains(&q.min_kappa) {
+        return Err(invalid("judge_quality.min_kappa", "must be in [-1, 1]"));
+    }
+    at_most(
+        "sessions.completed_records",
+        c.sessions.completed_records,
+        1_000,
+        "per project",
+    )?;
+    Ok(())
+}

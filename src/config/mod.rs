@@ -1,0 +1,176 @@
+//! Configuration: `config/jurystream.toml`, overridden by `JURYSTREAM_SECTION__KEY` variables.
+//!
+//! Every key has a default, so an empty file is a valid configuration. Unknown keys and bad values
+//! fail at start with an error naming the key: a typo must never silently fall back to a default.
+//!
+//! The engine's sections (limits, scoring, sessions, bias, leaderboard, judge quality) are its
+//! own types ([`crate::engine::settings`]), re-exported here; the runtimes' are in `service`;
+//! each group's checks sit beside it (`engine`, `service`).
+
+mod engine;
+mod service;
+
+use std::path::Path;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+pub use self::service::{Http, Input, Kafka, Log, Metrics, OutputSettings, Partitioning, Topics};
+pub use crate::engine::model::dedupe::MAX_WINDOW as MAX_DEDUPE_WINDOW;
+pub use crate::engine::settings::{
+    Bias, JudgeQuality, Leaderboard, Limits, Method, Scoring, Sessions, Settings, Strategy,
+    Weighting,
+};
+
+/// A configuration that could not be loaded or is invalid; `key` is the dotted path, e.g. `scoring.lambda`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(Box<figment::Error>),
+    #[error("configuration key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+pub(super) fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub input: Input,
+    pub topics: Topics,
+    pub limits: Limits,
+    pub scoring: Scoring,
+    pub sessions: Sessions,
+    pub bias: Bias,
+    pub leaderboard: Leaderboard,
+    pub judge_quality: JudgeQuality,
+    pub kafka: Kafka,
+    pub output: OutputSettings,
+    pub http: Http,
+    pub log: Log,
+    pub metrics: Metrics,
+}
+
+impl Config {
+    /// The engine's part of the configuration: its sections, and what it needs of the rest.
+    pub fn engine_settings(&self) -> Settings {
+        Settings {
+            limits: self.limits.clone(),
+            scoring: self.scoring.clone(),
+            sessions: self.sessions.clone(),
+            bias: self.bias.clone(),
+            leaderboard: self.leaderboard.clone(),
+            judge_quality: self.judge_quality.clone(),
+            pairs_judges: self.judge_quality.enabled && self.input.repartitions(),
+            quality_task_items: self
+                .judge_quality
+                .max_items
+                .div_ceil(self.kafka.partitions.max(1) as usize),
+            scores_coalesce_ms: self.output.scores_coalesce_ms,
+            key_is_project: !self.input.repartitions(),
+            kept_record_bytes: self.producer_record_limit() / 4,
+        }
+    }
+
+    /// The largest record the service's producer sends: `message.max.bytes` as configured for
+    /// it, or the record limit it is given by default.
+    pub fn producer_record_limit(&self) -> usize {
+        self.kafka
+            .producer
+            .get("message.max.bytes")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| self.limits.max_record_bytes())
+    }
+
+    /// Loads `path` (if given) over the defaults, then the `JURYSTREAM_*` environment, then validates.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = path {
+            if !path.exists() {
+                return Err(invalid(
+                    "--config",
+                    format!("file {} does not exist", path.display()),
+                ));
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        Config::from_figment(figment.merge(env_overrides()))
+    }
+
+    /// Parses a TOML document over the defaults (no environment); for tests and embedded configs.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        Config::from_figment(
+            Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(text)),
+        )
+    }
+
+    fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
+        let config: Config = figment
+            .extract()
+            .map_err(|e| ConfigError::Load(Box::new(e)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every value a type cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        service::validate(self)?;
+        engine::validate(self)
+    }
+}
+
+fn env_overrides() -> Env {
+    // Only SECTION__KEY variables are settings; JURYSTREAM_CONFIG and the like are not.
+    Env::prefixed("JURYSTREAM_")
+        .filter(|k| k.as_str().contains("__"))
+        .split("__")
+}
+
+pub(super) fn positive(key: &str, value: usize) -> Result<(), ConfigError> {
+    if value == 0 {
+        return Err(invalid(key, "must be at least 1"));
+    }
+    Ok(())
+}
+
+/// `value` may be at most `max`; the message reads "at most {max} {why}".
+pub(super) fn at_most(key: &str, value: usize, max: usize, why: &str) -> Result<(), ConfigError> {
+    if value > max {
+        return Err(invalid(key, format!("at most {max} {why}")));
+    }
+    Ok(())
+}
+
+pub(super) fn rate(key: &str, value: f64) -> Result<(), ConfigError> {
+    if !value.is_finite() || value < 0.0 {
+        return Err(invalid(
+            key,
+            format!("must be a finite number >= 0, got {value}"),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn unit_interval(key: &str, value: f64) -> Result<(), ConfigError> {
+    if !(0.0..=1.0).contains(&value) {
+        return Err(invalid(key, format!("must be within 0..=1, got {value}")));
+    }
+    Ok(())
+}
+
+impl Default for Settings {
+    /// The engine's part of the default configuration.
+    fn default() -> Self {
+        Config::default().engine_settings()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,358 @@
+//! The sections of the configuration the runtimes read (the Kafka service, its outputs, HTTP,
+//! logs, metrics, input partitioning, topic names), with their defaults and their checks. The
+//! engine's own sections are [`crate::engine::settings`]'s; [`super::engine`] checks them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, invalid, positive};
+
+/// The Kafka service (`jurystream run`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Kafka {
+    pub bootstrap_servers: String,
+    pub group_id: String,
+    pub client_id: String,
+    /// Create missing topics at start (with `partitions`, `replication_factor`, and
+    /// `cleanup.policy=compact` for the tables); when false, a missing topic stops the service.
+    pub create_topics: bool,
+    pub partitions: i32,
+    pub replication_factor: i32,
+    /// How long the broker may hold a fetch; tansu holds every fetch this long, so keep it small.
+    pub fetch_wait_max_ms: u64,
+    /// Work is committed in epochs: outputs and changelog are flushed and acknowledged, then the
+    /// input offsets are committed. This is the longest epoch (an epoch also ends once the input
+    /// is quiet for two fetch waits). Longer epochs write a busy project's state less often; a
+    /// crash re-reads up to one epoch of input. 250 ms by default: an epoch's changelog is
+    /// rendered on the processing thread when it ends, a pause that grows with the epoch. In the
+    /// load benchmark (10,000 events/s, 5 ms fetch wait) p99 was 22-35 ms with 1 s epochs (mean
+    /// 29 over eight runs), 19-31 with 250 ms (mean 24 over four) and 18-33 with 100 ms (mean 23
+    /// over four); with one busy project 250 ms gave 73-76% of the raw loop, 100 ms 61-78%.
+    pub commit_interval_ms: u64,
+    /// Seconds to finish in-flight work, flush and commit after SIGTERM/SIGINT.
+    pub shutdown_timeout_secs: u64,
+    /// Seconds to reach the brokers at start; beyond, `run` stops with an error naming
+    /// `kafka.bootstrap_servers` instead of waiting on.
+    pub connect_timeout_secs: u64,
+    pub security_protocol: String,
+    pub sasl_mechanism: String,
+    pub sasl_username: String,
+    /// Name of the environment variable holding the SASL password (never logged).
+    pub sasl_password_env: String,
+    /// File holding the SASL password (never logged).
+    pub sasl_password_file: String,
+    pub ssl_ca_location: String,
+    pub ssl_certificate_location: String,
+    pub ssl_key_location: String,
+    /// Any librdkafka property for the consumers, e.g. `"session.timeout.ms" = "10000"`.
+    pub consumer: BTreeMap<String, String>,
+    /// Any librdkafka property for the producer.
+    pub producer: BTreeMap<String, String>,
+}
+
+impl Default for Kafka {
+    fn default() -> Self {
+        Kafka {
+            bootstrap_servers: "127.0.0.1:9092".into(),
+            group_id: "jurystream".into(),
+            client_id: "jurystream".into(),
+            create_topics: true,
+            partitions: 6,
+            replication_factor: 1,
+            fetch_wait_max_ms: 20,
+            commit_interval_ms: 250,
+            shutdown_timeout_secs: 30,
+            connect_timeout_secs: 15,
+            security_protocol: "plaintext".into(),
+            sasl_mechanism: String::new(),
+            sasl_username: String::new(),
+            sasl_password_env: String::new(),
+            sasl_password_file: String::new(),
+            ssl_ca_location: String::new(),
+            ssl_certificate_location: String::new(),
+            ssl_key_location: String::new(),
+            consumer: BTreeMap::new(),
+            producer: BTreeMap::new(),
+        }
+    }
+}
+
+/// What the service publishes and how often.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputSettings {
+    /// `jury.scores` is a table: a project's updates within this many milliseconds are coalesced
+    /// (the first is published at once, the latest at the next tick of this interval or at the
+    /// end of the epoch, whichever comes first); 0 publishes every update. Replay always
+    /// publishes every update.
+    pub scores_coalesce_ms: u64,
+}
+
+impl Default for OutputSettings {
+    fn default() -> Self {
+        OutputSettings {
+            scores_coalesce_ms: 100,
+        }
+    }
+}
+
+/// The HTTP server: /metrics, /healthz, /readyz and the interactive queries under /v1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Http {
+    pub bind: String,
+    /// The URL other instances send a client to for the projects this one owns; empty:
+    /// `http://<bind>`, or with an unspecified bind address the host name's reachable address
+    /// (see `crate::queries::advertise`).
+    pub advertised_url: String,
+    /// Answer a query for a project owned by another instance with that instance's answer,
+    /// fetched once, instead of a `307` (for load balancers that cannot follow redirects).
+    pub proxy_queries: bool,
+    /// How long a proxied query waits for the owner's answer before a `504`.
+    pub proxy_timeout_ms: u64,
+    /// Connections served at once (besides a few reserved for /metrics and the probes).
+    pub max_connections: usize,
+    /// How long a request's headers may take, and an idle keep-alive connection may wait.
+    pub header_timeout_ms: u64,
+    /// A file of bearer tokens, one per line, that `/v1` requires (with those of the
+    /// `JURYSTREAM_API_TOKENS` variable, comma-separated); none: `/v1` is open. Tokens never
+    /// go in this file: it names where they are.
+    pub tokens_file: String,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Http {
+            bind: "127.0.0.1:9464".into(),
+            advertised_url: String::new(),
+            proxy_queries: false,
+            proxy_timeout_ms: 5000,
+            max_connections: 256,
+            header_timeout_ms: 5000,
+            tokens_file: String::new(),
+        }
+    }
+}
+
+impl Http {
+    /// The URL this instance advertises, once `advertised_url` is decided at start.
+    pub fn advertised(&self) -> String {
+        if self.advertised_url.is_empty() {
+            format!("http://{}", self.bind)
+        } else {
+            self.advertised_url.trim_end_matches('/').to_owned()
+        }
+    }
+}
+
+/// Logging.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Log {
+    /// `text` or `json`.
+    pub format: String,
+    /// A tracing filter, e.g. `info` or `jurystream=debug,rdkafka=warn`; `RUST_LOG` overrides it.
+    pub level: String,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log {
+            format: "text".into(),
+            level: "info".into(),
+        }
+    }
+}
+
+/// Metrics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Metrics {
+    /// Projects whose score is exported as `jurystream_project_score`; empty = the top
+    /// `score_top_n` projects by evaluations. Never one series per project by default.
+    pub score_projects: Vec<String>,
+    pub score_top_n: usize,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            score_projects: Vec::new(),
+            score_top_n: 20,
+        }
+    }
+}
+
+/// How the service finds each record's project state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Input {
+    pub partitioning: Partitioning,
+}
+
+impl Input {
+    /// Whether input records are forwarded to the repartition topic and applied from there.
+    pub fn repartitions(&self) -> bool {
+        self.partitioning == Partitioning::Repartition
+    }
+}
+
+/// Where a project's state lives in the Kafka service (see the README, "Partitioning").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Partitioning {
+    /// Every input record is forwarded to `<group_id>-repartition`, keyed and partitioned by
+    /// its `project_id`, and applied from there: correct whatever producers key by.
+    #[default]
+    Repartition,
+    /// Records are applied from the partition they were produced to; a record not keyed by its
+    /// `project_id` is dead-lettered (`key_not_project_id`).
+    ByKey,
+}
+
+/// Topic names, input and output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Topics {
+    pub votes: String,
+    pub judge_scores: String,
+    pub reputations: String,
+    pub scores: String,
+    pub consensus: String,
+    pub bias_alerts: String,
+    pub leaderboard: String,
+    pub dead_letters: String,
+    pub judge_quality: String,
+    pub review_requests: String,
+    /// The state changelog; empty (the default) names it after the consumer group,
+    /// `<group_id>-state`.
+    pub state: String,
+}
+
+impl Default for Topics {
+    fn default() -> Self {
+        Topics {
+            votes: "jury.votes".into(),
+            judge_scores: "jury.judge-scores".into(),
+            reputations: "jury.reputations".into(),
+            scores: "jury.scores".into(),
+            consensus: "jury.consensus".into(),
+            bias_alerts: "jury.bias-alerts".into(),
+            leaderboard: "jury.leaderboard".into(),
+            dead_letters: "jury.dead-letters".into(),
+            judge_quality: "jury.judge-quality".into(),
+            review_requests: "jury.review-requests".into(),
+            state: String::new(),
+        }
+    }
+}
+
+impl Topics {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let t = self;
+        for (key, name) in [
+            ("topics.votes", &t.votes),
+            ("topics.judge_scores", &t.judge_scores),
+            ("topics.reputations", &t.reputations),
+            ("topics.scores", &t.scores),
+            ("topics.consensus", &t.consensus),
+            ("topics.bias_alerts", &t.bias_alerts),
+            ("topics.leaderboard", &t.leaderboard),
+            ("topics.dead_letters", &t.dead_letters),
+            ("topics.judge_quality", &t.judge_quality),
+            ("topics.review_requests", &t.review_requests),
+        ] {
+            if name.is_empty() || name.len() > 249 {
+                return Err(invalid(key, "a topic name has 1 to 249 characters"));
+            }
+        }
+        if t.state.len() > 249 {
+            return Err(invalid(
+                "topics.state",
+                "a topic name has 1 to 249 characters",
+            ));
+        }
+        let inputs = [&t.votes, &t.judge_scores, &t.reputations];
+        if inputs[0] == inputs[1] || inputs[0] == inputs[2] || inputs[1] == inputs[2] {
+            return Err(invalid("topics", "the three input topics must be distinct"));
+        }
+        Ok(())
+    }
+}
+
+impl Kafka {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let k = self;
+        if k.bootstrap_servers.is_empty() {
+            return Err(invalid("kafka.bootstrap_servers", "must not be empty"));
+        }
+        if k.group_id.is_empty() {
+            return Err(invalid("kafka.group_id", "must not be empty"));
+        }
+        positive("kafka.partitions", k.partitions.max(0) as usize)?;
+        positive(
+            "kafka.replication_factor",
+            k.replication_factor.max(0) as usize,
+        )?;
+        positive("kafka.commit_interval_ms", k.commit_interval_ms as usize)?;
+        positive(
+            "kafka.connect_timeout_secs",
+            k.connect_timeout_secs as usize,
+        )?;
+        // The repartition stage's copy detection (`engine::Origins`) and the changelog assume
+        // a retried produce never writes a record twice: the idempotent producer, acks=all.
+        for (key, allowed) in [
+            ("enable.idempotence", &["true"][..]),
+            ("acks", &["all", "-1"][..]),
+        ] {
+            if let Some(v) = self.producer.get(key)
+                && !allowed.contains(&v.trim().to_ascii_lowercase().as_str())
+            {
+                return Err(invalid(
+                    &format!("kafka.producer.{key}"),
+                    format!(
+                        "jurystream's exactly-once counting relies on the idempotent producer \
+                         with acks=all; {key} = {v:?} would turn it off (remove the override)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Http {
+    fn validate(&self) -> Result<(), ConfigError> {
+        positive("http.max_connections", self.max_connections)?;
+        positive(
+            "http.header_timeout_ms",
+            usize::try_from(self.header_timeout_ms).unwrap_or(usize::MAX),
+        )?;
+        if self.bind.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(
+                "http.bind",
+                format!("{:?} is not an address like 127.0.0.1:9464", self.bind),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Log {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !["text", "json"].contains(&self.format.as_str()) {
+            return Err(invalid("log.format", "must be \"text\" or \"json\""));
+        }
+        Ok(())
+    }
+}
+
+/// Checks the runtimes' sections.
+pub(super) fn validate(c: &super::Config) -> Result<(), ConfigError> {
+    c.topics.validate()?;
+    c.kafka.validate()?;
+    c.http.validate()?;
+    c.log.validate()
+}

@@ -1,0 +1,112 @@
+use super::*;
+
+#[test]
+fn empty_file_is_the_defaults() {
+    assert_eq!(Config::from_toml("").unwrap(), Config::default());
+}
+
+#[test]
+fn shipped_file_is_valid_and_equals_defaults() {
+    let text = include_str!("../../config/jurystream.toml");
+    assert_eq!(Config::from_toml(text).unwrap(), Config::default());
+}
+
+#[test]
+fn errors_name_the_key() {
+    let e = Config::from_toml("[scoring]\nlambda = -1.0")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("scoring.lambda"), "{e}");
+    let e = Config::from_toml("[scoring]\nlambdaa = 1.0")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lambdaa"), "{e}");
+    let e = Config::from_toml("[limits]\nmax_votes_per_event = \"many\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("max_votes_per_event"), "{e}");
+    let e = Config::from_toml("[scoring.project_lambda]\n\"p-1\" = -2")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("scoring.project_lambda.p-1"), "{e}");
+    // Upper bounds: the largest value is accepted, one more is refused by name. The
+    // window's index holds positions in 24 bits; librdkafka limits message sizes.
+    let bounded = |key: &str, max: u64, message: &str| {
+        let toml = |v: u64| format!("[limits]\n{key} = {v}");
+        assert!(Config::from_toml(&toml(max)).is_ok(), "{key} = {max}");
+        let e = Config::from_toml(&toml(max + 1)).unwrap_err().to_string();
+        assert!(e.contains(&format!("limits.{key}")), "{e}");
+        assert!(e.contains(message), "{e}");
+    };
+    bounded(
+        "dedupe_window",
+        16777215,
+        "at most 16777215 ids per project",
+    );
+    bounded(
+        "max_message_bytes",
+        1000000000,
+        "at most 1000000000 (librdkafka's limit)",
+    );
+}
+
+#[test]
+fn producer_overrides_cannot_turn_idempotence_off() {
+    for (text, key) in [
+        (
+            "[kafka.producer]\n\"enable.idempotence\" = \"false\"\n",
+            "kafka.producer.enable.idempotence",
+        ),
+        ("[kafka.producer]\nacks = \"1\"\n", "kafka.producer.acks"),
+    ] {
+        match Config::from_toml(text) {
+            Err(ConfigError::Invalid { key: k, message }) => {
+                assert_eq!(k, key);
+                assert!(message.contains("idempotent"), "{message}");
+            }
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+    for ok in [
+        "[kafka.producer]\n\"enable.idempotence\" = \"true\"\nacks = \"all\"\n",
+        "[kafka.producer]\nacks = \"-1\"\n\"linger.ms\" = \"5\"\n",
+    ] {
+        assert!(Config::from_toml(ok).is_ok(), "{ok}");
+    }
+}
+
+#[test]
+fn session_settings_are_validated() {
+    let e = Config::from_toml("[sessions]\nstrategy = \"loudest\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("strategy"), "{e}");
+    let e = Config::from_toml("[sessions.judge_weights]\n\"openai/gpt-4o\" = 0")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sessions.judge_weights.openai/gpt-4o"), "{e}");
+    let c = Config::from_toml("[sessions]\nstrategy = \"median\"\nmethod = \"borda\"").unwrap();
+    assert_eq!(
+        (c.sessions.strategy, c.sessions.method),
+        (Strategy::Median, Method::Borda)
+    );
+    let e = Config::from_toml("[sessions]\ndefault_scale_min = 10")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sessions.default_scale_min"), "{e}");
+    for (toml, key) in [
+        ("[sessions]\nmax_candidates = 0", "sessions.max_candidates"),
+        ("[sessions]\nmax_judges = 0", "sessions.max_judges"),
+        ("[limits]\nmax_projects = 0", "limits.max_projects"),
+    ] {
+        let e = Config::from_toml(toml).unwrap_err().to_string();
+        assert!(e.contains(key), "{e}");
+    }
+}
+
+#[test]
+fn project_lambda_overrides() {
+    let c = Config::from_toml("[scoring.project_lambda]\n\"p-1\" = 0.5").unwrap();
+    assert_eq!(c.scoring.lambda_for("p-1"), 0.5);
+    assert_eq!(c.scoring.lambda_for("p-2"), 0.01);
+}

@@ -1,0 +1,325 @@
+//! The limits on what a record may bring: event times, keys, projects, sessions and outputs.
+
+use super::*;
+
+#[test]
+fn an_occurred_at_far_after_its_record_timestamp_is_dead_lettered_and_moves_nothing() {
+    let mut h = Harness::new();
+    let stamped = |payload: &str, ms: i64, h: &mut Harness| {
+        let mut r = rec("jury.votes", None);
+        r.payload = Some(payload.as_bytes());
+        r.timestamp_ms = Some(ms);
+        h.send_record(r)
+    };
+    let at = |secs: i64| 1_795_168_800_000 + secs * 1000;
+    let ok = votes(
+        "e1",
+        "2026-11-20T10:00:00Z",
+        r#"{"voter_id": "u", "value": 1}"#,
+    );
+    assert_eq!(stamped(&ok, at(0), &mut h), Outcome::Applied);
+    let before = h.state.clone();
+    // Dated 2099 in a record stamped in 2026: beyond the default hour of skew.
+    let future = votes(
+        "e2",
+        "2099-01-01T00:00:00Z",
+        r#"{"voter_id": "u", "value": 0}"#,
+    );
+    assert_eq!(
+        stamped(&future, at(1), &mut h),
+        Outcome::Rejected(ErrorCode::OccurredAtInFuture)
+    );
+    assert_eq!(h.state, before);
+    assert!(
+        h.last()["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("3600 s after the record timestamp")),
+        "{}",
+        h.last()
+    );
+    // Within the skew it is applied, and a record without a timestamp is not checked.
+    let soon = votes(
+        "e3",
+        "2026-11-20T10:59:00Z",
+        r#"{"voter_id": "u", "value": 1}"#,
+    );
+    assert_eq!(stamped(&soon, at(0), &mut h), Outcome::Applied);
+    let unstamped = votes(
+        "e4",
+        "2099-01-01T00:00:00Z",
+        r#"{"voter_id": "u", "value": 1}"#,
+    );
+    assert_eq!(h.send("jury.votes", &unstamped), Outcome::Applied);
+}
+
+/// One rule for every input topic: the same hostile member, at the top of the event or inside a
+/// nested object (a vote, a candidate), gets the same code on `jury.votes`, `jury.judge-scores`
+/// and `jury.reputations`; without it each event applies.
+#[test]
+fn every_input_topic_reads_by_one_rule() {
+    // (topic, the event up to its last member, the same around a nested object ending in `{}`)
+    let events = [
+        (
+            "jury.votes",
+            r#"{"event_id": "e", "project_id": "p", "occurred_at": 0, "votes": [{"voter_id": "u", "value": 1}]"#,
+            r#"{"event_id": "e", "project_id": "p", "occurred_at": 0, "votes": [{"voter_id": "u", "value": 1{}}]}"#,
+        ),
+        (
+            "jury.judge-scores",
+            r#"{"event_id": "e", "project_id": "p", "session_id": "s", "occurred_at": 0, "judge": "j", "scores": {"A": 5}, "candidates": {"A": {"author": "m"}}"#,
+            r#"{"event_id": "e", "project_id": "p", "session_id": "s", "occurred_at": 0, "judge": "j", "scores": {"A": 5}, "candidates": {"A": {"author": "m"{}}}}"#,
+        ),
+        (
+            "jury.reputations",
+            r#"{"voter_id": "u", "reputation": 2"#,
+            r#"{"voter_id": "u", "reputation": 2{}}"#,
+        ),
+    ];
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let hostile = [
+        (r#", "x": 1, "x": 2"#.to_string(), ErrorCode::DuplicateField),
+        (r#", "x": "\ud800""#.to_string(), ErrorCode::InvalidJson),
+        (
+            r#", "x": "\udc00\ud800""#.to_string(),
+            ErrorCode::InvalidJson,
+        ),
+        (format!(r#", "x": {deep}"#), ErrorCode::InvalidJson),
+        (r#", "x": 1e400"#.to_string(), ErrorCode::ValueOutOfRange),
+        (r#", "x": NaN"#.to_string(), ErrorCode::NonFiniteNumber),
+    ];
+    let mut strict = Config::default();
+    strict.limits.reject_unknown_fields = true;
+    for (topic, top, nested) in events {
+        let plain = [format!("{top}}}"), nested.replace("{}", "")];
+        for payload in &plain {
+            assert_eq!(
+                Harness::new().send(topic, payload),
+                Outcome::Applied,
+                "{payload}"
+            );
+            let mut h = Harness {
+                engine: Engine::new(strict.engine_settings()),
+                ..Harness::new()
+            };
+            assert_eq!(h.send(topic, payload), Outcome::Applied, "{payload}");
+            let unknown = payload.replacen(r#""p""#, r#""p", "x": 1"#, 1);
+            let unknown = if unknown == *payload {
+                payload.replacen(r#""u""#, r#""u", "x": 1"#, 1)
+            } else {
+                unknown
+            };
+            assert_eq!(
+                h.send(topic, &unknown),
+                Outcome::Rejected(ErrorCode::UnknownField),
+                "{unknown}"
+            );
+        }
+        for (member, code) in &hostile {
+            for payload in [format!("{top}{member}}}"), nested.replace("{}", member)] {
+                let mut h = Harness::new();
+                let shown = &payload[..payload.len().min(200)];
+                assert_eq!(h.send(topic, &payload), Outcome::Rejected(*code), "{shown}");
+                assert_eq!(h.state, PartitionState::default(), "{shown}");
+                assert_eq!(h.reps, ReputationTable::default(), "{shown}");
+            }
+        }
+    }
+}
+
+/// An instance at `limits.max_projects` refuses a record that would add a project, on either
+/// topic, and keeps applying to the projects it holds.
+#[test]
+fn a_new_project_beyond_max_projects_is_dead_lettered() {
+    let mut config = Config::default();
+    config.limits.max_projects = 2;
+    let mut h = Harness::with(&config);
+    let one = r#"{"voter_id": "u", "value": 1}"#;
+    let vote = |event: &str, project: &str| {
+        votes(event, "2026-11-20T10:00:00Z", one).replace("proj-42", project)
+    };
+    let judge = |event: &str, project: &str| {
+        ballot(event, "s", 0, "j", r#", "scores": {"A": 5}"#).replace("proj-42", project)
+    };
+    // What the runtime passes: the projects held before each record.
+    let send = |h: &mut Harness, topic: &str, payload: &str| {
+        let held = h.state.project_count();
+        h.send_record(rec(topic, Some(payload.as_bytes())).received(None, held))
+    };
+    assert_eq!(
+        send(&mut h, "jury.votes", &vote("e1", "a")),
+        Outcome::Applied
+    );
+    assert_eq!(
+        send(&mut h, "jury.judge-scores", &judge("e2", "a")),
+        Outcome::Applied
+    );
+    // Votes and judge scores of one project: one project.
+    assert_eq!(h.state.project_count(), 1);
+    assert_eq!(
+        send(&mut h, "jury.judge-scores", &judge("e7", "z")),
+        Outcome::Applied
+    );
+    assert_eq!(h.state.project_count(), 2);
+    let before = h.state.clone();
+    for (topic, payload) in [
+        ("jury.votes", vote("e3", "b")),
+        ("jury.judge-scores", judge("e4", "b")),
+    ] {
+        assert_eq!(
+            send(&mut h, topic, &payload),
+            Outcome::Rejected(ErrorCode::ProjectLimit)
+        );
+        let message = h.last()["message"].as_str().unwrap_or("").to_owned();
+        assert!(message.contains(r#"project "b""#), "{message}");
+        assert!(message.contains("2 this instance holds"), "{message}");
+        assert_eq!(h.state, before);
+    }
+    // The projects it holds go on, also with their other part.
+    assert_eq!(
+        send(&mut h, "jury.votes", &vote("e5", "a")),
+        Outcome::Applied
+    );
+    assert_eq!(
+        send(&mut h, "jury.votes", &vote("e8", "z")),
+        Outcome::Applied
+    );
+    assert_eq!(h.state.project_count(), 2);
+    assert_eq!(
+        send(
+            &mut h,
+            "jury.judge-scores",
+            &judge("e6", "a").replace(r#""j""#, r#""k""#)
+        ),
+        Outcome::Applied
+    );
+}
+
+/// A ballot that would bring its session beyond `sessions.max_judges` judges or
+/// `sessions.max_candidates` candidates is dead-lettered; a judge's new ballot within them
+/// replaces its old one as before.
+#[test]
+fn a_ballot_beyond_the_session_limits_is_dead_lettered() {
+    let mut config = Config::default();
+    config.sessions.max_judges = 2;
+    config.sessions.max_candidates = 3;
+    let mut h = Harness::with(&config);
+    let b = |event: &str, judge: &str, rest: &str| ballot(event, "s", 0, judge, rest);
+    assert_eq!(
+        h.send(
+            "jury.judge-scores",
+            &b("e1", "j1", r#", "scores": {"A": 5, "B": 6}"#)
+        ),
+        Outcome::Applied
+    );
+    // Candidates count over scores, rankings and metadata, old and new.
+    for (event, rest) in [
+        ("e2", r#", "scores": {"C": 5, "D": 6}"#),
+        (
+            "e3",
+            r#", "scores": {"A": 5}, "candidates": {"C": {}, "D": {}}"#,
+        ),
+        (
+            "e4",
+            r#", "scores": {"A": 5}, "ranking": ["A", "B", "C", "D"]"#,
+        ),
+    ] {
+        let before = h.state.clone();
+        assert_eq!(
+            h.send("jury.judge-scores", &b(event, "j2", rest)),
+            Outcome::Rejected(ErrorCode::SessionLimit),
+            "{rest}"
+        );
+        let message = h.last()["message"].as_str().unwrap_or("").to_owned();
+        assert!(
+            message.contains("4 candidates, more than 3 (sessions.max_candidates)"),
+            "{message}"
+        );
+        assert_eq!(h.state, before);
+    }
+    assert_eq!(
+        h.send(
+            "jury.judge-scores",
+            &b("e5", "j2", r#", "scores": {"A": 5, "C": 6}"#)
+        ),
+        Outcome::Applied
+    );
+    let before = h.state.clone();
+    assert_eq!(
+        h.send(
+            "jury.judge-scores",
+            &b("e6", "j3", r#", "scores": {"A": 5}"#)
+        ),
+        Outcome::Rejected(ErrorCode::SessionLimit)
+    );
+    let message = h.last()["message"].as_str().unwrap_or("").to_owned();
+    assert!(
+        message.contains("3 judges, more than 2 (sessions.max_judges)"),
+        "{message}"
+    );
+    assert_eq!(h.state, before);
+    // j1 again: a replacement, still two judges.
+    assert_eq!(
+        h.send(
+            "jury.judge-scores",
+            &b("e7", "j1", r#", "scores": {"A": 7}"#)
+        ),
+        Outcome::Applied
+    );
+}
+
+/// An output that would exceed the record limit is replaced by a dead letter that names it,
+/// whatever the configuration lets through: here a consensus of three ballots of 300
+/// candidates each, with 250-byte ids, under a 100 kB message limit.
+#[test]
+fn an_output_beyond_the_record_limit_becomes_a_dead_letter() {
+    let mut config = Config::default();
+    config.limits.max_message_bytes = 100_000;
+    config.sessions.max_candidates = 10_000;
+    let max = config.limits.max_record_bytes();
+    let mut h = Harness::with(&config);
+    for judge in 0..3 {
+        let scores: Vec<String> = (judge * 300..judge * 300 + 300)
+            .map(|i| format!(r#""{}{i:05}": {}"#, "c".repeat(245), i % 10 + 1))
+            .collect();
+        let rest = format!(
+            r#", "expected_judges": 3, "scores": {{{}}}"#,
+            scores.join(", ")
+        );
+        let payload = ballot(&format!("e{judge}"), "s", 0, &format!("j{judge}"), &rest);
+        assert!(payload.len() < 100_000);
+        assert_eq!(h.send("jury.judge-scores", &payload), Outcome::Applied);
+    }
+    assert!(!h.out.is_empty());
+    let mut letters = 0;
+    for o in &h.out {
+        let text = o.render();
+        assert!(text.len() <= max, "{} bytes", text.len());
+        if o.topic == OutputTopic::DeadLetters {
+            letters += 1;
+            let dl: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(dl["error"], "output_too_large");
+            let message = dl["message"].as_str().unwrap_or("");
+            assert!(
+                message.contains("its consensus output would be"),
+                "{message}"
+            );
+        }
+    }
+    assert_eq!(letters, 1, "{:?}", topics(&h.out));
+}
+
+/// `item_id` is informational: one of tens of kB (within the message limit) costs no vote, on
+/// the full reader and the one-pass one alike.
+#[test]
+fn a_long_item_id_costs_no_vote() {
+    let long = format!(
+        r#"{{"event_id": "e1", "project_id": "p", "occurred_at": 0, "item_id": "{}", "votes": [{{"voter_id": "u", "value": 1}}]}}"#,
+        "t".repeat(50_000)
+    );
+    let mut h = Harness::new();
+    assert_eq!(h.send("jury.votes", &long), Outcome::Applied);
+    let record = rec("jury.votes", Some(long.as_bytes()));
+    assert!(h.engine.prepare_votes(&record).is_some());
+    let empty = long.replace(&"t".repeat(50_000), "").replace("e1", "e2");
+    assert_eq!(h.send("jury.votes", &empty), Outcome::Applied);
+}
