@@ -10,7 +10,7 @@
 //! `judge_quality.max_items` split over the partitions, the oldest forgotten first whatever its
 //! project.
 
-mod agreement;
+pub mod agreement;
 mod bounded;
 
 use std::collections::{BTreeMap, VecDeque};
