@@ -100,13 +100,6 @@ impl<V> Bounded<V> {
         self.values.remove(&key).map(|(_, v)| v)
     }
 
-    /// The values whose places are in `places`, in order.
-    pub fn places(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &str, &V)> {
-        self.order
-            .range(places)
-            .filter_map(|(&seq, k)| Some((seq, k.as_str(), self.get(k)?)))
-    }
-
     pub fn len(&self) -> usize {
         self.values.len()
     }
