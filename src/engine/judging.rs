@@ -13,8 +13,9 @@ use super::journal::Change;
 use super::model::bias::{audit_session, session_alerts};
 use super::model::consensus::{Consensus, JudgeCounts, Ranked, interpretation};
 use super::model::effective_judges::Basis;
+use super::model::leaderboard::Standing;
 use super::model::session::{BookLimits, Completed};
-use super::output::{Counted, Output, OutputTopic, OutputValue};
+use super::output::{Counted, Output, OutputTopic, OutputValue, Shows};
 use super::quality::Weights;
 use super::settings::Method;
 use super::state::PartitionState;
@@ -268,14 +269,21 @@ impl Engine {
                 category: standing.category.clone().unwrap_or_default(),
                 model: standing.model.clone(),
             });
-            out.push(Output::json(
-                OutputTopic::Leaderboard,
-                Some(standing.key()),
-                &standing,
-            ));
+            out.push(leaderboard_record(&standing));
         }
         self.pair_session(state, (&c.project_id, &c.session_id), &analysis, c.at, out);
     }
+}
+
+/// The `jury.leaderboard` record of `standing`. Also how the interactive queries' view is
+/// seeded from restored state.
+pub fn leaderboard_record(standing: &Standing) -> Output {
+    Output::json(OutputTopic::Leaderboard, Some(standing.key()), standing).showing(Shows::Row {
+        project: standing.project_id.clone(),
+        category: standing.category.clone().unwrap_or_default(),
+        model: standing.model.clone(),
+        live: standing.sessions > 0,
+    })
 }
 
 /// `jury.consensus`: one record per completed session.

@@ -28,6 +28,7 @@ use reputation::{ReputationChange, ReputationTable};
 
 pub use ids::{IdMap, ProjectKey};
 pub use journal::{Change, JournalHint};
+pub use judging::leaderboard_record;
 pub use origins::Origins;
 pub use record::{InputTopic, Outcome, Receipt, Record};
 pub use settings::Settings;

@@ -55,6 +55,24 @@ pub struct Output {
     pub value: OutputValue,
     /// What a runtime counts it as, without parsing it.
     pub counted: Option<Counted>,
+    /// The part of a project's state it shows, for the queries' view, without parsing it.
+    pub shows: Option<Shows>,
+}
+
+/// The part of a project's state an output record shows: the queries' view files the record
+/// under it (a score record is filed under its key, the project).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shows {
+    /// A `jury.leaderboard` row of (category, model), `""` for no category; `live` is false
+    /// for a row published once more as it left the window, which the state forgets.
+    Row {
+        project: String,
+        category: String,
+        model: String,
+        live: bool,
+    },
+    /// A judge's `jury.judge-quality` record.
+    Judge { project: String, judge: String },
 }
 
 /// What an output is counted as in the runtimes' metrics.
@@ -84,6 +102,15 @@ impl Output {
             key,
             value: OutputValue::Json(render(value)),
             counted: None,
+            shows: None,
+        }
+    }
+
+    /// The record, noting which part of a project's state it shows.
+    pub fn showing(self, shows: Shows) -> Output {
+        Output {
+            shows: Some(shows),
+            ..self
         }
     }
 
@@ -285,6 +312,7 @@ mod tests {
             key: Some("proj-42".to_owned()),
             value: OutputValue::Score(v),
             counted: None,
+            shows: None,
         };
         let mut buffer = b"an earlier, longer record".to_vec();
         assert_eq!(out.value_bytes(&mut buffer), out.render().as_bytes());

@@ -22,7 +22,7 @@ use super::model::consensus::{Analysis, analyze};
 use super::model::effective_judges::{Basis, CandidateScores};
 use super::model::judge_quality::{Agreement, JudgeWindow, Observed, Pair, QualityLimits};
 use super::model::session::Session;
-use super::output::{Output, OutputTopic};
+use super::output::{Output, OutputTopic, Shows};
 use super::settings::Weighting;
 use super::state::PartitionState;
 use super::{Engine, Outcome};
@@ -330,6 +330,10 @@ pub fn judge_record(project: &str, judge: &str, window: &JudgeWindow, size: usiz
         Some(format!("{project}/{judge}")),
         &record,
     )
+    .showing(Shows::Judge {
+        project: project.to_owned(),
+        judge: judge.to_owned(),
+    })
 }
 
 /// The alerts of a judge's findings that just became true (`fresh`: disagreement, drift).

@@ -86,6 +86,7 @@ fn score_output(
         key: Some(project_id.to_owned()),
         value: OutputValue::Score(value),
         counted: None,
+        shows: None,
     }
 }
 

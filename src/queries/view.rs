@@ -11,14 +11,16 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use dashmap::DashMap;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::changelog::{Unit, UnitKind};
 use crate::engine::contract::time::{EventTime, rfc3339};
 use crate::engine::model::session::{Ballot, Session};
-use crate::engine::output::{Output, OutputTopic, OutputValue};
+use crate::engine::output::{Output, OutputValue, Shows};
 use crate::engine::quality::judge_record;
-use crate::engine::{Change, InputTopic, JudgeProject, PartitionState, Settings};
+use crate::engine::{
+    Change, InputTopic, JudgeProject, PartitionState, Settings, leaderboard_record,
+};
 
 /// A project's `jury.scores` numbers as last published; `freshness` and `alpha` describe the
 /// last batch's step, which a state restored from a changelog written before it was kept
@@ -98,17 +100,6 @@ pub struct ProjectView {
 pub struct Owned {
     /// Its state has not been read from the changelog yet.
     pub restoring: bool,
-}
-
-/// The fields of a published `jury.leaderboard` record that place it in the view.
-#[derive(Deserialize)]
-struct RowPlace<'a> {
-    /// 0 for a row published once more as it left the window: the state forgets it.
-    sessions: u64,
-    #[serde(borrow)]
-    category: Option<&'a str>,
-    #[serde(borrow)]
-    model: Option<&'a str>,
 }
 
 /// Every project snapshot of this instance, the partitions it owns, and the directory of the
@@ -212,11 +203,9 @@ impl View {
             }
             let mut p = self.entry(project, unit, now);
             p.completed = kept(j);
-            for s in standings {
-                let record = Output::json(OutputTopic::Leaderboard, None, &s)
-                    .render()
-                    .into();
-                let key = (s.category.unwrap_or_default(), s.model);
+            for s in &standings {
+                let record = leaderboard_record(s).render().into();
+                let key = (s.category.clone().unwrap_or_default(), s.model.clone());
                 p.leaderboard.insert(key, record);
             }
         }
@@ -332,21 +321,16 @@ enum Update<'a> {
     JudgeKept(&'a str),
 }
 
-/// The fields of a published `jury.judge-quality` record that place it in the view.
-#[derive(Deserialize)]
-struct JudgeOf<'a> {
-    #[serde(borrow)]
-    project_id: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    judge: std::borrow::Cow<'a, str>,
-}
-
-/// The project a published record updates, and how.
-fn update_of<'a>(o: &'a Output) -> Option<(&'a str, Update<'a>)> {
-    let key = o.key.as_deref()?;
-    match (&o.value, o.topic) {
-        (OutputValue::Score(v), OutputTopic::Scores) => Some((
-            key,
+/// The project a published record updates, and how: a score record is filed under its key,
+/// the project; the others under the part of the state the engine says they show.
+fn update_of(o: &Output) -> Option<(&str, Update<'_>)> {
+    let json = || match &o.value {
+        OutputValue::Json(text) => Some(Arc::from(text.as_str())),
+        OutputValue::Score(_) => None,
+    };
+    match (&o.value, &o.shows) {
+        (OutputValue::Score(v), _) => Some((
+            o.key.as_deref()?,
             Update::Score(ScoreView {
                 score: v.score,
                 freshness: Some(v.freshness),
@@ -357,24 +341,23 @@ fn update_of<'a>(o: &'a Output) -> Option<(&'a str, Update<'a>)> {
                 last_event_at: v.last_event_at,
             }),
         )),
-        (OutputValue::Json(text), OutputTopic::Leaderboard) => {
-            let placed: RowPlace<'_> = serde_json::from_str(text).ok()?;
-            let model = placed.model?;
-            // The key is project/category/model: the project is the record's own.
-            let project = leaderboard_project(key, placed.category, model)?;
-            let row = (placed.category.unwrap_or("").to_owned(), model.to_owned());
-            let record = (placed.sessions > 0).then(|| Arc::from(text.as_str()));
+        (
+            _,
+            Some(Shows::Row {
+                project,
+                category,
+                model,
+                live,
+            }),
+        ) => {
+            let record = if *live { Some(json()?) } else { None };
+            let row = (category.clone(), model.clone());
             Some((project, Update::Row(row, record)))
         }
-        (OutputValue::Json(text), OutputTopic::JudgeQuality) => {
-            let of: JudgeOf<'_> = serde_json::from_str(text).ok()?;
-            // The key is project/judge, both the record's own.
-            let (project, judge) = key.split_at_checked(of.project_id.len())?;
-            let judge = judge.strip_prefix('/')?;
-            (project == of.project_id && judge == of.judge).then_some(())?;
-            Some((project, Update::Judge(judge, Arc::from(text.as_str()))))
+        (_, Some(Shows::Judge { project, judge })) => {
+            Some((project, Update::Judge(judge, json()?)))
         }
-        _ => None,
+        (OutputValue::Json(_), None) => None,
     }
 }
 
@@ -445,13 +428,6 @@ fn kept(j: &JudgeProject) -> BTreeMap<String, Arc<str>> {
         .iter()
         .map(|k| (k.session.clone(), Arc::clone(&k.record)))
         .collect()
-}
-
-/// The project of a `jury.leaderboard` key `project/category/model`, given its category and
-/// model.
-fn leaderboard_project<'k>(key: &'k str, category: Option<&str>, model: &str) -> Option<&'k str> {
-    let rest = format!("/{}/{model}", category.unwrap_or(""));
-    key.strip_suffix(rest.as_str())
 }
 
 #[cfg(test)]

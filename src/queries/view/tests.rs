@@ -2,6 +2,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::config::Config;
+use crate::engine::output::OutputTopic;
 use crate::engine::reputation::ReputationTable;
 use crate::engine::{Engine, InputTopic, Record};
 
@@ -233,13 +234,40 @@ fn only_the_latest_completed_sessions_are_kept() {
 }
 
 #[test]
-fn a_leaderboard_key_names_its_project_whatever_its_slashes() {
-    assert_eq!(
-        leaderboard_project("team/b/c/m/a", Some("c"), "m/a"),
-        Some("team/b")
-    );
-    assert_eq!(leaderboard_project("p//m", None, "m"), Some("p"));
-    assert_eq!(leaderboard_project("p/c/m", Some("d"), "m"), None);
+fn records_are_filed_under_what_the_engine_says_they_show() {
+    let view = View::default();
+    let unit = Unit::projects(3);
+    let row = |live: bool, text: &str| {
+        Output::json(OutputTopic::Leaderboard, Some("any key".into()), &text).showing(Shows::Row {
+            project: "team/b".into(),
+            category: "c".into(),
+            model: "m/a".into(),
+            live,
+        })
+    };
+    let judge = Output::json(OutputTopic::JudgeQuality, None, &"j").showing(Shows::Judge {
+        project: "team/b".into(),
+        judge: "gpt/4".into(),
+    });
+    // A record that shows nothing of a project's state (a consensus) changes no snapshot.
+    let consensus = Output::json(OutputTopic::Consensus, Some("team/b".into()), &"c");
+    view.published(unit, &[row(true, "live row"), consensus]);
+    let key = ("c".to_owned(), "m/a".to_owned());
+    {
+        let p = view
+            .projects
+            .get("team/b")
+            .expect("filed under its project");
+        assert_eq!(p.leaderboard.get(&key).map(|r| &**r), Some(r#""live row""#));
+        assert_eq!(p.partition, 3);
+    }
+    assert_eq!(view.projects.len(), 1);
+    // The row published once more as it left the window leaves the view; a judge record the
+    // state does not keep (this empty state keeps none) does not enter it.
+    view.published(unit, &[row(false, "gone"), judge]);
+    let p = view.projects.get("team/b").expect("still there");
+    assert!(p.leaderboard.is_empty());
+    assert!(p.judges.is_empty());
 }
 
 proptest! {
