@@ -99,7 +99,14 @@ fn raw_consumer(bootstrap: &str, topic: &str) -> BaseConsumer {
     let c: BaseConsumer = consumer_config(bootstrap, "raw")
         .create()
         .expect("consumer");
-    clients::assign_from_beginning(&c, topic).expect("assign");
+    clients::assign_from_beginning(
+        &c,
+        (
+            topic,
+            clients::partition_count(&c, topic).expect("metadata"),
+        ),
+    )
+    .expect("assign");
     c
 }
 
@@ -377,7 +384,8 @@ fn latency(
         .create()
         .expect("consumer");
     let out_topic = format!("{prefix}.scores");
-    let parts = clients::assign_from_beginning(&c, &out_topic).expect("assign");
+    let parts = clients::partition_count(&c, &out_topic).expect("metadata");
+    clients::assign_from_beginning(&c, (&out_topic, parts)).expect("assign");
     let mut lat = Vec::new();
     let mut eof = 0;
     while eof < parts {
@@ -466,7 +474,14 @@ fn raw_latency(bootstrap: &str, prefix: &str, rate: usize, secs: usize) -> (i64,
     let c: BaseConsumer = consumer_config(bootstrap, "rawlat")
         .create()
         .expect("consumer");
-    clients::assign_from_beginning(&c, &topic).expect("assign");
+    clients::assign_from_beginning(
+        &c,
+        (
+            &topic,
+            clients::partition_count(&c, &topic).expect("metadata"),
+        ),
+    )
+    .expect("assign");
     let total = rate * (WARMUP_SECS + secs);
     let reader = std::thread::spawn(move || {
         let mut lat = Vec::with_capacity(total);

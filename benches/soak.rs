@@ -113,7 +113,14 @@ fn follow(bootstrap: &str, topic: &str, latencies: &Mutex<Vec<i64>>, stop: &Atom
         .set("fetch.queue.backoff.ms", "10")
         .create()
         .expect("consumer");
-    jurystream::kafka::clients::assign_from_beginning(&c, topic).expect("assign");
+    jurystream::kafka::clients::assign_from_beginning(
+        &c,
+        (
+            topic,
+            jurystream::kafka::clients::partition_count(&c, topic).expect("metadata"),
+        ),
+    )
+    .expect("assign");
     while !stop.load(Ordering::Relaxed) {
         let Some(Ok(m)) = c.poll(Duration::from_millis(200)) else {
             continue;

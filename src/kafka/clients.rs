@@ -1,5 +1,6 @@
 //! librdkafka client configuration and topic management.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
@@ -70,35 +71,42 @@ pub fn base_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
     Ok(c)
 }
 
-/// Assigns every partition of `topic` to `consumer`, from the beginning, and returns how many
-/// there are (none when the topic does not exist). For reading a whole table: the reputation
-/// bootstrap here, and the tests' and benchmarks' readers of output topics.
+/// Assigns `consumer` every partition of `topic` (`partitions` of them), from the beginning.
 pub fn assign_from_beginning<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    (topic, partitions): (&str, usize),
+) -> Result<(), KafkaError> {
+    consumer.assign(&from_beginning(topic, partitions)?)
+}
+
+/// Adds every partition of `topic` (`partitions` of them) to what `consumer` reads, from the
+/// beginning.
+pub fn add_from_beginning<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    (topic, partitions): (&str, usize),
+) -> Result<(), KafkaError> {
+    consumer.incremental_assign(&from_beginning(topic, partitions)?)
+}
+
+/// How many partitions `topic` has, from one metadata request (0 if it does not exist): for
+/// clients that do not know it from the service's start.
+pub fn partition_count<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
 ) -> Result<usize, KafkaError> {
-    let tpl = from_beginning(consumer, topic)?;
-    consumer.assign(&tpl)?;
-    Ok(tpl.count())
-}
-
-/// Adds every partition of `topic` to what `consumer` reads, from the beginning.
-pub fn add_from_beginning<C: ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    topic: &str,
-) -> Result<(), KafkaError> {
-    consumer.incremental_assign(&from_beginning(consumer, topic)?)
-}
-
-/// Every partition of `topic`, at its beginning.
-fn from_beginning<C: ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    topic: &str,
-) -> Result<TopicPartitionList, KafkaError> {
     let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    Ok(md
+        .topics()
+        .first()
+        .filter(|t| t.error().is_none())
+        .map_or(0, |t| t.partitions().len()))
+}
+
+/// Partitions `0..partitions` of `topic`, at their beginning.
+fn from_beginning(topic: &str, partitions: usize) -> Result<TopicPartitionList, KafkaError> {
     let mut tpl = TopicPartitionList::new();
-    for p in md.topics().iter().flat_map(|t| t.partitions()) {
-        tpl.add_partition_offset(topic, p.id(), Offset::Beginning)?;
+    for p in 0..i32::try_from(partitions).unwrap_or(i32::MAX) {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
     }
     Ok(tpl)
 }
@@ -194,24 +202,36 @@ fn topics<'a>(cfg: &'a Config, names: &'a TopicTable) -> Vec<(&'a str, bool)> {
     all
 }
 
-/// Fails within `kafka.connect_timeout_secs` with an error naming the brokers if none of them
-/// answers: without this the admin client waits a minute and names neither setting nor address.
-pub fn check_reachable(cfg: &Config) -> Result<(), ServiceError> {
+/// Drops a client on a thread of its own: librdkafka's destroy waits for its threads' next tick
+/// (up to 100 ms each for the admin and the probe), which the start-up need not wait for.
+pub fn drop_aside<T: Send + 'static>(client: T) {
+    std::thread::spawn(move || drop(client));
+}
+
+/// A client for the cluster's metadata, once a broker answered: fails within
+/// `kafka.connect_timeout_secs` with an error naming the brokers if none of them does (without
+/// this the admin client waits a minute and names neither setting nor address).
+pub fn reach(cfg: &Config) -> Result<BaseConsumer, ServiceError> {
     let secs = cfg.kafka.connect_timeout_secs;
     let probe: BaseConsumer = reader_config(cfg, "probe")?.create()?;
-    probe
-        .fetch_metadata(None, Duration::from_secs(secs))
-        .map(drop)
-        .map_err(|error| ServiceError::Unreachable {
+    match probe.fetch_metadata(None, Duration::from_secs(secs)) {
+        Ok(_) => Ok(probe),
+        Err(error) => Err(ServiceError::Unreachable {
             servers: cfg.kafka.bootstrap_servers.clone(),
             secs,
             error,
-        })
+        }),
+    }
 }
 
-/// Creates missing topics (when configured) and checks that every topic exists and that the
-/// changelog has a partition for every input partition.
-pub fn ensure_topics(cfg: &Config, names: &TopicTable) -> Result<(), ServiceError> {
+/// Creates missing topics (when configured) and checks, with `probe`'s metadata, that every
+/// topic exists and that the changelog has a partition for every input partition. Returns how
+/// many partitions each topic has.
+pub fn ensure_topics(
+    cfg: &Config,
+    names: &TopicTable,
+    probe: &BaseConsumer,
+) -> Result<HashMap<String, usize>, ServiceError> {
     let wanted = topics(cfg, names);
     if cfg.kafka.create_topics {
         let admin: AdminClient<DefaultClientContext> = base_config(cfg)?.create()?;
@@ -241,29 +261,32 @@ pub fn ensure_topics(cfg: &Config, names: &TopicTable) -> Result<(), ServiceErro
                 }
             }
         }
+        drop_aside(admin);
     }
-    let probe: BaseConsumer = reader_config(cfg, "probe")?.create()?;
-    let mut partitions = std::collections::HashMap::new();
-    for (name, _) in &wanted {
-        let mut found = 0;
-        for attempt in 0..20 {
-            let md = probe.fetch_metadata(Some(name), Duration::from_secs(10))?;
-            found = md
-                .topics()
-                .first()
-                .filter(|t| t.error().is_none())
-                .map_or(0, |t| t.partitions().len());
-            if found > 0 || !cfg.kafka.create_topics || attempt == 19 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(250));
+    // One metadata request for every topic, again while a topic just created is not in it yet.
+    let mut partitions: HashMap<&str, usize> = HashMap::new();
+    for attempt in 0..20 {
+        let md = probe.fetch_metadata(None, Duration::from_secs(10))?;
+        partitions = wanted
+            .iter()
+            .filter_map(|(name, _)| {
+                let t = md.topics().iter().find(|t| t.name() == *name)?;
+                let found = t.partitions().len();
+                (t.error().is_none() && found > 0).then_some((*name, found))
+            })
+            .collect();
+        if partitions.len() == wanted.len() || !cfg.kafka.create_topics || attempt == 19 {
+            break;
         }
-        if found == 0 {
-            return Err(ServiceError::Topic(format!(
-                "topic {name} does not exist (create it, or set kafka.create_topics = true)"
-            )));
-        }
-        partitions.insert(*name, found);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    if let Some((name, _)) = wanted
+        .iter()
+        .find(|(name, _)| !partitions.contains_key(name))
+    {
+        return Err(ServiceError::Topic(format!(
+            "topic {name} does not exist (create it, or set kafka.create_topics = true)"
+        )));
     }
     // Each partition of the log state is kept for has its state in the changelog's partition
     // of the same number.
@@ -292,7 +315,10 @@ pub fn ensure_topics(cfg: &Config, names: &TopicTable) -> Result<(), ServiceErro
             names.state()
         )));
     }
-    Ok(())
+    Ok(partitions
+        .into_iter()
+        .map(|(name, n)| (name.to_owned(), n))
+        .collect())
 }
 
 /// Waits for a future on a small runtime of its own (the admin API is async; the service loop is not).

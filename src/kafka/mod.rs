@@ -47,6 +47,7 @@ mod process;
 mod repartition;
 mod tasks;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -136,15 +137,18 @@ fn run_id() -> u64 {
     nanos ^ (u64::from(std::process::id()) << 40)
 }
 
-/// Reads the whole reputation table (every partition to its end) before processing starts, like
-/// a Kafka Streams GlobalKTable; afterwards the same consumer keeps the table current.
+/// Reads the whole reputation table (every partition to its end; `partitions` says how many each
+/// topic has) before processing starts, like a Kafka Streams GlobalKTable; afterwards the same
+/// consumer keeps the table current.
 fn bootstrap_reputations(
     core: &Arc<Mutex<Core>>,
     reader: &BaseConsumer<QuietReader>,
-    (cfg, topics): (&Config, &TopicTable),
+    (cfg, topics, partitions): (&Config, &TopicTable, &HashMap<String, usize>),
 ) -> Result<(), ServiceError> {
-    let partitions = clients::assign_from_beginning(reader, &cfg.topics.reputations)?;
-    let complete = read_to_end(reader, partitions, "reputation bootstrap", |m| {
+    let count = |topic: &str| partitions.get(topic).copied().unwrap_or_default();
+    let table = cfg.topics.reputations.as_str();
+    clients::assign_from_beginning(reader, (table, count(table)))?;
+    let complete = read_to_end(reader, count(table), "reputation bootstrap", |m| {
         lock(core).global(m)
     })?;
     if !complete {
@@ -155,7 +159,7 @@ fn bootstrap_reputations(
     // `crate::queries`): until an owner's announcement arrives, a query for its projects is
     // answered 503.
     if cfg.input.repartitions() {
-        clients::add_from_beginning(reader, topics.instances())?;
+        clients::add_from_beginning(reader, (topics.instances(), count(topics.instances())))?;
     }
     tracing::info!(
         entries = lock(core).reputations.len(),
@@ -171,11 +175,13 @@ pub fn run(
     view: Arc<View>,
     stop: Arc<AtomicBool>,
 ) -> Result<(), ServiceError> {
-    clients::check_reachable(&config)?;
     let topics = TopicTable::new(&config.topics, &config.kafka.group_id);
-    clients::ensure_topics(&config, &topics)?;
     // The polling thread validates with its own copy of the (stateless) engine.
     let engine = Engine::new(config.engine_settings());
+    // Every client is made before the first request: each connects to the brokers (and the
+    // producer gets its idempotent producer id, a round trip librdkafka retries only after
+    // 500 ms) while the topics are checked, instead of one after another. Made in turn, they
+    // put a second between the start and the first score on an empty broker.
     let core = Arc::new(Mutex::new(Core::new(
         &config,
         (engine.clone(), topics.clone()),
@@ -186,7 +192,6 @@ pub fn run(
     )));
     let reputations: BaseConsumer<QuietReader> =
         clients::reader_config(&config, "reputations")?.create_with_context(QuietReader)?;
-    bootstrap_reputations(&core, &reputations, (&config, &topics))?;
     let consumer: BaseConsumer<GroupContext> = clients::consumer_config(&config)?
         .create_with_context(GroupContext {
             core: Arc::clone(&core),
@@ -195,6 +200,10 @@ pub fn run(
             generation: AtomicU64::new(0),
             forward_to: ForwardTo::default(),
         })?;
+    let probe = clients::reach(&config)?;
+    let partitions = clients::ensure_topics(&config, &topics, &probe)?;
+    clients::drop_aside(probe);
+    bootstrap_reputations(&core, &reputations, (&config, &topics, &partitions))?;
     let fetched = Fetched::new(&consumer, &consumer.context().forward_to)?;
     let repartition = config.input.repartitions();
     let mut subscribed = vec![config.topics.votes.as_str(), &config.topics.judge_scores];

@@ -2,7 +2,7 @@
 //! follows, restored from the changelog the first time one of its records arrives, and dropped
 //! when it is revoked.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -166,17 +166,31 @@ impl Tasks {
 /// but was never 0 for a partition holding one, so no partition with records is taken for
 /// empty; a watermark that cannot be read leaves the partition to the fetch.)
 fn empty_partitions(reader: &BaseConsumer<QuietReader>) -> BTreeSet<i32> {
-    let Ok(assigned) = reader.assignment() else {
-        return BTreeSet::new();
+    // One ListOffsets request for every assigned partition's first offset and one for their
+    // ends, not two per partition. ListOffsets takes the logical offsets `Beginning` and `End`
+    // as the timestamps that ask for them.
+    let offsets = |at: Offset| -> BTreeMap<i32, i64> {
+        let asked = reader.assignment().and_then(|mut tpl| {
+            tpl.set_all_offsets(at)?;
+            reader.offsets_for_times(tpl, Duration::from_secs(5))
+        });
+        let Ok(found) = asked else {
+            return BTreeMap::new();
+        };
+        found
+            .elements()
+            .iter()
+            .filter(|e| e.error().is_ok())
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect()
     };
-    assigned
-        .elements()
-        .iter()
-        .filter(|e| {
-            let marks = reader.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(5));
-            marks.is_ok_and(|(low, high)| high <= low)
-        })
-        .map(|e| e.partition())
+    let (low, high) = (offsets(Offset::Beginning), offsets(Offset::End));
+    high.into_iter()
+        .filter(|(p, high)| low.get(p).is_some_and(|low| high <= low))
+        .map(|(p, _)| p)
         .collect()
 }
 

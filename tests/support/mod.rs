@@ -616,18 +616,11 @@ pub fn read_log(bootstrap: &str, topic: &str) -> Vec<LogRecord> {
         .set("fetch.wait.max.ms", "10")
         .create()
         .expect("consumer");
-    let Ok(md) = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) else {
-        return Vec::new();
-    };
-    let partitions = md
-        .topics()
-        .first()
-        .filter(|t| t.error().is_none())
-        .map_or(0, |t| t.partitions().len());
+    let partitions = clients::partition_count(&consumer, topic).unwrap_or(0);
     if partitions == 0 {
         return Vec::new();
     }
-    clients::assign_from_beginning(&consumer, topic).expect("assign");
+    clients::assign_from_beginning(&consumer, (topic, partitions)).expect("assign");
     let mut out = Vec::new();
     let mut eof: HashMap<i32, bool> = HashMap::new();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -938,7 +931,9 @@ pub fn read_all(
         .set("fetch.wait.max.ms", "10")
         .create()
         .expect("consumer");
-    let partitions = clients::assign_from_beginning(&consumer, topic).expect("assign") as i32;
+    let count = clients::partition_count(&consumer, topic).expect("metadata");
+    clients::assign_from_beginning(&consumer, (topic, count)).expect("assign");
+    let partitions = count as i32;
     let mut out = Vec::new();
     let mut eof: HashMap<i32, bool> = HashMap::new();
     let deadline = Instant::now() + timeout;
