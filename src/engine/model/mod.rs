@@ -1,7 +1,8 @@
 //! The formulas: HumanJudge scoring, duplicate windows, judge sessions, consensus, the bias
-//! audit, statistics, the leaderboard, Bradley-Terry ratings, judge quality and the effective
-//! number of judges. Pure functions and the state they keep; each is documented with its
-//! formula in docs/.
+//! audit, statistics, the leaderboard, Bradley-Terry ratings, judge quality, the effective
+//! number of judges and reviewer reliability. Pure functions and the state they keep; each is
+//! documented with its formula in docs/ (reviewer reliability, not published yet, in its own
+//! module's documentation).
 
 pub mod bias;
 pub mod bradley_terry;
@@ -10,6 +11,7 @@ pub mod dedupe;
 pub mod effective_judges;
 pub mod judge_quality;
 pub mod leaderboard;
+pub mod reviewers;
 pub mod score;
 pub mod session;
 pub mod stats;
