@@ -4,8 +4,7 @@
 # and one corpus: events/s, CPU per event and peak RSS of each (benches/peers/run.py).
 #
 # usage: scripts/bench-peers.sh [EVENTS] [PROJECTS]    (default 300000 10000)
-# The broker is KAFKA_BOOTSTRAP_SERVERS if set, else a tansu started here: the release build under
-# TANSU_RELEASE_ROOT if that is set (see scripts/bench-load.sh), else the tests' debug build.
+# The broker is KAFKA_BOOTSTRAP_SERVERS if set, else a tansu started here (scripts/broker.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv-peers/bin/python ]; then
@@ -15,16 +14,6 @@ if ! .venv-peers/bin/python -c "import quixstreams, confluent_kafka" 2>/dev/null
   .venv-peers/bin/pip install --quiet -r benches/peers/requirements.txt
 fi
 cargo build --release --locked --bin jurystream
-bootstrap="${KAFKA_BOOTSTRAP_SERVERS:-}"
-if [ -z "$bootstrap" ]; then
-  if [ -n "${TANSU_RELEASE_ROOT:-}" ]; then
-    scripts/install-tansu.sh --release "$TANSU_RELEASE_ROOT"
-    bin="$TANSU_RELEASE_ROOT/bin/tansu"
-  else
-    scripts/install-tansu.sh
-    bin="${CARGO_HOME:-$HOME/.cargo}/bin/tansu"
-  fi
-  # shellcheck source=start-tansu.sh
-  source scripts/start-tansu.sh "$bin"
-fi
+# shellcheck source=broker.sh
+source scripts/broker.sh
 .venv-peers/bin/python benches/peers/run.py "$bootstrap" target/release/jurystream "$@"
