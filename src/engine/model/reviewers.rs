@@ -30,8 +30,9 @@
 //! The prior is as if every reviewer had begun with two true verdicts and one false: it keeps a
 //! reviewer with few items near "probably careful" instead of at 0 or 1, and, being above one
 //! half, it tells the model which of its two mirror-image solutions (everyone right, or everyone
-//! wrong) is meant. With 40 items it moves a reliability by at most 0.04 from the batch
-//! estimate without prior.
+//! wrong) is meant. Against the same sums without it, it moves a reliability by
+//! `(2 − 3x) / (n + 3)` for a reviewer with `n` verdicts, a share `x` of them true: with 40 items
+//! at most 0.05 (a reviewer always wrong), under 0.025 for one right at least half the time.
 //!
 //! Sums are kept in fixed point, so taking a contribution back leaves exactly what was there
 //! before it, and verdicts are kept in reviewer order, so neither rounding nor the order in which
