@@ -91,6 +91,7 @@ fn judge_quality() {
         window: ITEMS,
         max_judges: 100,
         max_task_items: ITEMS,
+        reviewers: None,
     };
     let at = jurystream::engine::contract::time::EventTime::from_epoch_millis(1_795_168_800_000)
         .expect("a valid time");
@@ -163,7 +164,7 @@ fn query_view() {
     let before = LIVE.load(Ordering::Relaxed);
     let view = View::default();
     for score in &scores {
-        view.published(Unit::projects(0), std::slice::from_ref(score));
+        view.published(Unit::projects(0), &state, std::slice::from_ref(score));
     }
     let held = LIVE.load(Ordering::Relaxed) - before;
     assert_eq!(view.projects.len(), PROJECTS);

@@ -66,6 +66,7 @@ impl TopicTable {
             OutputTopic::DeadLetters => &t.dead_letters,
             OutputTopic::JudgeQuality => &t.judge_quality,
             OutputTopic::ReviewRequests => &t.review_requests,
+            OutputTopic::ReviewerQuality => &t.reviewer_quality,
         }
     }
 

@@ -277,6 +277,9 @@ pub(super) enum Slot<'a> {
     Recent(&'a str, u64),
     /// A project's count of judge-quality items forgotten: `["j",3,"forgotten","proj-42"]`.
     Forgotten(&'a str),
+    /// A reviewer's kept part (last event time, findings), `{"last_event_at":...}`:
+    /// `["p",3,"reviewer","proj-42","u-7"]`. Its sums are counted again from the items.
+    Reviewer(&'a str, &'a str),
     /// The session book's creation counter.
     Book,
     /// Chunk `n` of a judge-scores flush's redo record: `["j",3,"redo","0"]`.
@@ -305,6 +308,7 @@ impl<'a> Slot<'a> {
             Slot::Judge(..) => "judge",
             Slot::Recent(..) => "recent",
             Slot::Forgotten(_) => "forgotten",
+            Slot::Reviewer(..) => "reviewer",
             Slot::Book => "book",
             Slot::Redo(_) => "redo",
         }
@@ -336,6 +340,7 @@ impl<'a> Slot<'a> {
             ("judge", [p, j]) => Slot::Judge(p, j),
             ("recent", [p, n]) => Slot::Recent(p, number(n)?),
             ("forgotten", [p]) => Slot::Forgotten(p),
+            ("reviewer", [p, r]) => Slot::Reviewer(p, r),
             ("book", []) => Slot::Book,
             ("redo", [n]) => Slot::Redo(number(n)?),
             _ => return Err("unknown kind of state"),
@@ -369,7 +374,8 @@ impl Serialize for Key<'_> {
             Slot::Session(p, second)
             | Slot::Ranking(p, second)
             | Slot::Consensus(p, second)
-            | Slot::Judge(p, second) => {
+            | Slot::Judge(p, second)
+            | Slot::Reviewer(p, second) => {
                 seq.serialize_element(p)?;
                 seq.serialize_element(second)?;
             }
@@ -467,10 +473,13 @@ struct Placed<T> {
     value: T,
 }
 
-/// A project's count of judge-quality items forgotten.
+/// A project's count of judge-quality items forgotten, and of verdicts its reviewer model left
+/// out.
 #[derive(Serialize, Deserialize)]
 struct ForgottenValue {
     forgotten: u64,
+    #[serde(default)]
+    left_out: u64,
 }
 
 /// The value of an offset record, `{"offset":N}`.

@@ -247,10 +247,16 @@ impl Records {
                             b,
                             &ForgottenValue {
                                 forgotten: q.forgotten,
+                                left_out: q.reviewers.left_out,
                             },
                         )
                     })
                 });
+            }
+            Slot::Reviewer(project, reviewer) => {
+                let q = state.quality.get(project);
+                let r = q.and_then(|q| q.reviewers.reviewers().get(reviewer));
+                self.push(unit, slot, |b| r.is_some_and(|r| push_json(b, &r.kept)));
             }
             Slot::Book => {
                 let meta = BookMeta {
@@ -362,6 +368,7 @@ impl Change {
             Change::QualityJudge { project, judge } => Slot::Judge(project, judge),
             Change::QualityRecent { project, seq } => Slot::Recent(project, *seq),
             Change::QualityForgotten { project } => Slot::Forgotten(project),
+            Change::Reviewer { project, reviewer } => Slot::Reviewer(project, reviewer),
             Change::Book => Slot::Book,
         };
         emit(slot);

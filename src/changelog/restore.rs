@@ -230,7 +230,13 @@ impl Restorer {
                 }
                 Slot::Forgotten(p) => {
                     let value: ForgottenValue = from_value(&key, v)?;
-                    restored.quality(p).forgotten = value.forgotten;
+                    let q = restored.quality(p);
+                    q.forgotten = value.forgotten;
+                    q.reviewers.left_out = value.left_out;
+                }
+                Slot::Reviewer(p, reviewer) => {
+                    let kept = from_value(&key, v)?;
+                    restored.quality(p).reviewers.restore(reviewer, kept);
                 }
                 Slot::Book => restored.book(from_value(&key, v)?),
                 // Taken out above: what is left of a redo record is a cut one.
@@ -391,7 +397,7 @@ impl Restored {
         state.sessions = SessionBook::restore(sessions, next_seq);
         state.count_shared_projects();
         for quality in state.quality.iter_mut() {
-            quality.rebuild_correlations();
+            quality.rebuild();
         }
         (state, offset)
     }

@@ -120,6 +120,27 @@ pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
     if !(-1.0..=1.0).contains(&q.min_kappa) {
         return Err(invalid("judge_quality.min_kappa", "must be in [-1, 1]"));
     }
+    let r = &c.reviewers;
+    positive("reviewers.max_reviewers", r.max_reviewers)?;
+    positive("reviewers.max_verdicts", r.max_verdicts)?;
+    at_most(
+        "reviewers.max_verdicts",
+        r.max_verdicts,
+        1_000,
+        "verdicts per item (an item's changelog record carries them)",
+    )?;
+    for (key, v) in [
+        ("reviewers.min_reliability", r.min_reliability),
+        ("reviewers.max_same_verdict", r.max_same_verdict),
+    ] {
+        unit_interval(key, v)?;
+    }
+    if r.max_same_verdict <= 0.5 {
+        return Err(invalid(
+            "reviewers.max_same_verdict",
+            "must be above 0.5 (a share of the same verdict)",
+        ));
+    }
     at_most(
         "sessions.completed_records",
         c.sessions.completed_records,

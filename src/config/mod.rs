@@ -3,7 +3,8 @@
 //! Every key has a default, so an empty file is a valid configuration. Unknown keys and bad values
 //! fail at start with an error naming the key: a typo must never silently fall back to a default.
 //!
-//! The engine's sections (limits, scoring, sessions, bias, leaderboard, judge quality) are its
+//! The engine's sections (limits, scoring, sessions, bias, leaderboard, judge quality,
+//! reviewers) are its
 //! own types ([`crate::engine::settings`]), re-exported here; the runtimes' are in `service`;
 //! each group's checks sit beside it (`engine`, `service`).
 
@@ -19,8 +20,8 @@ use serde::{Deserialize, Serialize};
 pub use self::service::{Http, Input, Kafka, Log, Metrics, OutputSettings, Partitioning, Topics};
 pub use crate::engine::model::dedupe::MAX_WINDOW as MAX_DEDUPE_WINDOW;
 pub use crate::engine::settings::{
-    Bias, JudgeQuality, Leaderboard, Limits, Method, Scoring, Sessions, Settings, Strategy,
-    Weighting,
+    Bias, JudgeQuality, Leaderboard, Limits, Method, ReputationSource, Reviewers, Scoring,
+    Sessions, Settings, Strategy, Weighting,
 };
 
 /// A configuration that could not be loaded or is invalid; `key` is the dotted path, e.g. `scoring.lambda`.
@@ -51,6 +52,7 @@ pub struct Config {
     pub bias: Bias,
     pub leaderboard: Leaderboard,
     pub judge_quality: JudgeQuality,
+    pub reviewers: Reviewers,
     pub kafka: Kafka,
     pub output: OutputSettings,
     pub http: Http,
@@ -68,6 +70,7 @@ impl Config {
             bias: self.bias.clone(),
             leaderboard: self.leaderboard.clone(),
             judge_quality: self.judge_quality.clone(),
+            reviewers: self.reviewers.clone(),
             pairs_judges: self.judge_quality.enabled && self.input.repartitions(),
             quality_task_items: self
                 .judge_quality

@@ -226,6 +226,7 @@ pub struct Topics {
     pub dead_letters: String,
     pub judge_quality: String,
     pub review_requests: String,
+    pub reviewer_quality: String,
     /// The state changelog; empty (the default) names it after the consumer group,
     /// `<group_id>-state`.
     pub state: String,
@@ -244,6 +245,7 @@ impl Default for Topics {
             dead_letters: "jury.dead-letters".into(),
             judge_quality: "jury.judge-quality".into(),
             review_requests: "jury.review-requests".into(),
+            reviewer_quality: "jury.reviewer-quality".into(),
             state: String::new(),
         }
     }
@@ -263,6 +265,7 @@ impl Topics {
             ("topics.dead_letters", &t.dead_letters),
             ("topics.judge_quality", &t.judge_quality),
             ("topics.review_requests", &t.review_requests),
+            ("topics.reviewer_quality", &t.reviewer_quality),
         ] {
             if name.is_empty() || name.len() > 249 {
                 return Err(invalid(key, "a topic name has 1 to 249 characters"));

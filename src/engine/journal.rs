@@ -67,6 +67,8 @@ pub enum Change {
     QualityRecent { project: String, seq: u64 },
     /// A project's count of items forgotten.
     QualityForgotten { project: String },
+    /// A reviewer's kept part (its last event time, its findings) changed, or it was forgotten.
+    Reviewer { project: String, reviewer: String },
     /// The session book's creation counter.
     Book,
 }

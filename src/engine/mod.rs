@@ -15,6 +15,7 @@ pub mod output;
 pub mod quality;
 pub mod record;
 pub mod reputation;
+mod reviewers;
 mod routing;
 pub mod settings;
 pub mod state;
@@ -25,12 +26,14 @@ use contract::rejection::{ErrorCode, Rejection};
 use contract::time::EventTime;
 use output::{DeadLetter, Output, OutputValue};
 use reputation::{ReputationChange, ReputationTable};
+use smallvec::SmallVec;
 
 pub use ids::{IdMap, ProjectKey};
 pub use journal::{Change, JournalHint};
 pub use judging::leaderboard_record;
 pub use origins::Origins;
 pub use record::{InputTopic, Outcome, Receipt, Record};
+pub use reviewers::reviewer_record;
 pub use settings::Settings;
 pub use state::{Coalescing, JudgeProject, Kept, KeptConsensus, PartitionState, VoteProject};
 pub use votes::PreparedVotes;
@@ -163,7 +166,12 @@ impl Engine {
                 let batch_weights = (&batch, weights.as_slice());
                 let outcome = self.apply_batch(state, batch_weights, at, record.receipt(), out)?;
                 let project = (batch.project_id, batch.item_id);
-                self.observe_votes(state, project, &weights, at, outcome, out);
+                let voters: SmallVec<[&str; 4]> = if self.learns_reviewers() {
+                    batch.votes.iter().map(|v| v.voter_id).collect()
+                } else {
+                    SmallVec::new()
+                };
+                self.observe_votes(state, project, (&weights, &voters), at, outcome, out);
                 Ok(outcome)
             }
             InputTopic::Reputations => {

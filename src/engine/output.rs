@@ -20,10 +20,11 @@ pub enum OutputTopic {
     DeadLetters,
     JudgeQuality,
     ReviewRequests,
+    ReviewerQuality,
 }
 
 impl OutputTopic {
-    pub const ALL: [OutputTopic; 7] = [
+    pub const ALL: [OutputTopic; 8] = [
         OutputTopic::Scores,
         OutputTopic::Consensus,
         OutputTopic::BiasAlerts,
@@ -31,6 +32,7 @@ impl OutputTopic {
         OutputTopic::DeadLetters,
         OutputTopic::JudgeQuality,
         OutputTopic::ReviewRequests,
+        OutputTopic::ReviewerQuality,
     ];
 
     /// Its name in metric labels, whatever its configured topic name.
@@ -43,6 +45,7 @@ impl OutputTopic {
             OutputTopic::DeadLetters => "dead_letters",
             OutputTopic::JudgeQuality => "judge_quality",
             OutputTopic::ReviewRequests => "review_requests",
+            OutputTopic::ReviewerQuality => "reviewer_quality",
         }
     }
 }
@@ -73,6 +76,8 @@ pub enum Shows {
     },
     /// A judge's `jury.judge-quality` record.
     Judge { project: String, judge: String },
+    /// A reviewer's `jury.reviewer-quality` record.
+    Reviewer { project: String, reviewer: String },
 }
 
 /// What an output is counted as in the runtimes' metrics.

@@ -21,6 +21,7 @@ use super::model::bias::{BiasAlert, risk_level};
 use super::model::consensus::{Analysis, analyze};
 use super::model::effective_judges::{Basis, CandidateScores};
 use super::model::judge_quality::{Agreement, JudgeWindow, Observed, Pair, QualityLimits};
+use super::model::reviewers::{ReviewerLimits, Verdict};
 use super::model::session::Session;
 use super::output::{Output, OutputTopic, Shows};
 use super::settings::Weighting;
@@ -36,6 +37,10 @@ impl Engine {
             window: q.window,
             max_judges: q.max_judges,
             max_task_items: self.settings.quality_task_items,
+            reviewers: self.learns_reviewers().then_some(ReviewerLimits {
+                max_reviewers: self.settings.reviewers.max_reviewers,
+                max_verdicts: self.settings.reviewers.max_verdicts,
+            }),
         }
     }
 
@@ -46,13 +51,14 @@ impl Engine {
     /// cut short the score may hold a batch its judge quality does not (see `crate::changelog`),
     /// and a batch re-read from the log is always one the judge quality does not hold. The
     /// judge scores waiting for the item pair with it once its score is complete. `votes` are
-    /// the batch's `(weight, value)`. An `item_id` longer than `limits.max_id_bytes` is not
-    /// kept (the id is informational for the score).
+    /// the batch's `(weight, value)` and `voters` its voters, whose verdicts (pass for a value
+    /// of at least ½) the reviewer model learns from. An `item_id` longer than
+    /// `limits.max_id_bytes` is not kept (the id is informational for the score).
     pub(super) fn observe_votes(
         &self,
         state: &mut PartitionState,
         (project, item): (&str, Option<&str>),
-        votes: &[(f64, f64)],
+        (votes, voters): (&[(f64, f64)], &[&str]),
         at: EventTime,
         outcome: Outcome,
         out: &mut Vec<Output>,
@@ -69,8 +75,25 @@ impl Engine {
             return;
         };
         let limits = self.quality_limits();
-        let observed = state.quality.votes((project, item), votes, at, &limits);
+        let verdicts: SmallVec<[Verdict; 4]> = if limits.reviewers.is_some() {
+            voters
+                .iter()
+                .zip(votes)
+                .map(|(voter, &(weight, value))| Verdict {
+                    reviewer: ProjectKey::from(*voter),
+                    pass: value >= 0.5,
+                    weight,
+                })
+                .collect()
+        } else {
+            SmallVec::new()
+        };
+        let mut observed = state
+            .quality
+            .votes((project, item), (votes, &verdicts), at, &limits);
+        let touched = std::mem::take(&mut observed.reviewers);
         self.add_pairs(state, project, observed, out);
+        self.review(state, (project, item), voters, touched, out);
     }
 
     /// A completed session of `project` analysed with its judges' weights: the configured
@@ -175,10 +198,12 @@ impl Engine {
             .flat_map(|(item, scores)| scores.iter().map(|(judge, s)| (*item, *judge, *s)))
             .collect();
         let limits = self.quality_limits();
-        let observed = state
+        let mut observed = state
             .quality
             .completed((project, session), &scores, at, &limits);
+        let touched = std::mem::take(&mut observed.reviewers);
         self.add_pairs(state, project, observed, out);
+        self.review(state, (project, session), &[], touched, out);
     }
 
     /// Notes what `observed` changed, adds its pairs to their judges' windows, and publishes
@@ -197,6 +222,7 @@ impl Engine {
             items,
             waiting,
             forgotten,
+            reviewers: _,
         } = observed;
         for seq in items {
             state.note(|| Change::QualityItem { seq });

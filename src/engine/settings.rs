@@ -18,6 +18,7 @@ pub struct Settings {
     pub bias: Bias,
     pub leaderboard: Leaderboard,
     pub judge_quality: JudgeQuality,
+    pub reviewers: Reviewers,
     /// Whether judge scores pair with the humans' votes: `judge_quality.enabled`, and a
     /// project's votes and judge scores in one log (`input.partitioning = "repartition"`).
     /// With `by_key` they are partitions of two topics, perhaps on two instances, and no state
@@ -347,4 +348,55 @@ impl Default for JudgeQuality {
             review_gap: 0.5,
         }
     }
+}
+
+/// Reviewer reliability: each human reviewer's reliability learned from how reviewers agree on
+/// the same items (the one-coin Dawid-Skene model, online), reported on
+/// `jury.reviewer-quality` with alerts on `jury.bias-alerts`. It learns from the verdicts kept
+/// in judge quality's item store, so it is on when that is (`input.partitioning =
+/// "repartition"`, `judge_quality.enabled`) and holds the same items.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Reviewers {
+    pub enabled: bool,
+    /// Shared items (with another reviewer's verdict too) a reviewer needs before it can be
+    /// alerted on, or weighed by its learned reliability.
+    pub min_items: u64,
+    /// `reviewer_unreliable`: reliability below this.
+    pub min_reliability: f64,
+    /// `reviewer_straight_lining`: the same verdict on at least this share of its items while
+    /// the others' majority on them is mixed (passes on a share strictly between
+    /// `1 - max_same_verdict` and `max_same_verdict`).
+    pub max_same_verdict: f64,
+    /// Reviewers per project with figures; a verdict of a new one beyond them is left out.
+    pub max_reviewers: usize,
+    /// Reviewers' verdicts kept per item; a new reviewer's verdict beyond them is left out.
+    pub max_verdicts: usize,
+}
+
+impl Default for Reviewers {
+    fn default() -> Self {
+        Reviewers {
+            enabled: true,
+            min_items: 20,
+            min_reliability: 0.6,
+            max_same_verdict: 0.95,
+            max_reviewers: 10_000,
+            max_verdicts: 32,
+        }
+    }
+}
+
+/// Where a vote's weight in the HumanJudge score comes from (`scoring.reputation_source`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReputationSource {
+    /// The vote's explicit reputation, else `jury.reputations`, else 1.
+    #[default]
+    Table,
+    /// The voter's learned weight once it has `reviewers.min_items` shared items, the table's
+    /// before.
+    Learned,
+    /// The table's weight times the learned one.
+    Both,
 }

@@ -2,7 +2,7 @@
 //! changed (see [`super::journal`]), so that a partition's state moves between instances as a
 //! unit.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use super::ids::{IdMap, ProjectKey};
@@ -151,6 +151,20 @@ pub struct PartitionState {
     /// [`super::Engine::release_held`] empties it at every coalescing tick and at the end of every
     /// runtime epoch, and replay (no clock) never fills it.
     pub held: Vec<ProjectKey>,
+    /// Reviewers whose `jury.reviewer-quality` record is held back until the end of the
+    /// runtime's cycle: [`super::Engine::release_held`] publishes them as they then are.
+    pub held_reviewers: HeldReviewers,
+}
+
+/// Reviewers with a held record, as `(project, reviewer)`. Like [`Coalescing`] it is not
+/// state: never written or restored, and every two compare equal.
+#[derive(Debug, Clone, Default)]
+pub struct HeldReviewers(pub BTreeSet<(ProjectKey, ProjectKey)>);
+
+impl PartialEq for HeldReviewers {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl PartitionState {

@@ -42,8 +42,9 @@ pub struct PreparedVotes {
 struct PreparedVote {
     value: f64,
     reputation: Option<f64>,
-    /// Kept only when `reputation` is `None`: only then is it looked up. Voter ids of up to
-    /// 24 bytes are kept inline, so preparing a vote allocates nothing.
+    /// Kept when `reputation` is `None` (only then is it looked up) and when the reviewer
+    /// model learns from the batch's item. Voter ids of up to 24 bytes are kept inline, so
+    /// preparing a vote allocates nothing.
     voter: Option<CompactString>,
 }
 
@@ -137,15 +138,18 @@ impl Engine {
         self.check_size(payload).ok()?;
         let mut doc = None;
         let (batch, at) = self.validate_votes(record, payload, &mut doc).ok()?;
+        let item = batch
+            .item_id
+            .filter(|_| self.settings.pairs_judges)
+            .map(CompactString::from);
+        let all_voters = item.is_some() && self.learns_reviewers();
         let votes = batch
             .votes
             .iter()
             .map(|v| PreparedVote {
                 value: v.value,
                 reputation: v.reputation,
-                voter: v
-                    .reputation
-                    .is_none()
+                voter: (all_voters || v.reputation.is_none())
                     .then(|| CompactString::from(v.voter_id)),
             })
             .collect();
@@ -154,10 +158,7 @@ impl Engine {
             at,
             project: ProjectKey::from(batch.project_id),
             fingerprint: dedupe::fingerprint(batch.event_id),
-            item: batch
-                .item_id
-                .filter(|_| self.settings.pairs_judges)
-                .map(CompactString::from),
+            item,
         })
     }
 
@@ -210,7 +211,13 @@ impl Engine {
         let outcome = match applied {
             Some(outcome) => {
                 let project = (prepared.project.as_str(), prepared.item.as_deref());
-                self.observe_votes(state, project, &weights, prepared.at, outcome, out);
+                let voters: SmallVec<[&str; 4]> = prepared
+                    .votes
+                    .iter()
+                    .map(|v| v.voter.as_deref().unwrap_or_default())
+                    .collect();
+                let votes = (weights.as_slice(), voters.as_slice());
+                self.observe_votes(state, project, votes, prepared.at, outcome, out);
                 self.bound_outputs(record, &mut out[start..]);
                 outcome
             }
@@ -410,5 +417,6 @@ impl Engine {
                 out.push(score_output(&key, &project.score, alpha, lambda, last));
             }
         }
+        self.release_reviewers(state, out);
     }
 }

@@ -193,6 +193,7 @@ fn topics<'a>(cfg: &'a Config, names: &'a TopicTable) -> Vec<(&'a str, bool)> {
         (t.dead_letters.as_str(), false),
         (t.judge_quality.as_str(), true),
         (t.review_requests.as_str(), false),
+        (t.reviewer_quality.as_str(), true),
         (names.state(), true),
     ];
     if cfg.input.repartitions() {

@@ -221,7 +221,7 @@ impl Core {
             if let Some(owned) = self.tasks.units.get_mut(key) {
                 let from = self.out.len();
                 self.engine.release_held(&mut owned.state, &mut self.out);
-                self.view.published(*key, &self.out[from..]);
+                self.view.published(*key, &owned.state, &self.out[from..]);
             }
         }
         self.publish_out()

@@ -19,7 +19,7 @@ use crate::engine::model::session::{Ballot, Session};
 use crate::engine::output::{Output, OutputValue, Shows};
 use crate::engine::quality::judge_record;
 use crate::engine::{
-    Change, InputTopic, JudgeProject, PartitionState, Settings, leaderboard_record,
+    Change, InputTopic, JudgeProject, PartitionState, Settings, leaderboard_record, reviewer_record,
 };
 
 /// A project's `jury.scores` numbers as last published; `freshness` and `alpha` describe the
@@ -91,6 +91,8 @@ pub struct ProjectView {
     pub leaderboard: BTreeMap<(String, String), Arc<str>>,
     /// `jury.judge-quality` records by judge.
     pub judges: BTreeMap<String, Arc<str>>,
+    /// `jury.reviewer-quality` records by reviewer.
+    pub reviewers: BTreeMap<String, Arc<str>>,
     /// Wall-clock milliseconds of the last change.
     pub updated_ms: i64,
 }
@@ -210,7 +212,8 @@ impl View {
             }
         }
         for (project, q) in state.quality.iter() {
-            if q.judges.is_empty() {
+            let reviewers = q.reviewers.reviewers();
+            if q.judges.is_empty() && reviewers.is_empty() {
                 continue;
             }
             let mut p = self.entry(project, unit, now);
@@ -218,6 +221,11 @@ impl View {
             for (judge, w) in q.judges.iter() {
                 let record = judge_record(project, judge, w, window);
                 p.judges.insert(judge.to_owned(), record.render().into());
+            }
+            for (reviewer, r) in reviewers {
+                let record = reviewer_record(project, reviewer, r);
+                p.reviewers
+                    .insert(reviewer.to_string(), record.render().into());
             }
         }
         self.units.insert(unit, false);
@@ -243,6 +251,9 @@ impl View {
                 Change::Consensus { project, .. } => updates.push((project, Update::Completed)),
                 Change::QualityJudge { project, judge } => {
                     updates.push((project, Update::JudgeKept(judge)));
+                }
+                Change::Reviewer { project, reviewer } => {
+                    updates.push((project, Update::ReviewerKept(reviewer)));
                 }
                 _ => {}
             }
@@ -281,10 +292,10 @@ impl View {
         );
     }
 
-    /// `unit` published `out` outside any record (held scores released, which read nothing
-    /// from the state).
-    pub fn published(&self, unit: Unit, out: &[Output]) {
-        self.applied(unit, &PartitionState::default(), &[], out);
+    /// `unit`, whose state is `state`, published `out` outside any record (held scores and
+    /// reviewer records released).
+    pub fn published(&self, unit: Unit, state: &PartitionState, out: &[Output]) {
+        self.applied(unit, state, &[], out);
     }
 
     /// Project `project`'s snapshot, created if new, marked changed at `now` by `unit`.
@@ -319,6 +330,10 @@ enum Update<'a> {
     Judge(&'a str, Arc<str>),
     /// A judge's window changed or was forgotten: drop its record if the state has no window.
     JudgeKept(&'a str),
+    /// A reviewer's `jury.reviewer-quality` record.
+    Reviewer(&'a str, Arc<str>),
+    /// A reviewer changed or was forgotten: drop its record if the state has no figures.
+    ReviewerKept(&'a str),
 }
 
 /// The project a published record updates, and how: a score record is filed under its key,
@@ -356,6 +371,9 @@ fn update_of(o: &Output) -> Option<(&str, Update<'_>)> {
         }
         (_, Some(Shows::Judge { project, judge })) => {
             Some((project, Update::Judge(judge, json()?)))
+        }
+        (_, Some(Shows::Reviewer { project, reviewer })) => {
+            Some((project, Update::Reviewer(reviewer, json()?)))
         }
         (OutputValue::Json(_), None) => None,
     }
@@ -410,6 +428,19 @@ impl ProjectView {
                     self.judges.remove(*judge);
                 }
             }
+            Update::Reviewer(reviewer, record) => {
+                if reviewer_held(state, project, reviewer) {
+                    self.reviewers
+                        .insert((*reviewer).to_owned(), Arc::clone(record));
+                } else {
+                    self.reviewers.remove(*reviewer);
+                }
+            }
+            Update::ReviewerKept(reviewer) => {
+                if !reviewer_held(state, project, reviewer) {
+                    self.reviewers.remove(*reviewer);
+                }
+            }
             Update::Completed => {
                 self.completed = state
                     .judge_projects
@@ -419,6 +450,14 @@ impl ProjectView {
             }
         }
     }
+}
+
+/// Whether `state` holds figures of `reviewer` in `project`.
+fn reviewer_held(state: &PartitionState, project: &str, reviewer: &str) -> bool {
+    state
+        .quality
+        .get(project)
+        .is_some_and(|q| q.reviewers.reviewers().contains_key(reviewer))
 }
 
 /// A judge project's kept consensus records, by session.

@@ -5,6 +5,7 @@
 //! module's documentation).
 
 pub mod bias;
+pub mod bounded;
 pub mod bradley_terry;
 pub mod consensus;
 pub mod dedupe;

@@ -20,12 +20,14 @@
 //! ```
 //!
 //! Batch EM (crowd-kit's `OneCoinDawidSkene`, without the prior) alternates the two over every
-//! item until they settle. Online, each item keeps its posterior and each reviewer the sums its
-//! reliability is read from. When an item gains a verdict it is *refreshed*: its reviewers' sums
-//! lose what its old posterior gave them, its posterior is recomputed from the reliabilities as
-//! they are now, and the sums gain what the new one gives. `SWEEP` more items, the least recently
-//! refreshed, are refreshed with it, so every held item is refreshed again within
-//! `items / SWEEP` verdicts: an incremental EM whose fixed point is the batch one.
+//! item until they settle. Online, each item keeps its verdicts and its posterior (a [`Review`],
+//! in the project's item store, the one judge quality keeps the humans' votes in), and each
+//! reviewer the sums its figures are read from. When an item gains a verdict it is
+//! *refreshed*: its reviewers' sums lose what its old posterior gave them, its posterior is
+//! recomputed from the reliabilities as they are now, and the sums gain what the new one gives.
+//! `SWEEP` more items, the least recently refreshed, are refreshed with it, so every held item
+//! is refreshed again within `items / SWEEP` verdicts: an incremental EM whose fixed point is
+//! the batch one.
 //!
 //! The prior is as if every reviewer had begun with two true verdicts and one false: it keeps a
 //! reviewer with few items near "probably careful" instead of at 0 or 1, and, being above one
@@ -36,12 +38,17 @@
 //!
 //! Sums are kept in fixed point, so taking a contribution back leaves exactly what was there
 //! before it, and verdicts are kept in reviewer order, so neither rounding nor the order in which
-//! votes arrived within an item can change a result.
+//! votes arrived within an item can change a result. Every sum can so be counted again from the
+//! items alone ([`Reviewers::recount`]): that is how a restore rebuilds them.
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
+use super::bounded::Bounded;
 use crate::engine::contract::time::EventTime;
-use crate::engine::ids::{IdMap, ProjectKey};
+use crate::engine::ids::ProjectKey;
+use crate::engine::settings;
 
 /// Pseudo-verdicts of the prior on a reliability: true ones and false ones.
 pub const PRIOR_TRUE: f64 = 2.0;
@@ -52,7 +59,7 @@ pub const SWEEP: usize = 2;
 
 /// Reliabilities are kept within `[CLIP, 1 - CLIP]` in the posterior, so that no single
 /// reviewer's verdict makes an item certain.
-const CLIP: f64 = 1e-3;
+pub const CLIP: f64 = 1e-3;
 
 /// The scale of the fixed-point sums: 2^-32 of a verdict.
 const ONE: f64 = 4_294_967_296.0;
@@ -68,15 +75,15 @@ fn float(x: i64) -> f64 {
 /// What a project's reviewer model may hold.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReviewerLimits {
-    /// Items held; a new one beyond them forgets the oldest.
-    pub max_items: usize,
+    /// Reviewers with figures; a verdict of a new reviewer beyond them is left out (counted).
+    pub max_reviewers: usize,
     /// Reviewers' verdicts one item keeps; a new reviewer's verdict on an item that has them
     /// all is left out (its earlier reviewers can still change theirs).
     pub max_verdicts: usize,
 }
 
 /// One reviewer's verdict on an item.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
     pub reviewer: ProjectKey,
     pub pass: bool,
@@ -84,23 +91,89 @@ pub struct Verdict {
     pub weight: f64,
 }
 
-/// An item's verdicts, in reviewer order, and its posterior.
-#[derive(Debug, Clone, PartialEq)]
-struct Item {
-    verdicts: Vec<Verdict>,
+/// An item's verdicts, in reviewer order, its posterior, and the judges' scores paired with
+/// it: what the model keeps of an item, in its entry of the item store.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Review {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<Verdict>,
     /// P(the item's true verdict is pass), as of its last refresh.
-    posterior: f64,
-    /// Its place in the order of refreshes.
-    refreshed: u64,
-    /// Its place in the order of arrival (the oldest is forgotten first).
-    added: u64,
+    #[serde(default)]
+    pub posterior: f64,
+    /// Its place in its project's order of refreshes.
+    #[serde(default)]
+    pub refreshed: u64,
+    /// Σ and number of the judge scores paired with the item (judge quality): the judges'
+    /// verdict is pass when their mean is at least ½.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judged: Option<(f64, u32)>,
+}
+
+/// Two are equal when their verdicts, posteriors and judge scores are: a refresh place is only
+/// relative, and [`Reviewers`] compares the order of refreshes.
+impl PartialEq for Review {
+    fn eq(&self, other: &Self) -> bool {
+        self.verdicts == other.verdicts
+            && self.posterior == other.posterior
+            && self.judged == other.judged
+    }
+}
+
+impl Review {
+    /// Whether there is nothing to keep: no verdict and no judge score.
+    pub fn is_empty(&self) -> bool {
+        self.verdicts.is_empty() && self.judged.is_none()
+    }
+
+    /// The judges' verdict on the item, once a judge score is paired with it.
+    pub fn judges_pass(&self) -> Option<bool> {
+        let (sum, n) = self.judged?;
+        (n > 0).then(|| sum / f64::from(n) >= 0.5)
+    }
+}
+
+/// An entry of the item store that carries a [`Review`].
+pub trait Reviewed {
+    fn review(&self) -> &Review;
+    fn review_mut(&mut self) -> &mut Review;
+}
+
+impl Reviewed for Review {
+    fn review(&self) -> &Review {
+        self
+    }
+
+    fn review_mut(&mut self) -> &mut Review {
+        self
+    }
+}
+
+/// A reviewer's findings, each active from when it becomes true until it no longer is (the
+/// audit's hysteresis): an alert is raised when one becomes true.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Findings {
+    #[serde(default)]
+    pub unreliable: bool,
+    #[serde(default)]
+    pub adversarial: bool,
+    #[serde(default)]
+    pub straight_lining: bool,
+}
+
+/// What is kept of a reviewer beside its sums (which a restore counts again from the items):
+/// the changelog's reviewer record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Kept {
+    pub last_event_at: Option<EventTime>,
+    #[serde(default)]
+    pub findings: Findings,
 }
 
 /// What one reviewer's verdicts on the held items add up to.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Reviewer {
     /// Held items with its verdict.
-    pub items: u64,
+    pub verdicts: u64,
     /// Of those, the ones it passed.
     pub passes: u64,
     /// Held items with its verdict and at least one other reviewer's.
@@ -110,19 +183,25 @@ pub struct Reviewer {
     /// Σ over its shared items of 1 where its verdict is the weighted majority of the others',
     /// ½ where they are tied, fixed point.
     agreed: i64,
-    pub last_event_at: Option<EventTime>,
+    /// Σ over its shared items of 1 where the others' weighted majority is pass, ½ where tied,
+    /// fixed point: whether the crowd's verdicts on its items are mixed.
+    crowd_passes: i64,
+    /// Its items with a judges' verdict, and of those the ones it agrees with.
+    pub judged: u64,
+    pub judge_agreed: u64,
+    pub kept: Kept,
 }
 
 impl Reviewer {
     /// The estimated probability that its verdict is the true one.
     pub fn reliability(&self) -> f64 {
-        (PRIOR_TRUE + float(self.expected_true)) / (PRIOR_TRUE + PRIOR_FALSE + self.items as f64)
+        (PRIOR_TRUE + float(self.expected_true)) / (PRIOR_TRUE + PRIOR_FALSE + self.verdicts as f64)
     }
 
     /// The reliability's standard error, as a Beta posterior's.
     pub fn standard_error(&self) -> f64 {
         let p = self.reliability();
-        (p * (1.0 - p) / (PRIOR_TRUE + PRIOR_FALSE + self.items as f64 + 1.0)).sqrt()
+        (p * (1.0 - p) / (PRIOR_TRUE + PRIOR_FALSE + self.verdicts as f64 + 1.0)).sqrt()
     }
 
     /// The share of its shared items where it sided with the others' weighted majority; `None`
@@ -131,9 +210,41 @@ impl Reviewer {
         (self.shared > 0).then(|| float(self.agreed) / self.shared as f64)
     }
 
+    /// The share of its shared items where the others' weighted majority is pass; `None` before
+    /// it shares one.
+    pub fn crowd_pass_rate(&self) -> Option<f64> {
+        (self.shared > 0).then(|| float(self.crowd_passes) / self.shared as f64)
+    }
+
     /// The share of its verdicts that are pass; `None` before it has one.
     pub fn pass_rate(&self) -> Option<f64> {
-        (self.items > 0).then(|| self.passes as f64 / self.items as f64)
+        (self.verdicts > 0).then(|| self.passes as f64 / self.verdicts as f64)
+    }
+
+    /// The share of its items with a judges' verdict where it gave the same verdict; `None`
+    /// before one of its items is paired with a judge score.
+    pub fn judge_agreement(&self) -> Option<f64> {
+        (self.judged > 0).then(|| self.judge_agreed as f64 / self.judged as f64)
+    }
+
+    /// Its findings as they are now, under the `reviewers` thresholds, once it has
+    /// `min_items` shared items: unreliable (reliability below `min_reliability`),
+    /// adversarial (reliability below ½ by more than two standard errors: it agrees with the
+    /// crowd less than chance would), straight-lining (the same verdict on at least
+    /// `max_same_verdict` of its items while the others' majority on them is mixed).
+    pub fn findings(&self, thresholds: &settings::Reviewers) -> Findings {
+        if self.shared < thresholds.min_items.max(1) {
+            return Findings::default();
+        }
+        let p = self.reliability();
+        let m = thresholds.max_same_verdict;
+        let same = self.pass_rate().is_some_and(|x| x.max(1.0 - x) >= m);
+        let mixed = self.crowd_pass_rate().is_some_and(|x| x > 1.0 - m && x < m);
+        Findings {
+            unreliable: p < thresholds.min_reliability,
+            adversarial: p + 2.0 * self.standard_error() < 0.5,
+            straight_lining: same && mixed,
+        }
     }
 
     /// Its reliability clipped for the posterior.
@@ -142,77 +253,84 @@ impl Reviewer {
     }
 }
 
-/// A project's reviewers and the items their verdicts are on, at most `max_items` items (the
-/// oldest forgotten first, its verdicts taken back from its reviewers' sums).
+/// What a change to the model touched: reviewers whose figures changed (in order, once each;
+/// `forgotten` those it no longer holds), and the places of items whose review changed.
 #[derive(Debug, Clone, Default, PartialEq)]
+pub struct Touched {
+    pub reviewers: Vec<ProjectKey>,
+    pub items: Vec<u64>,
+}
+
+/// A project's reviewers: their sums over the items of the project's item store, and the
+/// order the items were last refreshed in.
+#[derive(Debug, Clone, Default)]
 pub struct Reviewers {
-    items: IdMap<ProjectKey, Item>,
-    arrival: BTreeMap<u64, ProjectKey>,
-    refreshes: BTreeMap<u64, ProjectKey>,
     reviewers: BTreeMap<ProjectKey, Reviewer>,
-    /// Σ of the held items' posteriors, fixed point.
+    /// The items with verdicts, by their last refresh.
+    refreshes: BTreeMap<u64, ProjectKey>,
+    /// Σ of those items' posteriors, fixed point.
     posteriors: i64,
     next: u64,
-    /// Items forgotten to stay within the bound.
-    pub forgotten: u64,
+    /// Verdicts left out to stay within the bounds.
+    pub left_out: u64,
+}
+
+/// Two are equal when they hold the same reviewers and refresh their items in the same order:
+/// the refresh places themselves are only relative.
+impl PartialEq for Reviewers {
+    fn eq(&self, other: &Self) -> bool {
+        self.reviewers == other.reviewers
+            && self.refreshes.values().eq(other.refreshes.values())
+            && self.posteriors == other.posteriors
+            && self.left_out == other.left_out
+    }
 }
 
 impl Reviewers {
-    /// A vote batch's verdicts on `item` at `at`, each replacing any earlier one of the same
-    /// reviewer on it (of one reviewer in the batch, the last counts), within `limits`. Returns
-    /// the reviewers whose figures changed, in order.
-    pub fn add(
+    /// A vote batch's verdicts on `item` (held in `items`) at `at`, each replacing any earlier
+    /// one of the same reviewer on it (of one reviewer in the batch, the last counts), within
+    /// `limits`; then `SWEEP` more items refreshed. What changed is appended to `touched`.
+    pub fn add<V: Reviewed>(
         &mut self,
+        items: &mut Bounded<V>,
         (item, verdicts): (&str, &[Verdict]),
         at: EventTime,
         limits: ReviewerLimits,
-    ) -> Vec<ProjectKey> {
-        let mut changed = Vec::new();
-        if verdicts.is_empty() {
-            return changed;
-        }
-        if !self.items.contains_key(item) {
-            while self.items.len() >= limits.max_items.max(1) {
-                let Some((_, oldest)) = self.arrival.pop_first() else {
-                    break;
-                };
-                self.forget(&oldest, &mut changed);
-                self.forgotten += 1;
-            }
-            let added = self.next;
-            self.next += 1;
-            let posterior = self.class_prior();
-            self.arrival.insert(added, item.into());
-            self.refreshes.insert(added, item.into());
-            self.posteriors += fixed(posterior);
-            let fresh = Item {
-                verdicts: Vec::new(),
-                posterior,
-                refreshed: added,
-                added,
-            };
-            self.items.insert(item.into(), fresh);
-        }
-        self.take_back(item);
-        if let Some(it) = self.items.get_mut(item) {
-            for verdict in verdicts {
-                let at = it
-                    .verdicts
-                    .binary_search_by(|v| v.reviewer.as_str().cmp(verdict.reviewer.as_str()));
-                match at {
-                    Ok(i) => it.verdicts[i] = verdict.clone(),
-                    Err(i) if it.verdicts.len() < limits.max_verdicts => {
-                        it.verdicts.insert(i, verdict.clone());
-                    }
-                    Err(_) => {}
+        touched: &mut Touched,
+    ) {
+        let Some((seq, entry)) = items.get_mut(item) else {
+            return;
+        };
+        let review = entry.review_mut();
+        self.uncount(review);
+        let mut new = 0;
+        for verdict in verdicts {
+            let at = review
+                .verdicts
+                .binary_search_by(|v| v.reviewer.as_str().cmp(verdict.reviewer.as_str()));
+            let known = self.reviewers.contains_key(&verdict.reviewer);
+            match at {
+                Ok(i) => review.verdicts[i] = verdict.clone(),
+                Err(i)
+                    if review.verdicts.len() < limits.max_verdicts
+                        && (known || self.reviewers.len() + new < limits.max_reviewers) =>
+                {
+                    new += usize::from(!known);
+                    review.verdicts.insert(i, verdict.clone());
                 }
+                Err(_) => self.left_out += 1,
             }
         }
-        self.give(item, &mut changed);
+        if review.verdicts.is_empty() {
+            return;
+        }
+        self.refresh(item, review);
+        self.count(review, 1, touched);
+        touched.items.push(seq);
         for verdict in verdicts {
             // A reviewer whose verdict was left out has no figures to date.
             if let Some(r) = self.reviewers.get_mut(&verdict.reviewer) {
-                r.last_event_at = r.last_event_at.max(Some(at));
+                r.kept.last_event_at = r.kept.last_event_at.max(Some(at));
             }
         }
         let sweep: Vec<ProjectKey> = self
@@ -223,12 +341,92 @@ impl Reviewers {
             .cloned()
             .collect();
         for other in sweep {
-            self.take_back(&other);
-            self.give(&other, &mut changed);
+            let Some((seq, entry)) = items.get_mut(&other) else {
+                continue;
+            };
+            let review = entry.review_mut();
+            self.uncount(review);
+            self.refresh(&other, review);
+            self.count(review, 1, touched);
+            touched.items.push(seq);
         }
-        changed.sort();
-        changed.dedup();
-        changed
+        touched.reviewers.sort();
+        touched.reviewers.dedup();
+    }
+
+    /// A judge score `s` of `item` paired with the humans' votes on it (judge quality): the
+    /// item's judges' verdict, and with it its reviewers' agreement with the judges, changes.
+    pub fn judged<V: Reviewed>(
+        &mut self,
+        items: &mut Bounded<V>,
+        item: &str,
+        s: f64,
+        touched: &mut Touched,
+    ) {
+        let Some((seq, entry)) = items.get_mut(item) else {
+            return;
+        };
+        let review = entry.review_mut();
+        let counted = !review.verdicts.is_empty();
+        if counted {
+            self.count(review, -1, touched);
+        }
+        let (sum, n) = review.judged.unwrap_or_default();
+        review.judged = Some((sum + s, n + 1));
+        if counted {
+            self.count(review, 1, touched);
+        }
+        touched.items.push(seq);
+        touched.reviewers.sort();
+        touched.reviewers.dedup();
+    }
+
+    /// `review`, of an item the store forgot: its verdicts leave their reviewers' sums, and a
+    /// reviewer left with no item is forgotten too.
+    pub fn forget(&mut self, review: &Review, touched: &mut Touched) {
+        if review.verdicts.is_empty() {
+            return;
+        }
+        self.refreshes.remove(&review.refreshed);
+        self.count(review, -1, touched);
+        for v in &review.verdicts {
+            if self
+                .reviewers
+                .get(&v.reviewer)
+                .is_some_and(|r| r.verdicts == 0)
+            {
+                self.reviewers.remove(&v.reviewer);
+            }
+        }
+    }
+
+    /// Puts a restored reviewer's kept part back; its sums come from [`Reviewers::recount`].
+    pub fn restore(&mut self, reviewer: &str, kept: Kept) {
+        self.reviewers.entry(reviewer.into()).or_default().kept = kept;
+    }
+
+    /// Counts every sum again from `items` and their refresh places, after a restore wrote
+    /// them (and the reviewers' kept parts) directly. A reviewer with no item is dropped.
+    pub fn recount<V: Reviewed>(&mut self, items: &Bounded<V>) {
+        self.posteriors = 0;
+        self.refreshes.clear();
+        for r in self.reviewers.values_mut() {
+            *r = Reviewer {
+                kept: r.kept,
+                ..Reviewer::default()
+            };
+        }
+        let mut ignored = Touched::default();
+        for (key, entry) in items.iter() {
+            let review = entry.review();
+            if review.verdicts.is_empty() {
+                continue;
+            }
+            self.refreshes.insert(review.refreshed, key.into());
+            self.next = self.next.max(review.refreshed + 1);
+            self.count(review, 1, &mut ignored);
+        }
+        self.reviewers.retain(|_, r| r.verdicts > 0);
     }
 
     /// The reviewers, by id.
@@ -236,110 +434,86 @@ impl Reviewers {
         &self.reviewers
     }
 
-    /// Items held.
-    pub fn len(&self) -> usize {
-        self.items.len()
+    pub fn get_mut(&mut self, reviewer: &str) -> Option<&mut Reviewer> {
+        self.reviewers.get_mut(reviewer)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+    /// Items with verdicts.
+    pub fn items(&self) -> usize {
+        self.refreshes.len()
     }
 
     /// The estimated share of items whose true verdict is pass.
     pub fn class_prior(&self) -> f64 {
-        (1.0 + float(self.posteriors)) / (2.0 + self.items.len() as f64)
+        (1.0 + float(self.posteriors)) / (2.0 + self.refreshes.len() as f64)
     }
 
-    /// The posterior of `item` being a pass, as of its last refresh.
-    pub fn posterior(&self, item: &str) -> Option<f64> {
-        self.items.get(item).map(|i| i.posterior)
-    }
-
-    /// Takes what `item`'s verdicts gave its reviewers' sums (and its posterior the class's).
-    fn take_back(&mut self, item: &str) {
-        let Some(it) = self.items.get(item) else {
-            return;
-        };
-        self.posteriors -= fixed(it.posterior);
-        for (v, agreed) in it.verdicts.iter().zip(majorities(&it.verdicts)) {
-            let Some(r) = self.reviewers.get_mut(&v.reviewer) else {
-                continue;
-            };
-            r.items -= 1;
-            r.passes -= u64::from(v.pass);
-            r.expected_true -= fixed(truth(it.posterior, v.pass));
-            if let Some(a) = agreed {
-                r.shared -= 1;
-                r.agreed -= fixed(a);
-            }
+    /// Takes what `review`'s verdicts gave its reviewers' sums, before they change.
+    fn uncount(&mut self, review: &Review) {
+        if !review.verdicts.is_empty() {
+            self.refreshes.remove(&review.refreshed);
+            self.count(review, -1, &mut Touched::default());
         }
     }
 
-    /// Recomputes `item`'s posterior from its reviewers' reliabilities as they are (and the
-    /// class prior of the other items), and adds what its verdicts give their sums. Marks it
-    /// the most recently refreshed. Called right after [`Reviewers::take_back`] of `item`.
-    fn give(&mut self, item: &str, changed: &mut Vec<ProjectKey>) {
-        let others = self.items.len().saturating_sub(1) as f64;
+    /// Recomputes the posterior of `item` (not counted in the sums) from its reviewers'
+    /// reliabilities as they are and the class prior of the other items, and marks it the
+    /// most recently refreshed.
+    fn refresh(&mut self, item: &str, review: &mut Review) {
+        let others = self.refreshes.len() as f64;
         let prior = (1.0 + float(self.posteriors)) / (2.0 + others);
-        let Some(it) = self.items.get_mut(item) else {
-            return;
-        };
         let logit = |p: f64| (p / (1.0 - p)).ln();
         let mut odds = logit(prior.clamp(CLIP, 1.0 - CLIP));
-        for v in &it.verdicts {
+        for v in &review.verdicts {
             let p = self
                 .reviewers
                 .get(&v.reviewer)
                 .map_or_else(|| Reviewer::default().clipped(), Reviewer::clipped);
             odds += if v.pass { logit(p) } else { -logit(p) };
         }
-        it.posterior = 1.0 / (1.0 + (-odds).exp());
-        self.refreshes.remove(&it.refreshed);
-        it.refreshed = self.next;
+        review.posterior = 1.0 / (1.0 + (-odds).exp());
+        review.refreshed = self.next;
         self.next += 1;
-        self.refreshes.insert(it.refreshed, item.into());
-        self.posteriors += fixed(it.posterior);
-        for (v, agreed) in it.verdicts.iter().zip(majorities(&it.verdicts)) {
-            let r = self.reviewers.entry(v.reviewer.clone()).or_default();
-            r.items += 1;
-            r.passes += u64::from(v.pass);
-            r.expected_true += fixed(truth(it.posterior, v.pass));
-            if let Some(a) = agreed {
-                r.shared += 1;
-                r.agreed += fixed(a);
-            }
-            changed.push(v.reviewer.clone());
-        }
+        self.refreshes.insert(review.refreshed, item.into());
     }
 
-    /// Forgets `item`: its verdicts leave their reviewers' sums, and a reviewer left with no
-    /// item is forgotten too.
-    fn forget(&mut self, item: &str, changed: &mut Vec<ProjectKey>) {
-        self.take_back(item);
-        if let Some(it) = self.items.remove(item) {
-            self.refreshes.remove(&it.refreshed);
-            self.arrival.remove(&it.added);
-            for v in it.verdicts {
-                if self
-                    .reviewers
-                    .get(&v.reviewer)
-                    .is_some_and(|r| r.items == 0)
-                {
-                    self.reviewers.remove(&v.reviewer);
+    /// Adds (`sign` 1) or takes back (-1) what `review` gives its reviewers' sums and the class
+    /// prior's; the only place the sums change, so a take-back leaves exactly what was there.
+    fn count(&mut self, review: &Review, sign: i64, touched: &mut Touched) {
+        self.posteriors += sign * fixed(review.posterior);
+        let judges = review.judges_pass();
+        for (v, crowd) in review.verdicts.iter().zip(majorities(&review.verdicts)) {
+            let r = self.reviewers.entry(v.reviewer.clone()).or_default();
+            let step = |n: &mut u64, by: bool| {
+                if by {
+                    *n = n.wrapping_add_signed(sign);
                 }
-                changed.push(v.reviewer);
+            };
+            step(&mut r.verdicts, true);
+            step(&mut r.passes, v.pass);
+            r.expected_true += sign * fixed(truth(review.posterior, v.pass));
+            if let Some(others_pass) = crowd {
+                step(&mut r.shared, true);
+                r.crowd_passes += sign * fixed(others_pass);
+                r.agreed += sign * fixed(truth(others_pass, v.pass));
             }
+            if let Some(judges) = judges {
+                step(&mut r.judged, true);
+                step(&mut r.judge_agreed, judges == v.pass);
+            }
+            touched.reviewers.push(v.reviewer.clone());
         }
     }
 }
 
-/// P(a verdict of `pass` is the true one) for an item whose posterior of being a pass is `q`.
+/// P(a verdict of `pass` is the true one) for an item whose posterior of being a pass is `q`;
+/// also whether a verdict sides with the others' majority, given that majority's side.
 fn truth(q: f64, pass: bool) -> f64 {
     if pass { q } else { 1.0 - q }
 }
 
-/// For each verdict, whether it sides with the weighted majority of the item's other verdicts
-/// (1), against it (0) or the others are tied (½); `None` when it is the item's only verdict.
+/// For each verdict, the side of the weighted majority of the item's other verdicts: 1 for
+/// pass, 0 for fail, ½ when they are tied; `None` when it is the item's only verdict.
 fn majorities(verdicts: &[Verdict]) -> impl Iterator<Item = Option<f64>> + '_ {
     let signed = |v: &Verdict| if v.pass { v.weight } else { -v.weight };
     let total: f64 = verdicts.iter().map(signed).sum();
@@ -349,10 +523,9 @@ fn majorities(verdicts: &[Verdict]) -> impl Iterator<Item = Option<f64>> + '_ {
             return None;
         }
         let others = total - signed(v);
-        let side = if v.pass { others } else { -others };
-        Some(if side.abs() < 1e-12 {
+        Some(if others.abs() < 1e-12 {
             0.5
-        } else if side > 0.0 {
+        } else if others > 0.0 {
             1.0
         } else {
             0.0

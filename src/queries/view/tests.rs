@@ -251,7 +251,11 @@ fn records_are_filed_under_what_the_engine_says_they_show() {
     });
     // A record that shows nothing of a project's state (a consensus) changes no snapshot.
     let consensus = Output::json(OutputTopic::Consensus, Some("team/b".into()), &"c");
-    view.published(unit, &[row(true, "live row"), consensus]);
+    view.published(
+        unit,
+        &PartitionState::default(),
+        &[row(true, "live row"), consensus],
+    );
     let key = ("c".to_owned(), "m/a".to_owned());
     {
         let p = view
@@ -264,7 +268,11 @@ fn records_are_filed_under_what_the_engine_says_they_show() {
     assert_eq!(view.projects.len(), 1);
     // The row published once more as it left the window leaves the view; a judge record the
     // state does not keep (this empty state keeps none) does not enter it.
-    view.published(unit, &[row(false, "gone"), judge]);
+    view.published(
+        unit,
+        &PartitionState::default(),
+        &[row(false, "gone"), judge],
+    );
     let p = view.projects.get("team/b").expect("still there");
     assert!(p.leaderboard.is_empty());
     assert!(p.judges.is_empty());

@@ -11,7 +11,6 @@
 //! project.
 
 pub mod agreement;
-mod bounded;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
@@ -20,8 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use self::agreement::kappa;
 pub use self::agreement::{Agreement, judge_agreement};
-pub use self::bounded::{Bounded, Places};
+pub use super::bounded::{Bounded, Places};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
+use super::reviewers::{Review, Reviewed, ReviewerLimits, Reviewers, Touched, Verdict};
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{IdMap, ProjectKey};
 
@@ -41,20 +41,35 @@ pub struct QualityLimits {
     /// Items a task remembers votes for, over all its projects, and items with judge scores
     /// waiting for votes (each bound on its own); the oldest is forgotten first.
     pub max_task_items: usize,
+    /// The reviewer model's bounds, when it learns from the items' verdicts; `None` when off.
+    pub reviewers: Option<ReviewerLimits>,
 }
 
 /// The humans' score of one item: `Σ r·v` and `Σ r` over its first `min_human_votes` votes that
 /// carry weight (`votes` of them so far), not decayed, and the event time of the batch that
 /// completed them. Only the first ones count, so the score a judge is paired with does not
 /// depend on whether its session completed before or after later votes: the two arrive on two
-/// topics, in an order no producer decides.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+/// topics, in an order no producer decides. Beside it, the reviewers' verdicts on the item, for
+/// the reviewer model ([`super::reviewers`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ItemVotes {
     pub weighted: f64,
     pub weight: f64,
     pub votes: u64,
     #[serde(default)]
     pub ready_at: Option<EventTime>,
+    #[serde(default, skip_serializing_if = "Review::is_empty")]
+    pub review: Review,
+}
+
+impl Reviewed for ItemVotes {
+    fn review(&self) -> &Review {
+        &self.review
+    }
+
+    fn review_mut(&mut self) -> &mut Review {
+        &mut self.review
+    }
 }
 
 impl ItemVotes {
@@ -207,8 +222,22 @@ pub struct Observed {
     /// The places of items whose waiting judge scores changed, paired or were forgotten.
     pub waiting: Vec<u64>,
     /// The project of each item (votes or waiting scores), or waiting score of an item,
-    /// forgotten to stay in bounds: a task's bound may forget another project's item.
+    /// forgotten to stay in bounds (a task's bound may forget another project's item), and of
+    /// each batch with verdicts the reviewer model left out.
     pub forgotten: Vec<ProjectKey>,
+    /// The reviewers whose figures changed, with their projects (a task's bound may forget
+    /// another project's item, and with it change that project's reviewers).
+    pub reviewers: Vec<(ProjectKey, ProjectKey)>,
+}
+
+impl Observed {
+    fn touched(&mut self, project: &str, touched: Touched) {
+        self.items.extend(touched.items);
+        let project = ProjectKey::from(project);
+        for reviewer in touched.reviewers {
+            self.reviewers.push((project.clone(), reviewer));
+        }
+    }
 }
 
 /// A project's judge-quality state: the humans' votes per item, the judge scores of completed
@@ -223,6 +252,8 @@ pub struct ProjectQuality {
     pub recent: BTreeMap<u64, CandidateScores>,
     /// The running correlations of judge pairs over `recent`, kept with it.
     pub correlations: Correlations,
+    /// The reviewers' figures, learned from the verdicts in `items`.
+    pub reviewers: Reviewers,
     /// Items forgotten so far to stay in bounds.
     pub forgotten: u64,
 }
@@ -248,7 +279,7 @@ impl ProjectQuality {
         let agreement = w.agreement_with_humans();
         w.last_event_at = w.last_event_at.max(Some(pair.at));
         let kappa_change = w.kappa_change(window);
-        forgotten.extend(gone.into_iter().map(|(_, judge)| judge.into()));
+        forgotten.extend(gone.into_iter().map(|(_, judge, _)| judge.into()));
         JudgeStanding {
             judge: pair.judge.clone(),
             agreement,
@@ -287,9 +318,11 @@ impl ProjectQuality {
         changed
     }
 
-    /// Rebuilds the correlations from `recent`, after a restore wrote it directly.
-    pub fn rebuild_correlations(&mut self) {
+    /// Rebuilds what is derived from the rest, after a restore wrote that directly: the
+    /// correlations from `recent`, the reviewers' sums from the items' verdicts.
+    pub fn rebuild(&mut self) {
         self.correlations = Correlations::of(self.recent.values());
+        self.reviewers.recount(&self.items);
     }
 
     /// The effective number of `judges` over the recent candidates (see
@@ -364,22 +397,23 @@ impl TaskQuality {
     }
 
     /// Applied votes `(reputation, value)` of `project` on `item`, of a batch at event time
-    /// `at`. The first `min_human_votes` that carry weight make the item's score; once it has
-    /// them, the judge scores waiting for it pair with it. Later votes change nothing.
+    /// `at`, and their `verdicts` for the reviewer model. The first `min_human_votes` that carry
+    /// weight make the item's score; once it has them, the judge scores waiting for it pair
+    /// with it. Later votes change nothing of the score.
     pub fn votes(
         &mut self,
         (project, item): (&str, &str),
-        votes: &[(f64, f64)],
+        (votes, verdicts): (&[(f64, f64)], &[Verdict]),
         at: EventTime,
         limits: &QualityLimits,
     ) -> Observed {
         let mut observed = Observed::default();
         let seq = place(
             (&mut self.projects, &mut self.items),
-            |q| &mut q.items,
+            ITEMS,
             (project, item),
             limits,
-            (&mut observed.items, &mut observed.forgotten),
+            (&mut observed, Slots::Items),
         );
         let q = self.project(project);
         let Some((_, agg)) = q.items.get_mut(item) else {
@@ -398,6 +432,20 @@ impl TaskQuality {
         }
         let ready = agg.ready();
         observed.items.push(seq);
+        let mut touched = Touched::default();
+        if let Some(reviewer_limits) = limits.reviewers {
+            let left_out = q.reviewers.left_out;
+            q.reviewers.add(
+                &mut q.items,
+                (item, verdicts),
+                at,
+                reviewer_limits,
+                &mut touched,
+            );
+            if q.reviewers.left_out != left_out {
+                observed.forgotten.push(ProjectKey::from(project));
+            }
+        }
         if let Some((h, ready_at)) = ready
             && let Some((waited, waiting)) = q.waiting.remove(item)
         {
@@ -414,7 +462,15 @@ impl TaskQuality {
                     at: w.at.max(ready_at),
                 })
                 .collect();
+            if limits.reviewers.is_some()
+                && let Some(q) = self.projects.get_mut(project)
+            {
+                for pair in &observed.pairs {
+                    q.reviewers.judged(&mut q.items, item, pair.s, &mut touched);
+                }
+            }
         }
+        observed.touched(project, touched);
         observed
     }
 
@@ -429,6 +485,7 @@ impl TaskQuality {
         limits: &QualityLimits,
     ) -> Observed {
         let mut observed = Observed::default();
+        let mut touched = Touched::default();
         for &(item, judge, s) in scores {
             let ready = self.get(project).and_then(|q| q.items.get(item)?.ready());
             if let Some((h, ready_at)) = ready {
@@ -440,14 +497,19 @@ impl TaskQuality {
                     h,
                     at: at.max(ready_at),
                 });
+                if limits.reviewers.is_some()
+                    && let Some(q) = self.projects.get_mut(project)
+                {
+                    q.reviewers.judged(&mut q.items, item, s, &mut touched);
+                }
                 continue;
             }
             let seq = place(
                 (&mut self.projects, &mut self.waits),
-                |q| &mut q.waiting,
+                WAITING,
                 (project, item),
                 limits,
-                (&mut observed.waiting, &mut observed.forgotten),
+                (&mut observed, Slots::Waiting),
             );
             let q = self.project(project);
             let Some((_, waiting)) = q.waiting.get_mut(item) else {
@@ -471,6 +533,7 @@ impl TaskQuality {
                 observed.waiting.push(seq);
             }
         }
+        observed.touched(project, touched);
         observed
     }
 
@@ -543,43 +606,102 @@ impl TaskQuality {
     }
 }
 
+/// Where [`place`] finds a kind of held value in a project, and what forgetting one takes
+/// with it.
+struct Held<V> {
+    of: fn(&mut ProjectQuality) -> &mut Bounded<V>,
+    /// Called with a value forgotten to stay within the bounds, in its project.
+    forgotten: fn(&mut ProjectQuality, V, &mut Touched),
+}
+
+/// Items with votes: one forgotten takes its verdicts out of its reviewers' figures.
+const ITEMS: Held<ItemVotes> = Held {
+    of: |q| &mut q.items,
+    forgotten: |q, item, touched| q.reviewers.forget(&item.review, touched),
+};
+
+/// Items with judge scores waiting for votes.
+const WAITING: Held<Vec<Waiting>> = Held {
+    of: |q| &mut q.waiting,
+    forgotten: |_, _, _| {},
+};
+
+/// Which places of [`Observed`] a kind of held value changes.
+#[derive(Clone, Copy)]
+enum Slots {
+    Items,
+    Waiting,
+}
+
 /// The place of `project`'s `key` in `held` (its items with votes, or with waiting scores) and
 /// in the task's `places`, taking the next place if it is new: first the task's oldest are
 /// forgotten down to `max_task_items`, then the project's down to `max_pending_items`. The
-/// places forgotten are appended to `changed` and their projects to `forgotten`.
+/// places forgotten, their projects and the reviewers they change are noted in `observed`.
 fn place<V: Default>(
     (projects, places): (&mut IdMap<ProjectKey, ProjectQuality>, &mut Places),
-    held: fn(&mut ProjectQuality) -> &mut Bounded<V>,
+    held: Held<V>,
     (project, key): (&str, &str),
     limits: &QualityLimits,
-    (changed, forgotten): (&mut Vec<u64>, &mut Vec<ProjectKey>),
+    (observed, slots): (&mut Observed, Slots),
 ) -> u64 {
-    if let Some((seq, _)) = projects.get_mut(project).and_then(|q| held(q).get_mut(key)) {
+    if let Some((seq, _)) = projects
+        .get_mut(project)
+        .and_then(|q| (held.of)(q).get_mut(key))
+    {
         return seq;
     }
     while places.len() >= limits.max_task_items.max(1) {
         let Some((seq, owner)) = places.pop_oldest() else {
             break;
         };
-        if let Some(q) = projects.get_mut(&owner) {
-            held(q).remove_at(seq);
-            q.forgotten += 1;
-        }
-        changed.push(seq);
-        forgotten.push(owner);
+        let q = projects.get_mut(&owner);
+        forget(&held, q, (&owner, seq), (observed, slots));
     }
     let q = projects.entry(ProjectKey::from(project)).or_default();
     let mut gone = Vec::new();
-    held(q).make_room(limits.max_pending_items, &mut gone);
-    for (seq, _) in gone {
+    (held.of)(q).make_room(limits.max_pending_items, &mut gone);
+    for (seq, _, value) in gone {
         places.remove(seq);
         q.forgotten += 1;
-        changed.push(seq);
-        forgotten.push(ProjectKey::from(project));
+        let mut touched = Touched::default();
+        (held.forgotten)(q, value, &mut touched);
+        note_forgotten((project, seq), touched, (observed, slots));
     }
     let seq = places.take(project);
-    held(q).insert(key, seq, V::default());
+    (held.of)(q).insert(key, seq, V::default());
     seq
+}
+
+/// Forgets the value at `seq` of `owner` (`q`, if the task holds it), the task's oldest.
+fn forget<V>(
+    held: &Held<V>,
+    q: Option<&mut ProjectQuality>,
+    (owner, seq): (&str, u64),
+    noted: (&mut Observed, Slots),
+) {
+    let mut touched = Touched::default();
+    if let Some(q) = q
+        && let Some(value) = (held.of)(q).remove_at(seq)
+    {
+        q.forgotten += 1;
+        (held.forgotten)(q, value, &mut touched);
+    }
+    note_forgotten((owner, seq), touched, noted);
+}
+
+/// Notes in `observed` that the value at `seq` of `project` was forgotten, and what that
+/// `touched`.
+fn note_forgotten(
+    (project, seq): (&str, u64),
+    touched: Touched,
+    (observed, slots): (&mut Observed, Slots),
+) {
+    match slots {
+        Slots::Items => observed.items.push(seq),
+        Slots::Waiting => observed.waiting.push(seq),
+    }
+    observed.forgotten.push(ProjectKey::from(project));
+    observed.touched(project, touched);
 }
 
 #[cfg(test)]

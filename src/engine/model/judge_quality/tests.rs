@@ -8,6 +8,7 @@ const LIMITS: QualityLimits = QualityLimits {
     window: 4,
     max_judges: 3,
     max_task_items: 100,
+    reviewers: None,
 };
 
 fn at() -> EventTime {
@@ -31,7 +32,7 @@ fn a_pair_forms_when_both_sides_exist_and_later_votes_leave_it() {
     // Votes first: two are not enough; the session waits, and the third vote pairs it with
     // the reputation-weighted mean of the three: (2*1 + 1*0 + 1*0.5) / 4 = 0.625.
     assert!(
-        q.votes(("p", "i1"), &[(2.0, 1.0), (1.0, 0.0)], at(), &LIMITS)
+        q.votes(("p", "i1"), (&[(2.0, 1.0), (1.0, 0.0)], &[]), at(), &LIMITS)
             .pairs
             .is_empty()
     );
@@ -45,7 +46,7 @@ fn a_pair_forms_when_both_sides_exist_and_later_votes_leave_it() {
         .pairs
         .is_empty()
     );
-    let third = q.votes(("p", "i1"), &[(1.0, 0.5)], at(), &LIMITS);
+    let third = q.votes(("p", "i1"), (&[(1.0, 0.5)], &[]), at(), &LIMITS);
     assert_eq!(
         pairs(&third),
         [("j1", "i1", 0.8, 0.625), ("j2", "i1", 0.3, 0.625)]
@@ -53,7 +54,7 @@ fn a_pair_forms_when_both_sides_exist_and_later_votes_leave_it() {
     // A later vote forms nothing and changes nothing: a later session pairs at once with
     // the same score.
     assert!(
-        q.votes(("p", "i1"), &[(4.0, 0.0)], at(), &LIMITS)
+        q.votes(("p", "i1"), (&[(4.0, 0.0)], &[]), at(), &LIMITS)
             .pairs
             .is_empty()
     );
@@ -67,16 +68,16 @@ fn votes_without_weight_do_not_count_towards_the_score() {
     let mut q = TaskQuality::default();
     q.completed(("p", "s"), &[("i", "j", 0.4)], at(), &LIMITS);
     assert!(
-        q.votes(("p", "i"), &[(0.0, 1.0); 3], at(), &LIMITS)
+        q.votes(("p", "i"), (&[(0.0, 1.0); 3], &[]), at(), &LIMITS)
             .pairs
             .is_empty()
     );
     assert!(
-        q.votes(("p", "i"), &[(1.0, 0.25); 2], at(), &LIMITS)
+        q.votes(("p", "i"), (&[(1.0, 0.25); 2], &[]), at(), &LIMITS)
             .pairs
             .is_empty()
     );
-    let third = q.votes(("p", "i"), &[(1.0, 0.25), (9.0, 1.0)], at(), &LIMITS);
+    let third = q.votes(("p", "i"), (&[(1.0, 0.25), (9.0, 1.0)], &[]), at(), &LIMITS);
     assert_eq!(pairs(&third), [("j", "i", 0.4, 0.25)]);
 }
 
@@ -89,15 +90,17 @@ fn a_pair_is_the_same_whether_the_session_or_the_votes_come_last() {
     first.completed(("p", "s"), &[("i", "j", 0.7)], t(10), &LIMITS);
     assert!(
         first
-            .votes(("p", "i"), &votes[..2], t(20), &LIMITS)
+            .votes(("p", "i"), (&votes[..2], &[]), t(20), &LIMITS)
             .pairs
             .is_empty()
     );
-    let a = first.votes(("p", "i"), &votes[2..], t(30), &LIMITS).pairs;
+    let a = first
+        .votes(("p", "i"), (&votes[2..], &[]), t(30), &LIMITS)
+        .pairs;
     // The votes first, then the session.
     let mut second = TaskQuality::default();
-    second.votes(("p", "i"), &votes[..2], t(20), &LIMITS);
-    second.votes(("p", "i"), &votes[2..], t(30), &LIMITS);
+    second.votes(("p", "i"), (&votes[..2], &[]), t(20), &LIMITS);
+    second.votes(("p", "i"), (&votes[2..], &[]), t(30), &LIMITS);
     let b = second
         .completed(("p", "s"), &[("i", "j", 0.7)], t(10), &LIMITS)
         .pairs;
@@ -111,21 +114,21 @@ fn items_and_waiting_scores_are_bounded_oldest_first() {
     let mut q = TaskQuality::default();
     for item in ["a", "b", "c"] {
         assert_eq!(
-            q.votes(("p", item), &[(1.0, 1.0)], at(), &LIMITS)
+            q.votes(("p", item), (&[(1.0, 1.0)], &[]), at(), &LIMITS)
                 .forgotten
                 .len(),
             0
         );
     }
     // A fourth item forgets "a"'s votes: its count starts again.
-    let fourth = q.votes(("p", "d"), &[(1.0, 1.0)], at(), &LIMITS);
+    let fourth = q.votes(("p", "d"), (&[(1.0, 1.0)], &[]), at(), &LIMITS);
     // (By their places: "a" was the first, "d" the fourth.)
     assert_eq!(
         (fourth.forgotten.len(), fourth.items.as_slice()),
         (1, [0, 3].as_slice())
     );
     assert!(item(&q, "a").is_none());
-    q.votes(("p", "a"), &[(1.0, 1.0)], at(), &LIMITS);
+    q.votes(("p", "a"), (&[(1.0, 1.0)], &[]), at(), &LIMITS);
     assert_eq!(item(&q, "a").map(|v| v.votes), Some(1));
     // Waiting judge scores are bounded the same way.
     for item in ["x", "y", "z"] {
@@ -146,8 +149,17 @@ fn items_and_waiting_scores_are_bounded_oldest_first() {
     assert_eq!(q.get("p").unwrap().forgotten, 3);
     // "x" no longer waits: its votes reaching three pair nothing.
     let votes = [(1.0, 1.0); 3];
-    assert!(q.votes(("p", "x"), &votes, at(), &LIMITS).pairs.is_empty());
-    assert_eq!(q.votes(("p", "y"), &votes, at(), &LIMITS).pairs.len(), 1);
+    assert!(
+        q.votes(("p", "x"), (&votes, &[]), at(), &LIMITS)
+            .pairs
+            .is_empty()
+    );
+    assert_eq!(
+        q.votes(("p", "y"), (&votes, &[]), at(), &LIMITS)
+            .pairs
+            .len(),
+        1
+    );
 }
 
 #[test]
@@ -158,16 +170,17 @@ fn a_task_forgets_its_oldest_item_whatever_its_project() {
     };
     let mut q = TaskQuality::default();
     for (project, item) in [("p1", "a"), ("p2", "b"), ("p1", "c")] {
-        let observed = q.votes((project, item), &[(1.0, 1.0)], at(), &limits);
+        let observed = q.votes((project, item), (&[(1.0, 1.0)], &[]), at(), &limits);
         assert!(observed.forgotten.is_empty());
     }
     // A vote on a held item takes no place.
     assert_eq!(
-        q.votes(("p2", "b"), &[(1.0, 1.0)], at(), &limits).items,
+        q.votes(("p2", "b"), (&[(1.0, 1.0)], &[]), at(), &limits)
+            .items,
         [1]
     );
     // p2's new item forgets p1's "a", the task's oldest (place 0), and takes place 3.
-    let fourth = q.votes(("p2", "d"), &[(1.0, 1.0)], at(), &limits);
+    let fourth = q.votes(("p2", "d"), (&[(1.0, 1.0)], &[]), at(), &limits);
     assert_eq!(fourth.items, [0, 3]);
     assert_eq!(fourth.forgotten, [ProjectKey::from("p1")]);
     assert_eq!(q.held(), (3, 0));
@@ -270,7 +283,7 @@ proptest! {
         for (i, (is_vote, project, item, value, reputation)) in steps.into_iter().enumerate() {
             let (project, item) = (format!("p{project}"), format!("i{item}"));
             let observed = if is_vote {
-                q.votes((&project, &item), &[(reputation, value)], at(), &limits)
+                q.votes((&project, &item), (&[(reputation, value)], &[]), at(), &limits)
             } else {
                 scored += 1;
                 let judge = format!("j{i}");

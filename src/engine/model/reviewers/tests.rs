@@ -3,7 +3,7 @@ use proptest::prelude::*;
 use super::*;
 
 const LIMITS: ReviewerLimits = ReviewerLimits {
-    max_items: 10_000,
+    max_reviewers: 1000,
     max_verdicts: 64,
 };
 
@@ -23,34 +23,63 @@ fn close(a: f64, b: f64, tolerance: f64) -> bool {
     (a - b).abs() <= tolerance
 }
 
-impl Reviewers {
-    /// Every reviewer's sums counted again from the items as they stand: what refreshing,
-    /// replacing and forgetting kept must equal it exactly.
-    fn recounted(&self) -> BTreeMap<ProjectKey, (u64, u64, u64, i64, i64)> {
-        let mut out: BTreeMap<ProjectKey, (u64, u64, u64, i64, i64)> = BTreeMap::new();
-        for it in self.items.values() {
-            for (v, agreed) in it.verdicts.iter().zip(majorities(&it.verdicts)) {
-                let r = out.entry(v.reviewer.clone()).or_default();
-                r.0 += 1;
-                r.1 += u64::from(v.pass);
-                r.3 += fixed(truth(it.posterior, v.pass));
-                if let Some(a) = agreed {
-                    r.2 += 1;
-                    r.4 += fixed(a);
-                }
-            }
+/// A project's item store of at most `max_items` reviews and its reviewers, as judge quality
+/// drives them: a new item forgets the oldest first.
+#[derive(Debug, Clone, PartialEq)]
+struct Crowd {
+    items: Bounded<Review>,
+    reviewers: Reviewers,
+    max_items: usize,
+    limits: ReviewerLimits,
+    forgotten: u64,
+}
+
+impl Crowd {
+    fn new(max_items: usize, limits: ReviewerLimits) -> Crowd {
+        Crowd {
+            items: Bounded::default(),
+            reviewers: Reviewers::default(),
+            max_items,
+            limits,
+            forgotten: 0,
         }
-        out
     }
 
-    fn kept(&self) -> BTreeMap<ProjectKey, (u64, u64, u64, i64, i64)> {
+    /// Adds a batch; returns the reviewers it touched.
+    fn add(&mut self, (item, verdicts): (&str, &[Verdict]), at: EventTime) -> Vec<ProjectKey> {
+        let mut touched = Touched::default();
+        let mut gone = Vec::new();
+        let _ = self.items.entry(item, self.max_items, &mut gone);
+        for (_, _, review) in gone {
+            self.reviewers.forget(&review, &mut touched);
+            self.forgotten += 1;
+        }
+        let limits = self.limits;
         self.reviewers
-            .iter()
-            .map(|(k, r)| {
-                let sums = (r.items, r.passes, r.shared, r.expected_true, r.agreed);
-                (k.clone(), sums)
-            })
-            .collect()
+            .add(&mut self.items, (item, verdicts), at, limits, &mut touched);
+        touched.reviewers.sort();
+        touched.reviewers.dedup();
+        touched.reviewers
+    }
+
+    fn reviewers(&self) -> &BTreeMap<ProjectKey, Reviewer> {
+        self.reviewers.reviewers()
+    }
+
+    fn posterior(&self, item: &str) -> Option<f64> {
+        self.items.get(item).map(|r| r.posterior)
+    }
+
+    /// Every reviewer's sums counted again from the items as they stand: what refreshing,
+    /// replacing and forgetting kept must equal it exactly.
+    fn recounted(&self) -> Reviewers {
+        let mut again = Reviewers::default();
+        for (k, r) in self.reviewers() {
+            again.restore(k, r.kept);
+        }
+        again.recount(&self.items);
+        again.left_out = self.reviewers.left_out;
+        again
     }
 }
 
@@ -59,8 +88,8 @@ impl Reviewers {
 /// (2 + 2/3) / (3 + 1) = 2/3.
 #[test]
 fn one_verdict_by_hand() {
-    let mut r = Reviewers::default();
-    let changed = r.add(("i", &[v("ann", true)]), at(0), LIMITS);
+    let mut r = Crowd::new(10_000, LIMITS);
+    let changed = r.add(("i", &[v("ann", true)]), at(0));
     assert_eq!(changed, ["ann"]);
     assert!(close(r.posterior("i").unwrap(), 2.0 / 3.0, 1e-12));
     let ann = &r.reviewers()["ann"];
@@ -72,7 +101,7 @@ fn one_verdict_by_hand() {
     ));
     assert_eq!(ann.pass_rate(), Some(1.0));
     assert_eq!(ann.agreement(), None);
-    assert_eq!(ann.last_event_at, Some(at(0)));
+    assert_eq!(ann.kept.last_event_at, Some(at(0)));
 }
 
 /// Forty items, half of them passes (even ones), each judged in one batch by three honest
@@ -87,7 +116,7 @@ fn one_verdict_by_hand() {
 ///   (2 + 0) / 43 ≈ 0.05.
 #[test]
 fn honest_contrarian_and_yes_sayer_by_hand() {
-    let mut r = Reviewers::default();
+    let mut r = Crowd::new(10_000, LIMITS);
     for i in 0..40 {
         let truth = i % 2 == 0;
         let batch = [
@@ -97,7 +126,7 @@ fn honest_contrarian_and_yes_sayer_by_hand() {
             v("contrarian", !truth),
             v("yes", true),
         ];
-        r.add((&format!("item-{i}"), &batch), at(i), LIMITS);
+        r.add((&format!("item-{i}"), &batch), at(i));
     }
     let get = |k: &str| &r.reviewers()[k];
     for h in ["h1", "h2", "h3"] {
@@ -110,8 +139,8 @@ fn honest_contrarian_and_yes_sayer_by_hand() {
     assert_eq!(get("yes").agreement(), Some(0.5));
     assert_eq!(get("yes").pass_rate(), Some(1.0));
     assert!(close(get("yes").reliability(), 22.0 / 43.0, 0.01));
-    assert!(close(r.class_prior(), 21.0 / 42.0, 0.01));
-    assert_eq!(r.kept(), r.recounted());
+    assert!(close(r.reviewers.class_prior(), 21.0 / 42.0, 0.01));
+    assert_eq!(r.reviewers, r.recounted());
 }
 
 /// A reviewer changing their verdict on an item replaces it, and a forgotten item takes its
@@ -120,26 +149,53 @@ fn honest_contrarian_and_yes_sayer_by_hand() {
 #[test]
 fn replaced_and_forgotten_verdicts() {
     let limits = ReviewerLimits {
-        max_items: 2,
+        max_reviewers: 3,
         max_verdicts: 2,
     };
-    let mut r = Reviewers::default();
-    r.add(("a", &[v("ann", true), v("bob", true)]), at(0), limits);
-    r.add(("a", &[v("ann", false)]), at(1), limits);
-    assert_eq!(r.reviewers()["ann"].items, 1);
+    let mut r = Crowd::new(2, limits);
+    r.add(("a", &[v("ann", true), v("bob", true)]), at(0));
+    r.add(("a", &[v("ann", false)]), at(1));
+    assert_eq!(r.reviewers()["ann"].verdicts, 1);
     assert_eq!(r.reviewers()["ann"].pass_rate(), Some(0.0));
     // A third reviewer on a full item is left out.
-    r.add(("a", &[v("cy", true)]), at(2), limits);
+    r.add(("a", &[v("cy", true)]), at(2));
     assert!(!r.reviewers().contains_key("cy"));
-    r.add(("b", &[v("bob", true)]), at(3), limits);
-    let changed = r.add(("c", &[v("dee", false)]), at(4), limits);
+    assert_eq!(r.reviewers.left_out, 1);
+    r.add(("b", &[v("bob", true)]), at(3));
+    let changed = r.add(("c", &[v("dee", false)]), at(4));
     // "a" went: ann had only it; bob keeps "b".
-    assert_eq!(r.len(), 2);
+    assert_eq!(r.items.len(), 2);
     assert_eq!(r.forgotten, 1);
     assert!(!r.reviewers().contains_key("ann"));
-    assert_eq!(r.reviewers()["bob"].items, 1);
+    assert_eq!(r.reviewers()["bob"].verdicts, 1);
     assert!(changed.iter().any(|k| k == "ann"));
-    assert_eq!(r.kept(), r.recounted());
+    assert_eq!(r.reviewers, r.recounted());
+    // bob and dee are held: a third is still room, a fourth is not.
+    r.add(("c", &[v("eve", true), v("fay", true)]), at(5));
+    assert!(r.reviewers().contains_key("eve"));
+    assert!(!r.reviewers().contains_key("fay"));
+    assert_eq!(r.reviewers.left_out, 2);
+    assert_eq!(r.reviewers, r.recounted());
+}
+
+/// A judge score paired with an item sets the judges' verdict on it: its reviewers' agreement
+/// with the judges counts it, and a second score moves the judges' mean.
+#[test]
+fn agreement_with_the_judges() {
+    let mut r = Crowd::new(10, LIMITS);
+    r.add(("a", &[v("ann", true), v("bob", false)]), at(0));
+    assert_eq!(r.reviewers()["ann"].judge_agreement(), None);
+    let mut touched = Touched::default();
+    r.reviewers.judged(&mut r.items, "a", 0.8, &mut touched);
+    assert_eq!(touched.reviewers, ["ann", "bob"]);
+    assert_eq!(r.reviewers()["ann"].judge_agreement(), Some(1.0));
+    assert_eq!(r.reviewers()["bob"].judge_agreement(), Some(0.0));
+    // Mean (0.8 + 0.0) / 2 = 0.4: the judges now say fail.
+    r.reviewers.judged(&mut r.items, "a", 0.0, &mut touched);
+    assert_eq!(r.reviewers()["ann"].judge_agreement(), Some(0.0));
+    assert_eq!(r.reviewers()["bob"].judge_agreement(), Some(1.0));
+    assert_eq!(r.reviewers()["bob"].judged, 1);
+    assert_eq!(r.reviewers, r.recounted());
 }
 
 /// A small deterministic generator (splitmix64), so the crowd below is the same every run.
@@ -214,7 +270,7 @@ fn online_fit_converges_to_the_batch_one() {
     let accuracy = [0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.2, -1.0];
     let mut mix = Mix(7);
     let mut items: Vec<Vec<(usize, bool)>> = Vec::new();
-    let mut r = Reviewers::default();
+    let mut r = Crowd::new(10_000, LIMITS);
     for i in 0..400 {
         let truth = mix.unit() < 0.4;
         let mut chosen: Vec<usize> = Vec::new();
@@ -241,7 +297,7 @@ fn online_fit_converges_to_the_batch_one() {
             .iter()
             .map(|&(j, pass)| v(&format!("r{j}"), pass))
             .collect();
-        r.add((&format!("item-{i}"), &batch), at(i), LIMITS);
+        r.add((&format!("item-{i}"), &batch), at(i));
         items.push(votes);
     }
     let batch = batch_em(&items, accuracy.len());
@@ -257,7 +313,7 @@ fn online_fit_converges_to_the_batch_one() {
         .collect();
     assert!(honest.windows(2).all(|w| w[0] > w[1]), "{honest:?}");
     assert!(r.reviewers()["r7"].reliability() < 0.35);
-    assert_eq!(r.kept(), r.recounted());
+    assert_eq!(r.reviewers, r.recounted());
 }
 
 fn arb_batch() -> impl Strategy<Value = (u8, Vec<(u8, bool, u8)>)> {
@@ -268,12 +324,12 @@ fn arb_batch() -> impl Strategy<Value = (u8, Vec<(u8, bool, u8)>)> {
 }
 
 proptest! {
-    /// However batches come, every figure is finite and in bounds, the items stay within
-    /// their bound, and the kept sums equal a recount from the items.
+    /// However batches come, every figure is finite and in bounds, the items and reviewers
+    /// stay within their bounds, and the kept sums equal a recount from the items.
     #[test]
     fn figures_stay_in_bounds(batches in prop::collection::vec(arb_batch(), 1..60)) {
-        let limits = ReviewerLimits { max_items: 5, max_verdicts: 4 };
-        let mut r = Reviewers::default();
+        let limits = ReviewerLimits { max_reviewers: 4, max_verdicts: 3 };
+        let mut r = Crowd::new(5, limits);
         for (t, (item, votes)) in batches.iter().enumerate() {
             let verdicts: Vec<Verdict> = votes
                 .iter()
@@ -283,21 +339,28 @@ proptest! {
                     weight: f64::from(w) / 2.0,
                 })
                 .collect();
-            r.add((&format!("i{item}"), &verdicts), at(t as i64), limits);
-            prop_assert!(r.len() <= limits.max_items);
+            let item = format!("i{item}");
+            r.add((&item, &verdicts), at(t as i64));
+            if t % 3 == 0 {
+                let mut touched = Touched::default();
+                r.reviewers.judged(&mut r.items, &item, f64::from(votes[0].2) / 4.0, &mut touched);
+            }
+            prop_assert!(r.items.len() <= 5);
+            prop_assert!(r.reviewers().len() <= limits.max_reviewers);
         }
         for rev in r.reviewers().values() {
             let p = rev.reliability();
             prop_assert!(p.is_finite() && (0.0..=1.0).contains(&p));
             prop_assert!(rev.standard_error().is_finite());
-            for share in [rev.agreement(), rev.pass_rate()].into_iter().flatten() {
+            let shares = [rev.agreement(), rev.pass_rate(), rev.crowd_pass_rate(), rev.judge_agreement()];
+            for share in shares.into_iter().flatten() {
                 prop_assert!((0.0..=1.0).contains(&share));
             }
-            prop_assert!(rev.items > 0);
+            prop_assert!(rev.verdicts > 0);
         }
-        let prior = r.class_prior();
+        let prior = r.reviewers.class_prior();
         prop_assert!(prior.is_finite() && (0.0..=1.0).contains(&prior));
-        prop_assert_eq!(r.kept(), r.recounted());
+        prop_assert_eq!(&r.reviewers, &r.recounted());
     }
 
     /// The order of the verdicts within a batch changes nothing.
@@ -306,8 +369,8 @@ proptest! {
         batches in prop::collection::vec(arb_batch(), 1..30),
         seed in any::<u64>(),
     ) {
-        let mut a = Reviewers::default();
-        let mut b = Reviewers::default();
+        let mut a = Crowd::new(6, LIMITS);
+        let mut b = Crowd::new(6, LIMITS);
         let mut mix = Mix(seed);
         for (t, (item, votes)) in batches.iter().enumerate() {
             // One verdict per reviewer, so the batch is a set.
@@ -319,11 +382,11 @@ proptest! {
                 }
             }
             let item = format!("i{item}");
-            let ca = a.add((&item, &verdicts), at(t as i64), LIMITS);
+            let ca = a.add((&item, &verdicts), at(t as i64));
             for k in (1..verdicts.len()).rev() {
                 verdicts.swap(k, (mix.next() % (k as u64 + 1)) as usize);
             }
-            let cb = b.add((&item, &verdicts), at(t as i64), LIMITS);
+            let cb = b.add((&item, &verdicts), at(t as i64));
             prop_assert_eq!(ca, cb);
         }
         prop_assert_eq!(a, b);

@@ -1,6 +1,7 @@
-//! The two orders judge quality keeps its state in: a project's values by key, oldest first
-//! ([`Bounded`]), and the places of every item a task holds, whatever its project
-//! ([`Places`]), so that a task, not only a project, stays within a bound.
+//! The two orders a project's item store (judge quality, reviewer reliability) keeps its
+//! state in: a project's values by key, oldest first ([`Bounded`]), and the places of every
+//! item a task holds, whatever its project ([`Places`]), so that a task, not only a project,
+//! stays within a bound.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -29,12 +30,13 @@ impl<V: PartialEq> PartialEq for Bounded<V> {
 
 impl<V: Default> Bounded<V> {
     /// The value of `key` and its place, created if new at the next place of its own; a new
-    /// key forgets the oldest beyond `max`, whose places and keys are appended to `forgotten`.
+    /// key forgets the oldest beyond `max`, whose places, keys and values are appended to
+    /// `forgotten`.
     pub fn entry(
         &mut self,
         key: &str,
         max: usize,
-        forgotten: &mut Vec<(u64, ProjectKey)>,
+        forgotten: &mut Vec<(u64, ProjectKey, V)>,
     ) -> (u64, &mut V) {
         if !self.values.contains_key(key) {
             self.make_room(max, forgotten);
@@ -66,14 +68,15 @@ impl<V> Bounded<V> {
     }
 
     /// Forgets the oldest values until there is room for one more within `max`, appending
-    /// their places and keys to `forgotten`.
-    pub fn make_room(&mut self, max: usize, forgotten: &mut Vec<(u64, ProjectKey)>) {
+    /// their places, keys and values to `forgotten`.
+    pub fn make_room(&mut self, max: usize, forgotten: &mut Vec<(u64, ProjectKey, V)>) {
         while self.values.len() >= max.max(1) {
             let Some((seq, oldest)) = self.order.pop_first() else {
                 break;
             };
-            self.values.remove(&oldest);
-            forgotten.push((seq, oldest));
+            if let Some((_, value)) = self.values.remove(&oldest) {
+                forgotten.push((seq, oldest, value));
+            }
         }
     }
 

@@ -1,0 +1,244 @@
+//! The reviewer pipeline, records in and records out, with hand-checked numbers.
+
+use serde_json::Value;
+
+use super::*;
+use crate::config::Config;
+use crate::engine::reputation::ReputationTable;
+use crate::engine::{InputTopic, Outcome, Record};
+use crate::topics::TopicTable;
+
+/// An engine over `config`, one state, and everything published, as replay runs it (held
+/// records released after each record).
+struct Run {
+    engine: Engine,
+    state: PartitionState,
+    reps: ReputationTable,
+    out: Vec<Value>,
+    offset: i64,
+}
+
+impl Run {
+    fn new(config: &Config) -> Run {
+        Run {
+            engine: Engine::new(config.engine_settings()),
+            state: PartitionState::default(),
+            reps: ReputationTable::default(),
+            out: Vec::new(),
+            offset: 0,
+        }
+    }
+
+    /// One vote batch on `item` at second `secs`: `(voter, value)`.
+    fn votes(&mut self, item: &str, secs: i64, votes: &[(&str, f64)]) {
+        let votes: Vec<String> = votes
+            .iter()
+            .map(|(voter, value)| format!(r#"{{"voter_id": "{voter}", "value": {value}}}"#))
+            .collect();
+        let payload = format!(
+            r#"{{"event_id": "e{}", "project_id": "p", "item_id": "{item}",
+                "occurred_at": "2026-11-20T10:{:02}:{:02}Z", "votes": [{}]}}"#,
+            self.offset,
+            secs / 60,
+            secs % 60,
+            votes.join(",")
+        );
+        let record = Record::new(
+            "jury.votes",
+            Some(InputTopic::Votes),
+            Some(payload.as_bytes()),
+        )
+        .at(Some(0), Some(self.offset));
+        self.offset += 1;
+        let mut out = Vec::new();
+        let outcome = self
+            .engine
+            .process(&mut self.state, &mut self.reps, &record, &mut out);
+        assert!(matches!(outcome, Outcome::Applied), "{outcome:?}");
+        self.engine.release_held(&mut self.state, &mut out);
+        let topics = TopicTable::default();
+        for o in &out {
+            let value: Value = serde_json::from_str(&o.render()).expect("JSON");
+            self.out
+                .push(serde_json::json!({"topic": topics.output_name(o.topic), "value": value}));
+        }
+    }
+
+    /// The last `jury.reviewer-quality` record of `voter`.
+    fn record(&self, voter: &str) -> &Value {
+        self.out
+            .iter()
+            .rev()
+            .find(|o| o["topic"] == "jury.reviewer-quality" && o["value"]["voter_id"] == voter)
+            .map(|o| &o["value"])
+            .expect("a record")
+    }
+
+    /// The reviewer alerts raised, as (kind, subject, sample size).
+    fn alerts(&self) -> Vec<(String, String, u64)> {
+        self.out
+            .iter()
+            .filter(|o| o["topic"] == "jury.bias-alerts")
+            .map(|o| &o["value"])
+            .filter(|a| {
+                a["kind"]
+                    .as_str()
+                    .is_some_and(|k| k.starts_with("reviewer_"))
+            })
+            .map(|a| {
+                let s = |k: &str| a[k].as_str().unwrap_or_default().to_owned();
+                (
+                    s("kind"),
+                    s("subject"),
+                    a["sample_size"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    }
+}
+
+fn close(v: &Value, expected: f64, tolerance: f64) -> bool {
+    v.as_f64()
+        .is_some_and(|x| (x - expected).abs() <= tolerance)
+}
+
+/// Items alternate pass (even) and fail (odd); on each, three honest reviewers give the true
+/// verdict, a contrarian the other, "yes" always pass and "coin" pass on items 0, 1 (mod 4),
+/// right half the time and independent of the truth. By hand, item kinds by `i mod 4`
+/// (pass/fail votes of the other five):
+/// - an honest reviewer: 0 pass 4/1 (agrees), 2 pass 3/2 (agrees), 1 pass 3/2 against its
+///   fail, 3 fail 3/2 (agrees): agreement 3/4;
+/// - the contrarian is outvoted on every item: 0;
+/// - "yes" sides with the others on the pass items (4/1, 3/2) and not on the fail ones: ½;
+/// - "coin": 0 pass with 4/1 (agrees), 1 pass against 2/3, 2 fail against 4/1, 3 fail with
+///   2/3 (agrees): ½.
+///
+/// Reliability, once the items' posteriors are near certain, over 80 items: honest
+/// (2 + 80)/83 ≈ 0.988, contrarian 2/83 ≈ 0.024, "yes" and "coin" (2 + 40)/83 ≈ 0.506.
+/// Alerts (min 20 shared items, min reliability 0.6, same verdict 0.95), each once and at the
+/// 20th item: the contrarian unreliable and adversarial; "yes" unreliable and straight-lining
+/// (pass on every item while the others' majority passes half of them); "coin" unreliable.
+#[test]
+fn honest_contrarian_yes_sayer_and_coin_by_hand() {
+    let mut run = Run::new(&Config::default());
+    for i in 0..80 {
+        let truth = if i % 2 == 0 { 1.0 } else { 0.0 };
+        let coin = if i % 4 < 2 { 1.0 } else { 0.0 };
+        let votes = [
+            ("h1", truth),
+            ("h2", truth),
+            ("h3", truth),
+            ("contrarian", 1.0 - truth),
+            ("yes", 1.0),
+            ("coin", coin),
+        ];
+        run.votes(&format!("item-{i}"), i, &votes);
+    }
+    for h in ["h1", "h2", "h3"] {
+        let r = run.record(h);
+        assert_eq!(r["agreement"], 0.75, "{h}");
+        assert_eq!(r["items"], 80);
+        assert_eq!(r["pass_rate"], 0.5);
+        assert!(close(&r["reliability"], 82.0 / 83.0, 0.01), "{h}: {r}");
+        assert_eq!(r["findings"], serde_json::json!([]));
+    }
+    let c = run.record("contrarian");
+    assert_eq!(c["agreement"], 0.0);
+    assert!(close(&c["reliability"], 2.0 / 83.0, 0.01), "{c}");
+    assert_eq!(
+        c["findings"],
+        serde_json::json!(["unreliable", "adversarial"])
+    );
+    let yes = run.record("yes");
+    assert_eq!(yes["agreement"], 0.5);
+    assert_eq!(yes["pass_rate"], 1.0);
+    assert!(close(&yes["reliability"], 42.0 / 83.0, 0.01), "{yes}");
+    assert_eq!(
+        yes["findings"],
+        serde_json::json!(["unreliable", "straight_lining"])
+    );
+    let coin = run.record("coin");
+    assert_eq!(coin["agreement"], 0.5);
+    assert!(close(&coin["reliability"], 42.0 / 83.0, 0.01), "{coin}");
+    assert_eq!(coin["findings"], serde_json::json!(["unreliable"]));
+    // Interval: reliability ± 1.96 standard errors, sqrt(p(1-p)/(n + 4)).
+    let p = c["reliability"].as_f64().unwrap_or(0.0);
+    let se = (p * (1.0 - p) / 84.0).sqrt();
+    assert!(close(&c["standard_error"], se, 1e-12));
+    assert!(close(&c["interval"][0], (p - 1.96 * se).max(0.0), 1e-12));
+    let mut alerts = run.alerts();
+    alerts.sort();
+    let expected = [
+        ("reviewer_adversarial", "contrarian"),
+        ("reviewer_straight_lining", "yes"),
+        ("reviewer_unreliable", "coin"),
+        ("reviewer_unreliable", "contrarian"),
+        ("reviewer_unreliable", "yes"),
+    ];
+    let kinds: Vec<(&str, &str)> = alerts
+        .iter()
+        .map(|(k, s, _)| (k.as_str(), s.as_str()))
+        .collect();
+    assert_eq!(kinds, expected);
+    assert!(alerts.iter().all(|(_, _, n)| *n == 20), "{alerts:?}");
+}
+
+/// A finding re-arms once it is no longer true, and alerts again when it is: a reviewer who
+/// always says pass stops straight-lining once it fails enough items, and alerts again when
+/// it goes back to passing everything.
+#[test]
+fn a_finding_rearms_once_it_is_no_longer_true() {
+    let config =
+        Config::from_toml("[reviewers]\nmin_items = 4\nmax_same_verdict = 0.8\n").expect("valid");
+    let mut run = Run::new(&config);
+    let batch = |run: &mut Run, item: i64, yes: f64| {
+        let truth = if item % 2 == 0 { 1.0 } else { 0.0 };
+        let votes = [("a", truth), ("b", truth), ("c", truth), ("yes", yes)];
+        run.votes(&format!("i{item}"), item, &votes);
+    };
+    let straight = |run: &Run| {
+        run.alerts()
+            .iter()
+            .filter(|(k, s, _)| k == "reviewer_straight_lining" && s == "yes")
+            .count()
+    };
+    for item in 0..4 {
+        batch(&mut run, item, 1.0);
+    }
+    assert_eq!(straight(&run), 1);
+    // Giving the true verdict on the next twelve brings its pass rate to 10/16, under 0.8:
+    // re-armed, and no alert.
+    for item in 4..16 {
+        batch(&mut run, item, if item % 2 == 0 { 1.0 } else { 0.0 });
+    }
+    assert_eq!(run.record("yes")["findings"], serde_json::json!([]));
+    assert_eq!(straight(&run), 1);
+    // Passing everything again: at 0.8 of its items it is straight-lining again.
+    for item in 16..60 {
+        batch(&mut run, item, 1.0);
+    }
+    assert_eq!(straight(&run), 2);
+}
+
+/// With `reviewers.enabled = false` no record or alert is published and no verdict is kept.
+#[test]
+fn off_publishes_nothing() {
+    let config = Config::from_toml("[reviewers]\nenabled = false\n").expect("valid");
+    let mut run = Run::new(&config);
+    for i in 0..30 {
+        run.votes(&format!("i{i}"), i, &[("a", 1.0), ("b", 0.0)]);
+    }
+    assert!(
+        run.out
+            .iter()
+            .all(|o| o["topic"] != "jury.reviewer-quality")
+    );
+    assert!(run.alerts().is_empty());
+    let q = run
+        .state
+        .quality
+        .get("p")
+        .expect("judge quality keeps the items");
+    assert!(q.reviewers.reviewers().is_empty());
+    assert!(q.items.iter().all(|(_, v)| v.review.is_empty()));
+}
