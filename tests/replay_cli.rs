@@ -92,9 +92,74 @@ fn judge_quality_example_matches_its_golden_output() {
 }
 
 #[test]
+fn reviewer_example_matches_its_golden_output() {
+    let out = Command::new(BIN)
+        .args([
+            "replay",
+            "--config",
+            "examples/reviewers.toml",
+            "--input",
+            "examples/reviewers.jsonl",
+        ])
+        .env_remove("JURYSTREAM_CONFIG")
+        .output()
+        .expect("run jurystream");
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let expected = std::fs::read_to_string("examples/reviewers.expected.jsonl").unwrap();
+    assert_eq!(
+        stdout, expected,
+        "regenerate with: cargo run -- replay --config examples/reviewers.toml --input \
+         examples/reviewers.jsonl --output examples/reviewers.expected.jsonl"
+    );
+    // What the example is there to show: each kind of bad reviewer gets its alert once, the
+    // careful ones none, and they rank as careful, slipping, coin, always-wrong.
+    let records: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut alerts: Vec<(String, String)> = records
+        .iter()
+        .filter(|r| r["topic"] == "jury.bias-alerts")
+        .map(|r| {
+            let s = |k: &str| r["value"][k].as_str().unwrap().to_owned();
+            (s("kind"), s("subject"))
+        })
+        .collect();
+    alerts.sort();
+    let pairs: Vec<(&str, &str)> = alerts
+        .iter()
+        .map(|(k, s)| (k.as_str(), s.as_str()))
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            ("reviewer_adversarial", "dee"),
+            ("reviewer_straight_lining", "eve"),
+            ("reviewer_unreliable", "dee"),
+            ("reviewer_unreliable", "fay"),
+        ]
+    );
+    let reliability = |voter: &str| {
+        records
+            .iter()
+            .rfind(|r| r["topic"] == "jury.reviewer-quality" && r["value"]["voter_id"] == voter)
+            .and_then(|r| r["value"]["reliability"].as_f64())
+            .unwrap()
+    };
+    let order = ["ann", "bo", "cy", "fay", "dee"].map(reliability);
+    assert!(order.windows(2).all(|w| w[0] > w[1]), "{order:?}");
+}
+
+#[test]
 fn golden_output_holds_the_contract_hand_check() {
     let (stdout, _) = replay_file("examples/demo.jsonl");
-    let second: serde_json::Value = serde_json::from_str(stdout.lines().nth(1).unwrap()).unwrap();
+    let second: serde_json::Value = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["topic"] == "jury.scores")
+        .nth(1)
+        .unwrap();
     assert_eq!(second["value"]["score"], 0.5 * (-0.07f64).exp());
     assert_eq!(second["value"]["score"], 0.46619690995297414);
 }

@@ -54,8 +54,9 @@ impl Engine {
                 noted.push((owner, reviewer));
                 continue;
             };
-            let now = r.findings(settings);
-            let before = std::mem::replace(&mut r.kept.findings, now);
+            let before = r.kept.findings;
+            let now = r.findings(before, settings);
+            r.kept.findings = now;
             for alert in alerts((&owner, cause), &reviewer, r, (before, now), settings) {
                 out.push(Output::alert(Some(owner.to_string()), &alert));
             }

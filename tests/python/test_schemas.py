@@ -52,7 +52,15 @@ def test_judge_quality_outputs_match_output_schemas():
     outputs = replay_lines(ROOT / "examples" / "judge-quality.expected.jsonl")
     for out in outputs:
         jsonschema.validate(out["value"], schema(out["topic"]))
-    assert {o["topic"] for o in outputs} >= {"jury.judge-quality", "jury.review-requests", "jury.bias-alerts"}
+    assert {o["topic"] for o in outputs} >= {"jury.judge-quality", "jury.review-requests", "jury.bias-alerts", "jury.reviewer-quality"}
+
+
+def test_reviewer_outputs_match_output_schemas():
+    outputs = replay_lines(ROOT / "examples" / "reviewers.expected.jsonl")
+    for out in outputs:
+        jsonschema.validate(out["value"], schema(out["topic"]))
+    kinds = {o["value"]["kind"] for o in outputs if o["topic"] == "jury.bias-alerts"}
+    assert kinds >= {"reviewer_unreliable", "reviewer_adversarial", "reviewer_straight_lining"}
 
 
 def test_binary_output_equals_golden():

@@ -227,23 +227,45 @@ impl Reviewer {
         (self.judged > 0).then(|| self.judge_agreed as f64 / self.judged as f64)
     }
 
-    /// Its findings as they are now, under the `reviewers` thresholds, once it has
-    /// `min_items` shared items: unreliable (reliability below `min_reliability`),
-    /// adversarial (reliability below ½ by more than two standard errors: it agrees with the
-    /// crowd less than chance would), straight-lining (the same verdict on at least
-    /// `max_same_verdict` of its items while the others' majority on them is mixed).
-    pub fn findings(&self, thresholds: &settings::Reviewers) -> Findings {
+    /// Its findings now, given those it had `before`, under the `reviewers` thresholds, once it
+    /// has `min_items` shared items. Each begins when its condition holds and ends only once
+    /// the reviewer is clearly past it (hysteresis), so a reviewer near a threshold is one
+    /// alert, not one per crossing:
+    /// - unreliable: begins with a reliability below `min_reliability`, ends at
+    ///   `min_reliability` plus one standard error;
+    /// - adversarial: begins when the reliability is below ½ by more than two standard errors
+    ///   (it gives the true verdict less often than chance would), ends when it is no longer
+    ///   below ½ by one;
+    /// - straight-lining: begins with the same verdict on at least `max_same_verdict` of its
+    ///   items while the others' majority on them is mixed (passes a share strictly between
+    ///   `1 - max_same_verdict` and `max_same_verdict`), ends when its share of the same verdict
+    ///   falls below `2 max_same_verdict - 1` or the others' verdicts are no longer mixed.
+    pub fn findings(&self, before: Findings, thresholds: &settings::Reviewers) -> Findings {
         if self.shared < thresholds.min_items.max(1) {
             return Findings::default();
         }
-        let p = self.reliability();
+        let (p, se) = (self.reliability(), self.standard_error());
         let m = thresholds.max_same_verdict;
-        let same = self.pass_rate().is_some_and(|x| x.max(1.0 - x) >= m);
+        let same = self.pass_rate().map_or(0.0, |x| x.max(1.0 - x));
         let mixed = self.crowd_pass_rate().is_some_and(|x| x > 1.0 - m && x < m);
+        let min = thresholds.min_reliability;
         Findings {
-            unreliable: p < thresholds.min_reliability,
-            adversarial: p + 2.0 * self.standard_error() < 0.5,
-            straight_lining: same && mixed,
+            unreliable: if before.unreliable {
+                p < min + se
+            } else {
+                p < min
+            },
+            adversarial: if before.adversarial {
+                p + se < 0.5
+            } else {
+                p + 2.0 * se < 0.5
+            },
+            straight_lining: mixed
+                && if before.straight_lining {
+                    same >= 2.0 * m - 1.0
+                } else {
+                    same >= m
+                },
         }
     }
 

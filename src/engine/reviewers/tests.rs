@@ -206,15 +206,15 @@ fn a_finding_rearms_once_it_is_no_longer_true() {
         batch(&mut run, item, 1.0);
     }
     assert_eq!(straight(&run), 1);
-    // Giving the true verdict on the next twelve brings its pass rate to 10/16, under 0.8:
-    // re-armed, and no alert.
-    for item in 4..16 {
+    // Giving the true verdict on the next twenty brings its pass rate to 14/24, under
+    // 2 * 0.8 - 1: re-armed, and no alert.
+    for item in 4..24 {
         batch(&mut run, item, if item % 2 == 0 { 1.0 } else { 0.0 });
     }
     assert_eq!(run.record("yes")["findings"], serde_json::json!([]));
     assert_eq!(straight(&run), 1);
     // Passing everything again: at 0.8 of its items it is straight-lining again.
-    for item in 16..60 {
+    for item in 24..64 {
         batch(&mut run, item, 1.0);
     }
     assert_eq!(straight(&run), 2);
