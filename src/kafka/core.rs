@@ -157,6 +157,9 @@ impl Core {
         metrics
             .judge_items_limit
             .set(i64::try_from(config.judge_quality.max_items).unwrap_or(i64::MAX));
+        metrics
+            .reviewers_limit
+            .set(i64::try_from(config.reviewers.max_reviewers).unwrap_or(i64::MAX));
         Core {
             engine,
             config: config.clone(),
@@ -338,6 +341,8 @@ impl Core {
         };
         self.metrics.project_score.reset();
         self.metrics.judge_kappa.reset();
+        self.metrics.reviewer_reliability.reset();
+        let min_items = self.config.reviewers.min_items;
         for (p, _, s) in shown {
             self.metrics.project_score.with_label_values(&[p]).set(s);
             let quality = self
@@ -345,20 +350,40 @@ impl Core {
                 .units
                 .values()
                 .filter_map(|o| o.state.quality.get(p));
-            for (judge, kappa) in quality.flat_map(|q| q.kappas()) {
-                self.metrics
-                    .judge_kappa
-                    .with_label_values(&[p, judge])
-                    .set(kappa);
+            for q in quality {
+                for (judge, kappa) in q.kappas() {
+                    self.metrics
+                        .judge_kappa
+                        .with_label_values(&[p, judge])
+                        .set(kappa);
+                }
+                for (reviewer, reliability) in q.reviewers.least_reliable(min_items, 5) {
+                    self.metrics
+                        .reviewer_reliability
+                        .with_label_values(&[p, reviewer])
+                        .set(reliability);
+                }
             }
         }
         let (mut votes, mut waiting, mut forgotten) = (0, 0, 0);
+        let (mut reviewers, mut largest, mut left_out) = (0, 0, 0);
         for quality in self.tasks.units.values().map(|o| &o.state.quality) {
             let (items, waits) = quality.held();
             votes += items;
             waiting += waits;
-            forgotten += quality.iter().map(|(_, q)| q.forgotten).sum::<u64>();
+            for (_, q) in quality.iter() {
+                forgotten += q.forgotten;
+                let held = q.reviewers.reviewers().len();
+                reviewers += held;
+                largest = largest.max(held);
+                left_out += q.reviewers.left_out;
+            }
         }
+        let m = &self.metrics;
+        m.reviewers.set(reviewers as i64);
+        m.reviewers_in_largest_project.set(largest as i64);
+        m.reviewer_verdicts_left_out
+            .set(i64::try_from(left_out).unwrap_or(i64::MAX));
         let items = &self.metrics.judge_items;
         items.with_label_values(&["votes"]).set(votes as i64);
         items.with_label_values(&["waiting"]).set(waiting as i64);

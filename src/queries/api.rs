@@ -132,6 +132,7 @@ pub fn routes(queries: Queries) -> Router {
             get(session),
         )
         .route("/v1/projects/{project_id}/judges", get(judges))
+        .route("/v1/projects/{project_id}/reviewers", get(reviewers))
         .route("/v1/leaderboard", get(leaderboard))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&queries),
@@ -478,6 +479,51 @@ async fn judges(
         project_id: &project_id,
         restoring: owned.restoring,
         judges,
+    })
+    .into_response()
+}
+
+/// `GET /v1/projects/{project_id}/reviewers`: the project's `jury.reviewer-quality` records,
+/// least reliable first (ties by voter id): the reviewers to look at first lead.
+#[derive(Serialize)]
+struct ReviewersAnswer<'a> {
+    project_id: &'a str,
+    restoring: bool,
+    reviewers: Vec<&'a RawValue>,
+}
+
+async fn reviewers(
+    State(q): State<Arc<Queries>>,
+    Path(project_id): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    #[derive(Deserialize)]
+    struct Reliability {
+        reliability: f64,
+    }
+    let (_, owned, view) = match q.held(&project_id, &uri, &headers).await {
+        Ok(held) => held,
+        Err(response) => return response,
+    };
+    let mut ranked: Vec<(f64, &RawValue)> = view
+        .as_deref()
+        .map(|p| {
+            p.reviewers
+                .values()
+                .filter_map(|r| {
+                    let reliability = serde_json::from_str::<Reliability>(r).ok()?.reliability;
+                    Some((reliability, serde_json::from_str::<&RawValue>(r).ok()?))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // Stable: equal reliabilities stay in voter order.
+    ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Json(ReviewersAnswer {
+        project_id: &project_id,
+        restoring: owned.restoring,
+        reviewers: ranked.into_iter().map(|(_, r)| r).collect(),
     })
     .into_response()
 }

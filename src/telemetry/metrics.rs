@@ -66,6 +66,16 @@ pub struct Metrics {
     pub judge_items_forgotten: IntGauge,
     /// `judge_quality.max_items`: the most `judge_items` of each kind an instance holds.
     pub judge_items_limit: IntGauge,
+    /// Reviewers with figures in the owned partitions' projects, and the most in one project.
+    pub reviewers: IntGauge,
+    pub reviewers_in_largest_project: IntGauge,
+    /// `reviewers.max_reviewers`: the most reviewers one project holds.
+    pub reviewers_limit: IntGauge,
+    /// Verdicts the reviewer model left out to stay within its bounds.
+    pub reviewer_verdicts_left_out: IntGauge,
+    /// The reliability of the least reliable reviewers (with `reviewers.min_items` shared
+    /// items) of the projects `jurystream_project_score` shows.
+    pub reviewer_reliability: GaugeVec,
     pub ready: IntGauge,
     pub up: Gauge,
 }
@@ -176,6 +186,18 @@ impl Metrics {
         )
         .expect("valid metric definition");
         r.register(Box::new(judge_items.clone()))
+            .expect("unique metric name");
+        let reviewer_reliability = GaugeVec::new(
+            Opts::new(
+                "jurystream_reviewer_reliability",
+                "The reliability of the least reliable reviewers (at most 5 per project, each \
+                 with reviewers.min_items shared items) of the projects \
+                 jurystream_project_score shows",
+            ),
+            &["project", "reviewer"],
+        )
+        .expect("valid metric definition");
+        r.register(Box::new(reviewer_reliability.clone()))
             .expect("unique metric name");
         let up = Gauge::new("jurystream_up", "1 while the service runs")
             .expect("valid metric definition");
@@ -348,6 +370,29 @@ impl Metrics {
                 "Judge-quality items (or an item's waiting scores) forgotten so far to stay within \
                  judge_quality.max_pending_items and max_judges, over the owned partitions' projects",
             ),
+            reviewers: gauge(
+                &r,
+                "jurystream_reviewers",
+                "Reviewers with figures (reviewer reliability) in the owned partitions' projects",
+            ),
+            reviewers_in_largest_project: gauge(
+                &r,
+                "jurystream_reviewers_in_largest_project",
+                "Reviewers with figures in the owned project that has the most",
+            ),
+            reviewers_limit: gauge(
+                &r,
+                "jurystream_reviewers_limit",
+                "reviewers.max_reviewers: the most reviewers one project holds (a verdict of a \
+                 new one beyond is left out)",
+            ),
+            reviewer_verdicts_left_out: gauge(
+                &r,
+                "jurystream_reviewer_verdicts_left_out",
+                "Verdicts the reviewer model left out so far to stay within reviewers.max_reviewers \
+                 and max_verdicts, over the owned partitions' projects",
+            ),
+            reviewer_reliability,
             ready: gauge(
                 &r,
                 "jurystream_ready",

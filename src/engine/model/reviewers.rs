@@ -460,6 +460,20 @@ impl Reviewers {
         self.reviewers.get_mut(reviewer)
     }
 
+    /// The `n` least reliable reviewers with at least `min_items` shared items, least
+    /// reliable first (ties by id).
+    pub fn least_reliable(&self, min_items: u64, n: usize) -> Vec<(&str, f64)> {
+        let mut held: Vec<(&str, f64)> = self
+            .reviewers
+            .iter()
+            .filter(|(_, r)| r.shared >= min_items)
+            .map(|(k, r)| (k.as_str(), r.reliability()))
+            .collect();
+        held.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(b.0)));
+        held.truncate(n);
+        held
+    }
+
     /// Items with verdicts.
     pub fn items(&self) -> usize {
         self.refreshes.len()

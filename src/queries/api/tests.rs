@@ -37,6 +37,13 @@ fn queries(proxy: bool) -> Queries {
             ]
             .into(),
             judges: [("j1".to_owned(), Arc::from(r#"{"judge":"j1","kappa":0.5}"#))].into(),
+            reviewers: [
+                ("ann", r#"{"voter_id":"ann","reliability":0.9}"#),
+                ("bo", r#"{"voter_id":"bo","reliability":0.2}"#),
+                ("cy", r#"{"voter_id":"cy","reliability":0.9}"#),
+            ]
+            .map(|(k, v)| (k.to_owned(), Arc::from(v)))
+            .into(),
             ..ProjectView::default()
         },
     );
@@ -77,6 +84,7 @@ fn the_openapi_description_names_the_routes() {
             "v1/projects/{project_id}",
             "v1/projects/{project_id}/sessions/{session_id}",
             "v1/projects/{project_id}/judges",
+            "v1/projects/{project_id}/reviewers",
             "v1/leaderboard"
         ]
     );
@@ -116,6 +124,16 @@ async fn a_project_held_here_is_answered_as_json() {
         body["judges"],
         serde_json::json!([{"judge": "j1", "kappa": 0.5}])
     );
+    // Least reliable first, equal ones by voter id.
+    let (status, _, body) = get(queries(false), &format!("/v1/projects/{here}/reviewers")).await;
+    assert_eq!(status, StatusCode::OK);
+    let order: Vec<&str> = body["reviewers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["voter_id"].as_str())
+        .collect();
+    assert_eq!(order, ["bo", "ann", "cy"]);
 }
 
 #[tokio::test]

@@ -15,8 +15,10 @@ fn events() -> Vec<(InputTopic, String)> {
             out.push((
                 InputTopic::Votes,
                 format!(
-                    r#"{{"event_id": "v{p}-{i}", "project_id": "{project}", "occurred_at": {}, "votes": [{{"voter_id": "u", "value": 0.{i}}}]}}"#,
-                    1_795_168_800_000i64 + i * 1000
+                    r#"{{"event_id": "v{p}-{i}", "project_id": "{project}", "item_id": "i{}", "occurred_at": {}, "votes": [{{"voter_id": "u", "value": 0.{i}}}, {{"voter_id": "w{}", "value": 0.9}}]}}"#,
+                    i % 3,
+                    1_795_168_800_000i64 + i * 1000,
+                    i % 2
                 ),
             ));
         }
@@ -75,6 +77,11 @@ fn run_with(
         let changes = state.journal.clone().unwrap_or_default();
         view.applied(Unit::input(*topic, 0), &state, &changes[journaled..], &out);
         published.extend(out);
+        // The end of the runtime's cycle: what was held is published.
+        let mut held = Vec::new();
+        engine.release_held(&mut state, &mut held);
+        view.published(Unit::input(*topic, 0), &state, &held);
+        published.extend(held);
     }
     (state, published)
 }
@@ -305,6 +312,8 @@ proptest! {
             prop_assert_eq!(&l.open, &r.open);
             prop_assert_eq!(&l.leaderboard, &r.leaderboard);
             prop_assert_eq!(&l.completed, &r.completed);
+            prop_assert_eq!(&l.reviewers, &r.reviewers);
+            prop_assert_eq!(l.reviewers.len(), 3);
         }
         prop_assert!(!restored.owned.get(&0).unwrap().restoring);
     }
