@@ -849,6 +849,7 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
         "jurystream_query_view_projects",
         "jurystream_judge_kappa",
         "jurystream_judge_items",
+        "jurystream_reviewers",
     ] {
         assert!(
             !empty.iter().any(|e| e.contains(must)),

@@ -3,7 +3,8 @@
 //! key.
 
 use super::{
-    Config, ConfigError, MAX_DEDUPE_WINDOW, at_most, invalid, positive, rate, unit_interval,
+    Config, ConfigError, MAX_DEDUPE_WINDOW, ReputationSource, at_most, invalid, positive, rate,
+    unit_interval,
 };
 
 /// Checks the engine's sections.
@@ -35,6 +36,14 @@ pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
         rate(&format!("scoring.project_lambda.{project}"), *lambda)?;
     }
     unit_interval("scoring.initial_score", c.scoring.initial_score)?;
+    let learns = c.reviewers.enabled && c.judge_quality.enabled && c.input.repartitions();
+    if c.scoring.reputation_source != ReputationSource::Table && !learns {
+        return Err(invalid(
+            "scoring.reputation_source",
+            "learned weights need reviewer reliability: reviewers.enabled and \
+             judge_quality.enabled, with input.partitioning = \"repartition\"",
+        ));
+    }
     let se = &c.sessions;
     if !se.default_scale_min.is_finite()
         || !se.default_scale_max.is_finite()

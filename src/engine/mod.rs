@@ -162,7 +162,9 @@ impl Engine {
             InputTopic::Votes => {
                 let mut doc = None;
                 let (batch, at) = self.validate_votes(record, payload, &mut doc)?;
-                let weights = self.weigh(&batch, reputations);
+                let mut weights = self.weigh(&batch, reputations);
+                let voters = batch.votes.iter().map(|v| Some(v.voter_id));
+                self.learned_weights(state, batch.project_id, voters, &mut weights);
                 let batch_weights = (&batch, weights.as_slice());
                 let outcome = self.apply_batch(state, batch_weights, at, record.receipt(), out)?;
                 let project = (batch.project_id, batch.item_id);

@@ -13,8 +13,9 @@ use super::journal::Change;
 use super::model::bias::{BiasAlert, risk_level};
 use super::model::reviewers::{Findings, Reviewer};
 use super::output::{Output, OutputTopic, Shows};
-use super::settings::Reviewers;
+use super::settings::{ReputationSource, Reviewers};
 use super::state::PartitionState;
+use smallvec::SmallVec;
 
 impl Engine {
     /// Whether the reviewer model learns: `reviewers.enabled` where judge quality keeps items.
@@ -70,6 +71,47 @@ impl Engine {
                 project: project.to_string(),
                 reviewer: reviewer.to_string(),
             });
+        }
+    }
+
+    /// Weighs a vote batch of `project` by its `voters`' learned weights, as
+    /// `scoring.reputation_source` asks: `weights` come in as the table's `(weight, value)` and
+    /// leave as the ones to apply. A voter's learned weight is `max(0, logit reliability)` once
+    /// it has `reviewers.min_items` shared items (the log-odds is the weight with which
+    /// independent verdicts combine into the most likely truth; below ½ a verdict is worse than
+    /// none and counts nothing rather than against itself); before that, the table's. With
+    /// `both` the two multiply. A batch whose learned weights sum to 0 keeps the table's: a
+    /// batch is never dropped because its voters' weights vanished.
+    pub(super) fn learned_weights<'v>(
+        &self,
+        state: &PartitionState,
+        project: &str,
+        voters: impl Iterator<Item = Option<&'v str>>,
+        weights: &mut [(f64, f64)],
+    ) {
+        let source = self.settings.scoring.reputation_source;
+        let Some(q) = state.quality.get(project) else {
+            return;
+        };
+        if source == ReputationSource::Table || q.reviewers.reviewers().is_empty() {
+            return;
+        }
+        let min_items = self.settings.reviewers.min_items;
+        let learned: SmallVec<[f64; 4]> = voters
+            .zip(weights.iter())
+            .map(|(voter, &(table, _))| {
+                let r = voter.and_then(|v| q.reviewers.reviewers().get(v));
+                match r.filter(|r| r.shared >= min_items) {
+                    Some(r) if source == ReputationSource::Both => table * r.learned_weight(),
+                    Some(r) => r.learned_weight(),
+                    None => table,
+                }
+            })
+            .collect();
+        if learned.iter().sum::<f64>() > 0.0 {
+            for (w, l) in weights.iter_mut().zip(learned) {
+                w.0 = l;
+            }
         }
     }
 

@@ -112,6 +112,11 @@ pub struct Scoring {
     pub initial_score: f64,
     /// Per-project `lambda` overrides, keyed by project id.
     pub project_lambda: BTreeMap<String, f64>,
+    /// Where a vote's weight comes from: `table` (its explicit reputation, else
+    /// `jury.reputations`, else 1), `learned` (its voter's learned weight, `max(0, logit
+    /// reliability)`, once the voter has `reviewers.min_items` shared items; the table's
+    /// before), or `both` (their product).
+    pub reputation_source: ReputationSource,
 }
 
 impl Default for Scoring {
@@ -120,6 +125,7 @@ impl Default for Scoring {
             lambda: 0.01,
             initial_score: 0.5,
             project_lambda: BTreeMap::new(),
+            reputation_source: ReputationSource::Table,
         }
     }
 }

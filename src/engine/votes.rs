@@ -17,6 +17,7 @@ use super::model::dedupe;
 use super::model::score::{ProjectScore, weighted_mean};
 use super::output::{Output, OutputTopic, OutputValue, ScoreValue};
 use super::reputation::ReputationTable;
+use super::settings::ReputationSource;
 use super::state::{Coalescing, PartitionState, VoteProject};
 use super::{Engine, InputTopic, Outcome, Receipt, Record, parse_rejection};
 
@@ -42,8 +43,8 @@ pub struct PreparedVotes {
 struct PreparedVote {
     value: f64,
     reputation: Option<f64>,
-    /// Kept when `reputation` is `None` (only then is it looked up) and when the reviewer
-    /// model learns from the batch's item. Voter ids of up to 24 bytes are kept inline, so
+    /// Kept when `reputation` is `None` (only then is it looked up), when the reviewer model
+    /// learns from the batch's item, and when `scoring.reputation_source` weighs by it. Voter ids of up to 24 bytes are kept inline, so
     /// preparing a vote allocates nothing.
     voter: Option<CompactString>,
 }
@@ -142,7 +143,8 @@ impl Engine {
             .item_id
             .filter(|_| self.settings.pairs_judges)
             .map(CompactString::from);
-        let all_voters = item.is_some() && self.learns_reviewers();
+        let learned = self.settings.scoring.reputation_source != ReputationSource::Table;
+        let all_voters = (item.is_some() && self.learns_reviewers()) || learned;
         let votes = batch
             .votes
             .iter()
@@ -189,7 +191,7 @@ impl Engine {
         if state.origins.is_copy(record) {
             return Outcome::Replayed;
         }
-        let weights: Weights = prepared
+        let mut weights: Weights = prepared
             .votes
             .iter()
             .map(|v| {
@@ -197,6 +199,8 @@ impl Engine {
                 (vote::weight(v.reputation, table), v.value)
             })
             .collect();
+        let voters = prepared.votes.iter().map(|v| v.voter.as_deref());
+        self.learned_weights(state, prepared.project.as_str(), voters, &mut weights);
         let start = out.len();
         let applied = weighted_mean(&weights).and_then(|mean| {
             let weighed = Weighed {

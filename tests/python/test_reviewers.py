@@ -124,3 +124,40 @@ def test_where_the_batch_fit_collapses_the_online_one_stays_nearer_the_truth():
     for r in ("h95", "h90", "h85", "h80"):
         assert abs(ours[r]["reliability"] - accuracy[r]) < abs(skills[r] - accuracy[r]), r
     check_against_truth(2, ours, accuracy)
+
+
+def test_learned_weights_bring_the_score_nearer_the_truth():
+    """A crowd with spammers (two straight-liners, an adversary, a coin) beside three honest
+    reviewers, on items that mostly fail. The HumanJudge score is a decayed mean of the batches'
+    weighted means; the truth is the same decayed mean (the published steps' alphas) of the
+    items' true verdicts. Weighed by a flat table the spammers pull the score up; weighed by
+    what jurystream learned of each reviewer (scoring.reputation_source = "learned") it stays
+    nearer the truth."""
+    rng = random.Random(11)
+    accuracy = {"h1": 0.9, "h2": 0.85, "h3": 0.8, "adv": 0.15, "coin": None,
+                "yes1": None, "yes2": None}
+    batches, truth = [], {}
+    for i in range(800):
+        item = f"item-{i:04}"
+        truth[item] = rng.random() < 0.3
+        votes = []
+        for r in rng.sample(sorted(accuracy), 5):
+            if r.startswith("yes"):
+                v = True
+            elif r == "coin":
+                v = rng.random() < 0.5
+            else:
+                v = truth[item] if rng.random() < accuracy[r] else not truth[item]
+            votes.append((r, v))
+        batches.append((item, votes))
+    errors = {}
+    for source in ("table", "learned"):
+        config = f'[scoring]\nlambda = 0.02\nreputation_source = "{source}"\n'
+        scores = [o["value"] for o in replay(records(batches), config) if o["topic"] == "jury.scores"]
+        assert len(scores) == len(batches)
+        expected, gaps = 0.5, []
+        for (item, _), s in zip(batches, scores):
+            expected = s["alpha"] * expected + (1 - s["alpha"]) * float(truth[item])
+            gaps.append(abs(s["score"] - expected))
+        errors[source] = sum(gaps[400:]) / 400
+    assert errors["learned"] < errors["table"] / 2, errors

@@ -269,6 +269,13 @@ impl Reviewer {
         }
     }
 
+    /// Its weight for `scoring.reputation_source = "learned"`: the log-odds of its reliability,
+    /// clipped at 0.
+    pub fn learned_weight(&self) -> f64 {
+        let p = self.reliability();
+        (p / (1.0 - p)).ln().max(0.0)
+    }
+
     /// Its reliability clipped for the posterior.
     fn clipped(&self) -> f64 {
         self.reliability().clamp(CLIP, 1.0 - CLIP)

@@ -242,3 +242,89 @@ fn off_publishes_nothing() {
     assert!(q.reviewers.reviewers().is_empty());
     assert!(q.items.iter().all(|(_, v)| v.review.is_empty()));
 }
+
+/// The batch mean a `jury.scores` record's step moved towards: score = alpha * before +
+/// (1 - alpha) * mean.
+fn step_mean(before: f64, record: &Value) -> f64 {
+    let (score, alpha) = (
+        record["score"].as_f64().unwrap_or(f64::NAN),
+        record["alpha"].as_f64().unwrap_or(f64::NAN),
+    );
+    (score - alpha * before) / (1.0 - alpha)
+}
+
+/// With `scoring.reputation_source = "learned"`, once the reviewers have `reviewers.min_items`
+/// shared items a vote weighs the log-odds of its voter's reliability, clipped at 0: after the
+/// crowd of the hand case, an honest reviewer's pass (reliability ≈ 82/83, weight ≈
+/// ln 82 ≈ 4.4) against the contrarian's fail (≈ 2/83, weight 0) is a batch mean of 1, where
+/// the table's equal weights make it ½. `both` multiplies by the table (an explicit
+/// reputation of 2 for the honest reviewer changes nothing here: the other weight is 0). A
+/// batch whose learned weights are all 0 keeps the table's rather than be dropped.
+#[test]
+fn learned_weights_follow_the_reliabilities() {
+    for (source, expected) in [("table", 0.5), ("learned", 1.0), ("both", 1.0)] {
+        let config = Config::from_toml(&format!("[scoring]\nreputation_source = \"{source}\"\n"))
+            .expect("valid");
+        let mut run = Run::new(&config);
+        for i in 0..80 {
+            let truth = if i % 2 == 0 { 1.0 } else { 0.0 };
+            let coin = if i % 4 < 2 { 1.0 } else { 0.0 };
+            let votes = [
+                ("h1", truth),
+                ("h2", truth),
+                ("h3", truth),
+                ("contrarian", 1.0 - truth),
+                ("yes", 1.0),
+                ("coin", coin),
+            ];
+            run.votes(&format!("item-{i}"), i, &votes);
+        }
+        let score = |run: &Run| {
+            run.out
+                .iter()
+                .rev()
+                .find(|o| o["topic"] == "jury.scores")
+                .map(|o| o["value"].clone())
+                .expect("a score")
+        };
+        let before = score(&run)["score"].as_f64().unwrap_or(f64::NAN);
+        run.votes("new", 100, &[("h1", 1.0), ("contrarian", 0.0)]);
+        let mean = step_mean(before, &score(&run));
+        assert!((mean - expected).abs() < 1e-9, "{source}: {mean}");
+        // The contrarian alone: learned weight 0, so the table's weight 1 applies.
+        let before = score(&run)["score"].as_f64().unwrap_or(f64::NAN);
+        run.votes("alone", 110, &[("contrarian", 0.0)]);
+        let mean = step_mean(before, &score(&run));
+        assert!(mean.abs() < 1e-9, "{source}: {mean}");
+    }
+    let h1 = {
+        let mut run = Run::new(&Config::default());
+        for i in 0..80 {
+            let truth = if i % 2 == 0 { 1.0 } else { 0.0 };
+            run.votes(
+                &format!("item-{i}"),
+                i,
+                &[("h1", truth), ("h2", truth), ("c", 1.0 - truth)],
+            );
+        }
+        run.state
+            .quality
+            .get("p")
+            .and_then(|q| q.reviewers.reviewers().get("h1").cloned())
+    };
+    let h1 = h1.expect("held");
+    let p = h1.reliability();
+    assert!((h1.learned_weight() - (p / (1.0 - p)).ln()).abs() < 1e-12);
+}
+
+#[test]
+fn learned_weights_need_reviewer_reliability() {
+    let err = Config::from_toml(
+        "[scoring]\nreputation_source = \"learned\"\n[reviewers]\nenabled = false\n",
+    )
+    .expect_err("refused");
+    assert!(
+        err.to_string().contains("scoring.reputation_source"),
+        "{err}"
+    );
+}
