@@ -48,6 +48,67 @@ fn main() {
     dedupe_window();
     query_view();
     judge_quality();
+    reviewers();
+}
+
+/// Items' votes through the engine, one project, `items` batches each of one new item and
+/// `voters(i)`'s pass votes, with reviewer reliability on or off: the heap bytes held.
+fn held_by_items(items: usize, reviewers_on: bool, voters: impl Fn(usize) -> Vec<String>) -> isize {
+    let mut settings = Settings {
+        pairs_judges: true,
+        ..Settings::default()
+    };
+    settings.limits.dedupe_window = 1;
+    settings.reviewers.enabled = reviewers_on;
+    let engine = Engine::new(settings);
+    let mut reps = ReputationTable::default();
+    let mut state = PartitionState::default();
+    let mut out: Vec<Output> = Vec::new();
+    let before = LIVE.load(Ordering::Relaxed);
+    for i in 0..items {
+        let votes: Vec<String> = voters(i)
+            .iter()
+            .map(|v| format!(r#"{{"voter_id":"{v}","verdict":"pass"}}"#))
+            .collect();
+        let payload = format!(
+            r#"{{"event_id":"ev-{i:010}","project_id":"proj-1","item_id":"trace-{i:08}","occurred_at":{},"votes":[{}]}}"#,
+            1_795_168_800_000 + i as i64,
+            votes.join(",")
+        );
+        let r = record("jury.votes", i, &payload);
+        out.clear();
+        engine.process(&mut state, &mut reps, &r, &mut out);
+        engine.release_reviewers(&mut state, &mut out);
+    }
+    drop(out);
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    drop(state);
+    held
+}
+
+/// Reviewer reliability: what an item's verdicts add to its entry in judge quality's item
+/// store (three reviewers of a fixed crowd on each item, on against off), and what a reviewer
+/// costs (each item voted on by one fixed reviewer and one new one, against a crowd of two).
+fn reviewers() {
+    const ITEMS: usize = 10_000;
+    let crowd = |n: usize| move |_: usize| (0..n).map(|k| format!("reviewer-{k:04}")).collect();
+    let on = held_by_items(ITEMS, true, crowd(3));
+    let off = held_by_items(ITEMS, false, crowd(3));
+    println!(
+        "reviewers/item_memory: an item with 3 verdicts holds {} bytes with reviewer reliability on, {} off: {} for its review",
+        on / ITEMS as isize,
+        off / ITEMS as isize,
+        (on - off) / ITEMS as isize
+    );
+    let two = held_by_items(ITEMS, true, crowd(2));
+    let new_each = held_by_items(ITEMS, true, |i| {
+        vec!["reviewer-0000".to_owned(), format!("reviewer-{:06}", i + 1)]
+    });
+    println!(
+        "reviewers/reviewer_memory: {ITEMS} reviewers hold {} bytes = {} bytes per reviewer",
+        new_each - two,
+        (new_each - two) / ITEMS as isize
+    );
 }
 
 /// Judge quality in one project: items with votes (through the engine, as the project's state
@@ -64,6 +125,8 @@ fn judge_quality() {
         ..Settings::default()
     };
     settings.limits.dedupe_window = 1;
+    // The item alone: what reviewer reliability adds is measured by `reviewers`.
+    settings.reviewers.enabled = false;
     let engine = Engine::new(settings);
     let mut reps = ReputationTable::default();
     let mut state = PartitionState::default();

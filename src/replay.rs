@@ -146,9 +146,9 @@ pub fn replay(
                             .keyed(key, env.timestamp_ms)
                             .received(None, state.project_count());
                     let outcome = engine.process(&mut state, &mut reputations, &record, &mut outs);
-                    // Without a clock nothing is held for long: what a record held (its
-                    // reviewers' records) is published after it.
-                    engine.release_held(&mut state, &mut outs);
+                    // Without a clock nothing is held: the reviewers' records a record changed
+                    // are published after it.
+                    engine.release_reviewers(&mut state, &mut outs);
                     outcome
                 }
                 Err(e) => reject_line(engine, line_no, text, &e, &mut outs),

@@ -83,6 +83,7 @@ impl Engine {
                     reviewer: ProjectKey::from(*voter),
                     pass: value >= 0.5,
                     weight,
+                    at,
                 })
                 .collect()
         } else {
@@ -91,9 +92,12 @@ impl Engine {
         let mut observed = state
             .quality
             .votes((project, item), (votes, &verdicts), at, &limits);
-        let touched = std::mem::take(&mut observed.reviewers);
+        let touched = (
+            std::mem::take(&mut observed.reviewers),
+            std::mem::take(&mut observed.reviewers_kept),
+        );
         self.add_pairs(state, project, observed, out);
-        self.review(state, (project, item), voters, touched, out);
+        self.review(state, item, touched, out);
     }
 
     /// A completed session of `project` analysed with its judges' weights: the configured
@@ -201,9 +205,12 @@ impl Engine {
         let mut observed = state
             .quality
             .completed((project, session), &scores, at, &limits);
-        let touched = std::mem::take(&mut observed.reviewers);
+        let touched = (
+            std::mem::take(&mut observed.reviewers),
+            std::mem::take(&mut observed.reviewers_kept),
+        );
         self.add_pairs(state, project, observed, out);
-        self.review(state, (project, session), &[], touched, out);
+        self.review(state, session, touched, out);
     }
 
     /// Notes what `observed` changed, adds its pairs to their judges' windows, and publishes
@@ -223,6 +230,7 @@ impl Engine {
             waiting,
             forgotten,
             reviewers: _,
+            reviewers_kept: _,
         } = observed;
         for seq in items {
             state.note(|| Change::QualityItem { seq });

@@ -11,7 +11,7 @@ use super::Engine;
 use super::ids::ProjectKey;
 use super::journal::Change;
 use super::model::bias::{BiasAlert, risk_level};
-use super::model::reviewers::{Findings, Reviewer};
+use super::model::reviewers::{Findings, ProjectReviewer, Reviewer};
 use super::output::{Output, OutputTopic, Shows};
 use super::settings::{ReputationSource, Reviewers};
 use super::state::PartitionState;
@@ -23,16 +23,16 @@ impl Engine {
         self.settings.pairs_judges && self.settings.reviewers.enabled
     }
 
-    /// After a record of `project` (the item or session `cause`, the batch's `voters`) changed
-    /// the `touched` reviewers: their findings are brought up to date, those that just became
-    /// true raised, their records held for the end of the cycle; a forgotten reviewer's record
-    /// leaves the changelog.
+    /// After a record (of the item or session `cause`) changed the `touched`
+    /// reviewers: their findings are brought up to date, those that just became true raised,
+    /// their records held for [`Engine::release_reviewers`]. A reviewer's changelog record is
+    /// written when its findings change, when it is forgotten (a tombstone), and when its last
+    /// event time left with a verdict (`kept`).
     pub(super) fn review(
         &self,
         state: &mut PartitionState,
-        (project, cause): (&str, &str),
-        voters: &[&str],
-        mut touched: Vec<(ProjectKey, ProjectKey)>,
+        cause: &str,
+        (mut touched, kept): (Vec<ProjectReviewer>, Vec<ProjectReviewer>),
         out: &mut Vec<Output>,
     ) {
         if touched.is_empty() {
@@ -41,7 +41,7 @@ impl Engine {
         touched.sort();
         touched.dedup();
         let settings = &self.settings.reviewers;
-        let mut noted: Vec<(ProjectKey, ProjectKey)> = Vec::new();
+        let mut noted: Vec<ProjectReviewer> = kept;
         for (owner, reviewer) in touched {
             let held = state
                 .quality
@@ -61,11 +61,13 @@ impl Engine {
             for alert in alerts((&owner, cause), &reviewer, r, (before, now), settings) {
                 out.push(Output::alert(Some(owner.to_string()), &alert));
             }
-            if now != before || (owner == project && voters.contains(&reviewer.as_str())) {
+            if now != before {
                 noted.push((owner.clone(), reviewer.clone()));
             }
             state.held_reviewers.0.insert((owner, reviewer));
         }
+        noted.sort();
+        noted.dedup();
         for (project, reviewer) in noted {
             state.note(|| Change::Reviewer {
                 project: project.to_string(),
@@ -115,8 +117,28 @@ impl Engine {
         }
     }
 
-    /// Publishes the held reviewer records (see [`Engine::review`]) as the state now has them.
-    pub(super) fn release_reviewers(&self, state: &mut PartitionState, out: &mut Vec<Output>) {
+    /// Holds every reviewer's record of `state` for the next [`Engine::release_reviewers`]: a
+    /// runtime calls it once it has restored a state, so a record that was held when the
+    /// state's last owner stopped is published all the same (the topic is a table: the same
+    /// record twice changes nothing).
+    pub fn republish_reviewers(&self, state: &mut PartitionState) {
+        let all: Vec<ProjectReviewer> = state
+            .quality
+            .iter()
+            .flat_map(|(project, q)| {
+                let project = ProjectKey::from(project);
+                q.reviewers
+                    .reviewers()
+                    .keys()
+                    .map(move |r| (project.clone(), r.clone()))
+            })
+            .collect();
+        state.held_reviewers.0.extend(all);
+    }
+
+    /// Publishes the held reviewer records (see [`Engine::review`]) as the state now has them:
+    /// the service every `output.reviewers_coalesce_ms`, replay after every record.
+    pub fn release_reviewers(&self, state: &mut PartitionState, out: &mut Vec<Output>) {
         for (project, reviewer) in std::mem::take(&mut state.held_reviewers.0) {
             let held = state
                 .quality

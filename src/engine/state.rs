@@ -11,6 +11,7 @@ use super::model::bias::ProjectAudit;
 use super::model::dedupe::{RecentIds, Remembered};
 use super::model::judge_quality::TaskQuality;
 use super::model::leaderboard::Board;
+use super::model::reviewers::ProjectReviewer;
 use super::model::score::ProjectScore;
 use super::model::session::SessionBook;
 use super::origins::Origins;
@@ -159,7 +160,7 @@ pub struct PartitionState {
 /// Reviewers with a held record, as `(project, reviewer)`. Like [`Coalescing`] it is not
 /// state: never written or restored, and every two compare equal.
 #[derive(Debug, Clone, Default)]
-pub struct HeldReviewers(pub BTreeSet<(ProjectKey, ProjectKey)>);
+pub struct HeldReviewers(pub BTreeSet<ProjectReviewer>);
 
 impl PartialEq for HeldReviewers {
     fn eq(&self, _: &Self) -> bool {

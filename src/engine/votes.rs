@@ -421,6 +421,5 @@ impl Engine {
                 out.push(score_output(&key, &project.score, alpha, lambda, last));
             }
         }
-        self.release_reviewers(state, out);
     }
 }

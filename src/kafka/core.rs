@@ -206,12 +206,29 @@ impl Core {
             .tasks
             .restore_assigned(&self.config, &self.topics, &self.metrics)?;
         for key in restored {
-            if let Some(owned) = self.tasks.units.get(&key) {
+            if let Some(owned) = self.tasks.units.get_mut(&key) {
                 self.view
                     .restored(key, &owned.state, self.engine.settings());
+                self.engine.republish_reviewers(&mut owned.state);
             }
         }
         Ok(())
+    }
+
+    /// Publishes the reviewer records held (see [`crate::engine::Engine::release_reviewers`])
+    /// in the partitions `keys`. Runs every `output.reviewers_coalesce_ms`, and at the end of
+    /// every epoch when that is 0.
+    pub(super) fn release_reviewers(&mut self, keys: &[Unit]) -> Result<(), ServiceError> {
+        self.out.clear();
+        for key in keys {
+            if let Some(owned) = self.tasks.units.get_mut(key) {
+                let from = self.out.len();
+                self.engine
+                    .release_reviewers(&mut owned.state, &mut self.out);
+                self.view.published(*key, &owned.state, &self.out[from..]);
+            }
+        }
+        self.publish_out()
     }
 
     /// Publishes the scores held back by coalescing (see [`crate::engine::Coalescing`]) in the

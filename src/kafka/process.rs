@@ -300,6 +300,9 @@ struct Clocks {
     /// An epoch also ends once no record has arrived for two fetch waits (the consumer has
     /// caught up), so that commits follow a quiet input at once instead of a cycle later.
     idle: Duration,
+    /// `output.reviewers_coalesce_ms`: held reviewer records are published this often; `None`
+    /// (0) at the end of every epoch.
+    reviewers: Option<Duration>,
 }
 
 impl Clocks {
@@ -313,6 +316,10 @@ impl Clocks {
                 c => ms(c).min(cycle),
             },
             idle: ms(2 * config.kafka.fetch_wait_max_ms).max(ms(1)),
+            reviewers: match config.output.reviewers_coalesce_ms {
+                0 => None,
+                r => Some(ms(r)),
+            },
         }
     }
 }
@@ -347,6 +354,7 @@ pub(super) fn process_records<'c, C: ConsumerContext>(
     let clocks = Clocks::of(&lock(core).config);
     let mut cycle_started = Instant::now();
     let mut coalesced = Instant::now();
+    let mut reviewers_released = Instant::now();
     let mut last_batch = Instant::now();
     let mut last_reputations = Instant::now();
     while !stop.load(Ordering::Relaxed) {
@@ -403,7 +411,16 @@ pub(super) fn process_records<'c, C: ConsumerContext>(
             }
         }
         let idle = last_batch.elapsed() >= clocks.idle && c.epoch_pending();
-        if cycle_started.elapsed() >= clocks.cycle || idle {
+        let sealing = cycle_started.elapsed() >= clocks.cycle || idle;
+        let reviewers_due = clocks
+            .reviewers
+            .is_none_or(|every| reviewers_released.elapsed() >= every);
+        if reviewers_due && (sealing || clocks.reviewers.is_some()) {
+            let keys = c.tasks.owned_keys();
+            c.release_reviewers(&keys)?;
+            reviewers_released = Instant::now();
+        }
+        if sealing {
             c.seal()?;
             cycle_started = Instant::now();
             coalesced = cycle_started;

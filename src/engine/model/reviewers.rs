@@ -50,6 +50,9 @@ use crate::engine::contract::time::EventTime;
 use crate::engine::ids::ProjectKey;
 use crate::engine::settings;
 
+/// A reviewer of a project: `(project, reviewer)`.
+pub type ProjectReviewer = (ProjectKey, ProjectKey);
+
 /// Pseudo-verdicts of the prior on a reliability: true ones and false ones.
 pub const PRIOR_TRUE: f64 = 2.0;
 pub const PRIOR_FALSE: f64 = 1.0;
@@ -89,6 +92,8 @@ pub struct Verdict {
     pub pass: bool,
     /// The vote's weight (its reputation), for the majority of the others.
     pub weight: f64,
+    /// The event time of its batch.
+    pub at: EventTime,
 }
 
 /// An item's verdicts, in reviewer order, its posterior, and the judges' scores paired with
@@ -161,9 +166,13 @@ pub struct Findings {
 }
 
 /// What is kept of a reviewer beside its sums (which a restore counts again from the items):
-/// the changelog's reviewer record.
+/// the changelog's reviewer record, written when its findings change and when its last event
+/// time can no longer be read from its held verdicts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Kept {
+    /// The latest event time of its verdicts since it was first held: the latest of its held
+    /// verdicts' unless the verdict that carried it has left (replaced or forgotten), which
+    /// is when this part is written.
     pub last_event_at: Option<EventTime>,
     #[serde(default)]
     pub findings: Findings,
@@ -283,11 +292,14 @@ impl Reviewer {
 }
 
 /// What a change to the model touched: reviewers whose figures changed (in order, once each;
-/// `forgotten` those it no longer holds), and the places of items whose review changed.
+/// the model may no longer hold some), the places of items whose review changed, and the
+/// reviewers whose kept part must be written: their last event time left with a verdict, or
+/// they were forgotten.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Touched {
     pub reviewers: Vec<ProjectKey>,
     pub items: Vec<u64>,
+    pub kept: Vec<ProjectKey>,
 }
 
 /// A project's reviewers: their sums over the items of the project's item store, and the
@@ -323,7 +335,6 @@ impl Reviewers {
         &mut self,
         items: &mut Bounded<V>,
         (item, verdicts): (&str, &[Verdict]),
-        at: EventTime,
         limits: ReviewerLimits,
         touched: &mut Touched,
     ) {
@@ -339,7 +350,13 @@ impl Reviewers {
                 .binary_search_by(|v| v.reviewer.as_str().cmp(verdict.reviewer.as_str()));
             let known = self.reviewers.contains_key(&verdict.reviewer);
             match at {
-                Ok(i) => review.verdicts[i] = verdict.clone(),
+                Ok(i) => {
+                    let old = &review.verdicts[i];
+                    if old.at != verdict.at && self.carried_last_event(old) {
+                        touched.kept.push(old.reviewer.clone());
+                    }
+                    review.verdicts[i] = verdict.clone();
+                }
                 Err(i)
                     if review.verdicts.len() < limits.max_verdicts
                         && (known || self.reviewers.len() + new < limits.max_reviewers) =>
@@ -356,12 +373,6 @@ impl Reviewers {
         self.refresh(item, review);
         self.count(review, 1, touched);
         touched.items.push(seq);
-        for verdict in verdicts {
-            // A reviewer whose verdict was left out has no figures to date.
-            if let Some(r) = self.reviewers.get_mut(&verdict.reviewer) {
-                r.kept.last_event_at = r.kept.last_event_at.max(Some(at));
-            }
-        }
         let sweep: Vec<ProjectKey> = self
             .refreshes
             .values()
@@ -419,17 +430,23 @@ impl Reviewers {
         self.refreshes.remove(&review.refreshed);
         self.count(review, -1, touched);
         for v in &review.verdicts {
-            if self
+            let held = self
                 .reviewers
                 .get(&v.reviewer)
-                .is_some_and(|r| r.verdicts == 0)
-            {
+                .is_some_and(|r| r.verdicts > 0);
+            if !held {
+                // Its record goes too (or, should it come back within the same record, is
+                // written again from nothing).
                 self.reviewers.remove(&v.reviewer);
+                touched.kept.push(v.reviewer.clone());
+            } else if self.carried_last_event(v) {
+                touched.kept.push(v.reviewer.clone());
             }
         }
     }
 
-    /// Puts a restored reviewer's kept part back; its sums come from [`Reviewers::recount`].
+    /// Puts a restored reviewer's kept part back; its sums, and its last event time where its
+    /// held verdicts say a later one, come from [`Reviewers::recount`].
     pub fn restore(&mut self, reviewer: &str, kept: Kept) {
         self.reviewers.entry(reviewer.into()).or_default().kept = kept;
     }
@@ -491,6 +508,14 @@ impl Reviewers {
         (1.0 + float(self.posteriors)) / (2.0 + self.refreshes.len() as f64)
     }
 
+    /// Whether `verdict` carries its reviewer's last event time: once it leaves, that time can
+    /// no longer be read from the held verdicts.
+    fn carried_last_event(&self, verdict: &Verdict) -> bool {
+        self.reviewers
+            .get(&verdict.reviewer)
+            .is_some_and(|r| r.kept.last_event_at == Some(verdict.at))
+    }
+
     /// Takes what `review`'s verdicts gave its reviewers' sums, before they change.
     fn uncount(&mut self, review: &Review) {
         if !review.verdicts.is_empty() {
@@ -534,6 +559,9 @@ impl Reviewers {
             };
             step(&mut r.verdicts, true);
             step(&mut r.passes, v.pass);
+            if sign > 0 {
+                r.kept.last_event_at = r.kept.last_event_at.max(Some(v.at));
+            }
             r.expected_true += sign * fixed(truth(review.posterior, v.pass));
             if let Some(others_pass) = crowd {
                 step(&mut r.shared, true);

@@ -55,7 +55,7 @@ impl Run {
             .engine
             .process(&mut self.state, &mut self.reps, &record, &mut out);
         assert!(matches!(outcome, Outcome::Applied), "{outcome:?}");
-        self.engine.release_held(&mut self.state, &mut out);
+        self.engine.release_reviewers(&mut self.state, &mut out);
         let topics = TopicTable::default();
         for o in &out {
             let value: Value = serde_json::from_str(&o.render()).expect("JSON");

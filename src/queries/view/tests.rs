@@ -79,7 +79,7 @@ fn run_with(
         published.extend(out);
         // The end of the runtime's cycle: what was held is published.
         let mut held = Vec::new();
-        engine.release_held(&mut state, &mut held);
+        engine.release_reviewers(&mut state, &mut held);
         view.published(Unit::input(*topic, 0), &state, &held);
         published.extend(held);
     }

@@ -21,7 +21,9 @@ use self::agreement::kappa;
 pub use self::agreement::{Agreement, judge_agreement};
 pub use super::bounded::{Bounded, Places};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
-use super::reviewers::{Review, Reviewed, ReviewerLimits, Reviewers, Touched, Verdict};
+use super::reviewers::{
+    ProjectReviewer, Review, Reviewed, ReviewerLimits, Reviewers, Touched, Verdict,
+};
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{IdMap, ProjectKey};
 
@@ -226,8 +228,10 @@ pub struct Observed {
     /// each batch with verdicts the reviewer model left out.
     pub forgotten: Vec<ProjectKey>,
     /// The reviewers whose figures changed, with their projects (a task's bound may forget
-    /// another project's item, and with it change that project's reviewers).
-    pub reviewers: Vec<(ProjectKey, ProjectKey)>,
+    /// another project's item, and with it change that project's reviewers), and of those the
+    /// ones whose kept part must be written (see [`Touched::kept`]).
+    pub reviewers: Vec<ProjectReviewer>,
+    pub reviewers_kept: Vec<ProjectReviewer>,
 }
 
 impl Observed {
@@ -236,6 +240,9 @@ impl Observed {
         let project = ProjectKey::from(project);
         for reviewer in touched.reviewers {
             self.reviewers.push((project.clone(), reviewer));
+        }
+        for reviewer in touched.kept {
+            self.reviewers_kept.push((project.clone(), reviewer));
         }
     }
 }
@@ -438,7 +445,6 @@ impl TaskQuality {
             q.reviewers.add(
                 &mut q.items,
                 (item, verdicts),
-                at,
                 reviewer_limits,
                 &mut touched,
             );

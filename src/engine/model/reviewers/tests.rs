@@ -16,6 +16,15 @@ fn v(reviewer: &str, pass: bool) -> Verdict {
         reviewer: reviewer.into(),
         pass,
         weight: 1.0,
+        at: at(0),
+    }
+}
+
+/// `v` at second `s`.
+fn v_at(reviewer: &str, pass: bool, s: i64) -> Verdict {
+    Verdict {
+        at: at(s),
+        ..v(reviewer, pass)
     }
 }
 
@@ -47,6 +56,15 @@ impl Crowd {
 
     /// Adds a batch; returns the reviewers it touched.
     fn add(&mut self, (item, verdicts): (&str, &[Verdict]), at: EventTime) -> Vec<ProjectKey> {
+        let verdicts: Vec<Verdict> = verdicts
+            .iter()
+            .map(|v| Verdict { at, ..v.clone() })
+            .collect();
+        self.add_touching((item, &verdicts)).reviewers
+    }
+
+    /// Adds a batch whose verdicts carry their own times; returns what it touched.
+    fn add_touching(&mut self, (item, verdicts): (&str, &[Verdict])) -> Touched {
         let mut touched = Touched::default();
         let mut gone = Vec::new();
         let _ = self.items.entry(item, self.max_items, &mut gone);
@@ -56,10 +74,10 @@ impl Crowd {
         }
         let limits = self.limits;
         self.reviewers
-            .add(&mut self.items, (item, verdicts), at, limits, &mut touched);
+            .add(&mut self.items, (item, verdicts), limits, &mut touched);
         touched.reviewers.sort();
         touched.reviewers.dedup();
-        touched.reviewers
+        touched
     }
 
     fn reviewers(&self) -> &BTreeMap<ProjectKey, Reviewer> {
@@ -323,7 +341,63 @@ fn arb_batch() -> impl Strategy<Value = (u8, Vec<(u8, bool, u8)>)> {
     )
 }
 
+/// A reviewer's last event time is the latest of its held verdicts' unless the verdict that
+/// carried it left: then its kept part is to be written. ann votes late (second 9) on the
+/// oldest item, which is then forgotten: her last event time stays 9 and must be written.
+#[test]
+fn a_last_event_time_that_leaves_with_its_verdict_is_written() {
+    let mut r = Crowd::new(2, LIMITS);
+    r.add_touching(("a", &[v_at("ann", true, 1), v_at("bo", true, 1)]));
+    r.add_touching(("b", &[v_at("ann", true, 2)]));
+    let late = r.add_touching(("a", &[v_at("ann", false, 9)]));
+    assert!(late.kept.is_empty());
+    assert_eq!(r.reviewers()["ann"].kept.last_event_at, Some(at(9)));
+    // "c" forgets "a", the oldest: bo goes with it (his record too), ann keeps "b" (second 2)
+    // and her 9, which no held verdict carries now.
+    let forgot = r.add_touching(("c", &[v_at("cy", true, 10)]));
+    assert_eq!(forgot.kept, ["ann", "bo"]);
+    assert!(!r.reviewers().contains_key("bo"));
+    assert_eq!(r.reviewers()["ann"].kept.last_event_at, Some(at(9)));
+    // Replacing the verdict that carries it: written too.
+    let again = r.add_touching(("b", &[v_at("ann", true, 3)]));
+    assert!(again.kept.is_empty(), "9 left already; 3 is not her last");
+    let replaced = r.add_touching(("c", &[v_at("cy", false, 4)]));
+    assert_eq!(replaced.kept, ["cy"]);
+}
+
 proptest! {
+    /// A restore from the items and the kept parts written when [`Touched::kept`] asked
+    /// equals the live state, last event times included, however verdicts come and go.
+    #[test]
+    fn restoring_from_the_items_and_the_written_kept_parts_is_exact(
+        batches in prop::collection::vec((0u8..8, prop::collection::vec((0u8..5, any::<bool>(), 0u8..20), 1..4)), 1..60),
+    ) {
+        let limits = ReviewerLimits { max_reviewers: 4, max_verdicts: 3 };
+        let mut r = Crowd::new(4, limits);
+        let mut written: BTreeMap<ProjectKey, Kept> = BTreeMap::new();
+        for (item, votes) in &batches {
+            let verdicts: Vec<Verdict> = votes
+                .iter()
+                .map(|&(who, pass, s)| v_at(&format!("r{who}"), pass, i64::from(s)))
+                .collect();
+            let touched = r.add_touching((&format!("i{item}"), &verdicts));
+            for k in touched.kept {
+                if let Some(rev) = r.reviewers().get(&k) {
+                    written.insert(k, rev.kept);
+                }
+            }
+            // A reviewer forgotten takes its record with it (a tombstone).
+            written.retain(|k, _| r.reviewers().contains_key(k));
+        }
+        let mut restored = Reviewers::default();
+        for (k, kept) in &written {
+            restored.restore(k, *kept);
+        }
+        restored.recount(&r.items);
+        restored.left_out = r.reviewers.left_out;
+        prop_assert_eq!(&restored, &r.reviewers);
+    }
+
     /// However batches come, every figure is finite and in bounds, the items and reviewers
     /// stay within their bounds, and the kept sums equal a recount from the items.
     #[test]
@@ -337,6 +411,7 @@ proptest! {
                     reviewer: format!("r{who}").into(),
                     pass,
                     weight: f64::from(w) / 2.0,
+                    at: at(t as i64),
                 })
                 .collect();
             let item = format!("i{item}");
@@ -378,7 +453,7 @@ proptest! {
             for &(who, pass, w) in votes {
                 let reviewer: ProjectKey = format!("r{who}").into();
                 if verdicts.iter().all(|x| x.reviewer != reviewer) {
-                    verdicts.push(Verdict { reviewer, pass, weight: f64::from(w) });
+                    verdicts.push(Verdict { reviewer, pass, weight: f64::from(w), at: at(t as i64) });
                 }
             }
             let item = format!("i{item}");
