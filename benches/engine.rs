@@ -145,19 +145,25 @@ fn load_event(i: usize, projects: usize) -> String {
 /// The states the per-epoch benchmarks run on, as (projects, dedupe window): one project with
 /// the default window of 100,000 ids, and 10,000 projects with windows of 100 (what the load
 /// benchmark's million events leave each of its projects).
-/// Projects, their dedupe window, and whether judge quality is on: the load benchmark's stream
-/// names a new item with every vote, judge quality's worst case.
-const FULL_WINDOWS: [(usize, usize, bool); 3] = [
-    (1, 100_000, false),
-    (10_000, 100, false),
-    (10_000, 100, true),
+/// Projects, their dedupe window, whether judge quality is on, and whether reviewer
+/// reliability is: the load benchmark's stream names a new item with every vote, judge
+/// quality's and reviewer reliability's worst case.
+const FULL_WINDOWS: [(usize, usize, bool, bool); 6] = [
+    (1, 100_000, false, false),
+    (10_000, 100, false, false),
+    (1, 100_000, true, false),
+    (1, 100_000, true, true),
+    (10_000, 100, true, false),
+    (10_000, 100, true, true),
 ];
 
-/// An engine whose dedupe windows hold `window` ids, with judge quality on or off.
-fn engine_with_window(window: usize, judged: bool) -> Engine {
+/// An engine whose dedupe windows hold `window` ids, with judge quality and reviewer
+/// reliability on or off.
+fn engine_with_window(window: usize, judged: bool, reviewers: bool) -> Engine {
     let mut config = Config::default();
     config.limits.dedupe_window = window;
     config.judge_quality.enabled = judged;
+    config.reviewers.enabled = reviewers;
     Engine::new(config.engine_settings())
 }
 
@@ -183,8 +189,8 @@ fn bench_journaled_epoch(c: &mut Criterion) {
     let mut reps = ReputationTable::default();
     let unit = Unit::projects(0);
     let mut group = epoch_group(c, "epoch");
-    for (projects, window, judged) in FULL_WINDOWS {
-        let engine = engine_with_window(window, judged);
+    for (projects, window, judged, reviewers) in FULL_WINDOWS {
+        let engine = engine_with_window(window, judged, reviewers);
         let mut state = PartitionState::journaled();
         let mut out = Vec::<Output>::with_capacity(4);
         let mut next = 0;
@@ -211,6 +217,8 @@ fn bench_journaled_epoch(c: &mut Criterion) {
             epochs += 1;
             out.clear();
             engine.release_held(state, &mut out);
+            // Every epoch, as `output.reviewers_coalesce_ms = 0` would: the most it costs.
+            engine.release_reviewers(state, &mut out);
             for o in &out {
                 black_box(o.render());
             }
@@ -233,9 +241,10 @@ fn bench_journaled_epoch(c: &mut Criterion) {
         for _ in 0..20 {
             apply(&mut state, &make(EPOCH));
         }
-        let name = match judged {
-            false => format!("journaled_{projects}_projects"),
-            true => format!("journaled_{projects}_projects_judged"),
+        let name = match (judged, reviewers) {
+            (false, _) => format!("journaled_{projects}_projects"),
+            (true, false) => format!("journaled_{projects}_projects_judged"),
+            (true, true) => format!("journaled_{projects}_projects_judged_reviewed"),
         };
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
@@ -381,8 +390,8 @@ fn bench_prefetch(c: &mut Criterion) {
     const AHEAD: usize = 4;
     let mut reps = ReputationTable::default();
     let mut group = epoch_group(c, "prefetch");
-    for (projects, window, _) in FULL_WINDOWS.into_iter().filter(|(.., judged)| !judged) {
-        let engine = engine_with_window(window, false);
+    for (projects, window, _, _) in FULL_WINDOWS.into_iter().filter(|(_, _, judged, _)| !judged) {
+        let engine = engine_with_window(window, false, false);
         let mut state = PartitionState::default();
         let mut out = Vec::<Output>::with_capacity(4);
         let mut made = 0;

@@ -146,6 +146,7 @@ fn replayed_together(config: &std::path::Path, files: &[String]) -> Published {
         scores: BTreeMap::new(),
         leaderboard: BTreeMap::new(),
         judge_quality: BTreeMap::new(),
+        reviewer_quality: BTreeMap::new(),
         consensus: Default::default(),
         review_requests: Default::default(),
         alerts: Default::default(),
@@ -156,6 +157,7 @@ fn replayed_together(config: &std::path::Path, files: &[String]) -> Published {
         all.scores.extend(p.scores);
         all.leaderboard.extend(p.leaderboard);
         all.judge_quality.extend(p.judge_quality);
+        all.reviewer_quality.extend(p.reviewer_quality);
         all.consensus.extend(p.consensus);
         all.review_requests.extend(p.review_requests);
         all.alerts.extend(p.alerts);

@@ -242,11 +242,14 @@ impl Core {
 
     /// Seals the current epoch and waits until every epoch is committed (revocation, shutdown,
     /// or too many epochs in flight). During a broker outage this keeps waiting, not ready.
+    /// The reviewer records held are published first, so a clean stop leaves the table whole.
     pub(super) fn drain<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
         mode: CommitMode,
     ) -> Result<(), ServiceError> {
+        let keys = self.tasks.owned_keys();
+        self.release_reviewers(&keys)?;
         self.seal()?;
         let started = Instant::now();
         let limit = Duration::from_secs(self.config.kafka.shutdown_timeout_secs);

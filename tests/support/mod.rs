@@ -259,6 +259,7 @@ pub fn topics(prefix: &str) -> BTreeMap<&'static str, String> {
         ("dead_letters", "dead-letters"),
         ("judge_quality", "judge-quality"),
         ("review_requests", "review-requests"),
+        ("reviewer_quality", "reviewer-quality"),
         ("state", "state"),
     ]
     .into_iter()
@@ -791,7 +792,14 @@ pub fn http_answer_with(port: u16, path: &str, headers: &str) -> Option<Answer> 
 pub fn create_topics(bootstrap: &str, prefix: &str, partitions: i32) {
     use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
     let names = topics(prefix);
-    let compact = ["reputations", "scores", "leaderboard", "state"];
+    let compact = [
+        "reputations",
+        "scores",
+        "leaderboard",
+        "judge_quality",
+        "reviewer_quality",
+        "state",
+    ];
     let new: Vec<NewTopic> = names
         .iter()
         .map(|(k, v)| {

@@ -20,6 +20,7 @@ pub struct Published {
     pub scores: BTreeMap<String, String>,
     pub leaderboard: BTreeMap<String, String>,
     pub judge_quality: BTreeMap<String, String>,
+    pub reviewer_quality: BTreeMap<String, String>,
     pub consensus: BTreeSet<String>,
     pub review_requests: BTreeSet<String>,
     pub alerts: BTreeSet<String>,
@@ -76,6 +77,7 @@ pub fn replayed_lines(config_path: &std::path::Path, lines: &str) -> Published {
         scores: table(&get(".scores")),
         leaderboard: table(&get(".leaderboard")),
         judge_quality: table(&get(".judge-quality")),
+        reviewer_quality: table(&get(".reviewer-quality")),
         consensus: set(&get(".consensus")),
         review_requests: set(&get(".review-requests")),
         alerts: set(&get(".bias-alerts")),
@@ -108,6 +110,7 @@ pub fn published(bootstrap: &str, prefix: &str, expect: &Published) -> Published
         scores: table(&read("scores", expect.scores.len())),
         leaderboard: table(&read("leaderboard", expect.leaderboard.len())),
         judge_quality: table(&read("judge_quality", expect.judge_quality.len())),
+        reviewer_quality: table(&read("reviewer_quality", expect.reviewer_quality.len())),
         consensus: set(&read("consensus", expect.consensus.len())),
         review_requests: set(&read("review_requests", expect.review_requests.len())),
         alerts: set(&read("bias_alerts", expect.alerts.len())),
@@ -138,6 +141,11 @@ pub fn assert_same(actual: &Published, expect: &Published) {
             "jury.judge-quality",
             &actual.judge_quality,
             &expect.judge_quality,
+        ),
+        (
+            "jury.reviewer-quality",
+            &actual.reviewer_quality,
+            &expect.reviewer_quality,
         ),
     ] {
         assert!(a == e, "final {name} table differs:\n{}", table_diff(a, e));

@@ -400,8 +400,8 @@ fn an_item_id_beyond_the_id_limit_is_not_kept() {
     );
 }
 
-/// What a run leaves for the comparison of interleavings: each judge's last record, and the
-/// review requests.
+/// What a run leaves for the comparison of interleavings: each judge's last record, each
+/// reviewer's record as the state ends, and the review requests.
 fn results(
     run: &Run,
 ) -> (
@@ -409,6 +409,12 @@ fn results(
     std::collections::BTreeSet<String>,
 ) {
     let mut table = std::collections::BTreeMap::new();
+    if let Some(q) = run.state.quality.get("p") {
+        for (reviewer, r) in q.reviewers.reviewers() {
+            let record = crate::engine::reviewer_record("p", reviewer, r);
+            table.insert(format!("reviewer {reviewer}"), record.render().into_owned());
+        }
+    }
     let mut requests = std::collections::BTreeSet::new();
     for o in &run.out {
         match o.topic {
@@ -427,8 +433,9 @@ fn results(
 proptest::proptest! {
     /// Votes and judge scores arrive on two topics, and no producer decides how they
     /// interleave in a project's log: each topic's own order kept, any interleaving gives the
-    /// same judge-quality table and review requests. With a window of 3 pairs and up to 20
-    /// sessions per judge, most judges have more pairs than their window.
+    /// same judge-quality table, reviewers' figures (agreement with the judges included) and
+    /// review requests. With a window of 3 pairs and up to 20 sessions per judge, most judges
+    /// have more pairs than their window.
     #[test]
     fn pairs_do_not_depend_on_how_votes_and_sessions_interleave(
         votes in proptest::collection::vec((0..4usize, 0..=4u8, 1..=3u8), 0..40),
@@ -436,9 +443,11 @@ proptest::proptest! {
         merge in proptest::collection::vec(proptest::bool::ANY, 100),
     ) {
         let vote = |(i, &(item, value, rep)): (usize, &(usize, u8, u8))| format!(
-            r#"{{"event_id":"v{i}","project_id":"p","item_id":"i{item}","occurred_at":{},"votes":[{{"voter_id":"u","value":{},"reputation":{rep}}}]}}"#,
+            r#"{{"event_id":"v{i}","project_id":"p","item_id":"i{item}","occurred_at":{},"votes":[{{"voter_id":"u","value":{},"reputation":{rep}}},{{"voter_id":"w{}","value":{}}}]}}"#,
             1_795_168_800_000 + i as i64 * 1000,
-            f64::from(value) / 4.0
+            f64::from(value) / 4.0,
+            i % 3,
+            f64::from(4 - value) / 4.0
         );
         let ballot = |(i, &(judge, item, score)): (usize, &(usize, usize, u8))| format!(
             r#"{{"event_id":"b{i}","project_id":"p","session_id":"s{i}","occurred_at":{},"judge":"j{judge}","scale":{{"min":0,"max":10}},"scores":{{"i{item}":{score}}},"expected_judges":1}}"#,
