@@ -139,7 +139,9 @@ impl Engine {
     /// Publishes the held reviewer records (see [`Engine::review`]) as the state now has them:
     /// the service every `output.reviewers_coalesce_ms`, replay after every record.
     pub fn release_reviewers(&self, state: &mut PartitionState, out: &mut Vec<Output>) {
-        for (project, reviewer) in std::mem::take(&mut state.held_reviewers.0) {
+        let mut held: Vec<ProjectReviewer> = state.held_reviewers.0.drain().collect();
+        held.sort_unstable();
+        for (project, reviewer) in held {
             let held = state
                 .quality
                 .get(&project)

@@ -2,9 +2,10 @@
 //! changed (see [`super::journal`]), so that a partition's state moves between instances as a
 //! unit.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::ids::IdSet;
 use super::ids::{IdMap, ProjectKey};
 use super::journal::{Change, JournalHint};
 use super::model::bias::ProjectAudit;
@@ -157,10 +158,11 @@ pub struct PartitionState {
     pub held_reviewers: HeldReviewers,
 }
 
-/// Reviewers with a held record, as `(project, reviewer)`. Like [`Coalescing`] it is not
-/// state: never written or restored, and every two compare equal.
+/// Reviewers with a held record, as `(project, reviewer)`, in no order (they are published in
+/// order). Like [`Coalescing`] it is not state: never written or restored, and every two
+/// compare equal.
 #[derive(Debug, Clone, Default)]
-pub struct HeldReviewers(pub BTreeSet<ProjectReviewer>);
+pub struct HeldReviewers(pub IdSet<ProjectReviewer>);
 
 impl PartialEq for HeldReviewers {
     fn eq(&self, _: &Self) -> bool {

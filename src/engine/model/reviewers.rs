@@ -47,7 +47,7 @@ use serde::{Deserialize, Serialize};
 
 use super::bounded::Bounded;
 use crate::engine::contract::time::EventTime;
-use crate::engine::ids::ProjectKey;
+use crate::engine::ids::{IdMap, ProjectKey};
 use crate::engine::settings;
 
 /// A reviewer of a project: `(project, reviewer)`.
@@ -306,7 +306,7 @@ pub struct Touched {
 /// order the items were last refreshed in.
 #[derive(Debug, Clone, Default)]
 pub struct Reviewers {
-    reviewers: BTreeMap<ProjectKey, Reviewer>,
+    reviewers: IdMap<ProjectKey, Reviewer>,
     /// The items with verdicts, by their last refresh.
     refreshes: BTreeMap<u64, ProjectKey>,
     /// Σ of those items' posteriors, fixed point.
@@ -371,7 +371,7 @@ impl Reviewers {
             return;
         }
         self.refresh(item, review);
-        self.count(review, 1, touched);
+        self.count(review, 1, Some(touched));
         touched.items.push(seq);
         let sweep: Vec<ProjectKey> = self
             .refreshes
@@ -387,7 +387,7 @@ impl Reviewers {
             let review = entry.review_mut();
             self.uncount(review);
             self.refresh(&other, review);
-            self.count(review, 1, touched);
+            self.count(review, 1, Some(touched));
             touched.items.push(seq);
         }
         touched.reviewers.sort();
@@ -409,12 +409,12 @@ impl Reviewers {
         let review = entry.review_mut();
         let counted = !review.verdicts.is_empty();
         if counted {
-            self.count(review, -1, touched);
+            self.count(review, -1, Some(touched));
         }
         let (sum, n) = review.judged.unwrap_or_default();
         review.judged = Some((sum + s, n + 1));
         if counted {
-            self.count(review, 1, touched);
+            self.count(review, 1, Some(touched));
         }
         touched.items.push(seq);
         touched.reviewers.sort();
@@ -428,7 +428,7 @@ impl Reviewers {
             return;
         }
         self.refreshes.remove(&review.refreshed);
-        self.count(review, -1, touched);
+        self.count(review, -1, Some(touched));
         for v in &review.verdicts {
             let held = self
                 .reviewers
@@ -462,7 +462,6 @@ impl Reviewers {
                 ..Reviewer::default()
             };
         }
-        let mut ignored = Touched::default();
         for (key, entry) in items.iter() {
             let review = entry.review();
             if review.verdicts.is_empty() {
@@ -470,13 +469,13 @@ impl Reviewers {
             }
             self.refreshes.insert(review.refreshed, key.into());
             self.next = self.next.max(review.refreshed + 1);
-            self.count(review, 1, &mut ignored);
+            self.count(review, 1, None);
         }
         self.reviewers.retain(|_, r| r.verdicts > 0);
     }
 
-    /// The reviewers, by id.
-    pub fn reviewers(&self) -> &BTreeMap<ProjectKey, Reviewer> {
+    /// The reviewers, by id (in no order).
+    pub fn reviewers(&self) -> &IdMap<ProjectKey, Reviewer> {
         &self.reviewers
     }
 
@@ -520,7 +519,7 @@ impl Reviewers {
     fn uncount(&mut self, review: &Review) {
         if !review.verdicts.is_empty() {
             self.refreshes.remove(&review.refreshed);
-            self.count(review, -1, &mut Touched::default());
+            self.count(review, -1, None);
         }
     }
 
@@ -547,11 +546,14 @@ impl Reviewers {
 
     /// Adds (`sign` 1) or takes back (-1) what `review` gives its reviewers' sums and the class
     /// prior's; the only place the sums change, so a take-back leaves exactly what was there.
-    fn count(&mut self, review: &Review, sign: i64, touched: &mut Touched) {
+    fn count(&mut self, review: &Review, sign: i64, mut touched: Option<&mut Touched>) {
         self.posteriors += sign * fixed(review.posterior);
         let judges = review.judges_pass();
         for (v, crowd) in review.verdicts.iter().zip(majorities(&review.verdicts)) {
-            let r = self.reviewers.entry(v.reviewer.clone()).or_default();
+            let r = match self.reviewers.get_mut(&v.reviewer) {
+                Some(r) => r,
+                None => self.reviewers.entry(v.reviewer.clone()).or_default(),
+            };
             let step = |n: &mut u64, by: bool| {
                 if by {
                     *n = n.wrapping_add_signed(sign);
@@ -572,7 +574,9 @@ impl Reviewers {
                 step(&mut r.judged, true);
                 step(&mut r.judge_agreed, judges == v.pass);
             }
-            touched.reviewers.push(v.reviewer.clone());
+            if let Some(t) = touched.as_deref_mut() {
+                t.reviewers.push(v.reviewer.clone());
+            }
         }
     }
 }

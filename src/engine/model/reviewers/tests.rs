@@ -80,7 +80,7 @@ impl Crowd {
         touched
     }
 
-    fn reviewers(&self) -> &BTreeMap<ProjectKey, Reviewer> {
+    fn reviewers(&self) -> &IdMap<ProjectKey, Reviewer> {
         self.reviewers.reviewers()
     }
 
