@@ -10,9 +10,11 @@
 //!   - `engine::contract`: the input formats, one reader for every input topic (and, measured
 //!     to be worth it, a one-pass reader of valid vote batches), and the rejections;
 //!   - `engine::model`: the formulas (score, dedupe, session, consensus, bias, stats,
-//!     leaderboard, Bradley-Terry, judge quality, effective judges);
+//!     leaderboard, Bradley-Terry, judge quality, effective judges, reviewer reliability, and
+//!     the bounded item store they share);
 //!   - `engine::votes`, `engine::judging`: the two pipelines; `engine::quality` joins them
-//!     (judge scores with the humans' votes on the same items);
+//!     (judge scores with the humans' votes on the same items); `engine::reviewers` learns
+//!     which human reviewers to trust from the verdicts it keeps, and publishes it;
 //!   - `engine::routing`: a record's project, read for the stage that repartitions by it;
 //!   - `engine::state`, `engine::journal`, `engine::origins`, `engine::ids`: per-partition
 //!     state, what changed in it, which input records it holds, and the maps and keys of ids;

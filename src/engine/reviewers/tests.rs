@@ -102,6 +102,24 @@ fn close(v: &Value, expected: f64, tolerance: f64) -> bool {
         .is_some_and(|x| (x - expected).abs() <= tolerance)
 }
 
+/// `items` items of the hand case below, one batch each: pass and fail alternating, three
+/// honest reviewers, a contrarian, "yes" (always pass) and "coin" (pass on items 0, 1 mod 4).
+fn six_reviewers(run: &mut Run, items: i64) {
+    for i in 0..items {
+        let truth = if i % 2 == 0 { 1.0 } else { 0.0 };
+        let coin = if i % 4 < 2 { 1.0 } else { 0.0 };
+        let votes = [
+            ("h1", truth),
+            ("h2", truth),
+            ("h3", truth),
+            ("contrarian", 1.0 - truth),
+            ("yes", 1.0),
+            ("coin", coin),
+        ];
+        run.votes(&format!("item-{i}"), i, &votes);
+    }
+}
+
 /// Items alternate pass (even) and fail (odd); on each, three honest reviewers give the true
 /// verdict, a contrarian the other, "yes" always pass and "coin" pass on items 0, 1 (mod 4),
 /// right half the time and independent of the truth. By hand, item kinds by `i mod 4`
@@ -121,19 +139,7 @@ fn close(v: &Value, expected: f64, tolerance: f64) -> bool {
 #[test]
 fn honest_contrarian_yes_sayer_and_coin_by_hand() {
     let mut run = Run::new(&Config::default());
-    for i in 0..80 {
-        let truth = if i % 2 == 0 { 1.0 } else { 0.0 };
-        let coin = if i % 4 < 2 { 1.0 } else { 0.0 };
-        let votes = [
-            ("h1", truth),
-            ("h2", truth),
-            ("h3", truth),
-            ("contrarian", 1.0 - truth),
-            ("yes", 1.0),
-            ("coin", coin),
-        ];
-        run.votes(&format!("item-{i}"), i, &votes);
-    }
+    six_reviewers(&mut run, 80);
     for h in ["h1", "h2", "h3"] {
         let r = run.record(h);
         assert_eq!(r["agreement"], 0.75, "{h}");
@@ -266,19 +272,7 @@ fn learned_weights_follow_the_reliabilities() {
         let config = Config::from_toml(&format!("[scoring]\nreputation_source = \"{source}\"\n"))
             .expect("valid");
         let mut run = Run::new(&config);
-        for i in 0..80 {
-            let truth = if i % 2 == 0 { 1.0 } else { 0.0 };
-            let coin = if i % 4 < 2 { 1.0 } else { 0.0 };
-            let votes = [
-                ("h1", truth),
-                ("h2", truth),
-                ("h3", truth),
-                ("contrarian", 1.0 - truth),
-                ("yes", 1.0),
-                ("coin", coin),
-            ];
-            run.votes(&format!("item-{i}"), i, &votes);
-        }
+        six_reviewers(&mut run, 80);
         let score = |run: &Run| {
             run.out
                 .iter()
