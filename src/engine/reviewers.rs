@@ -136,7 +136,7 @@ impl Engine {
         state.held_reviewers.0.extend(all);
     }
 
-    /// Publishes the held reviewer records (see [`Engine::review`]) as the state now has them:
+    /// Publishes the held reviewer records (those a record changed) as the state now has them:
     /// the service every `output.reviewers_coalesce_ms`, replay after every record.
     pub fn release_reviewers(&self, state: &mut PartitionState, out: &mut Vec<Output>) {
         let mut held: Vec<ProjectReviewer> = state.held_reviewers.0.drain().collect();

@@ -412,7 +412,7 @@ impl Reviewers {
             self.count(review, -1, Some(touched));
         }
         let (sum, n) = review.judged.unwrap_or_default();
-        review.judged = Some((sum + s, n + 1));
+        review.judged = Some((sum + s, n.saturating_add(1)));
         if counted {
             self.count(review, 1, Some(touched));
         }
