@@ -145,11 +145,7 @@ pub fn replay(
                             .positioned(None)
                             .keyed(key, env.timestamp_ms)
                             .received(None, state.project_count());
-                    let outcome = engine.process(&mut state, &mut reputations, &record, &mut outs);
-                    // Without a clock nothing is held: the reviewers' records a record changed
-                    // are published after it.
-                    engine.release_reviewers(&mut state, &mut outs);
-                    outcome
+                    engine.process(&mut state, &mut reputations, &record, &mut outs)
                 }
                 Err(e) => reject_line(engine, line_no, text, &e, &mut outs),
             },
@@ -161,6 +157,14 @@ pub fn replay(
         }
         summary.outputs += outs.len() as u64;
     }
+    // Reviewer records are derived from every verdict held: like the service at the end of a
+    // coalescing cycle, replay publishes them once its input is done.
+    outs.clear();
+    engine.release_reviewers(&mut state, &mut outs);
+    for out in &outs {
+        write_output(topics, &mut output, out).map_err(ReplayError::Write)?;
+    }
+    summary.outputs += outs.len() as u64;
     output.flush().map_err(ReplayError::Write)?;
     Ok(summary)
 }

@@ -113,7 +113,10 @@ fn reviewer_example_matches_its_golden_output() {
          examples/reviewers.jsonl --output examples/reviewers.expected.jsonl"
     );
     // What the example is there to show: each kind of bad reviewer gets its alert once, the
-    // careful ones none, and they rank as careful, slipping, coin, always-wrong.
+    // careful ones none, and they rank as careful, slipping, coin, always-wrong. eve, who
+    // passes everything, is right on the two thirds of items that are passes, but the one-coin
+    // model reads her reliability from the crowd's verdicts she happens to match: below 0.6 at
+    // the checkpoint after item 12, so she is also found unreliable.
     let records: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -137,6 +140,7 @@ fn reviewer_example_matches_its_golden_output() {
             ("reviewer_adversarial", "dee"),
             ("reviewer_straight_lining", "eve"),
             ("reviewer_unreliable", "dee"),
+            ("reviewer_unreliable", "eve"),
             ("reviewer_unreliable", "fay"),
         ]
     );

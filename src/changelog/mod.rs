@@ -56,6 +56,7 @@ use crate::engine::contract::time::EventTime;
 use crate::engine::model::bias::ProjectAudit;
 use crate::engine::model::dedupe::RecentIds;
 use crate::engine::model::judge_quality::{Bounded, ItemVotes, ProjectQuality, Waiting};
+use crate::engine::model::reviewers::{Findings, Kept as ReviewerKept};
 use crate::engine::model::leaderboard::{BlockId, Ranking, StoredRow};
 use crate::engine::model::score::ProjectScore;
 use crate::engine::model::session::{ProjectSessions, Session, SessionBook};
@@ -480,6 +481,10 @@ struct ForgottenValue {
     forgotten: u64,
     #[serde(default)]
     left_out: u64,
+    /// Verdicts forgotten with their items: with the held ones, the verdicts ever admitted,
+    /// which the reviewer model's checkpoints follow.
+    #[serde(default)]
+    verdicts: u64,
 }
 
 /// The value of an offset record, `{"offset":N}`.

@@ -248,6 +248,7 @@ impl Records {
                             &ForgottenValue {
                                 forgotten: q.forgotten,
                                 left_out: q.reviewers.left_out,
+                                verdicts: q.reviewers.forgotten_verdicts,
                             },
                         )
                     })
@@ -255,8 +256,13 @@ impl Records {
             }
             Slot::Reviewer(project, reviewer) => {
                 let q = state.quality.get(project);
-                let r = q.and_then(|q| q.reviewers.reviewers().get(reviewer));
-                self.push(unit, slot, |b| r.is_some_and(|r| push_json(b, &r.kept)));
+                let findings = q
+                    .filter(|q| q.reviewers.holds(reviewer))
+                    .map(|q| q.reviewers.findings(reviewer))
+                    .filter(Findings::any);
+                self.push(unit, slot, |b| {
+                    findings.is_some_and(|findings| push_json(b, &ReviewerKept { findings }))
+                });
             }
             Slot::Book => {
                 let meta = BookMeta {

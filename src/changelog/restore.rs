@@ -233,6 +233,7 @@ impl Restorer {
                     let q = restored.quality(p);
                     q.forgotten = value.forgotten;
                     q.reviewers.left_out = value.left_out;
+                    q.reviewers.forgotten_verdicts = value.verdicts;
                 }
                 Slot::Reviewer(p, reviewer) => {
                     let kept = from_value(&key, v)?;

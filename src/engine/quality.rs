@@ -40,6 +40,7 @@ impl Engine {
             reviewers: self.learns_reviewers().then_some(ReviewerLimits {
                 max_reviewers: self.settings.reviewers.max_reviewers,
                 max_verdicts: self.settings.reviewers.max_verdicts,
+                min_items: self.settings.reviewers.min_items,
             }),
         }
     }
@@ -92,12 +93,8 @@ impl Engine {
         let mut observed = state
             .quality
             .votes((project, item), (votes, &verdicts), at, &limits);
-        let touched = (
-            std::mem::take(&mut observed.reviewers),
-            std::mem::take(&mut observed.reviewers_kept),
-        );
+        self.review(state, (project, item), &mut observed, out);
         self.add_pairs(state, project, observed, out);
-        self.review(state, item, touched, out);
     }
 
     /// A completed session of `project` analysed with its judges' weights: the configured
@@ -205,12 +202,8 @@ impl Engine {
         let mut observed = state
             .quality
             .completed((project, session), &scores, at, &limits);
-        let touched = (
-            std::mem::take(&mut observed.reviewers),
-            std::mem::take(&mut observed.reviewers_kept),
-        );
+        self.review(state, (project, session), &mut observed, out);
         self.add_pairs(state, project, observed, out);
-        self.review(state, session, touched, out);
     }
 
     /// Notes what `observed` changed, adds its pairs to their judges' windows, and publishes
@@ -229,8 +222,7 @@ impl Engine {
             items,
             waiting,
             forgotten,
-            reviewers: _,
-            reviewers_kept: _,
+            ..
         } = observed;
         for seq in items {
             state.note(|| Change::QualityItem { seq });

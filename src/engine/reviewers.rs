@@ -1,9 +1,13 @@
 //! The reviewer pipeline: the reviewer model (see [`super::model::reviewers`]) learns from
-//! the verdicts judge quality keeps per item; every reviewer whose figures a record changed is
-//! republished on `jury.reviewer-quality` (coalesced: held until the runtime's cycle ends,
-//! [`Engine::release_held`]), and its findings that just became true are raised on
+//! the verdicts judge quality keeps per item. Its figures are derived, never state: a project's
+//! reviewers are fitted when their records are published (coalesced: the projects whose
+//! verdicts changed are held until the runtime's cycle ends, [`Engine::release_reviewers`]),
+//! and at the checkpoints of the project's verdicts ([`Reviewers::checkpoint_due`]), where
+//! their findings are brought up to date, those that just became true raised on
 //! `jury.bias-alerts` (`reviewer_unreliable`, `reviewer_adversarial`,
-//! `reviewer_straight_lining`).
+//! `reviewer_straight_lining`), and the learned weights take the fit's reliabilities.
+//!
+//! [`Reviewers::checkpoint_due`]: super::model::reviewers::Reviewers::checkpoint_due
 
 use serde::Serialize;
 
@@ -11,7 +15,8 @@ use super::Engine;
 use super::ids::ProjectKey;
 use super::journal::Change;
 use super::model::bias::{BiasAlert, risk_level};
-use super::model::reviewers::{Findings, ProjectReviewer, Reviewer};
+use super::model::judge_quality::Observed;
+use super::model::reviewers::{Figures, Findings, fit};
 use super::output::{Output, OutputTopic, Shows};
 use super::settings::{ReputationSource, Reviewers};
 use super::state::PartitionState;
@@ -23,48 +28,38 @@ impl Engine {
         self.settings.pairs_judges && self.settings.reviewers.enabled
     }
 
-    /// After a record (of the item or session `cause`) changed the `touched`
-    /// reviewers: their findings are brought up to date, those that just became true raised,
-    /// their records held for [`Engine::release_reviewers`]. A reviewer's changelog record is
-    /// written when its findings change, when it is forgotten (a tombstone), and when its last
-    /// event time left with a verdict (`kept`).
+    /// After a record (of item or session `cause`) of `project` changed what `observed`
+    /// says: the projects whose reviews changed are held for [`Engine::release_reviewers`], a
+    /// forgotten reviewer's changelog record goes, and at a checkpoint of `project` its
+    /// reviewers are fitted: their findings brought up to date (a changelog record where they
+    /// changed), those that just became true raised.
     pub(super) fn review(
         &self,
         state: &mut PartitionState,
-        cause: &str,
-        (mut touched, kept): (Vec<ProjectReviewer>, Vec<ProjectReviewer>),
+        (project, cause): (&str, &str),
+        observed: &mut Observed,
         out: &mut Vec<Output>,
     ) {
-        if touched.is_empty() {
-            return;
+        for p in observed.reviewed.drain(..) {
+            state.held_reviewers.dirty.insert(p);
         }
-        touched.sort();
-        touched.dedup();
-        let settings = &self.settings.reviewers;
-        let mut noted: Vec<ProjectReviewer> = kept;
-        for (owner, reviewer) in touched {
-            let held = state
-                .quality
-                .get_mut(&owner)
-                .and_then(|q| q.reviewers.get_mut(&reviewer));
-            let Some(r) = held else {
-                state
-                    .held_reviewers
-                    .0
-                    .remove(&(owner.clone(), reviewer.clone()));
-                noted.push((owner, reviewer));
-                continue;
-            };
-            let before = r.kept.findings;
-            let now = r.findings(before, settings);
-            r.kept.findings = now;
-            for alert in alerts((&owner, cause), &reviewer, r, (before, now), settings) {
-                out.push(Output::alert(Some(owner.to_string()), &alert));
+        let mut noted = std::mem::take(&mut observed.reviewers_gone);
+        if std::mem::take(&mut observed.checkpoint)
+            && let Some(q) = state.quality.get_mut(project)
+        {
+            let settings = &self.settings.reviewers;
+            let fitted = fit(q.items.iter().map(|(_, e)| &e.review));
+            for (reviewer, figures) in &fitted.reviewers {
+                let before = q.reviewers.findings(reviewer);
+                let now = figures.findings(before, settings);
+                for alert in alerts((project, cause), reviewer, figures, (before, now), settings) {
+                    out.push(Output::alert(Some(project.to_owned()), &alert));
+                }
+                if q.reviewers.set_findings(reviewer, now) {
+                    noted.push((ProjectKey::from(project), reviewer.clone()));
+                }
             }
-            if now != before {
-                noted.push((owner.clone(), reviewer.clone()));
-            }
-            state.held_reviewers.0.insert((owner, reviewer));
+            q.reviewers.keep_checkpoint(fitted);
         }
         noted.sort();
         noted.dedup();
@@ -78,12 +73,13 @@ impl Engine {
 
     /// Weighs a vote batch of `project` by its `voters`' learned weights, as
     /// `scoring.reputation_source` asks: `weights` come in as the table's `(weight, value)` and
-    /// leave as the ones to apply. A voter's learned weight is `max(0, logit reliability)` once
-    /// it has `reviewers.min_items` shared items (the log-odds is the weight with which
-    /// independent verdicts combine into the most likely truth; below ½ a verdict is worse than
-    /// none and counts nothing rather than against itself); before that, the table's. With
-    /// `both` the two multiply. A batch whose learned weights sum to 0 keeps the table's: a
-    /// batch is never dropped because its voters' weights vanished.
+    /// leave as the ones to apply. A voter's learned weight is `max(0, logit reliability)` as
+    /// of the project's last checkpoint, once it had `reviewers.min_items` shared items (the
+    /// log-odds is the weight with which independent verdicts combine into the most likely
+    /// truth; below ½ a verdict is worse than none and counts nothing rather than against
+    /// itself); before that, the table's. With `both` the two multiply. A batch whose learned
+    /// weights sum to 0 keeps the table's: a batch is never dropped because its voters'
+    /// weights vanished.
     pub(super) fn learned_weights<'v>(
         &self,
         state: &PartitionState,
@@ -92,17 +88,21 @@ impl Engine {
         weights: &mut [(f64, f64)],
     ) {
         let source = self.settings.scoring.reputation_source;
-        let Some(q) = state.quality.get(project) else {
-            return;
-        };
-        if source == ReputationSource::Table || q.reviewers.reviewers().is_empty() {
+        if source == ReputationSource::Table {
             return;
         }
+        let Some(fitted) = state
+            .quality
+            .get(project)
+            .and_then(|q| q.reviewers.checkpoint())
+        else {
+            return;
+        };
         let min_items = self.settings.reviewers.min_items;
         let learned: SmallVec<[f64; 4]> = voters
             .zip(weights.iter())
             .map(|(voter, &(table, _))| {
-                let r = voter.and_then(|v| q.reviewers.reviewers().get(v));
+                let r = voter.and_then(|v| fitted.reviewers.get(v));
                 match r.filter(|r| r.shared >= min_items) {
                     Some(r) if source == ReputationSource::Both => table * r.learned_weight(),
                     Some(r) => r.learned_weight(),
@@ -122,32 +122,41 @@ impl Engine {
     /// state's last owner stopped is published all the same (the topic is a table: the same
     /// record twice changes nothing).
     pub fn republish_reviewers(&self, state: &mut PartitionState) {
-        let all: Vec<ProjectReviewer> = state
-            .quality
-            .iter()
-            .flat_map(|(project, q)| {
-                let project = ProjectKey::from(project);
-                q.reviewers
-                    .reviewers()
-                    .keys()
-                    .map(move |r| (project.clone(), r.clone()))
-            })
-            .collect();
-        state.held_reviewers.0.extend(all);
+        let held = &mut state.held_reviewers;
+        held.published.clear();
+        for (project, q) in state.quality.iter() {
+            if !q.reviewers.is_empty() {
+                held.dirty.insert(ProjectKey::from(project));
+            }
+        }
     }
 
-    /// Publishes the held reviewer records (those a record changed) as the state now has them:
-    /// the service every `output.reviewers_coalesce_ms`, replay after every record.
+    /// Publishes the reviewer records of the held projects (those whose reviews a record
+    /// changed), fitted on their verdicts as they now are; a record equal to the one last
+    /// published for its reviewer is not published again. The service calls it every
+    /// `output.reviewers_coalesce_ms`, replay at the end of its input.
     pub fn release_reviewers(&self, state: &mut PartitionState, out: &mut Vec<Output>) {
-        let mut held: Vec<ProjectReviewer> = state.held_reviewers.0.drain().collect();
-        held.sort_unstable();
-        for (project, reviewer) in held {
-            let held = state
-                .quality
-                .get(&project)
-                .and_then(|q| q.reviewers.reviewers().get(&reviewer));
-            if let Some(r) = held {
-                out.push(reviewer_record(&project, &reviewer, r));
+        let held = &mut state.held_reviewers;
+        let mut dirty: Vec<ProjectKey> = held.dirty.drain().collect();
+        dirty.sort_unstable();
+        for project in dirty {
+            let Some(q) = state.quality.get(&project) else {
+                held.published.remove(&project);
+                continue;
+            };
+            let fitted = fit(q.items.iter().map(|(_, e)| &e.review));
+            let published = held.published.entry(project.clone()).or_default();
+            published.retain(|r, _| fitted.reviewers.contains_key(r));
+            for (reviewer, figures) in &fitted.reviewers {
+                let findings = q.reviewers.findings(reviewer);
+                let record = reviewer_record(&project, reviewer, figures, findings);
+                let hash = xxhash_rust::xxh3::xxh3_64(record.render().as_bytes());
+                if published.insert(reviewer.clone(), hash) != Some(hash) {
+                    out.push(record);
+                }
+            }
+            if published.is_empty() {
+                held.published.remove(&project);
             }
         }
     }
@@ -158,7 +167,7 @@ impl Engine {
 fn alerts(
     (project, cause): (&str, &str),
     reviewer: &str,
-    r: &Reviewer,
+    r: &Figures,
     (before, now): (Findings, Findings),
     settings: &Reviewers,
 ) -> Vec<BiasAlert> {
@@ -219,12 +228,11 @@ fn alerts(
     alerts
 }
 
-/// The `jury.reviewer-quality` record of `reviewer` in `project`. Also how the interactive
-/// queries' view is seeded from restored state.
-pub fn reviewer_record(project: &str, reviewer: &str, r: &Reviewer) -> Output {
+/// The `jury.reviewer-quality` record of `reviewer` in `project`, with its figures `r` and its
+/// active findings `f`. Also how the interactive queries' view is seeded from restored state.
+pub fn reviewer_record(project: &str, reviewer: &str, r: &Figures, f: Findings) -> Output {
     let p = r.reliability();
     let se = r.standard_error();
-    let f = r.kept.findings;
     let findings = [
         (f.unreliable, "unreliable"),
         (f.adversarial, "adversarial"),
@@ -246,7 +254,7 @@ pub fn reviewer_record(project: &str, reviewer: &str, r: &Reviewer) -> Output {
             .into_iter()
             .filter_map(|(on, name)| on.then_some(name))
             .collect(),
-        last_event_at: r.kept.last_event_at.map(|t| t.to_string()),
+        last_event_at: r.last_event_at.map(|t| t.to_string()),
     };
     Output::json(
         OutputTopic::ReviewerQuality,

@@ -12,7 +12,6 @@ use super::model::bias::ProjectAudit;
 use super::model::dedupe::{RecentIds, Remembered};
 use super::model::judge_quality::TaskQuality;
 use super::model::leaderboard::Board;
-use super::model::reviewers::ProjectReviewer;
 use super::model::score::ProjectScore;
 use super::model::session::SessionBook;
 use super::origins::Origins;
@@ -153,16 +152,20 @@ pub struct PartitionState {
     /// [`super::Engine::release_held`] empties it at every coalescing tick and at the end of every
     /// runtime epoch, and replay (no clock) never fills it.
     pub held: Vec<ProjectKey>,
-    /// Reviewers whose `jury.reviewer-quality` record is held back until the end of the
-    /// runtime's cycle: [`super::Engine::release_held`] publishes them as they then are.
+    /// Projects whose `jury.reviewer-quality` records are held back until the end of the
+    /// runtime's cycle: [`super::Engine::release_reviewers`] publishes them as they then are.
     pub held_reviewers: HeldReviewers,
 }
 
-/// Reviewers with a held record, as `(project, reviewer)`, in no order (they are published in
-/// order). Like [`Coalescing`] it is not state: never written or restored, and every two
-/// compare equal.
+/// The projects whose reviewers' records are held, in no order (they are published in order),
+/// and what was last published of each reviewer (a hash of its record), so that a record
+/// equal to the last one is not published again. Like [`Coalescing`] it is not state: never
+/// written or restored, and every two compare equal.
 #[derive(Debug, Clone, Default)]
-pub struct HeldReviewers(pub IdSet<ProjectReviewer>);
+pub struct HeldReviewers {
+    pub dirty: IdSet<ProjectKey>,
+    pub published: IdMap<ProjectKey, IdMap<ProjectKey, u64>>,
+}
 
 impl PartialEq for HeldReviewers {
     fn eq(&self, _: &Self) -> bool {

@@ -374,7 +374,9 @@ impl Core {
                         .with_label_values(&[p, judge])
                         .set(kappa);
                 }
-                for (reviewer, reliability) in q.reviewers.least_reliable(min_items, 5) {
+                let fitted = q.reviewers.checkpoint();
+                let least = fitted.map(|f| f.least_reliable(min_items, 5));
+                for (reviewer, reliability) in least.unwrap_or_default() {
                     self.metrics
                         .reviewer_reliability
                         .with_label_values(&[p, reviewer])
@@ -390,7 +392,7 @@ impl Core {
             waiting += waits;
             for (_, q) in quality.iter() {
                 forgotten += q.forgotten;
-                let held = q.reviewers.reviewers().len();
+                let held = q.reviewers.len();
                 reviewers += held;
                 largest = largest.max(held);
                 left_out += q.reviewers.left_out;

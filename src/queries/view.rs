@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::changelog::{Unit, UnitKind};
 use crate::engine::contract::time::{EventTime, rfc3339};
 use crate::engine::model::session::{Ballot, Session};
+use crate::engine::model::reviewers::fit;
 use crate::engine::output::{Output, OutputValue, Shows};
 use crate::engine::quality::judge_record;
 use crate::engine::{
@@ -212,8 +213,7 @@ impl View {
             }
         }
         for (project, q) in state.quality.iter() {
-            let reviewers = q.reviewers.reviewers();
-            if q.judges.is_empty() && reviewers.is_empty() {
+            if q.judges.is_empty() && q.reviewers.is_empty() {
                 continue;
             }
             let mut p = self.entry(project, unit, now);
@@ -222,8 +222,10 @@ impl View {
                 let record = judge_record(project, judge, w, window);
                 p.judges.insert(judge.to_owned(), record.render().into());
             }
-            for (reviewer, r) in reviewers {
-                let record = reviewer_record(project, reviewer, r);
+            let fitted = fit(q.items.iter().map(|(_, e)| &e.review));
+            for (reviewer, r) in &fitted.reviewers {
+                let findings = q.reviewers.findings(reviewer);
+                let record = reviewer_record(project, reviewer, r, findings);
                 p.reviewers
                     .insert(reviewer.to_string(), record.render().into());
             }
@@ -457,7 +459,7 @@ fn reviewer_held(state: &PartitionState, project: &str, reviewer: &str) -> bool 
     state
         .quality
         .get(project)
-        .is_some_and(|q| q.reviewers.reviewers().contains_key(reviewer))
+        .is_some_and(|q| q.reviewers.holds(reviewer))
 }
 
 /// A judge project's kept consensus records, by session.

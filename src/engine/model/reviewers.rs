@@ -1,6 +1,6 @@
 //! Reviewer reliability: how far each human reviewer's pass/fail verdicts can be trusted,
 //! learned from how reviewers agree on the same items, without gold answers: the one-coin
-//! Dawid-Skene model, fitted online.
+//! Dawid-Skene model, fitted in batch over the verdicts held.
 //!
 //! The model. An item's true verdict is pass with probability `π`; reviewer `j` gives the true
 //! verdict with probability `p_j`, its reliability, whichever the truth. Given the reliabilities,
@@ -19,27 +19,23 @@
 //! π   = (1 + Σ_i q_i) / (2 + items)
 //! ```
 //!
-//! Batch EM (crowd-kit's `OneCoinDawidSkene`, without the prior) alternates the two over every
-//! item until they settle. Online, each item keeps its verdicts and its posterior (a [`Review`],
-//! in the project's item store, the one judge quality keeps the humans' votes in), and each
-//! reviewer the sums its figures are read from. When an item gains a verdict it is
-//! *refreshed*: its reviewers' sums lose what its old posterior gave them, its posterior is
-//! recomputed from the reliabilities as they are now, and the sums gain what the new one gives.
-//! `SWEEP` more items, the least recently refreshed, are refreshed with it, so every held item
-//! is refreshed again within `items / SWEEP` verdicts: an incremental EM whose fixed point is
-//! the batch one.
+//! [`fit`] alternates the two over every held item (EM, as crowd-kit's `OneCoinDawidSkene`
+//! does, with the prior) from where the evidence points: each item's posterior starts at the
+//! weighted share of its verdicts that say pass. Its sums are fixed point and each item's
+//! verdicts are kept in reviewer order, so the fit is a function of the verdicts held, not of
+//! the order they arrived in, to the last bit.
+//!
+//! What is state is only the facts: each item's verdicts (in its entry of the project's item
+//! store, a [`Review`]) and each reviewer's active findings ([`Findings`], the hysteresis of its
+//! alerts). The figures are derived: [`Reviewers`] counts the verdicts each reviewer holds
+//! (for the bounds), and the fit runs where it is needed: when a record is published, and at
+//! the checkpoints of [`Reviewers::checkpoint_due`] that the alerts and the learned weights
+//! follow.
 //!
 //! The prior is as if every reviewer had begun with two true verdicts and one false: it keeps a
-//! reviewer with few items near "probably careful" instead of at 0 or 1, and, being above one
-//! half, it tells the model which of its two mirror-image solutions (everyone right, or everyone
-//! wrong) is meant. Against the same sums without it, it moves a reliability by
-//! `(2 − 3x) / (n + 3)` for a reviewer with `n` verdicts, a share `x` of them true: with 40 items
-//! at most 0.05 (a reviewer always wrong), under 0.025 for one right at least half the time.
-//!
-//! Sums are kept in fixed point, so taking a contribution back leaves exactly what was there
-//! before it, and verdicts are kept in reviewer order, so neither rounding nor the order in which
-//! votes arrived within an item can change a result. Every sum can so be counted again from the
-//! items alone ([`Reviewers::recount`]): that is how a restore rebuilds them.
+//! reviewer with few items near "probably careful" instead of at 0 or 1, and, with the start
+//! from the majority, it tells the model which of its two mirror-image solutions (everyone
+//! right, or everyone wrong) is meant.
 
 use std::collections::BTreeMap;
 
@@ -57,12 +53,14 @@ pub type ProjectReviewer = (ProjectKey, ProjectKey);
 pub const PRIOR_TRUE: f64 = 2.0;
 pub const PRIOR_FALSE: f64 = 1.0;
 
-/// Items refreshed besides the one that gained a verdict.
-pub const SWEEP: usize = 2;
-
 /// Reliabilities are kept within `[CLIP, 1 - CLIP]` in the posterior, so that no single
 /// reviewer's verdict makes an item certain.
 pub const CLIP: f64 = 1e-3;
+
+/// The fit stops once no reliability moved by more than this in an iteration...
+pub const TOLERANCE: f64 = 1e-10;
+/// ... or after this many iterations, which bounds a fit's cost per held verdict.
+pub const MAX_ITERATIONS: usize = 200;
 
 /// The scale of the fixed-point sums: 2^-32 of a verdict.
 const ONE: f64 = 4_294_967_296.0;
@@ -78,11 +76,13 @@ fn float(x: i64) -> f64 {
 /// What a project's reviewer model may hold.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReviewerLimits {
-    /// Reviewers with figures; a verdict of a new reviewer beyond them is left out (counted).
+    /// Reviewers with verdicts; a verdict of a new reviewer beyond them is left out (counted).
     pub max_reviewers: usize,
     /// Reviewers' verdicts one item keeps; a new reviewer's verdict on an item that has them
     /// all is left out (its earlier reviewers can still change theirs).
     pub max_verdicts: usize,
+    /// Shared items a reviewer needs before its findings and learned weight count.
+    pub min_items: u64,
 }
 
 /// One reviewer's verdict on an item.
@@ -90,38 +90,23 @@ pub struct ReviewerLimits {
 pub struct Verdict {
     pub reviewer: ProjectKey,
     pub pass: bool,
-    /// The vote's weight (its reputation), for the majority of the others.
+    /// The vote's weight (its reputation), for the majority of the others and the fit's start.
     pub weight: f64,
     /// The event time of its batch.
     pub at: EventTime,
 }
 
-/// An item's verdicts, in reviewer order, its posterior, and the judges' scores paired with
-/// it: what the model keeps of an item, in its entry of the item store.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// An item's verdicts, in reviewer order, and the judges' scores paired with it: what the model
+/// keeps of an item, in its entry of the item store. (A changelog written before the figures
+/// were derived also holds a posterior and a refresh place here; they are not read.)
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Review {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub verdicts: Vec<Verdict>,
-    /// P(the item's true verdict is pass), as of its last refresh.
-    #[serde(default)]
-    pub posterior: f64,
-    /// Its place in its project's order of refreshes.
-    #[serde(default)]
-    pub refreshed: u64,
     /// Σ and number of the judge scores paired with the item (judge quality): the judges'
     /// verdict is pass when their mean is at least ½.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub judged: Option<(f64, u32)>,
-}
-
-/// Two are equal when their verdicts, posteriors and judge scores are: a refresh place is only
-/// relative, and [`Reviewers`] compares the order of refreshes.
-impl PartialEq for Review {
-    fn eq(&self, other: &Self) -> bool {
-        self.verdicts == other.verdicts
-            && self.posterior == other.posterior
-            && self.judged == other.judged
-    }
 }
 
 impl Review {
@@ -134,6 +119,12 @@ impl Review {
     pub fn judges_pass(&self) -> Option<bool> {
         let (sum, n) = self.judged?;
         (n > 0).then(|| sum / f64::from(n) >= 0.5)
+    }
+
+    /// Pairs a judge score `s` with the item.
+    pub fn judge(&mut self, s: f64) {
+        let (sum, n) = self.judged.unwrap_or_default();
+        self.judged = Some((sum + s, n.saturating_add(1)));
     }
 }
 
@@ -154,7 +145,8 @@ impl Reviewed for Review {
 }
 
 /// A reviewer's findings, each active from when it becomes true until it no longer is (the
-/// audit's hysteresis): an alert is raised when one becomes true.
+/// audit's hysteresis): an alert is raised when one becomes true. The only part of a reviewer
+/// that is state of its own: the changelog's reviewer record.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Findings {
     #[serde(default)]
@@ -165,46 +157,48 @@ pub struct Findings {
     pub straight_lining: bool,
 }
 
-/// What is kept of a reviewer beside its sums (which a restore counts again from the items):
-/// the changelog's reviewer record, written when its findings change and when its last event
-/// time can no longer be read from its held verdicts.
+impl Findings {
+    pub fn any(&self) -> bool {
+        self.unreliable || self.adversarial || self.straight_lining
+    }
+}
+
+/// A reviewer's changelog record: its findings. (Written before the figures were derived, it
+/// also held a last event time, which is now read from the verdicts.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Kept {
-    /// The latest event time of its verdicts since it was first held: the latest of its held
-    /// verdicts' unless the verdict that carried it has left (replaced or forgotten), which
-    /// is when this part is written.
-    pub last_event_at: Option<EventTime>,
     #[serde(default)]
     pub findings: Findings,
 }
 
-/// What one reviewer's verdicts on the held items add up to.
+/// What one reviewer's verdicts on the held items say, as [`fit`] finds it.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Reviewer {
+pub struct Figures {
     /// Held items with its verdict.
     pub verdicts: u64,
     /// Of those, the ones it passed.
     pub passes: u64,
     /// Held items with its verdict and at least one other reviewer's.
     pub shared: u64,
-    /// Σ P(its verdict is the true one) over its items, fixed point.
-    expected_true: i64,
+    /// Σ P(its verdict is the true one) over its items.
+    pub expected_true: f64,
     /// Σ over its shared items of 1 where its verdict is the weighted majority of the others',
-    /// ½ where they are tied, fixed point.
-    agreed: i64,
-    /// Σ over its shared items of 1 where the others' weighted majority is pass, ½ where tied,
-    /// fixed point: whether the crowd's verdicts on its items are mixed.
-    crowd_passes: i64,
+    /// ½ where they are tied.
+    pub agreed: f64,
+    /// Σ over its shared items of 1 where the others' weighted majority is pass, ½ where tied:
+    /// whether the crowd's verdicts on its items are mixed.
+    pub crowd_passes: f64,
     /// Its items with a judges' verdict, and of those the ones it agrees with.
     pub judged: u64,
     pub judge_agreed: u64,
-    pub kept: Kept,
+    /// The latest event time of its held verdicts.
+    pub last_event_at: Option<EventTime>,
 }
 
-impl Reviewer {
+impl Figures {
     /// The estimated probability that its verdict is the true one.
     pub fn reliability(&self) -> f64 {
-        (PRIOR_TRUE + float(self.expected_true)) / (PRIOR_TRUE + PRIOR_FALSE + self.verdicts as f64)
+        (PRIOR_TRUE + self.expected_true) / (PRIOR_TRUE + PRIOR_FALSE + self.verdicts as f64)
     }
 
     /// The reliability's standard error, as a Beta posterior's.
@@ -216,13 +210,13 @@ impl Reviewer {
     /// The share of its shared items where it sided with the others' weighted majority; `None`
     /// before it shares one.
     pub fn agreement(&self) -> Option<f64> {
-        (self.shared > 0).then(|| float(self.agreed) / self.shared as f64)
+        (self.shared > 0).then(|| self.agreed / self.shared as f64)
     }
 
     /// The share of its shared items where the others' weighted majority is pass; `None` before
     /// it shares one.
     pub fn crowd_pass_rate(&self) -> Option<f64> {
-        (self.shared > 0).then(|| float(self.crowd_passes) / self.shared as f64)
+        (self.shared > 0).then(|| self.crowd_passes / self.shared as f64)
     }
 
     /// The share of its verdicts that are pass; `None` before it has one.
@@ -284,205 +278,21 @@ impl Reviewer {
         let p = self.reliability();
         (p / (1.0 - p)).ln().max(0.0)
     }
-
-    /// Its reliability clipped for the posterior.
-    fn clipped(&self) -> f64 {
-        self.reliability().clamp(CLIP, 1.0 - CLIP)
-    }
 }
 
-/// What a change to the model touched: reviewers whose figures changed (in order, once each;
-/// the model may no longer hold some), the places of items whose review changed, and the
-/// reviewers whose kept part must be written: their last event time left with a verdict, or
-/// they were forgotten.
+/// A fit of a project's held verdicts: every reviewer's figures, by id.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Touched {
-    pub reviewers: Vec<ProjectKey>,
-    pub items: Vec<u64>,
-    pub kept: Vec<ProjectKey>,
+pub struct Fit {
+    pub reviewers: BTreeMap<ProjectKey, Figures>,
+    /// The estimated share of items whose true verdict is pass.
+    pub class_prior: f64,
+    /// Items with verdicts.
+    pub items: usize,
+    /// EM iterations run (at most [`MAX_ITERATIONS`]).
+    pub iterations: usize,
 }
 
-/// A project's reviewers: their sums over the items of the project's item store, and the
-/// order the items were last refreshed in.
-#[derive(Debug, Clone, Default)]
-pub struct Reviewers {
-    reviewers: IdMap<ProjectKey, Reviewer>,
-    /// The items with verdicts, by their last refresh.
-    refreshes: BTreeMap<u64, ProjectKey>,
-    /// Σ of those items' posteriors, fixed point.
-    posteriors: i64,
-    next: u64,
-    /// Verdicts left out to stay within the bounds.
-    pub left_out: u64,
-}
-
-/// Two are equal when they hold the same reviewers and refresh their items in the same order:
-/// the refresh places themselves are only relative.
-impl PartialEq for Reviewers {
-    fn eq(&self, other: &Self) -> bool {
-        self.reviewers == other.reviewers
-            && self.refreshes.values().eq(other.refreshes.values())
-            && self.posteriors == other.posteriors
-            && self.left_out == other.left_out
-    }
-}
-
-impl Reviewers {
-    /// A vote batch's verdicts on `item` (held in `items`) at `at`, each replacing any earlier
-    /// one of the same reviewer on it (of one reviewer in the batch, the last counts), within
-    /// `limits`; then `SWEEP` more items refreshed. What changed is appended to `touched`.
-    pub fn add<V: Reviewed>(
-        &mut self,
-        items: &mut Bounded<V>,
-        (item, verdicts): (&str, &[Verdict]),
-        limits: ReviewerLimits,
-        touched: &mut Touched,
-    ) {
-        let Some((seq, entry)) = items.get_mut(item) else {
-            return;
-        };
-        let review = entry.review_mut();
-        self.uncount(review);
-        let mut new = 0;
-        for verdict in verdicts {
-            let at = review
-                .verdicts
-                .binary_search_by(|v| v.reviewer.as_str().cmp(verdict.reviewer.as_str()));
-            let known = self.reviewers.contains_key(&verdict.reviewer);
-            match at {
-                Ok(i) => {
-                    let old = &review.verdicts[i];
-                    if old.at != verdict.at && self.carried_last_event(old) {
-                        touched.kept.push(old.reviewer.clone());
-                    }
-                    review.verdicts[i] = verdict.clone();
-                }
-                Err(i)
-                    if review.verdicts.len() < limits.max_verdicts
-                        && (known || self.reviewers.len() + new < limits.max_reviewers) =>
-                {
-                    new += usize::from(!known);
-                    review.verdicts.insert(i, verdict.clone());
-                }
-                Err(_) => self.left_out += 1,
-            }
-        }
-        if review.verdicts.is_empty() {
-            return;
-        }
-        self.refresh(item, review);
-        self.count(review, 1, Some(touched));
-        touched.items.push(seq);
-        let sweep: Vec<ProjectKey> = self
-            .refreshes
-            .values()
-            .filter(|k| k.as_str() != item)
-            .take(SWEEP)
-            .cloned()
-            .collect();
-        for other in sweep {
-            let Some((seq, entry)) = items.get_mut(&other) else {
-                continue;
-            };
-            let review = entry.review_mut();
-            self.uncount(review);
-            self.refresh(&other, review);
-            self.count(review, 1, Some(touched));
-            touched.items.push(seq);
-        }
-        touched.reviewers.sort();
-        touched.reviewers.dedup();
-    }
-
-    /// A judge score `s` of `item` paired with the humans' votes on it (judge quality): the
-    /// item's judges' verdict, and with it its reviewers' agreement with the judges, changes.
-    pub fn judged<V: Reviewed>(
-        &mut self,
-        items: &mut Bounded<V>,
-        item: &str,
-        s: f64,
-        touched: &mut Touched,
-    ) {
-        let Some((seq, entry)) = items.get_mut(item) else {
-            return;
-        };
-        let review = entry.review_mut();
-        let counted = !review.verdicts.is_empty();
-        if counted {
-            self.count(review, -1, Some(touched));
-        }
-        let (sum, n) = review.judged.unwrap_or_default();
-        review.judged = Some((sum + s, n.saturating_add(1)));
-        if counted {
-            self.count(review, 1, Some(touched));
-        }
-        touched.items.push(seq);
-        touched.reviewers.sort();
-        touched.reviewers.dedup();
-    }
-
-    /// `review`, of an item the store forgot: its verdicts leave their reviewers' sums, and a
-    /// reviewer left with no item is forgotten too.
-    pub fn forget(&mut self, review: &Review, touched: &mut Touched) {
-        if review.verdicts.is_empty() {
-            return;
-        }
-        self.refreshes.remove(&review.refreshed);
-        self.count(review, -1, Some(touched));
-        for v in &review.verdicts {
-            let held = self
-                .reviewers
-                .get(&v.reviewer)
-                .is_some_and(|r| r.verdicts > 0);
-            if !held {
-                // Its record goes too (or, should it come back within the same record, is
-                // written again from nothing).
-                self.reviewers.remove(&v.reviewer);
-                touched.kept.push(v.reviewer.clone());
-            } else if self.carried_last_event(v) {
-                touched.kept.push(v.reviewer.clone());
-            }
-        }
-    }
-
-    /// Puts a restored reviewer's kept part back; its sums, and its last event time where its
-    /// held verdicts say a later one, come from [`Reviewers::recount`].
-    pub fn restore(&mut self, reviewer: &str, kept: Kept) {
-        self.reviewers.entry(reviewer.into()).or_default().kept = kept;
-    }
-
-    /// Counts every sum again from `items` and their refresh places, after a restore wrote
-    /// them (and the reviewers' kept parts) directly. A reviewer with no item is dropped.
-    pub fn recount<V: Reviewed>(&mut self, items: &Bounded<V>) {
-        self.posteriors = 0;
-        self.refreshes.clear();
-        for r in self.reviewers.values_mut() {
-            *r = Reviewer {
-                kept: r.kept,
-                ..Reviewer::default()
-            };
-        }
-        for (key, entry) in items.iter() {
-            let review = entry.review();
-            if review.verdicts.is_empty() {
-                continue;
-            }
-            self.refreshes.insert(review.refreshed, key.into());
-            self.next = self.next.max(review.refreshed + 1);
-            self.count(review, 1, None);
-        }
-        self.reviewers.retain(|_, r| r.verdicts > 0);
-    }
-
-    /// The reviewers, by id (in no order).
-    pub fn reviewers(&self) -> &IdMap<ProjectKey, Reviewer> {
-        &self.reviewers
-    }
-
-    pub fn get_mut(&mut self, reviewer: &str) -> Option<&mut Reviewer> {
-        self.reviewers.get_mut(reviewer)
-    }
-
+impl Fit {
     /// The `n` least reliable reviewers with at least `min_items` shared items, least
     /// reliable first (ties by id).
     pub fn least_reliable(&self, min_items: u64, n: usize) -> Vec<(&str, f64)> {
@@ -496,95 +306,123 @@ impl Reviewers {
         held.truncate(n);
         held
     }
+}
 
-    /// Items with verdicts.
-    pub fn items(&self) -> usize {
-        self.refreshes.len()
+/// Fits the model to `reviews` (the items of one project, in any order): EM from each item's
+/// weighted share of pass verdicts, until no reliability moves by more than [`TOLERANCE`] or
+/// [`MAX_ITERATIONS`]. `O(verdicts)` per iteration.
+pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
+    let reviews: Vec<&Review> = reviews.filter(|r| !r.verdicts.is_empty()).collect();
+    let mut ids: Vec<&ProjectKey> = reviews
+        .iter()
+        .flat_map(|r| r.verdicts.iter().map(|v| &v.reviewer))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    // Every verdict as (reviewer index, pass), item after item: item `i`'s are
+    // `verdicts[ends[i - 1]..ends[i]]`.
+    let mut verdicts: Vec<(usize, bool)> = Vec::new();
+    let mut ends: Vec<usize> = Vec::with_capacity(reviews.len());
+    let mut figures = vec![Figures::default(); ids.len()];
+    for review in &reviews {
+        let start = verdicts.len();
+        verdicts.extend(review.verdicts.iter().map(|v| {
+            let j = ids.binary_search(&&v.reviewer).unwrap_or_default();
+            (j, v.pass)
+        }));
+        count(review, &verdicts[start..], &mut figures);
+        ends.push(verdicts.len());
     }
-
-    /// The estimated share of items whose true verdict is pass.
-    pub fn class_prior(&self) -> f64 {
-        (1.0 + float(self.posteriors)) / (2.0 + self.refreshes.len() as f64)
-    }
-
-    /// Whether `verdict` carries its reviewer's last event time: once it leaves, that time can
-    /// no longer be read from the held verdicts.
-    fn carried_last_event(&self, verdict: &Verdict) -> bool {
-        self.reviewers
-            .get(&verdict.reviewer)
-            .is_some_and(|r| r.kept.last_event_at == Some(verdict.at))
-    }
-
-    /// Takes what `review`'s verdicts gave its reviewers' sums, before they change.
-    fn uncount(&mut self, review: &Review) {
-        if !review.verdicts.is_empty() {
-            self.refreshes.remove(&review.refreshed);
-            self.count(review, -1, None);
+    let items = || {
+        let starts = std::iter::once(0).chain(ends.iter().copied());
+        starts.zip(ends.iter().copied()).map(|(a, b)| &verdicts[a..b])
+    };
+    let n: Vec<f64> = figures.iter().map(|f| f.verdicts as f64).collect();
+    // The start: each item's weighted share of pass verdicts (½ where no verdict has weight).
+    let mut q: Vec<f64> = reviews.iter().map(|r| pass_share(r)).collect();
+    let mut p = vec![0.0; ids.len()];
+    let mut expected_true = vec![0i64; ids.len()];
+    let logit = |x: f64| (x / (1.0 - x)).ln();
+    let mut iterations = 0;
+    let prior = loop {
+        // M-step, in fixed point so that the sums do not depend on the items' order.
+        expected_true.fill(0);
+        let mut posteriors = 0i64;
+        for (item, &qi) in items().zip(&q) {
+            posteriors += fixed(qi);
+            let (t, f) = (fixed(qi), fixed(1.0 - qi));
+            for &(j, pass) in item {
+                expected_true[j] += if pass { t } else { f };
+            }
         }
-    }
-
-    /// Recomputes the posterior of `item` (not counted in the sums) from its reviewers'
-    /// reliabilities as they are and the class prior of the other items, and marks it the
-    /// most recently refreshed.
-    fn refresh(&mut self, item: &str, review: &mut Review) {
-        let others = self.refreshes.len() as f64;
-        let prior = (1.0 + float(self.posteriors)) / (2.0 + others);
-        let logit = |p: f64| (p / (1.0 - p)).ln();
-        let mut odds = logit(prior.clamp(CLIP, 1.0 - CLIP));
-        for v in &review.verdicts {
-            let p = self
-                .reviewers
-                .get(&v.reviewer)
-                .map_or_else(|| Reviewer::default().clipped(), Reviewer::clipped);
-            odds += if v.pass { logit(p) } else { -logit(p) };
+        let mut moved: f64 = 0.0;
+        for (j, &e) in expected_true.iter().enumerate() {
+            let new = (PRIOR_TRUE + float(e)) / (PRIOR_TRUE + PRIOR_FALSE + n[j]);
+            moved = moved.max((new - p[j]).abs());
+            p[j] = new;
+            figures[j].expected_true = float(e);
         }
-        review.posterior = 1.0 / (1.0 + (-odds).exp());
-        review.refreshed = self.next;
-        self.next += 1;
-        self.refreshes.insert(review.refreshed, item.into());
-    }
-
-    /// Adds (`sign` 1) or takes back (-1) what `review` gives its reviewers' sums and the class
-    /// prior's; the only place the sums change, so a take-back leaves exactly what was there.
-    fn count(&mut self, review: &Review, sign: i64, mut touched: Option<&mut Touched>) {
-        self.posteriors += sign * fixed(review.posterior);
-        let judges = review.judges_pass();
-        for (v, crowd) in review.verdicts.iter().zip(majorities(&review.verdicts)) {
-            let r = match self.reviewers.get_mut(&v.reviewer) {
-                Some(r) => r,
-                None => self.reviewers.entry(v.reviewer.clone()).or_default(),
-            };
-            let step = |n: &mut u64, by: bool| {
-                if by {
-                    *n = n.wrapping_add_signed(sign);
+        let prior = (1.0 + float(posteriors)) / (2.0 + reviews.len() as f64);
+        iterations += 1;
+        if moved <= TOLERANCE || iterations >= MAX_ITERATIONS {
+            break prior;
+        }
+        // E-step.
+        let base = logit(prior.clamp(CLIP, 1.0 - CLIP));
+        let weights: Vec<f64> = p.iter().map(|&x| logit(x.clamp(CLIP, 1.0 - CLIP))).collect();
+        for (item, qi) in items().zip(q.iter_mut()) {
+            let odds = item.iter().fold(base, |odds, &(j, pass)| {
+                if pass {
+                    odds + weights[j]
+                } else {
+                    odds - weights[j]
                 }
+            });
+            *qi = 1.0 / (1.0 + (-odds).exp());
+        }
+    };
+    Fit {
+        reviewers: ids.into_iter().cloned().zip(figures).collect(),
+        class_prior: prior,
+        items: reviews.len(),
+        iterations,
+    }
+}
+
+/// Adds what one item says of its reviewers (`indexed`: each verdict's reviewer index),
+/// besides the EM's sums: verdicts, passes, the majority of the others, the judges' verdict,
+/// the last event time.
+fn count(review: &Review, indexed: &[(usize, bool)], figures: &mut [Figures]) {
+    let judges = review.judges_pass();
+    let crowd = majorities(&review.verdicts);
+    for ((v, &(j, _)), crowd) in review.verdicts.iter().zip(indexed).zip(crowd) {
+        let f = &mut figures[j];
+        f.verdicts += 1;
+        f.passes += u64::from(v.pass);
+        f.last_event_at = f.last_event_at.max(Some(v.at));
+        if let Some(others_pass) = crowd {
+            f.shared += 1;
+            f.crowd_passes += others_pass;
+            f.agreed += if v.pass {
+                others_pass
+            } else {
+                1.0 - others_pass
             };
-            step(&mut r.verdicts, true);
-            step(&mut r.passes, v.pass);
-            if sign > 0 {
-                r.kept.last_event_at = r.kept.last_event_at.max(Some(v.at));
-            }
-            r.expected_true += sign * fixed(truth(review.posterior, v.pass));
-            if let Some(others_pass) = crowd {
-                step(&mut r.shared, true);
-                r.crowd_passes += sign * fixed(others_pass);
-                r.agreed += sign * fixed(truth(others_pass, v.pass));
-            }
-            if let Some(judges) = judges {
-                step(&mut r.judged, true);
-                step(&mut r.judge_agreed, judges == v.pass);
-            }
-            if let Some(t) = touched.as_deref_mut() {
-                t.reviewers.push(v.reviewer.clone());
-            }
+        }
+        if let Some(judges) = judges {
+            f.judged += 1;
+            f.judge_agreed += u64::from(judges == v.pass);
         }
     }
 }
 
-/// P(a verdict of `pass` is the true one) for an item whose posterior of being a pass is `q`;
-/// also whether a verdict sides with the others' majority, given that majority's side.
-fn truth(q: f64, pass: bool) -> f64 {
-    if pass { q } else { 1.0 - q }
+/// The weighted share of an item's verdicts that say pass; ½ where none has weight.
+fn pass_share(review: &Review) -> f64 {
+    let (pass, all) = review.verdicts.iter().fold((0.0, 0.0), |(p, a), v| {
+        let w = v.weight.max(0.0);
+        (if v.pass { p + w } else { p }, a + w)
+    });
+    if all > 0.0 { pass / all } else { 0.5 }
 }
 
 /// For each verdict, the side of the weighted majority of the item's other verdicts: 1 for
@@ -606,6 +444,196 @@ fn majorities(verdicts: &[Verdict]) -> impl Iterator<Item = Option<f64>> + '_ {
             0.0
         })
     })
+}
+
+/// What adding verdicts to an item did to a project's reviewers.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Added {
+    /// Verdicts of reviewers new to the item (a replaced verdict is not one).
+    pub admitted: u64,
+    /// Whether the item's verdicts changed at all.
+    pub changed: bool,
+}
+
+/// A project's reviewers: how many held verdicts each has (so that the bounds know who is held
+/// and a reviewer with none is forgotten), their findings, and the fit the alerts and learned
+/// weights follow.
+#[derive(Debug, Clone, Default)]
+pub struct Reviewers {
+    /// Held verdicts per reviewer.
+    held: IdMap<ProjectKey, u64>,
+    /// Σ of `held`.
+    held_verdicts: u64,
+    /// Reviewers with an active finding.
+    findings: IdMap<ProjectKey, Findings>,
+    /// Verdicts once admitted whose items were since forgotten: with the held ones, the count
+    /// of verdicts ever admitted, which the checkpoints follow.
+    pub forgotten_verdicts: u64,
+    /// Verdicts left out to stay within the bounds.
+    pub left_out: u64,
+    /// The fit at the last checkpoint (or restore): derived, not state.
+    checkpoint: Option<Fit>,
+}
+
+/// Two are equal when they hold the same verdict counts, findings and counters: the fit is
+/// derived from the items.
+impl PartialEq for Reviewers {
+    fn eq(&self, other: &Self) -> bool {
+        self.held == other.held
+            && self.held_verdicts == other.held_verdicts
+            && self.findings == other.findings
+            && self.forgotten_verdicts == other.forgotten_verdicts
+            && self.left_out == other.left_out
+    }
+}
+
+impl Reviewers {
+    /// A vote batch's verdicts on `item` (held in `items`), each replacing any earlier one of
+    /// the same reviewer on it (of one reviewer in the batch, the last counts), within
+    /// `limits`.
+    pub fn add<V: Reviewed>(
+        &mut self,
+        items: &mut Bounded<V>,
+        (item, verdicts): (&str, &[Verdict]),
+        limits: ReviewerLimits,
+    ) -> Added {
+        let mut added = Added::default();
+        let Some((_, entry)) = items.get_mut(item) else {
+            return added;
+        };
+        let review = entry.review_mut();
+        for verdict in verdicts {
+            let at = review
+                .verdicts
+                .binary_search_by(|v| v.reviewer.as_str().cmp(verdict.reviewer.as_str()));
+            let known = self.held.contains_key(&verdict.reviewer);
+            match at {
+                Ok(i) => {
+                    added.changed |= review.verdicts[i] != *verdict;
+                    review.verdicts[i] = verdict.clone();
+                }
+                Err(i)
+                    if review.verdicts.len() < limits.max_verdicts
+                        && (known || self.held.len() < limits.max_reviewers) =>
+                {
+                    review.verdicts.insert(i, verdict.clone());
+                    *self.held.entry(verdict.reviewer.clone()).or_default() += 1;
+                    self.held_verdicts += 1;
+                    added.admitted += 1;
+                    added.changed = true;
+                }
+                Err(_) => self.left_out += 1,
+            }
+        }
+        added
+    }
+
+    /// `review`, of an item the store forgot: its verdicts leave their reviewers' counts; the
+    /// reviewers left with none are forgotten (with their findings) and returned.
+    pub fn forget(&mut self, review: &Review) -> Vec<ProjectKey> {
+        let mut gone = Vec::new();
+        for v in &review.verdicts {
+            let Some(n) = self.held.get_mut(&v.reviewer) else {
+                continue;
+            };
+            *n -= 1;
+            self.held_verdicts -= 1;
+            self.forgotten_verdicts += 1;
+            if *n == 0 {
+                self.held.remove(&v.reviewer);
+                self.findings.remove(&v.reviewer);
+                gone.push(v.reviewer.clone());
+            }
+        }
+        gone
+    }
+
+    /// Whether adding `admitted` verdicts (just done) passed a checkpoint: with `h` verdicts
+    /// held, one every `max(1, 2^⌊log2 h⌋ / 4)` verdicts ever admitted, so a fit at each costs
+    /// `O(4 · iterations)` per verdict, amortised, and a project's alerts and learned weights
+    /// are at most a quarter of its verdicts behind; none before the project holds
+    /// `2 · min_items` verdicts, as no reviewer can share `min_items` items before (a shared
+    /// item has two verdicts), and both need that many. A function of the verdicts admitted
+    /// and held, both restored exactly, so a restored project keeps the same checkpoints.
+    pub fn checkpoint_due(&self, admitted: u64, min_items: u64) -> bool {
+        let held = self.held_verdicts;
+        if admitted == 0 || held < 2 * min_items.max(1) {
+            return false;
+        }
+        let step = (1u64 << held.ilog2()).div_ceil(4).max(1);
+        let ever = self.held_verdicts + self.forgotten_verdicts;
+        ever / step != (ever - admitted) / step
+    }
+
+    /// Keeps `fit` as the one the alerts and learned weights follow.
+    pub fn keep_checkpoint(&mut self, fit: Fit) {
+        self.checkpoint = Some(fit);
+    }
+
+    /// The fit of the last checkpoint (or restore).
+    pub fn checkpoint(&self) -> Option<&Fit> {
+        self.checkpoint.as_ref()
+    }
+
+    /// A reviewer's active findings.
+    pub fn findings(&self, reviewer: &str) -> Findings {
+        self.findings.get(reviewer).copied().unwrap_or_default()
+    }
+
+    /// Sets a held reviewer's findings; returns whether they changed.
+    pub fn set_findings(&mut self, reviewer: &ProjectKey, now: Findings) -> bool {
+        if !self.held.contains_key(reviewer) || self.findings(reviewer) == now {
+            return false;
+        }
+        if now.any() {
+            self.findings.insert(reviewer.clone(), now);
+        } else {
+            self.findings.remove(reviewer);
+        }
+        true
+    }
+
+    /// Puts a restored reviewer's findings back.
+    pub fn restore(&mut self, reviewer: &str, kept: Kept) {
+        if kept.findings.any() {
+            self.findings.insert(reviewer.into(), kept.findings);
+        }
+    }
+
+    /// Counts the verdicts again from `items` and fits them, after a restore wrote them (and
+    /// the findings) directly. The findings of a reviewer with no verdict are dropped.
+    pub fn recount<V: Reviewed>(&mut self, items: &Bounded<V>) {
+        self.held.clear();
+        self.held_verdicts = 0;
+        for (_, entry) in items.iter() {
+            for v in &entry.review().verdicts {
+                *self.held.entry(v.reviewer.clone()).or_default() += 1;
+                self.held_verdicts += 1;
+            }
+        }
+        let held = &self.held;
+        self.findings.retain(|k, _| held.contains_key(k));
+        self.checkpoint = (!self.held.is_empty()).then(|| fit(items.iter().map(|(_, e)| e.review())));
+    }
+
+    /// Whether `reviewer` has verdicts held.
+    pub fn holds(&self, reviewer: &str) -> bool {
+        self.held.contains_key(reviewer)
+    }
+
+    /// Reviewers with verdicts held.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// The reviewers with verdicts held, in no order.
+    pub fn ids(&self) -> impl Iterator<Item = &ProjectKey> {
+        self.held.keys()
+    }
 }
 
 #[cfg(test)]

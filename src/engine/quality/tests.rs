@@ -410,8 +410,10 @@ fn results(
 ) {
     let mut table = std::collections::BTreeMap::new();
     if let Some(q) = run.state.quality.get("p") {
-        for (reviewer, r) in q.reviewers.reviewers() {
-            let record = crate::engine::reviewer_record("p", reviewer, r);
+        let fitted = crate::engine::model::reviewers::fit(q.items.iter().map(|(_, e)| &e.review));
+        for (reviewer, r) in &fitted.reviewers {
+            let findings = q.reviewers.findings(reviewer);
+            let record = crate::engine::reviewer_record("p", reviewer, r, findings);
             table.insert(format!("reviewer {reviewer}"), record.render().into_owned());
         }
     }

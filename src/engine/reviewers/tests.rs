@@ -134,8 +134,11 @@ fn six_reviewers(run: &mut Run, items: i64) {
 /// Reliability, once the items' posteriors are near certain, over 80 items: honest
 /// (2 + 80)/83 ≈ 0.988, contrarian 2/83 ≈ 0.024, "yes" and "coin" (2 + 40)/83 ≈ 0.506.
 /// Alerts (min 20 shared items, min reliability 0.6, same verdict 0.95), each once and at the
-/// 20th item: the contrarian unreliable and adversarial; "yes" unreliable and straight-lining
-/// (pass on every item while the others' majority passes half of them); "coin" unreliable.
+/// first checkpoint after the 20th item: the contrarian unreliable and adversarial; "yes"
+/// unreliable and straight-lining (pass on every item while the others' majority passes half
+/// of them); "coin" unreliable. Each item adds six verdicts; from 64 held verdicts to 127 a
+/// checkpoint comes every 16 admitted, so after item 20 (120 verdicts) the next is item 22
+/// (132, past 128).
 #[test]
 fn honest_contrarian_yes_sayer_and_coin_by_hand() {
     let mut run = Run::new(&Config::default());
@@ -186,7 +189,7 @@ fn honest_contrarian_yes_sayer_and_coin_by_hand() {
         .map(|(k, s, _)| (k.as_str(), s.as_str()))
         .collect();
     assert_eq!(kinds, expected);
-    assert!(alerts.iter().all(|(_, _, n)| *n == 20), "{alerts:?}");
+    assert!(alerts.iter().all(|(_, _, n)| *n == 22), "{alerts:?}");
 }
 
 /// A finding re-arms once it is no longer true, and alerts again when it is: a reviewer who
@@ -245,7 +248,7 @@ fn off_publishes_nothing() {
         .quality
         .get("p")
         .expect("judge quality keeps the items");
-    assert!(q.reviewers.reviewers().is_empty());
+    assert!(q.reviewers.is_empty());
     assert!(q.items.iter().all(|(_, v)| v.review.is_empty()));
 }
 
@@ -304,7 +307,7 @@ fn learned_weights_follow_the_reliabilities() {
         run.state
             .quality
             .get("p")
-            .and_then(|q| q.reviewers.reviewers().get("h1").cloned())
+            .and_then(|q| q.reviewers.checkpoint()?.reviewers.get("h1").cloned())
     };
     let h1 = h1.expect("held");
     let p = h1.reliability();

@@ -15,17 +15,20 @@ pub mod agreement;
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 
+use smallvec::SmallVec;
+
 use serde::{Deserialize, Serialize};
 
 use self::agreement::kappa;
 pub use self::agreement::{Agreement, judge_agreement};
 pub use super::bounded::{Bounded, Places};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
-use super::reviewers::{
-    ProjectReviewer, Review, Reviewed, ReviewerLimits, Reviewers, Touched, Verdict,
-};
+use super::reviewers::{ProjectReviewer, Review, Reviewed, ReviewerLimits, Reviewers, Verdict};
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{IdMap, ProjectKey};
+
+/// The judge scores paired with one item at once.
+type SmallScores = SmallVec<[f64; 4]>;
 
 /// The bounds and thresholds of a project's judge-quality state.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -227,22 +230,25 @@ pub struct Observed {
     /// forgotten to stay in bounds (a task's bound may forget another project's item), and of
     /// each batch with verdicts the reviewer model left out.
     pub forgotten: Vec<ProjectKey>,
-    /// The reviewers whose figures changed, with their projects (a task's bound may forget
-    /// another project's item, and with it change that project's reviewers), and of those the
-    /// ones whose kept part must be written (see [`Touched::kept`]).
-    pub reviewers: Vec<ProjectReviewer>,
-    pub reviewers_kept: Vec<ProjectReviewer>,
+    /// The projects whose items' verdicts or judges' verdicts changed (a task's bound may
+    /// forget another project's item, and with it change that project's reviewers' figures).
+    pub reviewed: Vec<ProjectKey>,
+    /// Reviewers with findings that were forgotten with their last verdict: their changelog
+    /// record goes.
+    pub reviewers_gone: Vec<ProjectReviewer>,
+    /// Whether the votes' project passed a checkpoint of its reviewer model
+    /// ([`Reviewers::checkpoint_due`]).
+    pub checkpoint: bool,
 }
 
 impl Observed {
-    fn touched(&mut self, project: &str, touched: Touched) {
-        self.items.extend(touched.items);
-        let project = ProjectKey::from(project);
-        for reviewer in touched.reviewers {
-            self.reviewers.push((project.clone(), reviewer));
+    /// Notes that `project`'s reviews changed, and that the reviewers `gone` went.
+    fn reviewed(&mut self, project: &str, gone: Vec<ProjectKey>) {
+        if self.reviewed.last().is_none_or(|p| p.as_str() != project) {
+            self.reviewed.push(ProjectKey::from(project));
         }
-        for reviewer in touched.kept {
-            self.reviewers_kept.push((project.clone(), reviewer));
+        for reviewer in gone {
+            self.reviewers_gone.push((ProjectKey::from(project), reviewer));
         }
     }
 }
@@ -259,7 +265,7 @@ pub struct ProjectQuality {
     pub recent: BTreeMap<u64, CandidateScores>,
     /// The running correlations of judge pairs over `recent`, kept with it.
     pub correlations: Correlations,
-    /// The reviewers' figures, learned from the verdicts in `items`.
+    /// The reviewers of the verdicts in `items`, and their findings.
     pub reviewers: Reviewers,
     /// Items forgotten so far to stay in bounds.
     pub forgotten: u64,
@@ -326,7 +332,7 @@ impl ProjectQuality {
     }
 
     /// Rebuilds what is derived from the rest, after a restore wrote that directly: the
-    /// correlations from `recent`, the reviewers' sums from the items' verdicts.
+    /// correlations from `recent`, the reviewers' counts and fit from the items' verdicts.
     pub fn rebuild(&mut self) {
         self.correlations = Correlations::of(self.recent.values());
         self.reviewers.recount(&self.items);
@@ -439,17 +445,15 @@ impl TaskQuality {
         }
         let ready = agg.ready();
         observed.items.push(seq);
-        let mut touched = Touched::default();
         if let Some(reviewer_limits) = limits.reviewers {
             let left_out = q.reviewers.left_out;
-            q.reviewers.add(
-                &mut q.items,
-                (item, verdicts),
-                reviewer_limits,
-                &mut touched,
-            );
+            let added = q.reviewers.add(&mut q.items, (item, verdicts), reviewer_limits);
             if q.reviewers.left_out != left_out {
                 observed.forgotten.push(ProjectKey::from(project));
+            }
+            observed.checkpoint = q.reviewers.checkpoint_due(added.admitted, reviewer_limits.min_items);
+            if added.changed {
+                observed.reviewed(project, Vec::new());
             }
         }
         if let Some((h, ready_at)) = ready
@@ -468,16 +472,28 @@ impl TaskQuality {
                     at: w.at.max(ready_at),
                 })
                 .collect();
-            if limits.reviewers.is_some()
-                && let Some(q) = self.projects.get_mut(project)
-            {
-                for pair in &observed.pairs {
-                    q.reviewers.judged(&mut q.items, item, pair.s, &mut touched);
-                }
+            if limits.reviewers.is_some() {
+                let scores: SmallScores = observed.pairs.iter().map(|p| p.s).collect();
+                self.judged((project, item), &scores, &mut observed);
             }
         }
-        observed.touched(project, touched);
         observed
+    }
+
+    /// Judge scores `scores` paired with `item` of `project`: the judges' verdict on it, which
+    /// its reviewers' agreement with the judges counts.
+    fn judged(&mut self, (project, item): (&str, &str), scores: &[f64], observed: &mut Observed) {
+        let held = self.projects.get_mut(project);
+        let Some((seq, entry)) = held.and_then(|q| q.items.get_mut(item)) else {
+            return;
+        };
+        for &s in scores {
+            entry.review.judge(s);
+        }
+        observed.items.push(seq);
+        if !entry.review.verdicts.is_empty() {
+            observed.reviewed(project, Vec::new());
+        }
     }
 
     /// A completed session's judge scores `(item, judge, s)` in `project`, completed at `at`:
@@ -491,7 +507,6 @@ impl TaskQuality {
         limits: &QualityLimits,
     ) -> Observed {
         let mut observed = Observed::default();
-        let mut touched = Touched::default();
         for &(item, judge, s) in scores {
             let ready = self.get(project).and_then(|q| q.items.get(item)?.ready());
             if let Some((h, ready_at)) = ready {
@@ -503,10 +518,8 @@ impl TaskQuality {
                     h,
                     at: at.max(ready_at),
                 });
-                if limits.reviewers.is_some()
-                    && let Some(q) = self.projects.get_mut(project)
-                {
-                    q.reviewers.judged(&mut q.items, item, s, &mut touched);
+                if limits.reviewers.is_some() {
+                    self.judged((project, item), &[s], &mut observed);
                 }
                 continue;
             }
@@ -539,7 +552,6 @@ impl TaskQuality {
                 observed.waiting.push(seq);
             }
         }
-        observed.touched(project, touched);
         observed
     }
 
@@ -616,20 +628,24 @@ impl TaskQuality {
 /// with it.
 struct Held<V> {
     of: fn(&mut ProjectQuality) -> &mut Bounded<V>,
-    /// Called with a value forgotten to stay within the bounds, in its project.
-    forgotten: fn(&mut ProjectQuality, V, &mut Touched),
+    /// Called with a value forgotten to stay within the bounds, in its project: the reviewers
+    /// it changed, if any (with those forgotten with it that had findings).
+    forgotten: fn(&mut ProjectQuality, V) -> Option<Vec<ProjectKey>>,
 }
 
-/// Items with votes: one forgotten takes its verdicts out of its reviewers' figures.
+/// Items with votes: one forgotten takes its verdicts out of its reviewers' counts.
 const ITEMS: Held<ItemVotes> = Held {
     of: |q| &mut q.items,
-    forgotten: |q, item, touched| q.reviewers.forget(&item.review, touched),
+    forgotten: |q, item| {
+        let verdicts = !item.review.verdicts.is_empty();
+        verdicts.then(|| q.reviewers.forget(&item.review))
+    },
 };
 
 /// Items with judge scores waiting for votes.
 const WAITING: Held<Vec<Waiting>> = Held {
     of: |q| &mut q.waiting,
-    forgotten: |_, _, _| {},
+    forgotten: |_, _| None,
 };
 
 /// Which places of [`Observed`] a kind of held value changes.
@@ -669,9 +685,8 @@ fn place<V: Default>(
     for (seq, _, value) in gone {
         places.remove(seq);
         q.forgotten += 1;
-        let mut touched = Touched::default();
-        (held.forgotten)(q, value, &mut touched);
-        note_forgotten((project, seq), touched, (observed, slots));
+        let reviewed = (held.forgotten)(q, value);
+        note_forgotten((project, seq), reviewed, (observed, slots));
     }
     let seq = places.take(project);
     (held.of)(q).insert(key, seq, V::default());
@@ -685,21 +700,21 @@ fn forget<V>(
     (owner, seq): (&str, u64),
     noted: (&mut Observed, Slots),
 ) {
-    let mut touched = Touched::default();
+    let mut reviewed = None;
     if let Some(q) = q
         && let Some(value) = (held.of)(q).remove_at(seq)
     {
         q.forgotten += 1;
-        (held.forgotten)(q, value, &mut touched);
+        reviewed = (held.forgotten)(q, value);
     }
-    note_forgotten((owner, seq), touched, noted);
+    note_forgotten((owner, seq), reviewed, noted);
 }
 
-/// Notes in `observed` that the value at `seq` of `project` was forgotten, and what that
-/// `touched`.
+/// Notes in `observed` that the value at `seq` of `project` was forgotten, and the reviewers
+/// that changed with it, if any.
 fn note_forgotten(
     (project, seq): (&str, u64),
-    touched: Touched,
+    reviewed: Option<Vec<ProjectKey>>,
     (observed, slots): (&mut Observed, Slots),
 ) {
     match slots {
@@ -707,7 +722,9 @@ fn note_forgotten(
         Slots::Waiting => observed.waiting.push(seq),
     }
     observed.forgotten.push(ProjectKey::from(project));
-    observed.touched(project, touched);
+    if let Some(gone) = reviewed {
+        observed.reviewed(project, gone);
+    }
 }
 
 #[cfg(test)]
