@@ -114,9 +114,10 @@ fn reviewer_example_matches_its_golden_output() {
     );
     // What the example is there to show: each kind of bad reviewer gets its alert once, the
     // careful ones none, and they rank as careful, slipping, coin, always-wrong. eve, who
-    // passes everything, is right on the two thirds of items that are passes, but the one-coin
-    // model reads her reliability from the crowd's verdicts she happens to match: below 0.6 at
-    // the checkpoint after item 12, so she is also found unreliable.
+    // passes everything, is right on the items that are passes: 6 of her first 10, and 0.585
+    // at the checkpoint of item 11 (the items' posteriors are not yet certain), below 0.6, so
+    // she is also found unreliable;
+    // her coins tell her apart from a careful reviewer (sensitivity ~0.95, specificity ~0.16).
     let records: Vec<serde_json::Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -153,6 +154,15 @@ fn reviewer_example_matches_its_golden_output() {
     };
     let order = ["ann", "bo", "cy", "fay", "dee"].map(reliability);
     assert!(order.windows(2).all(|w| w[0] > w[1]), "{order:?}");
+    let coin = |voter: &str, name: &str| {
+        records
+            .iter()
+            .rfind(|r| r["topic"] == "jury.reviewer-quality" && r["value"]["voter_id"] == voter)
+            .and_then(|r| r["value"][name].as_f64())
+            .unwrap()
+    };
+    assert!(coin("eve", "sensitivity") > 0.9 && coin("eve", "specificity") < 0.2);
+    assert!(coin("ann", "sensitivity") > 0.9 && coin("ann", "specificity") > 0.75);
 }
 
 #[test]

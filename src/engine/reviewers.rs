@@ -73,11 +73,12 @@ impl Engine {
 
     /// Weighs a vote batch of `project` by its `voters`' learned weights, as
     /// `scoring.reputation_source` asks: `weights` come in as the table's `(weight, value)` and
-    /// leave as the ones to apply. A voter's learned weight is `max(0, logit reliability)` as
-    /// of the project's last checkpoint, once it had `reviewers.min_items` shared items (the
-    /// log-odds is the weight with which independent verdicts combine into the most likely
-    /// truth; below ½ a verdict is worse than none and counts nothing rather than against
-    /// itself); before that, the table's. With `both` the two multiply. A batch whose learned
+    /// leave as the ones to apply. A vote's learned weight is the log-likelihood ratio its
+    /// verdict carries for itself, clipped at 0 (for a reviewer right with probability `p`
+    /// whatever the truth, `logit p`: the weight with which independent verdicts combine into
+    /// the most likely truth; a verdict that says nothing, or worse than nothing, counts
+    /// nothing rather than against itself), as of the project's last checkpoint, once its voter
+    /// had `reviewers.min_items` shared items; before that, the table's. With `both` the two multiply. A batch whose learned
     /// weights sum to 0 keeps the table's: a batch is never dropped because its voters'
     /// weights vanished.
     pub(super) fn learned_weights<'v>(
@@ -101,11 +102,12 @@ impl Engine {
         let min_items = self.settings.reviewers.min_items;
         let learned: SmallVec<[f64; 4]> = voters
             .zip(weights.iter())
-            .map(|(voter, &(table, _))| {
+            .map(|(voter, &(table, value))| {
                 let r = voter.and_then(|v| fitted.reviewers.get(v));
+                let pass = value >= 0.5;
                 match r.filter(|r| r.shared >= min_items) {
-                    Some(r) if source == ReputationSource::Both => table * r.learned_weight(),
-                    Some(r) => r.learned_weight(),
+                    Some(r) if source == ReputationSource::Both => table * r.learned_weight(pass),
+                    Some(r) => r.learned_weight(pass),
                     None => table,
                 }
             })
@@ -245,6 +247,8 @@ pub fn reviewer_record(project: &str, reviewer: &str, r: &Figures, f: Findings) 
         verdicts: r.verdicts,
         agreement: r.agreement(),
         reliability: p,
+        sensitivity: r.coins.sensitivity,
+        specificity: r.coins.specificity,
         standard_error: se,
         interval: [(p - 1.96 * se).max(0.0), (p + 1.96 * se).min(1.0)],
         pass_rate: r.pass_rate(),
@@ -278,6 +282,9 @@ struct ReviewerQualityRecord<'a> {
     verdicts: u64,
     agreement: Option<f64>,
     reliability: f64,
+    /// P(it says pass | the truth is pass) and P(it says fail | the truth is fail).
+    sensitivity: f64,
+    specificity: f64,
     standard_error: f64,
     /// reliability ± 1.96 standard errors, within [0, 1].
     interval: [f64; 2],

@@ -1,13 +1,14 @@
-"""Reviewer reliability checked against an independent implementation: crowd-kit's
-OneCoinDawidSkene (batch EM of the same one-coin model) fitted on the same votes, on generated
-crowds with known accuracies (honest reviewers of different accuracy, a random clicker, a
-straight-liner and an adversary), and against the truth (rank correlation). jurystream fits the
-model online with a Beta(2, 1) prior on each reliability, which moves it by at most
-(2 - 3x) / (n + 3) from the prior-free fit for a reviewer right a share x of n times."""
+"""Reviewer reliability checked against an independent implementation: crowd-kit's DawidSkene
+(batch EM of the same two-coin model: a sensitivity and a specificity per reviewer) fitted on
+the same votes, on generated crowds with known accuracies (honest reviewers of different
+accuracy, a random clicker, a straight-liner and an adversary), and against the truth (rank
+correlation). jurystream fits the model with a Beta(2, 1) prior on each coin, which moves a coin
+by at most (2 - 3x) / (n + 3) from the prior-free fit for a reviewer right a share x of the n
+items of that class."""
 import random
 
 import pandas as pd
-from crowdkit.aggregation import OneCoinDawidSkene
+from crowdkit.aggregation import DawidSkene, OneCoinDawidSkene
 from scipy.stats import spearmanr
 
 from test_statistics import START_MS, replay
@@ -62,6 +63,24 @@ def crowdkit_skills(batches):
     return model.skills_.to_dict()
 
 
+def crowdkit_coins(batches):
+    """crowd-kit's DawidSkene fit: per reviewer its expected share of true verdicts (the mean
+    posterior of the verdicts it gave), its sensitivity and its specificity, and the expected
+    numbers of its items whose truth is pass and fail."""
+    rows = [{"task": item, "worker": r, "label": int(v)} for item, votes in batches
+            for r, v in votes]
+    model = DawidSkene(n_iter=1000, tol=1e-10).fit(pd.DataFrame(rows))
+    probas, errors = model.probas_, model.errors_
+    coins = {}
+    for r in {row["worker"] for row in rows}:
+        mine = [row for row in rows if row["worker"] == r]
+        accuracy = sum(probas.loc[row["task"], row["label"]] for row in mine) / len(mine)
+        error = lambda said, truth: errors.loc[(r, said), truth] if (r, said) in errors.index else 0.0
+        passes = sum(probas.loc[row["task"], 1] for row in mine)
+        coins[r] = (accuracy, error(1, 1), error(0, 0), passes, len(mine) - passes)
+    return coins
+
+
 def true_accuracy(batches, truth):
     right, total = {}, {}
     for item, votes in batches:
@@ -101,12 +120,18 @@ def test_reviewer_reliability_matches_crowdkit_on_generated_crowds():
     for seed, items, per_item, pass_share in CASES:
         batches, truth = crowd(seed, items, per_item, pass_share)
         ours = reviewer_records(replay(records(batches)))
-        skills = crowdkit_skills(batches)
-        assert set(ours) == set(skills) == set(ACCURACY)
+        theirs = crowdkit_coins(batches)
+        assert set(ours) == set(theirs) == set(ACCURACY)
         for r, record in ours.items():
-            assert record["verdicts"] >= 40, (seed, r, record)
-            # The prior's own pull, (2 - 3x) / (n + 3), is at most 0.05 at 40 items.
-            assert abs(record["reliability"] - skills[r]) <= 0.05, (seed, r, record, skills[r])
+            assert record["verdicts"] >= 150, (seed, r, record)
+            accuracy, sensitivity, specificity, passes, fails = theirs[r]
+            # The prior's own pull on a share x of n, (2 - 3x) / (n + 3), is at most 0.013 at
+            # 150 verdicts; on a coin, at most 2 / (n + 3) over the n items of its class, and
+            # the other reviewers' priors move the items' posteriors a little more.
+            assert abs(record["reliability"] - accuracy) <= 0.025, (seed, r, record, accuracy)
+            for coin, theirs_, n in (("sensitivity", sensitivity, passes),
+                                     ("specificity", specificity, fails)):
+                assert abs(record[coin] - theirs_) <= 2 / (n + 3) + 0.015, (seed, r, coin, record, theirs_)
         check_against_truth(seed, ours, true_accuracy(batches, truth))
 
 

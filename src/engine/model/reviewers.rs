@@ -182,6 +182,8 @@ pub struct Figures {
     pub shared: u64,
     /// Σ P(its verdict is the true one) over its items.
     pub expected_true: f64,
+    /// Its sensitivity and specificity.
+    pub coins: Coins,
     /// Σ over its shared items of 1 where its verdict is the weighted majority of the others',
     /// ½ where they are tied.
     pub agreed: f64,
@@ -272,11 +274,13 @@ impl Figures {
         }
     }
 
-    /// Its weight for `scoring.reputation_source = "learned"`: the log-odds of its reliability,
-    /// clipped at 0.
-    pub fn learned_weight(&self) -> f64 {
-        let p = self.reliability();
-        (p / (1.0 - p)).ln().max(0.0)
+    /// Its weight for `scoring.reputation_source = "learned"` on a verdict of `pass` (or
+    /// fail): the log-likelihood ratio that verdict carries for itself, clipped at 0. For a
+    /// reviewer whose two coins are one, `p`, it is the log-odds of `p`; a straight-liner's
+    /// verdict carries nothing (it says pass whatever the truth) and weighs 0.
+    pub fn learned_weight(&self, pass: bool) -> f64 {
+        let (for_pass, for_fail) = self.coins.log_ratios();
+        if pass { for_pass } else { -for_fail }.max(0.0)
     }
 }
 
@@ -337,46 +341,49 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
         let starts = std::iter::once(0).chain(ends.iter().copied());
         starts.zip(ends.iter().copied()).map(|(a, b)| &verdicts[a..b])
     };
-    let n: Vec<f64> = figures.iter().map(|f| f.verdicts as f64).collect();
     // The start: each item's weighted share of pass verdicts (½ where no verdict has weight).
     let mut q: Vec<f64> = reviews.iter().map(|r| pass_share(r)).collect();
-    let mut p = vec![0.0; ids.len()];
-    let mut expected_true = vec![0i64; ids.len()];
-    let logit = |x: f64| (x / (1.0 - x)).ln();
+    let mut coins = vec![Coins::default(); ids.len()];
+    let mut sums = vec![Sums::default(); ids.len()];
     let mut iterations = 0;
     let prior = loop {
         // M-step, in fixed point so that the sums do not depend on the items' order.
-        expected_true.fill(0);
+        sums.fill(Sums::default());
         let mut posteriors = 0i64;
         for (item, &qi) in items().zip(&q) {
-            posteriors += fixed(qi);
-            let (t, f) = (fixed(qi), fixed(1.0 - qi));
-            for &(j, pass) in item {
-                expected_true[j] += if pass { t } else { f };
+            let (pass, fail) = (fixed(qi), fixed(1.0 - qi));
+            posteriors += pass;
+            for &(j, said_pass) in item {
+                let s = &mut sums[j];
+                s.passes += pass;
+                if said_pass {
+                    s.true_passes += pass;
+                } else {
+                    s.true_fails += fail;
+                }
             }
         }
         let mut moved: f64 = 0.0;
-        for (j, &e) in expected_true.iter().enumerate() {
-            let new = (PRIOR_TRUE + float(e)) / (PRIOR_TRUE + PRIOR_FALSE + n[j]);
-            moved = moved.max((new - p[j]).abs());
-            p[j] = new;
-            figures[j].expected_true = float(e);
+        for ((c, s), f) in coins.iter_mut().zip(&sums).zip(figures.iter_mut()) {
+            let new = s.coins(f.verdicts);
+            moved = moved
+                .max((new.sensitivity - c.sensitivity).abs())
+                .max((new.specificity - c.specificity).abs());
+            *c = new;
+            f.expected_true = float(s.true_passes) + float(s.true_fails);
+            f.coins = new;
         }
         let prior = (1.0 + float(posteriors)) / (2.0 + reviews.len() as f64);
         iterations += 1;
         if moved <= TOLERANCE || iterations >= MAX_ITERATIONS {
             break prior;
         }
-        // E-step.
+        // E-step: each verdict's log-likelihood ratio of pass against fail.
         let base = logit(prior.clamp(CLIP, 1.0 - CLIP));
-        let weights: Vec<f64> = p.iter().map(|&x| logit(x.clamp(CLIP, 1.0 - CLIP))).collect();
+        let ratios: Vec<(f64, f64)> = coins.iter().map(Coins::log_ratios).collect();
         for (item, qi) in items().zip(q.iter_mut()) {
             let odds = item.iter().fold(base, |odds, &(j, pass)| {
-                if pass {
-                    odds + weights[j]
-                } else {
-                    odds - weights[j]
-                }
+                odds + if pass { ratios[j].0 } else { ratios[j].1 }
             });
             *qi = 1.0 / (1.0 + (-odds).exp());
         }
@@ -386,6 +393,54 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
         class_prior: prior,
         items: reviews.len(),
         iterations,
+    }
+}
+
+fn logit(x: f64) -> f64 {
+    (x / (1.0 - x)).ln()
+}
+
+/// A reviewer's two coins: the probability that it says pass when the truth is pass
+/// (sensitivity) and fail when the truth is fail (specificity).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Coins {
+    pub sensitivity: f64,
+    pub specificity: f64,
+}
+
+impl Coins {
+    /// The log-likelihood ratio of pass against fail that its pass verdict carries, and its
+    /// fail verdict, with both coins clipped to `[CLIP, 1 - CLIP]`.
+    pub fn log_ratios(&self) -> (f64, f64) {
+        let (a, b) = (
+            self.sensitivity.clamp(CLIP, 1.0 - CLIP),
+            self.specificity.clamp(CLIP, 1.0 - CLIP),
+        );
+        ((a / (1.0 - b)).ln(), ((1.0 - a) / b).ln())
+    }
+}
+
+/// One reviewer's sums of an M-step, fixed point: the items it voted on weighted by their
+/// posterior of being a pass, and of those the passes it said pass to, and of the fails the
+/// fails it said fail to.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sums {
+    passes: i64,
+    true_passes: i64,
+    true_fails: i64,
+}
+
+impl Sums {
+    /// The coins these sums give a reviewer of `verdicts` verdicts, each under the Beta(2, 1)
+    /// prior.
+    fn coins(&self, verdicts: u64) -> Coins {
+        let passes = float(self.passes);
+        let fails = verdicts as f64 - passes;
+        let prior = PRIOR_TRUE + PRIOR_FALSE;
+        Coins {
+            sensitivity: (PRIOR_TRUE + float(self.true_passes)) / (prior + passes),
+            specificity: (PRIOR_TRUE + float(self.true_fails)) / (prior + fails),
+        }
     }
 }
 

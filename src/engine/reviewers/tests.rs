@@ -1,5 +1,6 @@
 //! The reviewer pipeline, records in and records out, with hand-checked numbers.
 
+use proptest::prelude::*;
 use serde_json::Value;
 
 use super::*;
@@ -310,8 +311,10 @@ fn learned_weights_follow_the_reliabilities() {
             .and_then(|q| q.reviewers.checkpoint()?.reviewers.get("h1").cloned())
     };
     let h1 = h1.expect("held");
-    let p = h1.reliability();
-    assert!((h1.learned_weight() - (p / (1.0 - p)).ln()).abs() < 1e-12);
+    let (a, b) = (h1.coins.sensitivity, h1.coins.specificity);
+    assert!(a > 0.9 && b > 0.9, "{h1:?}");
+    assert!((h1.learned_weight(true) - (a / (1.0 - b)).ln()).abs() < 1e-12);
+    assert!((h1.learned_weight(false) - (b / (1.0 - a)).ln()).abs() < 1e-12);
 }
 
 #[test]
@@ -324,4 +327,104 @@ fn learned_weights_need_reviewer_reliability() {
         err.to_string().contains("scoring.reputation_source"),
         "{err}"
     );
+}
+
+/// A vote batch of the order-independence test: `(project, item, second, [(voter, pass,
+/// reputation)])`.
+type Batch = (u8, u8, u8, Vec<(u8, bool, u8)>);
+
+/// Applies `batches` in the order given, each record on one of three input partitions (as
+/// producers keyed anyhow spread them), releasing the held reviewer records after every
+/// `release_every` records (as coalescing cycles end anywhere) and at the end; returns the
+/// final `jury.reviewer-quality` table.
+fn reviewer_table(
+    batches: &[Batch],
+    partitions: &[u8],
+    release_every: usize,
+) -> std::collections::BTreeMap<String, String> {
+    let engine = Engine::new(Config::default().engine_settings());
+    let mut state = PartitionState::default();
+    let mut reps = ReputationTable::default();
+    let mut offsets = [0i64; 3];
+    let mut out = Vec::new();
+    for (n, ((project, item, second, votes), &partition)) in batches.iter().zip(partitions).enumerate() {
+        let votes: Vec<String> = votes
+            .iter()
+            .map(|(voter, pass, r)| {
+                let verdict = if *pass { "pass" } else { "flag" };
+                format!(r#"{{"voter_id":"v{voter}","verdict":"{verdict}","reputation":{}}}"#, f64::from(*r) / 4.0)
+            })
+            .collect();
+        let payload = format!(
+            r#"{{"event_id":"e{project}-{item}-{second}","project_id":"p{project}","item_id":"i{item}","occurred_at":"2026-11-20T10:{:02}:{:02}Z","votes":[{}]}}"#,
+            second / 60,
+            second % 60,
+            votes.join(",")
+        );
+        let p = usize::from(partition % 3);
+        let record = Record::new("jury.votes", Some(InputTopic::Votes), Some(payload.as_bytes()))
+            .at(Some(p as i32), Some(offsets[p]))
+            // Records of several partitions in one state: no one log position, as in replay.
+            .positioned(None);
+        offsets[p] += 1;
+        engine.process(&mut state, &mut reps, &record, &mut out);
+        if (n + 1) % release_every == 0 {
+            engine.release_reviewers(&mut state, &mut out);
+        }
+    }
+    engine.release_reviewers(&mut state, &mut out);
+    out.iter()
+        .filter(|o| o.topic == OutputTopic::ReviewerQuality)
+        .map(|o| (o.key.clone().unwrap_or_default(), o.render().into_owned()))
+        .collect()
+}
+
+/// Batches whose verdicts are each given once: an item's voters split over one or two batches
+/// at distinct seconds.
+fn arb_batches() -> impl Strategy<Value = Vec<Batch>> {
+    prop::collection::btree_map(
+        (0u8..2, 0u8..10),
+        prop::collection::btree_map(0u8..6, (any::<bool>(), 1u8..5, any::<bool>()), 1..6),
+        1..16,
+    )
+    .prop_map(|items| {
+        let mut batches = Vec::new();
+        for (n, ((project, item), voters)) in items.into_iter().enumerate() {
+            for half in [false, true] {
+                let votes: Vec<(u8, bool, u8)> = voters
+                    .iter()
+                    .filter(|(_, (_, _, second))| *second == half)
+                    .map(|(v, (pass, r, _))| (*v, *pass, *r))
+                    .collect();
+                if !votes.is_empty() {
+                    let second = u8::try_from(2 * n + usize::from(half)).unwrap_or(u8::MAX);
+                    batches.push((project, item, second, votes));
+                }
+            }
+        }
+        batches
+    })
+}
+
+proptest! {
+    /// The same verdicts in any arrival order, over any keying and whatever the coalescing
+    /// cycles, publish the same final `jury.reviewer-quality` table, to the last bit.
+    #[test]
+    fn reviewer_records_do_not_depend_on_arrival_order_or_keying(
+        batches in arb_batches(),
+        seed in any::<u64>(),
+        partitions in prop::collection::vec(any::<u8>(), 64),
+        release_every in 1usize..8,
+    ) {
+        let mut shuffled = batches.clone();
+        let mut state = seed;
+        for k in (1..shuffled.len()).rev() {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            shuffled.swap(k, usize::try_from((state >> 33) % (k as u64 + 1)).unwrap_or(0));
+        }
+        let in_order = reviewer_table(&batches, &[0; 64], usize::MAX);
+        let reordered = reviewer_table(&shuffled, &partitions, release_every);
+        prop_assert!(!in_order.is_empty());
+        prop_assert_eq!(in_order, reordered);
+    }
 }

@@ -99,24 +99,28 @@ impl Crowd {
 }
 
 /// The fixed point of the model with one verdict alone, by hand. With `q` the item's posterior,
-/// `p = (2 + q) / 4` (the prior's two true and one false pseudo-verdicts and the one verdict)
-/// and `π = (1 + q) / 3`; `q = σ(logit π + logit p)` gives
-/// `q / (1 - q) = (1 + q)(2 + q) / (2 - q)²`, that is `2q³ − 2q² + 3q − 2 = 0`, whose one root
-/// in [0, 1] is found here by bisection.
+/// the reviewer's sensitivity is `a = (2 + q) / (3 + q)` (the prior's two true and one false
+/// pseudo-verdicts, and its pass on an item that is a pass with probability `q`), its
+/// specificity `b = 2 / (4 − q)` (the prior alone, over the `1 − q` of the item that is a fail),
+/// and `π = (1 + q) / 3`; `logit q = logit π + ln(a / (1 − b))` gives
+/// `q (2 − q)² (3 + q) = (1 − q)(1 + q)(2 + q)(4 − q)`, whose one root in [0, 1] is found here
+/// by bisection. Its reliability is `(2 + q) / 4`: the prior and the one verdict, true with
+/// probability `q`.
 #[test]
 fn one_verdict_by_hand() {
     let mut r = Crowd::new(10_000, LIMITS);
     r.add(("i", &[v("ann", true)]), at(0));
-    let cubic = |q: f64| 2.0 * q * q * q - 2.0 * q * q + 3.0 * q - 2.0;
+    let f = |q: f64| q * (2.0 - q).powi(2) * (3.0 + q) - (1.0 - q) * (1.0 + q) * (2.0 + q) * (4.0 - q);
     let (mut lo, mut hi) = (0.0f64, 1.0f64);
     for _ in 0..100 {
         let mid = (lo + hi) / 2.0;
-        if cubic(mid) < 0.0 { lo = mid } else { hi = mid }
+        if f(mid) < 0.0 { lo = mid } else { hi = mid }
     }
     let q = lo;
-    assert!(close(q, 0.7592, 1e-3), "{q}");
     let fitted = r.fit();
     let ann = &fitted.reviewers["ann"];
+    assert!(close(ann.coins.sensitivity, (2.0 + q) / (3.0 + q), 1e-8), "{ann:?} {q}");
+    assert!(close(ann.coins.specificity, 2.0 / (4.0 - q), 1e-8), "{ann:?} {q}");
     assert!(close(ann.reliability(), (2.0 + q) / 4.0, 1e-8), "{}", ann.reliability());
     assert!(close(fitted.class_prior, (1.0 + q) / 3.0, 1e-8));
     let p = ann.reliability();
@@ -262,40 +266,48 @@ impl Mix {
 }
 
 /// The batch EM of the same model in plain floating point, written apart from [`fit`]: the
-/// same prior and the same start (each item's share of pass verdicts), iterated until nothing
-/// moves.
-fn batch_em(items: &[Vec<(usize, bool)>], reviewers: usize) -> Vec<f64> {
+/// same priors and the same start (each item's share of pass verdicts), iterated until nothing
+/// moves. Returns each reviewer's (reliability, sensitivity, specificity).
+fn batch_em(items: &[Vec<(usize, bool)>], reviewers: usize) -> Vec<(f64, f64, f64)> {
     let mut q: Vec<f64> = items
         .iter()
         .map(|vs| vs.iter().filter(|(_, p)| *p).count() as f64 / vs.len() as f64)
         .collect();
-    let mut p = vec![0.0; reviewers];
+    let mut out = vec![(0.0, 0.0, 0.0); reviewers];
     for _ in 0..5000 {
-        let mut right = vec![PRIOR_TRUE; reviewers];
-        let mut total = vec![PRIOR_TRUE + PRIOR_FALSE; reviewers];
+        // Per reviewer: Σ q over its items, Σ q where it said pass, Σ (1 − q) where it said
+        // fail, its verdicts.
+        let mut s = vec![(0.0, 0.0, 0.0, 0.0); reviewers];
         for (vs, qi) in items.iter().zip(&q) {
             for &(j, pass) in vs {
-                right[j] += if pass { *qi } else { 1.0 - qi };
-                total[j] += 1.0;
+                s[j].0 += qi;
+                if pass {
+                    s[j].1 += qi;
+                } else {
+                    s[j].2 += 1.0 - qi;
+                }
+                s[j].3 += 1.0;
             }
         }
-        for j in 0..reviewers {
-            p[j] = right[j] / total[j];
+        let coins: Vec<(f64, f64)> = s
+            .iter()
+            .map(|&(passes, tp, tf, n)| ((2.0 + tp) / (3.0 + passes), (2.0 + tf) / (3.0 + n - passes)))
+            .collect();
+        for (j, &(_, tp, tf, n)) in s.iter().enumerate() {
+            out[j] = ((2.0 + tp + tf) / (3.0 + n), coins[j].0, coins[j].1);
         }
         let prior = (1.0 + q.iter().sum::<f64>()) / (2.0 + q.len() as f64);
-        let logit = |x: f64| {
-            let x = x.clamp(CLIP, 1.0 - CLIP);
-            (x / (1.0 - x)).ln()
-        };
+        let clip = |x: f64| x.clamp(CLIP, 1.0 - CLIP);
         for (vs, qi) in items.iter().zip(q.iter_mut()) {
-            let mut odds = logit(prior);
+            let mut odds = (clip(prior) / (1.0 - clip(prior))).ln();
             for &(j, pass) in vs {
-                odds += if pass { logit(p[j]) } else { -logit(p[j]) };
+                let (a, b) = (clip(coins[j].0), clip(coins[j].1));
+                odds += if pass { (a / (1.0 - b)).ln() } else { ((1.0 - a) / b).ln() };
             }
             *qi = 1.0 / (1.0 + (-odds).exp());
         }
     }
-    p
+    out
 }
 
 /// A generated crowd with known accuracies (honest reviewers from 0.95 down to 0.6, a random
@@ -347,9 +359,14 @@ fn the_fit_is_the_batch_em() {
         }
         let fitted = r.fit();
         assert!(fitted.iterations < MAX_ITERATIONS, "seed {seed}: {}", fitted.iterations);
-        for (j, expected) in batch_em(&items, 9).iter().enumerate() {
-            let got = fitted.reviewers[format!("r{j}").as_str()].reliability();
-            assert!(close(got, *expected, 1e-6), "seed {seed}, r{j}: fit {got}, batch {expected}");
+        for (j, &(p, a, b)) in batch_em(&items, 9).iter().enumerate() {
+            let got = &fitted.reviewers[format!("r{j}").as_str()];
+            let fit = (got.reliability(), got.coins.sensitivity, got.coins.specificity);
+            assert!(
+                close(fit.0, p, 1e-6) && close(fit.1, a, 1e-6) && close(fit.2, b, 1e-6),
+                "seed {seed}, r{j}: fit {fit:?}, batch {:?}",
+                (p, a, b)
+            );
         }
     }
 }
