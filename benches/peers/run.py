@@ -2,6 +2,7 @@
 the other, and reports each one's events/s, CPU per event and peak RSS, and the ratios.
 
 usage: run.py BOOTSTRAP JURYSTREAM_BINARY [EVENTS] [PROJECTS]
+(PEERS_SERVICE_CONFIG: TOML appended to jurystream's configuration.)
 
 The corpus is EVENTS vote events (default 300,000) over PROJECTS projects (default 10,000),
 keyed by project id, in a topic of 3 partitions, produced once before the runs. Each contender
@@ -71,6 +72,63 @@ def records_handled(port):
     )
 
 
+def metric(port, name):
+    """The sum of a jurystream metric's samples, or None while it does not answer."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + " ") or line.startswith(name + "{"))
+
+
+def restore(argv, port, owned=3):
+    """Starts jurystream again on the state the measured run left and returns (seconds from its
+    start until it owns the `owned` partitions of its project log, restored; seconds its restores took; changelog
+    records and bytes it restored)."""
+    started = time.monotonic()
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ready = None
+    while time.monotonic() - started < 300:
+        if (metric(port, "jurystream_partitions_owned") or 0) >= owned:
+            ready = time.monotonic() - started
+            break
+        time.sleep(0.02)
+    seconds = metric(port, "jurystream_state_restore_seconds_sum")
+    records = metric(port, "jurystream_state_restore_records_total")
+    restored = metric(port, "jurystream_state_restore_bytes_total")
+    child.send_signal(signal.SIGTERM)
+    child.wait()
+    return ready, seconds, records, restored
+
+
+def changelog_kinds(bootstrap, topic):
+    """Bytes and records of the changelog `topic` by kind of state (a key's third element)."""
+    from confluent_kafka import Consumer
+    import json as _json
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-breakdown",
+                         "auto.offset.reset": "earliest", "enable.partition.eof": True})
+    metadata = consumer.list_topics(topic, timeout=10)
+    partitions = len(metadata.topics[topic].partitions)
+    consumer.subscribe([topic])
+    kinds, eof = {}, set()
+    while len(eof) < partitions:
+        m = consumer.poll(1.0)
+        if m is None:
+            continue
+        if m.error():
+            eof.add(m.partition())
+            continue
+        try:
+            kind = str(_json.loads(m.key())[2])
+        except (ValueError, IndexError, TypeError):
+            kind = "?"
+        n, b = kinds.get(kind, (0, 0))
+        kinds[kind] = (n + 1, b + len(m.key() or b"") + len(m.value() or b""))
+    consumer.close()
+    return kinds
+
+
 def measure(argv, done=None):
     """Runs argv until it exits (or, with `done`, until done() reports every event applied, then
     SIGTERM) and returns (seconds from start to the last event, seconds from the first event to
@@ -131,12 +189,15 @@ def main():
                 f'[kafka]\nbootstrap_servers = "{bootstrap}"\ngroup_id = "{prefix}"\n'
                 f"partitions = 3\nfetch_wait_max_ms = 10\n"
                 f'[http]\nbind = "127.0.0.1:{port}"\n'
+                # More settings for jurystream, e.g. "[reviewers]\nenabled = false\n".
+                + os.environ.get("PEERS_SERVICE_CONFIG", "")
             )
         def applied():
             return records_handled(port)
 
         applied.events = events
         results["jurystream"] = measure([binary, "--config", config, "run"], done=applied)
+        ready, restoring, records, restored = restore([binary, "--config", config, "run"], port)
         python = sys.executable
         results["hand-written consumer"] = measure(
             [python, os.path.join(HERE, "handwritten.py"), bootstrap, source,
@@ -156,6 +217,16 @@ def main():
     for name, (total, steady, cpu, rss) in results.items():
         print(f"{name:<24}{events / total:>21,.0f}{steady_rate(steady):>17}"
               f"{cpu / events * 1e6:>14.1f}{rss:>14.0f}")
+    input_bytes = sum(len(event(i, projects)) for i in range(events))
+    if restored is not None and ready is not None:
+        print(f"jurystream changelog: {records:,.0f} records, {restored:,.0f} bytes restored "
+              f"({restored / input_bytes:.2f}x the input's {input_bytes:,} bytes); restart to "
+              f"every partition restored {ready:.2f} s, of which restoring {restoring:.2f} s")
+    if os.environ.get("PEERS_CHANGELOG_KINDS"):
+        for kind, (n, b) in sorted(changelog_kinds(bootstrap, f"{prefix}.state").items(),
+                                   key=lambda kv: -kv[1][1]):
+            print(f"  changelog {kind:<12}{n:>10,} records {b:>14,} bytes "
+                  f"({b / input_bytes:.2f}x the input)")
     js_total, js_steady, js_cpu, _ = results["jurystream"]
     for name, (total, steady, cpu, _) in results.items():
         if name != "jurystream":

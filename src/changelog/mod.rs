@@ -56,8 +56,8 @@ use crate::engine::contract::time::EventTime;
 use crate::engine::model::bias::ProjectAudit;
 use crate::engine::model::dedupe::RecentIds;
 use crate::engine::model::judge_quality::{Bounded, ItemVotes, ProjectQuality, Waiting};
-use crate::engine::model::reviewers::{Findings, Kept as ReviewerKept};
 use crate::engine::model::leaderboard::{BlockId, Ranking, StoredRow};
+use crate::engine::model::reviewers::{Findings, Kept as ReviewerKept};
 use crate::engine::model::score::ProjectScore;
 use crate::engine::model::session::{ProjectSessions, Session, SessionBook};
 use crate::engine::{

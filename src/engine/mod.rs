@@ -162,7 +162,8 @@ impl Engine {
             InputTopic::Votes => {
                 let mut doc = None;
                 let (batch, at) = self.validate_votes(record, payload, &mut doc)?;
-                let mut weights = self.weigh(&batch, reputations);
+                let table = self.weigh(&batch, reputations);
+                let mut weights = table.clone();
                 let voters = batch.votes.iter().map(|v| Some(v.voter_id));
                 self.learned_weights(state, batch.project_id, voters, &mut weights);
                 let batch_weights = (&batch, weights.as_slice());
@@ -173,7 +174,8 @@ impl Engine {
                 } else {
                     SmallVec::new()
                 };
-                self.observe_votes(state, project, (&weights, &voters), at, outcome, out);
+                let votes = (weights.as_slice(), table.as_slice(), voters.as_slice());
+                self.observe_votes(state, project, votes, at, outcome, out);
                 Ok(outcome)
             }
             InputTopic::Reputations => {

@@ -28,6 +28,10 @@ use super::settings::Weighting;
 use super::state::PartitionState;
 use super::{Engine, Outcome};
 
+/// A vote batch as judge quality observes it: its `(weight, value)` as applied, as the
+/// reputation table gives them, and its voters.
+pub(super) type ObservedVotes<'a> = (&'a [(f64, f64)], &'a [(f64, f64)], &'a [&'a str]);
+
 impl Engine {
     fn quality_limits(&self) -> QualityLimits {
         let q = &self.settings.judge_quality;
@@ -52,14 +56,16 @@ impl Engine {
     /// cut short the score may hold a batch its judge quality does not (see `crate::changelog`),
     /// and a batch re-read from the log is always one the judge quality does not hold. The
     /// judge scores waiting for the item pair with it once its score is complete. `votes` are
-    /// the batch's `(weight, value)` and `voters` its voters, whose verdicts (pass for a value
-    /// of at least ½) the reviewer model learns from. An `item_id` longer than
+    /// the batch's `(weight, value)` as applied, `table` as the reputations give them, and
+    /// `voters` its voters, whose verdicts (pass for a value of at least ½) the reviewer model
+    /// learns from, each with its table weight: what the model starts from must not be its own
+    /// output (learned weights), or one fit in the mirror solution would pull the next there. An `item_id` longer than
     /// `limits.max_id_bytes` is not kept (the id is informational for the score).
     pub(super) fn observe_votes(
         &self,
         state: &mut PartitionState,
         (project, item): (&str, Option<&str>),
-        (votes, voters): (&[(f64, f64)], &[&str]),
+        (votes, table, voters): ObservedVotes<'_>,
         at: EventTime,
         outcome: Outcome,
         out: &mut Vec<Output>,
@@ -79,7 +85,7 @@ impl Engine {
         let verdicts: SmallVec<[Verdict; 4]> = if limits.reviewers.is_some() {
             voters
                 .iter()
-                .zip(votes)
+                .zip(table)
                 .map(|(voter, &(weight, value))| Verdict {
                     reviewer: ProjectKey::from(*voter),
                     pass: value >= 0.5,

@@ -191,7 +191,7 @@ impl Engine {
         if state.origins.is_copy(record) {
             return Outcome::Replayed;
         }
-        let mut weights: Weights = prepared
+        let table: Weights = prepared
             .votes
             .iter()
             .map(|v| {
@@ -199,6 +199,7 @@ impl Engine {
                 (vote::weight(v.reputation, table), v.value)
             })
             .collect();
+        let mut weights = table.clone();
         let voters = prepared.votes.iter().map(|v| v.voter.as_deref());
         self.learned_weights(state, prepared.project.as_str(), voters, &mut weights);
         let start = out.len();
@@ -220,7 +221,7 @@ impl Engine {
                     .iter()
                     .map(|v| v.voter.as_deref().unwrap_or_default())
                     .collect();
-                let votes = (weights.as_slice(), voters.as_slice());
+                let votes = (weights.as_slice(), table.as_slice(), voters.as_slice());
                 self.observe_votes(state, project, votes, prepared.at, outcome, out);
                 self.bound_outputs(record, &mut out[start..]);
                 outcome

@@ -15,8 +15,8 @@ use serde::Serialize;
 
 use crate::changelog::{Unit, UnitKind};
 use crate::engine::contract::time::{EventTime, rfc3339};
-use crate::engine::model::session::{Ballot, Session};
 use crate::engine::model::reviewers::fit;
+use crate::engine::model::session::{Ballot, Session};
 use crate::engine::output::{Output, OutputValue, Shows};
 use crate::engine::quality::judge_record;
 use crate::engine::{

@@ -147,18 +147,42 @@ def judge_stream(seed, items, judges):
     return records, pairs
 
 
+def shuffled(records, seed, block=8):
+    """`records` with arrivals shuffled within blocks of `block`, each partition's offsets
+    renumbered in the new order (as a broker would number them)."""
+    rng = random.Random(seed)
+    out = []
+    for start in range(0, len(records), block):
+        chunk = [dict(r) for r in records[start:start + block]]
+        rng.shuffle(chunk)
+        out.extend(chunk)
+    offsets = {}
+    for r in out:
+        r["offset"] = offsets.get(r["partition"], 0)
+        offsets[r["partition"]] = r["offset"] + 1
+    return out
+
+
 def test_judge_quality_matches_scipy_and_krippendorff():
+    """Each judge's window holds its last `window` pairs by their own time (the later of its
+    vote's and its session's), whatever order they arrived in: with 60 items, a window of 40
+    that fills, and arrivals shuffled, every figure equals scipy's and krippendorff's on the
+    last 40 pairs."""
     import krippendorff
     from scipy import stats
 
     judges = {"fair": (0.0, 0.1), "lenient": (0.25, 0.1), "noisy": (0.0, 0.4)}
     records, pairs = judge_stream(7, 60, judges)
-    config = "[judge_quality]\nenabled = true\nmin_human_votes = 1\n"
+    window = 40
+    config = f"[judge_quality]\nenabled = true\nmin_human_votes = 1\nwindow = {window}\n"
     table = {}
-    for o in replay(records, config):
+    for o in replay(shuffled(records, 3), config):
         if o["topic"] == "jury.judge-quality":
             table[o["value"]["judge"]] = o["value"]
     assert set(table) == set(judges)
+    # In judge_stream an item's vote and ballots are in time order, one item after another, so
+    # the last pairs by time are the last items'.
+    pairs = {j: ps[-window:] for j, ps in pairs.items()}
     for j, ps in pairs.items():
         row = table[j]
         s = np.array([p[0] for p in ps])

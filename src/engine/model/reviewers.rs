@@ -85,8 +85,10 @@ pub struct ReviewerLimits {
     pub min_items: u64,
 }
 
-/// One reviewer's verdict on an item.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One reviewer's verdict on an item. Written as `[reviewer, pass, weight, at]`, the most
+/// numerous record of the changelog's items; read in that form or as an object (as written
+/// before).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Verdict {
     pub reviewer: ProjectKey,
     pub pass: bool,
@@ -94,6 +96,12 @@ pub struct Verdict {
     pub weight: f64,
     /// The event time of its batch.
     pub at: EventTime,
+}
+
+impl Serialize for Verdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (&self.reviewer, self.pass, self.weight, self.at).serialize(s)
+    }
 }
 
 /// An item's verdicts, in reviewer order, and the judges' scores paired with it: what the model
@@ -339,7 +347,9 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
     }
     let items = || {
         let starts = std::iter::once(0).chain(ends.iter().copied());
-        starts.zip(ends.iter().copied()).map(|(a, b)| &verdicts[a..b])
+        starts
+            .zip(ends.iter().copied())
+            .map(|(a, b)| &verdicts[a..b])
     };
     // The start: each item's weighted share of pass verdicts (½ where no verdict has weight).
     let mut q: Vec<f64> = reviews.iter().map(|r| pass_share(r)).collect();
@@ -668,7 +678,8 @@ impl Reviewers {
         }
         let held = &self.held;
         self.findings.retain(|k, _| held.contains_key(k));
-        self.checkpoint = (!self.held.is_empty()).then(|| fit(items.iter().map(|(_, e)| e.review())));
+        self.checkpoint =
+            (!self.held.is_empty()).then(|| fit(items.iter().map(|(_, e)| e.review())));
     }
 
     /// Whether `reviewer` has verdicts held.

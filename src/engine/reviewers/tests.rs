@@ -347,12 +347,17 @@ fn reviewer_table(
     let mut reps = ReputationTable::default();
     let mut offsets = [0i64; 3];
     let mut out = Vec::new();
-    for (n, ((project, item, second, votes), &partition)) in batches.iter().zip(partitions).enumerate() {
+    for (n, ((project, item, second, votes), &partition)) in
+        batches.iter().zip(partitions).enumerate()
+    {
         let votes: Vec<String> = votes
             .iter()
             .map(|(voter, pass, r)| {
                 let verdict = if *pass { "pass" } else { "flag" };
-                format!(r#"{{"voter_id":"v{voter}","verdict":"{verdict}","reputation":{}}}"#, f64::from(*r) / 4.0)
+                format!(
+                    r#"{{"voter_id":"v{voter}","verdict":"{verdict}","reputation":{}}}"#,
+                    f64::from(*r) / 4.0
+                )
             })
             .collect();
         let payload = format!(
@@ -362,10 +367,14 @@ fn reviewer_table(
             votes.join(",")
         );
         let p = usize::from(partition % 3);
-        let record = Record::new("jury.votes", Some(InputTopic::Votes), Some(payload.as_bytes()))
-            .at(Some(p as i32), Some(offsets[p]))
-            // Records of several partitions in one state: no one log position, as in replay.
-            .positioned(None);
+        let record = Record::new(
+            "jury.votes",
+            Some(InputTopic::Votes),
+            Some(payload.as_bytes()),
+        )
+        .at(Some(p as i32), Some(offsets[p]))
+        // Records of several partitions in one state: no one log position, as in replay.
+        .positioned(None);
         offsets[p] += 1;
         engine.process(&mut state, &mut reps, &record, &mut out);
         if (n + 1) % release_every == 0 {

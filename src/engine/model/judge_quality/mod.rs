@@ -248,7 +248,8 @@ impl Observed {
             self.reviewed.push(ProjectKey::from(project));
         }
         for reviewer in gone {
-            self.reviewers_gone.push((ProjectKey::from(project), reviewer));
+            self.reviewers_gone
+                .push((ProjectKey::from(project), reviewer));
         }
     }
 }
@@ -447,11 +448,15 @@ impl TaskQuality {
         observed.items.push(seq);
         if let Some(reviewer_limits) = limits.reviewers {
             let left_out = q.reviewers.left_out;
-            let added = q.reviewers.add(&mut q.items, (item, verdicts), reviewer_limits);
+            let added = q
+                .reviewers
+                .add(&mut q.items, (item, verdicts), reviewer_limits);
             if q.reviewers.left_out != left_out {
                 observed.forgotten.push(ProjectKey::from(project));
             }
-            observed.checkpoint = q.reviewers.checkpoint_due(added.admitted, reviewer_limits.min_items);
+            observed.checkpoint = q
+                .reviewers
+                .checkpoint_due(added.admitted, reviewer_limits.min_items);
             if added.changed {
                 observed.reviewed(project, Vec::new());
             }

@@ -1,5 +1,3 @@
-use std::collections::BTreeMap;
-
 use proptest::prelude::*;
 
 use super::*;
@@ -71,7 +69,9 @@ impl Crowd {
             self.forgotten += 1;
         }
         let limits = self.limits;
-        let added = self.reviewers.add(&mut self.items, (item, verdicts), limits);
+        let added = self
+            .reviewers
+            .add(&mut self.items, (item, verdicts), limits);
         (added, gone)
     }
 
@@ -110,7 +110,8 @@ impl Crowd {
 fn one_verdict_by_hand() {
     let mut r = Crowd::new(10_000, LIMITS);
     r.add(("i", &[v("ann", true)]), at(0));
-    let f = |q: f64| q * (2.0 - q).powi(2) * (3.0 + q) - (1.0 - q) * (1.0 + q) * (2.0 + q) * (4.0 - q);
+    let f =
+        |q: f64| q * (2.0 - q).powi(2) * (3.0 + q) - (1.0 - q) * (1.0 + q) * (2.0 + q) * (4.0 - q);
     let (mut lo, mut hi) = (0.0f64, 1.0f64);
     for _ in 0..100 {
         let mid = (lo + hi) / 2.0;
@@ -119,12 +120,26 @@ fn one_verdict_by_hand() {
     let q = lo;
     let fitted = r.fit();
     let ann = &fitted.reviewers["ann"];
-    assert!(close(ann.coins.sensitivity, (2.0 + q) / (3.0 + q), 1e-8), "{ann:?} {q}");
-    assert!(close(ann.coins.specificity, 2.0 / (4.0 - q), 1e-8), "{ann:?} {q}");
-    assert!(close(ann.reliability(), (2.0 + q) / 4.0, 1e-8), "{}", ann.reliability());
+    assert!(
+        close(ann.coins.sensitivity, (2.0 + q) / (3.0 + q), 1e-8),
+        "{ann:?} {q}"
+    );
+    assert!(
+        close(ann.coins.specificity, 2.0 / (4.0 - q), 1e-8),
+        "{ann:?} {q}"
+    );
+    assert!(
+        close(ann.reliability(), (2.0 + q) / 4.0, 1e-8),
+        "{}",
+        ann.reliability()
+    );
     assert!(close(fitted.class_prior, (1.0 + q) / 3.0, 1e-8));
     let p = ann.reliability();
-    assert!(close(ann.standard_error(), (p * (1.0 - p) / 5.0).sqrt(), 1e-12));
+    assert!(close(
+        ann.standard_error(),
+        (p * (1.0 - p) / 5.0).sqrt(),
+        1e-12
+    ));
     assert_eq!(ann.pass_rate(), Some(1.0));
     assert_eq!(ann.agreement(), None);
     assert_eq!(ann.last_event_at, Some(at(0)));
@@ -191,9 +206,21 @@ fn replaced_and_forgotten_verdicts() {
     assert!(!r.reviewers.holds("cy"));
     assert_eq!(r.reviewers.left_out, 1);
     // ann is found unreliable: when she goes, her findings go with her.
-    assert!(r.reviewers.set_findings(&"ann".into(), Findings { unreliable: true, ..Findings::default() }));
+    assert!(r.reviewers.set_findings(
+        &"ann".into(),
+        Findings {
+            unreliable: true,
+            ..Findings::default()
+        }
+    ));
     r.add(("b", &[v("bob", true)]), at(3));
-    let (_, gone) = r.add_timed(("c", &[Verdict { at: at(4), ..v("dee", false) }]));
+    let (_, gone) = r.add_timed((
+        "c",
+        &[Verdict {
+            at: at(4),
+            ..v("dee", false)
+        }],
+    ));
     // "a" went: ann had only it; bob keeps "b".
     assert_eq!(gone, ["ann"]);
     assert_eq!(r.items.len(), 2);
@@ -291,7 +318,9 @@ fn batch_em(items: &[Vec<(usize, bool)>], reviewers: usize) -> Vec<(f64, f64, f6
         }
         let coins: Vec<(f64, f64)> = s
             .iter()
-            .map(|&(passes, tp, tf, n)| ((2.0 + tp) / (3.0 + passes), (2.0 + tf) / (3.0 + n - passes)))
+            .map(|&(passes, tp, tf, n)| {
+                ((2.0 + tp) / (3.0 + passes), (2.0 + tf) / (3.0 + n - passes))
+            })
             .collect();
         for (j, &(_, tp, tf, n)) in s.iter().enumerate() {
             out[j] = ((2.0 + tp + tf) / (3.0 + n), coins[j].0, coins[j].1);
@@ -302,7 +331,11 @@ fn batch_em(items: &[Vec<(usize, bool)>], reviewers: usize) -> Vec<(f64, f64, f6
             let mut odds = (clip(prior) / (1.0 - clip(prior))).ln();
             for &(j, pass) in vs {
                 let (a, b) = (clip(coins[j].0), clip(coins[j].1));
-                odds += if pass { (a / (1.0 - b)).ln() } else { ((1.0 - a) / b).ln() };
+                odds += if pass {
+                    (a / (1.0 - b)).ln()
+                } else {
+                    ((1.0 - a) / b).ln()
+                };
             }
             *qi = 1.0 / (1.0 + (-odds).exp());
         }
@@ -358,10 +391,18 @@ fn the_fit_is_the_batch_em() {
             r.add((&format!("item-{i}"), &batch), at(i as i64));
         }
         let fitted = r.fit();
-        assert!(fitted.iterations < MAX_ITERATIONS, "seed {seed}: {}", fitted.iterations);
+        assert!(
+            fitted.iterations < MAX_ITERATIONS,
+            "seed {seed}: {}",
+            fitted.iterations
+        );
         for (j, &(p, a, b)) in batch_em(&items, 9).iter().enumerate() {
             let got = &fitted.reviewers[format!("r{j}").as_str()];
-            let fit = (got.reliability(), got.coins.sensitivity, got.coins.specificity);
+            let fit = (
+                got.reliability(),
+                got.coins.sensitivity,
+                got.coins.specificity,
+            );
             assert!(
                 close(fit.0, p, 1e-6) && close(fit.1, a, 1e-6) && close(fit.2, b, 1e-6),
                 "seed {seed}, r{j}: fit {fit:?}, batch {:?}",
@@ -374,9 +415,8 @@ fn the_fit_is_the_batch_em() {
 /// Batches of distinct `(item, reviewer)` verdicts: each verdict is applied once, so every
 /// order of the batches applies the same verdicts.
 fn arb_verdicts() -> impl Strategy<Value = Vec<(u8, u8, bool, u8)>> {
-    prop::collection::btree_map((0u8..12, 0u8..6), (any::<bool>(), 1u8..5), 1..50).prop_map(
-        |m| m.into_iter().map(|((i, r), (p, w))| (i, r, p, w)).collect(),
-    )
+    prop::collection::btree_map((0u8..12, 0u8..6), (any::<bool>(), 1u8..5), 1..50)
+        .prop_map(|m| m.into_iter().map(|((i, r), (p, w))| (i, r, p, w)).collect())
 }
 
 /// Applies `verdicts` (`(item, reviewer, pass, weight)`) in the order given, one batch each.
@@ -492,4 +532,71 @@ proptest! {
         prop_assert!(fitted.class_prior.is_finite() && (0.0..=1.0).contains(&fitted.class_prior));
         prop_assert_eq!(&r.restored(), &r.reviewers);
     }
+}
+
+/// `items` items each voted by `honest` reviewers right with probability 0.95 and `adversaries`
+/// right with probability 0.1, half of them passes.
+fn honest_against_adversaries(seed: u64, honest: usize, adversaries: usize, items: usize) -> Crowd {
+    let mut mix = Mix(seed);
+    let mut r = Crowd::new(10_000, LIMITS);
+    for i in 0..items {
+        let truth = mix.unit() < 0.5;
+        let mut batch = Vec::new();
+        for (k, accuracy) in std::iter::repeat_n(0.95, honest)
+            .chain(std::iter::repeat_n(0.1, adversaries))
+            .enumerate()
+        {
+            let right = mix.unit() < accuracy;
+            batch.push(v(&format!("r{k}"), if right { truth } else { !truth }));
+        }
+        r.add((&format!("item-{i}"), &batch), at(i as i64));
+    }
+    r
+}
+
+/// The mirror solution, where the docs say it is reached: from the weighted majority the fit
+/// ends in the solution where that majority is mostly right. With honest reviewers in the
+/// majority on every item it finds them (over 20 seeds); with adversaries in the majority it
+/// finds the mirror, honest reviewers below one half and adversaries above, which no model
+/// without gold answers can tell from the truth.
+#[test]
+fn the_fit_ends_where_the_majority_points() {
+    for seed in 0..20 {
+        let right = honest_against_adversaries(seed, 3, 2, 200).fit();
+        let mirror = honest_against_adversaries(seed, 2, 3, 200).fit();
+        for k in 0..5 {
+            let (r, m) = (
+                right.reviewers[format!("r{k}").as_str()].reliability(),
+                mirror.reviewers[format!("r{k}").as_str()].reliability(),
+            );
+            // Honest are r0..r2 in the first crowd, r0..r1 in the second.
+            assert_eq!(r > 0.5, k < 3, "seed {seed}: r{k} {r}");
+            assert_eq!(m > 0.5, k >= 2, "seed {seed}: r{k} {m}");
+        }
+    }
+}
+
+/// A verdict is written as a tuple and read back in that form, or as the object a changelog
+/// written before holds.
+#[test]
+fn a_verdict_is_written_as_a_tuple_and_read_in_both_forms() {
+    let verdict = Verdict {
+        weight: 0.5,
+        ..v("ann", true)
+    };
+    let text = serde_json::to_string(&verdict).expect("serializes");
+    assert_eq!(text, r#"["ann",true,0.5,{"secs":1795168800,"nanos":0}]"#);
+    assert_eq!(
+        serde_json::from_str::<Verdict>(&text).expect("tuple"),
+        verdict
+    );
+    let object =
+        r#"{"reviewer":"ann","pass":true,"weight":0.5,"at":{"secs":1795168800,"nanos":0}}"#;
+    assert_eq!(
+        serde_json::from_str::<Verdict>(object).expect("object"),
+        verdict
+    );
+    let old_review = r#"{"verdicts":[{"reviewer":"ann","pass":true,"weight":0.5,"at":{"secs":1795168800,"nanos":0}}],"posterior":0.7,"refreshed":3}"#;
+    let review: Review = serde_json::from_str(old_review).expect("a review written before");
+    assert_eq!(review.verdicts, [verdict]);
 }
