@@ -88,10 +88,11 @@ pub struct OutputSettings {
     /// end of the epoch, whichever comes first); 0 publishes every update. Replay always
     /// publishes every update.
     pub scores_coalesce_ms: u64,
-    /// `jury.reviewer-quality` is a table too: a reviewer whose figures changed is republished
-    /// at the next tick of this interval, as it then is (and every reviewer of a partition once
-    /// its state is restored, so a record held when an instance stopped is never missing); 0
-    /// publishes at the end of every epoch. Replay publishes after every record.
+    /// `jury.reviewer-quality` is a table too: a project whose verdicts changed is fitted at the
+    /// next tick of this interval and each of its reviewers whose record changed republished
+    /// (and every reviewer of a partition once its state is restored, so a record held when an
+    /// instance stopped is never missing); 0 publishes at the end of every epoch. Replay
+    /// publishes at the end of its input.
     pub reviewers_coalesce_ms: u64,
 }
 

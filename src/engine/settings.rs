@@ -357,7 +357,7 @@ impl Default for JudgeQuality {
 }
 
 /// Reviewer reliability: each human reviewer's reliability learned from how reviewers agree on
-/// the same items (the one-coin Dawid-Skene model, online), reported on
+/// the same items (the two-coin Dawid-Skene model, fitted from the verdicts held), reported on
 /// `jury.reviewer-quality` with alerts on `jury.bias-alerts`. It learns from the verdicts kept
 /// in judge quality's item store, so it is on when that is (`input.partitioning =
 /// "repartition"`, `judge_quality.enabled`) and holds the same items.
