@@ -59,8 +59,9 @@ impl Engine {
     /// the batch's `(weight, value)` as applied, `table` as the reputations give them, and
     /// `voters` its voters, whose verdicts (pass for a value of at least ½) the reviewer model
     /// learns from, each with its table weight: what the model starts from must not be its own
-    /// output (learned weights), or one fit in the mirror solution would pull the next there. An `item_id` longer than
-    /// `limits.max_id_bytes` is not kept (the id is informational for the score).
+    /// output (learned weights), or one fit in the mirror solution would pull the next there.
+    /// An `item_id` longer than `limits.max_id_bytes` is not kept (the id is informational for
+    /// the score).
     pub(super) fn observe_votes(
         &self,
         state: &mut PartitionState,

@@ -16,7 +16,7 @@ use super::ids::ProjectKey;
 use super::journal::Change;
 use super::model::bias::{BiasAlert, risk_level};
 use super::model::judge_quality::Observed;
-use super::model::reviewers::{Figures, Findings, fit};
+use super::model::reviewers::{Figures, Findings};
 use super::output::{Output, OutputTopic, Shows};
 use super::settings::{ReputationSource, Reviewers};
 use super::state::PartitionState;
@@ -48,7 +48,7 @@ impl Engine {
             && let Some(q) = state.quality.get_mut(project)
         {
             let settings = &self.settings.reviewers;
-            let fitted = fit(q.items.iter().map(|(_, e)| &e.review));
+            let fitted = q.fit_reviewers();
             for (reviewer, figures) in &fitted.reviewers {
                 let before = q.reviewers.findings(reviewer);
                 let now = figures.findings(before, settings);
@@ -78,9 +78,9 @@ impl Engine {
     /// whatever the truth, `logit p`: the weight with which independent verdicts combine into
     /// the most likely truth; a verdict that says nothing, or worse than nothing, counts
     /// nothing rather than against itself), as of the project's last checkpoint, once its voter
-    /// had `reviewers.min_items` shared items; before that, the table's. With `both` the two multiply. A batch whose learned
-    /// weights sum to 0 keeps the table's: a batch is never dropped because its voters'
-    /// weights vanished.
+    /// had `reviewers.min_items` shared items; before that, the table's. With `both` the two
+    /// multiply. A batch whose learned weights sum to 0 keeps the table's: a batch is never
+    /// dropped because its voters' weights vanished.
     pub(super) fn learned_weights<'v>(
         &self,
         state: &PartitionState,
@@ -146,7 +146,7 @@ impl Engine {
                 held.published.remove(&project);
                 continue;
             };
-            let fitted = fit(q.items.iter().map(|(_, e)| &e.review));
+            let fitted = q.fit_reviewers();
             let published = held.published.entry(project.clone()).or_default();
             published.retain(|r, _| fitted.reviewers.contains_key(r));
             for (reviewer, figures) in &fitted.reviewers {

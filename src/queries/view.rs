@@ -15,7 +15,6 @@ use serde::Serialize;
 
 use crate::changelog::{Unit, UnitKind};
 use crate::engine::contract::time::{EventTime, rfc3339};
-use crate::engine::model::reviewers::fit;
 use crate::engine::model::session::{Ballot, Session};
 use crate::engine::output::{Output, OutputValue, Shows};
 use crate::engine::quality::judge_record;
@@ -222,7 +221,7 @@ impl View {
                 let record = judge_record(project, judge, w, window);
                 p.judges.insert(judge.to_owned(), record.render().into());
             }
-            let fitted = fit(q.items.iter().map(|(_, e)| &e.review));
+            let fitted = q.fit_reviewers();
             for (reviewer, r) in &fitted.reviewers {
                 let findings = q.reviewers.findings(reviewer);
                 let record = reviewer_record(project, reviewer, r, findings);

@@ -665,8 +665,8 @@ impl Reviewers {
         }
     }
 
-    /// Counts the verdicts again from `items` and fits them, after a restore wrote them (and
-    /// the findings) directly. The findings of a reviewer with no verdict are dropped.
+    /// Counts the verdicts again from `items`, after a restore wrote them (and the findings)
+    /// directly. The findings of a reviewer with no verdict are dropped.
     pub fn recount<V: Reviewed>(&mut self, items: &Bounded<V>) {
         self.held.clear();
         self.held_verdicts = 0;
@@ -678,8 +678,7 @@ impl Reviewers {
         }
         let held = &self.held;
         self.findings.retain(|k, _| held.contains_key(k));
-        self.checkpoint =
-            (!self.held.is_empty()).then(|| fit(items.iter().map(|(_, e)| e.review())));
+        self.checkpoint = None;
     }
 
     /// Whether `reviewer` has verdicts held.

@@ -410,7 +410,7 @@ fn results(
 ) {
     let mut table = std::collections::BTreeMap::new();
     if let Some(q) = run.state.quality.get("p") {
-        let fitted = crate::engine::model::reviewers::fit(q.items.iter().map(|(_, e)| &e.review));
+        let fitted = q.fit_reviewers();
         for (reviewer, r) in &fitted.reviewers {
             let findings = q.reviewers.findings(reviewer);
             let record = crate::engine::reviewer_record("p", reviewer, r, findings);

@@ -23,7 +23,9 @@ use self::agreement::kappa;
 pub use self::agreement::{Agreement, judge_agreement};
 pub use super::bounded::{Bounded, Places};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
-use super::reviewers::{ProjectReviewer, Review, Reviewed, ReviewerLimits, Reviewers, Verdict};
+use super::reviewers::{
+    Fit, ProjectReviewer, Review, Reviewed, ReviewerLimits, Reviewers, Verdict, fit,
+};
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{IdMap, ProjectKey};
 
@@ -333,10 +335,20 @@ impl ProjectQuality {
     }
 
     /// Rebuilds what is derived from the rest, after a restore wrote that directly: the
-    /// correlations from `recent`, the reviewers' counts and fit from the items' verdicts.
+    /// correlations from `recent`, the reviewers' counts from the items' verdicts, and a fit of
+    /// them for the learned weights until the next checkpoint.
     pub fn rebuild(&mut self) {
         self.correlations = Correlations::of(self.recent.values());
         self.reviewers.recount(&self.items);
+        if !self.reviewers.is_empty() {
+            let fitted = self.fit_reviewers();
+            self.reviewers.keep_checkpoint(fitted);
+        }
+    }
+
+    /// The reviewer model fitted on the verdicts of the items held now.
+    pub fn fit_reviewers(&self) -> Fit {
+        fit(self.items.iter().map(|(_, votes)| &votes.review))
     }
 
     /// The effective number of `judges` over the recent candidates (see
