@@ -382,74 +382,6 @@ fn vote_record(payload: &str) -> Record<'_> {
     .at(Some(0), None)
 }
 
-/// Applying prepared records as the service's processing thread does, with and without its
-/// prefetching a few records ahead ([`Engine::prefetch`]): the same full windows as the `epoch`
-/// benchmarks, the records prepared (parsed and validated, as the polling thread does) before
-/// the clock starts, so the difference is what the prefetch hides.
-fn bench_prefetch(c: &mut Criterion) {
-    const AHEAD: usize = 4;
-    let mut reps = ReputationTable::default();
-    let mut group = epoch_group(c, "prefetch");
-    for (projects, window, _, _) in FULL_WINDOWS.into_iter().filter(|(_, _, judged, _)| !judged) {
-        let engine = engine_with_window(window, false, false);
-        let mut state = PartitionState::default();
-        let mut out = Vec::<Output>::with_capacity(4);
-        let mut made = 0;
-        let mut make = || -> Vec<String> {
-            made += EPOCH;
-            (made - EPOCH..made)
-                .map(|i| load_event(i, projects))
-                .collect()
-        };
-        for _ in 0..20 {
-            for p in make() {
-                out.clear();
-                black_box(engine.process(&mut state, &mut reps, &vote_record(&p), &mut out));
-            }
-        }
-        for ahead in [0, AHEAD] {
-            group.bench_function(format!("apply_{projects}_projects_{ahead}_ahead"), |b| {
-                b.iter_custom(|iters| {
-                    let mut took = Duration::ZERO;
-                    for _ in 0..iters {
-                        let payloads = make();
-                        let all: Vec<_> = payloads
-                            .iter()
-                            .map(|p| engine.prepare_votes(&vote_record(p)))
-                            .collect();
-                        let started = Instant::now();
-                        for (i, (p, prepared)) in payloads.iter().zip(&all).enumerate() {
-                            if ahead > 0
-                                && let Some(Some(next)) = all.get(i + ahead)
-                            {
-                                jurystream::prefetch::bytes(payloads[i + ahead].as_bytes());
-                                engine.prefetch(&state, next);
-                            }
-                            out.clear();
-                            let outcome = match prepared {
-                                Some(prepared) => engine.apply_prepared(
-                                    &mut state,
-                                    &mut reps,
-                                    &vote_record(p),
-                                    prepared,
-                                    &mut out,
-                                ),
-                                None => {
-                                    engine.process(&mut state, &mut reps, &vote_record(p), &mut out)
-                                }
-                            };
-                            black_box(outcome);
-                        }
-                        took += started.elapsed();
-                    }
-                    took
-                })
-            });
-        }
-    }
-    group.finish();
-}
-
 /// What the service's polling thread does per vote record: read, validate and locate the
 /// batch in the payload ([`Engine::prepare_votes`]), on the load benchmark's events.
 fn bench_prepare_votes(c: &mut Criterion) {
@@ -527,7 +459,6 @@ criterion_group!(
     bench_apply_prepared,
     bench_parse_validate_apply,
     bench_journaled_epoch,
-    bench_prefetch,
     bench_complete_session,
     bench_bradley_terry,
     bench_effective_judges

@@ -256,6 +256,12 @@ fn start_service(
             ("JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS", &cycle),
             ("JURYSTREAM_KAFKA__FETCH_WAIT_MAX_MS", &fetch_wait_ms()),
             ("JURYSTREAM_TOPICS__VOTES", votes),
+            // The allocator settings the deploy files give the service (docs/architecture.md).
+            ("MIMALLOC_ALLOW_THP", "0"),
+            (
+                "GLIBC_TUNABLES",
+                "glibc.malloc.trim_threshold=1073741824:glibc.malloc.top_pad=67108864",
+            ),
         ],
     );
     assert!(

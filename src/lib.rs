@@ -25,29 +25,29 @@
 //! - [`replay`]: the file runtime.
 //! - [`topics`]: the one table between the engine's topics and their configured names, and the
 //!   names of the internal topics.
-//! - [`kafka`]: the service: `run` builds the clients and the two threads (`poll`, `process`);
-//!   `core` is the processor's state they share, `repartition` the stage that forwards input
-//!   records by project, `collector` produces, `epoch` is the commit protocol, `tasks` holds
-//!   the owned partitions' state, `contexts` the rebalance callbacks,
-//!   `clients` the client settings and topics, `batch_queue` the batch consume (the only FFI
-//!   module), `faults` the crash injection of the recovery tests.
+//! - [`kafka`]: the service: `run` builds the clients and the threads (a `poll` thread per
+//!   stage's consumer, one `process` thread); `core` is the processor's state they share,
+//!   `repartition` the stage that forwards input records by project, `collector` produces,
+//!   `epoch` is the commit protocol, `tasks` holds the owned partitions' state, `stage` the
+//!   stages and their consumer groups, `contexts` their consumers' rebalance callbacks, `clients`
+//!   the client settings and topics, `faults` the crash injection of the recovery tests.
 //! - [`queries`]: interactive queries: the live per-project view the service keeps, and the
 //!   `/v1` HTTP endpoints that read it.
 //! - [`telemetry`]: Prometheus metrics, the internal events that log and count in one place,
 //!   and the `/metrics`, `/healthz`, `/readyz` endpoints.
 //! - [`config`]: loading and validating the configuration.
-//! - [`prefetch`]: the CPU prefetch hint the processing thread uses.
 //!
 //! Dependencies point down: [`config`] imports nothing of the crate; the engine imports
-//! nothing outside `engine/` but [`config`] (its settings) and [`prefetch`]; [`changelog`]
+//! nothing outside `engine/` but [`config`] (its settings); [`changelog`]
 //! imports the engine; [`topics`] names the engine's topics; [`kafka`] and [`replay`] import
 //! the engine, the changelog and the topic table, and [`kafka`] reports through [`telemetry`].
+
+#![forbid(unsafe_code)]
 
 pub mod changelog;
 pub mod config;
 pub mod engine;
 pub mod kafka;
-pub mod prefetch;
 pub mod queries;
 pub mod replay;
 pub mod telemetry;

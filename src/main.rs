@@ -1,4 +1,13 @@
 //! The `jurystream` command: `replay` a file of records, or `run` the Kafka service.
+//!
+//! Two allocator settings that the service is measured with are environment variables, set by
+//! the deploy files (`deploy/`) rather than by code: `MIMALLOC_ALLOW_THP=0` (mimalloc's fresh
+//! pages otherwise fault in 2 MiB at a time, each zeroed by the kernel) and
+//! `GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824:glibc.malloc.top_pad=67108864`
+//! (librdkafka allocates from glibc, and trimming the heap after each epoch's changelog burst
+//! made the next burst fault every page in again); docs/performance.md gives the measurements.
+
+#![forbid(unsafe_code)]
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
@@ -17,7 +26,7 @@ use jurystream::queries::advertise;
 use jurystream::queries::api::{self, Queries};
 use jurystream::queries::view::View;
 use jurystream::replay;
-use jurystream::telemetry::http::Health;
+use jurystream::telemetry::http::{Health, Listeners};
 use jurystream::telemetry::metrics::Metrics;
 use jurystream::topics::TopicTable;
 
@@ -26,57 +35,6 @@ use jurystream::topics::TopicTable;
 /// CPU in the load benchmark (perf), mimalloc a fraction of that.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// Turns transparent huge pages off for this process, as `MIMALLOC_ALLOW_THP=0` would (which
-/// is read before `main`, so it cannot be set from here), unless that variable is set.
-///
-/// Why: mimalloc's fresh pages then fault in 2 MiB at a time, each zeroed in full by the kernel,
-/// and they kept coming while the service ran (memory it had returned after a second unused).
-/// `perf` put the zeroing at 7-11% of both service threads' samples with 10,000 projects; off,
-/// the load benchmark's service used 10% less CPU (six runs interleaved with one and 10,000
-/// projects, lower in each pair). Nothing here needs huge pages.
-fn disable_transparent_huge_pages() {
-    #[cfg(target_os = "linux")]
-    if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
-        // SAFETY: PR_SET_THP_DISABLE takes integer arguments only and changes nothing but the
-        // process's huge-page policy; a failure (an old kernel) leaves it as it was.
-        unsafe {
-            libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-        }
-    }
-}
-
-/// Keeps what glibc's heap has grown to rather than handing freed memory back to the kernel,
-/// unless `MALLOC_TRIM_THRESHOLD_`, `MALLOC_TOP_PAD_` or `GLIBC_TUNABLES` says otherwise.
-/// librdkafka allocates from glibc (mimalloc serves Rust's allocations only): every produced
-/// record is a glibc allocation, made and freed on the processing thread.
-///
-/// Why: at the end of each epoch the changelog is produced in one burst (megabytes with 10,000
-/// busy projects), its memory freed as the broker acknowledges it, and glibc trimmed the heap's
-/// top back to the kernel each time (default threshold 128 KiB), so the next burst faulted
-/// every page in again, zeroed. With a 1 GiB trim threshold and 64 MiB of top padding the load
-/// benchmark's service (10,000 projects) took about 17% fewer page faults, and less CPU in 19
-/// of 20 runs interleaved with the default, 10% less on average (docs/performance-history.md).
-/// The cost is memory: what librdkafka's buffers peaked at stays mapped, bounded by its own
-/// queue limits.
-fn keep_glibc_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if [
-        "MALLOC_TRIM_THRESHOLD_",
-        "MALLOC_TOP_PAD_",
-        "GLIBC_TUNABLES",
-    ]
-    .iter()
-    .all(|v| std::env::var_os(v).is_none())
-    {
-        // SAFETY: mallopt only sets two tuning parameters of glibc's allocator; it runs at the
-        // start of `main`, before any other thread exists. A rejected value changes nothing.
-        unsafe {
-            libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-            libc::mallopt(libc::M_TOP_PAD, 64 << 20);
-        }
-    }
-}
 
 #[derive(Parser)]
 #[command(
@@ -107,8 +65,6 @@ enum Command {
 }
 
 fn main() -> Result<()> {
-    disable_transparent_huge_pages();
-    keep_glibc_heap();
     let cli = Cli::parse();
     let config = Config::load(cli.config.as_deref())?;
     match cli.command {
@@ -149,7 +105,6 @@ fn run_service(mut config: Config) -> Result<()> {
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let bind: SocketAddr = config.http.bind.parse().context("http.bind")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -188,11 +143,21 @@ fn run_service(mut config: Config) -> Result<()> {
         max_connections: config.http.max_connections,
         header_timeout: Duration::from_millis(config.http.header_timeout_ms),
     };
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind(bind))
-        .with_context(|| format!("http.bind {bind}"))?;
+    let listen = |setting: &str, at: &str| -> Result<tokio::net::TcpListener> {
+        let addr: SocketAddr = at.parse().with_context(|| setting.to_owned())?;
+        runtime
+            .block_on(tokio::net::TcpListener::bind(addr))
+            .with_context(|| format!("{setting} {addr}"))
+    };
+    let listeners = Listeners {
+        main: listen("http.bind", &config.http.bind)?,
+        admin: match config.http.admin_bind.as_str() {
+            "" => None,
+            at => Some(listen("http.admin_bind", at)?),
+        },
+    };
     let server = runtime.spawn(jurystream::telemetry::http::serve(
-        listener,
+        listeners,
         (Arc::clone(&metrics), Arc::clone(&health)),
         queries,
         limits,

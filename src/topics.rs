@@ -16,6 +16,8 @@ pub struct TopicTable {
     repartition: String,
     /// `<group_id>-instances`.
     instances: String,
+    /// `<group_id>-tasks`.
+    tasks_group: String,
 }
 
 impl Default for TopicTable {
@@ -42,6 +44,7 @@ impl TopicTable {
             state,
             repartition: format!("{group_id}-repartition"),
             instances: format!("{group_id}-instances"),
+            tasks_group: format!("{group_id}-tasks"),
         }
     }
 
@@ -92,6 +95,13 @@ impl TopicTable {
     /// projects of each repartition-topic partition (see `crate::queries`).
     pub fn instances(&self) -> &str {
         &self.instances
+    }
+
+    /// The consumer group of the repartition topic's partitions, the stateful tasks (see
+    /// `crate::kafka`): a group of its own, so that the tasks are balanced over the instances on
+    /// their own, whatever the instances own of the inputs, which the group `<group_id>` forwards.
+    pub fn tasks_group(&self) -> &str {
+        &self.tasks_group
     }
 }
 

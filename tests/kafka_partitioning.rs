@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 
 use support::published::{Published, assert_same, published, replayed, replayed_lines};
 use support::stream::{self, Shape};
-use support::{Broker, Rec, Service, Setup, free_port, produce, read_log, setup, start_instance};
+use support::{
+    Broker, Rec, Service, Setup, free_port, metric_sum, produce, read_log, setup, start_instance,
+    write_test_config,
+};
 
 fn shape() -> Shape {
     Shape {
@@ -263,12 +266,14 @@ fn mis_keyed_records_over_three_instances_a_kill_9_and_a_fourth_count_every_vote
     let broker = Broker::shared();
     let prefix = "part";
     let shape = shape();
-    let Setup {
-        dir,
-        config,
-        records: keyed,
-    } = setup(&broker.bootstrap, prefix, &shape, free_port(), "");
-    let records = mis_keyed(&keyed, shape.partitions);
+    let (
+        Setup {
+            dir,
+            config,
+            records: keyed,
+        },
+        records,
+    ) = mis_keyed_setup(broker, prefix, &shape);
     let half = records.len() / 2;
     produce(&broker.bootstrap, &records[..half]);
     let mut running: Vec<Service> = ["a", "b", "c"]
@@ -287,9 +292,38 @@ fn mis_keyed_records_over_three_instances_a_kill_9_and_a_fourth_count_every_vote
         &broker.bootstrap,
         &[],
     ));
+    finish(running, &records);
+    assert_repartitioned(&broker.bootstrap, prefix, &config, &keyed, &records);
+}
+
+/// [`setup`] of `shape` for `prefix`, and its stream as [`mis_keyed`] producers send it.
+fn mis_keyed_setup(broker: &Broker, prefix: &str, shape: &Shape) -> (Setup, Vec<Rec>) {
+    let setup = setup(&broker.bootstrap, prefix, shape, free_port(), "");
+    let records = mis_keyed(&setup.records, shape.partitions);
+    (setup, records)
+}
+
+/// Starts instance `name` of `prefix`'s group (`extra` appended to its configuration) without
+/// waiting for it: instances started together.
+fn start_unready(
+    dir: &std::path::Path,
+    name: &str,
+    prefix: &str,
+    bootstrap: &str,
+    extra: &str,
+) -> Service {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).expect("dir");
+    let config = write_test_config(&d, prefix, bootstrap, free_port(), extra);
+    Service::start(&config, d.join("service.log"))
+}
+
+/// Waits until `running`, between them, have processed everything of `records`, then stops them
+/// (each must exit cleanly).
+fn finish(running: Vec<Service>, records: &[Rec]) {
     let refs: Vec<&Service> = running.iter().collect();
     assert!(
-        support::wait_caught_up(&refs, &records, Duration::from_secs(240)),
+        support::wait_caught_up(&refs, records, Duration::from_secs(240)),
         "{}",
         refs.iter()
             .map(|s| s.metrics())
@@ -300,6 +334,185 @@ fn mis_keyed_records_over_three_instances_a_kill_9_and_a_fourth_count_every_vote
         let log = s.log_text();
         assert!(s.terminate().success(), "{log}");
     }
+}
+
+/// The tasks (partitions of the repartition topic) each of `services` owns, as it reports them.
+fn tasks_owned(services: &[&Service]) -> Vec<u64> {
+    services
+        .iter()
+        .map(|s| metric_sum(&s.metrics(), "jurystream_partitions_owned"))
+        .collect()
+}
+
+/// Waits until `services` own the `tasks` between them, each ⌊tasks/n⌋ or ⌈tasks/n⌉; the
+/// counts last seen otherwise.
+fn wait_spread(services: &[&Service], tasks: u64, timeout: Duration) -> Result<(), Vec<u64>> {
+    let n = services.len() as u64;
+    let (least, most) = (tasks / n, tasks.div_ceil(n));
+    let deadline = Instant::now() + timeout;
+    loop {
+        let owned = tasks_owned(services);
+        if owned.iter().sum::<u64>() == tasks && owned.iter().all(|o| (least..=most).contains(o)) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(owned);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Every instance of a group takes its share of the stateful tasks, whatever it owns of the
+/// inputs: one, then two, then three instances started one after another; a `kill -9` leaves
+/// them all to the survivors (within the 6 s session timeout of the tests' configuration); and
+/// every record is applied once, as replays of the repartition topic give.
+#[test]
+fn tasks_spread_over_instances_as_they_come_and_go() {
+    let broker = Broker::shared();
+    let prefix = "spread";
+    let shape = shape();
+    let tasks = shape.partitions as u64;
+    let (
+        Setup {
+            dir,
+            config,
+            records: keyed,
+        },
+        records,
+    ) = mis_keyed_setup(broker, prefix, &shape);
+    let third = records.len() / 3;
+    produce(&broker.bootstrap, &records[..third]);
+    let mut running: Vec<Service> = Vec::new();
+    for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+        running.push(start_instance(
+            dir.path(),
+            name,
+            prefix,
+            &broker.bootstrap,
+            &[],
+        ));
+        let refs: Vec<&Service> = running.iter().collect();
+        if let Err(owned) = wait_spread(&refs, tasks, Duration::from_secs(60)) {
+            panic!("{} instances own {owned:?} of {tasks} tasks", refs.len());
+        }
+        if i == 1 {
+            produce(&broker.bootstrap, &records[third..2 * third]);
+        }
+    }
+    running.remove(0).kill();
+    let refs: Vec<&Service> = running.iter().collect();
+    if let Err(owned) = wait_spread(&refs, tasks, Duration::from_secs(30)) {
+        panic!("the survivors own {owned:?} of {tasks} tasks");
+    }
+    produce(&broker.bootstrap, &records[2 * third..]);
+    finish(running, &records);
+    assert_repartitioned(&broker.bootstrap, prefix, &config, &keyed, &records);
+}
+
+/// Two instances started at the same moment on a full input share the tasks and leave no
+/// record unapplied.
+#[test]
+fn two_instances_started_together_share_the_tasks_and_apply_every_record() {
+    let broker = Broker::shared();
+    let prefix = "together";
+    let shape = shape();
+    let (
+        Setup {
+            dir,
+            config,
+            records: keyed,
+        },
+        records,
+    ) = mis_keyed_setup(broker, prefix, &shape);
+    produce(&broker.bootstrap, &records);
+    let running: Vec<Service> = ["a", "b"]
+        .iter()
+        .map(|name| start_unready(dir.path(), name, prefix, &broker.bootstrap, ""))
+        .collect();
+    let refs: Vec<&Service> = running.iter().collect();
+    if let Err(owned) = wait_spread(&refs, shape.partitions as u64, Duration::from_secs(60)) {
+        panic!("two instances own {owned:?} of {} tasks", shape.partitions);
+    }
+    finish(running, &records);
+    assert_repartitioned(&broker.bootstrap, prefix, &config, &keyed, &records);
+}
+
+/// With `by_key` the tasks are the input partitions (votes' and judge scores'), in one group:
+/// two instances started together own half of them each, and publish what replay does.
+#[test]
+fn by_key_units_spread_over_two_instances() {
+    let broker = Broker::shared();
+    let prefix = "bykeyspread";
+    let shape = shape();
+    let by_key = "[input]\npartitioning = \"by_key\"\n";
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(&broker.bootstrap, prefix, &shape, free_port(), by_key);
+    produce(&broker.bootstrap, &records);
+    let running: Vec<Service> = ["a", "b"]
+        .iter()
+        .map(|name| start_unready(dir.path(), name, prefix, &broker.bootstrap, by_key))
+        .collect();
+    let refs: Vec<&Service> = running.iter().collect();
+    // Each input topic's partitions: votes and judge scores.
+    let units = 2 * shape.partitions as u64;
+    if let Err(owned) = wait_spread(&refs, units, Duration::from_secs(60)) {
+        panic!("two instances own {owned:?} of {units} units");
+    }
+    finish(running, &records);
+    let expect = replayed(&config, &records);
+    assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
+}
+
+/// Static membership: an instance restarted after `kill -9` with the same `kafka.instance_id`
+/// gets its tasks back without waiting for the session timeout (30 s here), and its restart
+/// applies every record once.
+#[test]
+fn an_instance_restarted_with_its_identity_resumes_before_the_session_timeout() {
+    let broker = Broker::shared();
+    let prefix = "static";
+    let shape = shape();
+    let tasks = shape.partitions as u64;
+    let (
+        Setup {
+            dir,
+            config,
+            records: keyed,
+        },
+        records,
+    ) = mis_keyed_setup(broker, prefix, &shape);
+    let half = records.len() / 2;
+    produce(&broker.bootstrap, &records[..half]);
+    let identity = [
+        ("JURYSTREAM_KAFKA__INSTANCE_ID", "static-0"),
+        ("JURYSTREAM_KAFKA__SESSION_TIMEOUT_MS", "30000"),
+    ];
+    let first = start_instance(dir.path(), "a", prefix, &broker.bootstrap, &identity);
+    if let Err(owned) = wait_spread(&[&first], tasks, Duration::from_secs(60)) {
+        panic!("one instance owns {owned:?} of {tasks} tasks");
+    }
+    first.kill();
+    produce(&broker.bootstrap, &records[half..]);
+    let restarted = std::time::Instant::now();
+    let again = start_instance(dir.path(), "b", prefix, &broker.bootstrap, &identity);
+    if let Err(owned) = wait_spread(&[&again], tasks, Duration::from_secs(60)) {
+        panic!("the restarted instance owns {owned:?} of {tasks} tasks");
+    }
+    let took = restarted.elapsed();
+    eprintln!("restart after kill -9 to every task owned: {took:?}");
+    assert!(
+        took < Duration::from_secs(20),
+        "the restart waited {took:?}, as long as a new member waits for the session timeout"
+    );
+    assert!(
+        again.wait_caught_up(&records, Duration::from_secs(120)),
+        "{}",
+        again.metrics()
+    );
+    let log = again.log_text();
+    assert!(again.terminate().success(), "{log}");
     assert_repartitioned(&broker.bootstrap, prefix, &config, &keyed, &records);
 }
 
@@ -317,12 +530,14 @@ fn a_crash_between_forwarding_and_committing_counts_nothing_twice() {
         batches_per_project: 6,
         sessions_per_project: 3,
     };
-    let Setup {
-        dir,
-        config,
-        records: keyed,
-    } = setup(&broker.bootstrap, prefix, &shape, free_port(), "");
-    let records = mis_keyed(&keyed, shape.partitions);
+    let (
+        Setup {
+            dir,
+            config,
+            records: keyed,
+        },
+        records,
+    ) = mis_keyed_setup(broker, prefix, &shape);
     produce(&broker.bootstrap, &records);
     // The first epoch that commits anything forwards records and has them acknowledged, then
     // dies before committing their input offsets: the restart forwards them again.

@@ -494,6 +494,90 @@ fn half_sent_requests_beyond_the_connection_limit_never_starve_the_service() {
     assert!(service.terminate().success());
 }
 
+/// With `http.admin_bind`, the probes and the metrics have a listener of their own: while a
+/// client keeps 3,000 half-sent requests going at the `/v1` port and the service consumes a
+/// stream, `/readyz` on the admin listener answers within a second every time, `/metrics` too,
+/// and each listener serves its own endpoints only.
+#[test]
+fn probes_on_the_admin_listener_answer_through_a_flood_of_half_sent_requests() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let broker = Broker::shared();
+    let prefix = "admin";
+    let port = free_port();
+    let admin = free_port();
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(&broker.bootstrap, prefix, &sample_shape(), port, "");
+    let admin_bind = format!("127.0.0.1:{admin}");
+    let mut service = Service::start_with(
+        &config,
+        dir.path().join("service.log"),
+        &[("JURYSTREAM_HTTP__ADMIN_BIND", &admin_bind)],
+    );
+    // The test's helpers read the operational endpoints, which are on the admin port now.
+    service.http_port = admin;
+    assert!(
+        service.wait_ready(Duration::from_secs(60)),
+        "{}",
+        service.log_text()
+    );
+    let flooding = AtomicBool::new(true);
+    let slowest = std::thread::scope(|s| {
+        let flood = s.spawn(|| {
+            let mut held = std::collections::VecDeque::new();
+            let mut opened = 0u64;
+            while flooding.load(Ordering::Relaxed) {
+                if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                    let _ = c.write_all(b"GET /v1/projects/p HTTP/1.1\r\nHost: x\r\n");
+                    held.push_back(c);
+                    opened += 1;
+                }
+                // 3,000 at once, then the oldest replaced every few milliseconds.
+                if held.len() > 3000 {
+                    held.pop_front();
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            opened
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        produce(&broker.bootstrap, &records);
+        let mut slowest = Duration::ZERO;
+        let until = std::time::Instant::now() + Duration::from_secs(8);
+        while std::time::Instant::now() < until {
+            for path in ["/readyz", "/metrics"] {
+                let asked = std::time::Instant::now();
+                let answer = support::http_answer(admin, path);
+                assert_eq!(answer.map(|a| a.status), Some(200), "{path}");
+                slowest = slowest.max(asked.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        flooding.store(false, Ordering::Relaxed);
+        let opened = flood.join().expect("flood");
+        assert!(opened >= 3000, "only {opened} half-sent requests");
+        slowest
+    });
+    eprintln!("slowest admin answer under the flood: {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a probe waited {slowest:?}"
+    );
+    assert!(service.wait_caught_up(&records, Duration::from_secs(60)));
+    assert_eq!(
+        support::http_answer(admin, "/v1/projects/p").map(|a| a.status),
+        Some(404)
+    );
+    assert_eq!(
+        support::http_answer(port, "/readyz").map(|a| a.status),
+        Some(404)
+    );
+    assert!(service.terminate().success());
+}
+
 /// An input topic deleted and recreated (its offsets start again below what the group
 /// committed) stops the service with an error that names the partition and how to start over,
 /// instead of skipping every record as already seen. Apache Kafka answers a fetch beyond the

@@ -2,7 +2,8 @@
 the other, and reports each one's events/s, CPU per event and peak RSS, and the ratios.
 
 usage: run.py BOOTSTRAP JURYSTREAM_BINARY [EVENTS] [PROJECTS]
-(PEERS_SERVICE_CONFIG: TOML appended to jurystream's configuration.)
+(PEERS_SERVICE_CONFIG: TOML appended to jurystream's configuration, e.g.
+'[kafka]\ninstance_id = "peers-0"\n' for static membership.)
 
 The corpus is EVENTS vote events (default 300,000) over PROJECTS projects (default 10,000),
 keyed by project id, in a topic of 3 partitions, produced once before the runs. Each contender
@@ -82,24 +83,42 @@ def metric(port, name):
                if line.startswith(name + " ") or line.startswith(name + "{"))
 
 
-def restore(argv, port, owned=3):
-    """Starts jurystream again on the state the measured run left and returns (seconds from its
-    start until it owns the `owned` partitions of its project log, restored; seconds its restores took; changelog
-    records and bytes it restored)."""
+# The allocator settings the deploy files give the service (docs/architecture.md).
+SERVICE_ENV = dict(
+    os.environ,
+    MIMALLOC_ALLOW_THP="0",
+    GLIBC_TUNABLES="glibc.malloc.trim_threshold=1073741824:glibc.malloc.top_pad=67108864",
+)
+
+
+def owning(argv, port, owned):
+    """Starts jurystream and waits until it owns the `owned` partitions of its project log,
+    restored; returns (the process, seconds from its start until then, or None after 300 s)."""
     started = time.monotonic()
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ready = None
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env=SERVICE_ENV)
     while time.monotonic() - started < 300:
         if (metric(port, "jurystream_partitions_owned") or 0) >= owned:
-            ready = time.monotonic() - started
-            break
+            return child, time.monotonic() - started
         time.sleep(0.02)
+    return child, None
+
+
+def restore(argv, port, owned=3):
+    """Starts jurystream again on the state the measured run left and returns (seconds from its
+    start until it owns the `owned` partitions of its project log, restored; seconds its
+    restores took; changelog records and bytes it restored; seconds from a start after a
+    `kill -9` of that instance until the same)."""
+    child, ready = owning(argv, port, owned)
     seconds = metric(port, "jurystream_state_restore_seconds_sum")
     records = metric(port, "jurystream_state_restore_records_total")
     restored = metric(port, "jurystream_state_restore_bytes_total")
+    child.kill()
+    child.wait()
+    child, after_kill = owning(argv, port, owned)
     child.send_signal(signal.SIGTERM)
     child.wait()
-    return ready, seconds, records, restored
+    return ready, seconds, records, restored, after_kill
 
 
 def changelog_kinds(bootstrap, topic):
@@ -134,7 +153,9 @@ def measure(argv, done=None):
     SIGTERM) and returns (seconds from start to the last event, seconds from the first event to
     the last, CPU seconds, peak RSS in MiB)."""
     started = time.monotonic()
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = SERVICE_ENV if done is not None else None
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env)
     first = last = None
     if done is not None:
         while True:
@@ -197,7 +218,8 @@ def main():
 
         applied.events = events
         results["jurystream"] = measure([binary, "--config", config, "run"], done=applied)
-        ready, restoring, records, restored = restore([binary, "--config", config, "run"], port)
+        ready, restoring, records, restored, after_kill = restore(
+            [binary, "--config", config, "run"], port)
         python = sys.executable
         results["hand-written consumer"] = measure(
             [python, os.path.join(HERE, "handwritten.py"), bootstrap, source,
@@ -222,6 +244,8 @@ def main():
         print(f"jurystream changelog: {records:,.0f} records, {restored:,.0f} bytes restored "
               f"({restored / input_bytes:.2f}x the input's {input_bytes:,} bytes); restart to "
               f"every partition restored {ready:.2f} s, of which restoring {restoring:.2f} s")
+    if after_kill is not None:
+        print(f"jurystream restart after kill -9 to every partition restored: {after_kill:.2f} s")
     if os.environ.get("PEERS_CHANGELOG_KINDS"):
         for kind, (n, b) in sorted(changelog_kinds(bootstrap, f"{prefix}.state").items(),
                                    key=lambda kv: -kv[1][1]):

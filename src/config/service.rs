@@ -46,7 +46,17 @@ pub struct Kafka {
     pub ssl_ca_location: String,
     pub ssl_certificate_location: String,
     pub ssl_key_location: String,
-    /// Any librdkafka property for the consumers, e.g. `"session.timeout.ms" = "10000"`.
+    /// This instance's stable identity in its consumer groups (`group.instance.id`, static
+    /// membership, KIP-345), e.g. the pod name of a StatefulSet; empty: a new member at every
+    /// start. With an identity, an instance restarted within `session_timeout_ms` gets its
+    /// partitions back at once, without a rebalance; without one, its partitions move only once
+    /// the broker has given up on its old self, `session_timeout_ms` after it died.
+    pub instance_id: String,
+    /// How long the group waits for a silent member before its partitions go to the others
+    /// (librdkafka's `session.timeout.ms`): the bound on how long a dead instance's tasks stand
+    /// still, and, with `instance_id`, how long a restart may take without moving them.
+    pub session_timeout_ms: u64,
+    /// Any librdkafka property for the consumers, e.g. `"heartbeat.interval.ms" = "1000"`.
     pub consumer: BTreeMap<String, String>,
     /// Any librdkafka property for the producer.
     pub producer: BTreeMap<String, String>,
@@ -65,6 +75,8 @@ impl Default for Kafka {
             commit_interval_ms: 250,
             shutdown_timeout_secs: 30,
             connect_timeout_secs: 15,
+            instance_id: String::new(),
+            session_timeout_ms: 45_000,
             security_protocol: "plaintext".into(),
             sasl_mechanism: String::new(),
             sasl_username: String::new(),
@@ -110,6 +122,10 @@ impl Default for OutputSettings {
 #[serde(deny_unknown_fields, default)]
 pub struct Http {
     pub bind: String,
+    /// A listener of its own for `/metrics`, `/healthz` and `/readyz` (e.g. `0.0.0.0:9465`),
+    /// which are then served there only: no flood of slow clients on `bind` can delay a probe
+    /// or a scrape. Empty: everything on `bind`, with a few connections reserved for them.
+    pub admin_bind: String,
     /// The URL other instances send a client to for the projects this one owns; empty:
     /// `http://<bind>`, or with an unspecified bind address the host name's reachable address
     /// (see `crate::queries::advertise`).
@@ -133,6 +149,7 @@ impl Default for Http {
     fn default() -> Self {
         Http {
             bind: "127.0.0.1:9464".into(),
+            admin_bind: String::new(),
             advertised_url: String::new(),
             proxy_queries: false,
             proxy_timeout_ms: 5000,
@@ -307,6 +324,18 @@ impl Kafka {
             k.replication_factor.max(0) as usize,
         )?;
         positive("kafka.commit_interval_ms", k.commit_interval_ms as usize)?;
+        positive("kafka.session_timeout_ms", k.session_timeout_ms as usize)?;
+        for (key, setting) in [
+            ("group.instance.id", "kafka.instance_id"),
+            ("session.timeout.ms", "kafka.session_timeout_ms"),
+        ] {
+            if self.consumer.contains_key(key) {
+                return Err(invalid(
+                    &format!("kafka.consumer.{key}"),
+                    format!("is set by {setting}; set that instead"),
+                ));
+            }
+        }
         positive(
             "kafka.connect_timeout_secs",
             k.connect_timeout_secs as usize,
@@ -345,6 +374,23 @@ impl Http {
                 "http.bind",
                 format!("{:?} is not an address like 127.0.0.1:9464", self.bind),
             ));
+        }
+        if !self.admin_bind.is_empty() {
+            if self.admin_bind.parse::<std::net::SocketAddr>().is_err() {
+                return Err(invalid(
+                    "http.admin_bind",
+                    format!(
+                        "{:?} is not an address like 127.0.0.1:9465",
+                        self.admin_bind
+                    ),
+                ));
+            }
+            if self.admin_bind == self.bind {
+                return Err(invalid(
+                    "http.admin_bind",
+                    "must differ from http.bind (leave it empty to serve everything there)",
+                ));
+            }
         }
         Ok(())
     }

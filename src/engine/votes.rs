@@ -28,8 +28,7 @@ use super::{Engine, InputTopic, Outcome, Receipt, Record, parse_rejection};
 pub struct PreparedVotes {
     votes: SmallVec<[PreparedVote; 4]>,
     at: EventTime,
-    /// The project and the event id's dedupe fingerprint, also for [`Engine::prefetch`], which
-    /// must find them without reading the payload (that would be the miss it is there to hide).
+    /// The project and the event id's dedupe fingerprint, computed on the polling thread.
     project: ProjectKey,
     fingerprint: u128,
     /// The batch's `item_id`, kept when judge scores pair with votes (see
@@ -162,17 +161,6 @@ impl Engine {
             fingerprint: dedupe::fingerprint(batch.event_id),
             item,
         })
-    }
-
-    /// Gets the CPU to fetch what applying `prepared` to `state` will touch first: the project
-    /// and the line of its dedupe window where the event id is looked up (see
-    /// [`crate::engine::model::dedupe::RecentIds::prefetch`]). The runtime calls it a few
-    /// records ahead of applying them, so the memory latency overlaps other records' work (see
-    /// [`crate::prefetch`]).
-    pub fn prefetch(&self, state: &PartitionState, prepared: &PreparedVotes) {
-        if let Some(project) = state.projects.get(prepared.project.as_str()) {
-            project.seen.prefetch(prepared.fingerprint);
-        }
     }
 
     /// Applies `record`, prepared by [`Engine::prepare_votes`]: exactly what

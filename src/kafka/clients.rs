@@ -135,14 +135,22 @@ fn fetching_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
     Ok(c)
 }
 
-/// The group consumer of the input topics.
-pub fn consumer_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
+/// A consumer of the service's consumer group `group` (one per stage, see `super::stages`),
+/// with this instance's static identity in it if it has one (`kafka.instance_id`).
+pub fn consumer_config(cfg: &Config, group: &str) -> Result<ClientConfig, ServiceError> {
     let mut c = fetching_config(cfg)?;
-    c.set("group.id", &cfg.kafka.group_id)
+    c.set("group.id", group)
+        .set(
+            "session.timeout.ms",
+            cfg.kafka.session_timeout_ms.to_string(),
+        )
         .set("enable.auto.offset.store", "false")
         // With `range`, tansu never hands a killed member's partitions to the survivors.
         .set("partition.assignment.strategy", "cooperative-sticky")
         .set("statistics.interval.ms", "5000");
+    if !cfg.kafka.instance_id.is_empty() {
+        c.set("group.instance.id", &cfg.kafka.instance_id);
+    }
     for (k, v) in &cfg.kafka.consumer {
         c.set(k, v);
     }

@@ -1,10 +1,11 @@
-//! The group consumer's context: lag from statistics, and the rebalance callbacks that hand
-//! partitions over. The readers' context is [`super::clients::QuietReader`]; the producer's is
-//! the record collector's [`super::collector::Delivery`].
+//! The context of each stage's consumer (see [`super::stage`]): lag from statistics, and the
+//! rebalance callbacks that hand partitions over; and the consumers at hand to commit with
+//! ([`Committers`]). The readers' context is [`super::clients::QuietReader`]; the
+//! producer's is the record collector's [`super::collector::Delivery`].
 //!
-//! The rebalance callbacks run on the polling thread and take the processing thread's lock, so
-//! state never changes while a partition is handed over: a revoked partition is flushed,
-//! committed and dropped inside the callback, before another instance owns it.
+//! The rebalance callbacks run on the stage's polling thread and take the processing thread's
+//! lock, so state never changes while a partition is handed over: a revoked partition is
+//! flushed, committed and dropped inside the callback, before another instance owns it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,21 +17,21 @@ use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::ServiceError;
-use super::batch_queue::ForwardTo;
 use super::core::{Core, lock};
+use super::stage::Stage;
 use crate::telemetry::events::{InternalEvent, PartitionsAssigned, PartitionsRevoked};
 use crate::telemetry::metrics::Metrics;
 
-/// The consumer context: lag from statistics, and the revoke callback.
+/// A stage consumer's context: lag from statistics, and the rebalance callbacks.
 pub(super) struct GroupContext {
+    pub stage: Stage,
     pub core: Arc<Mutex<Core>>,
     pub metrics: Arc<Metrics>,
-    /// The first failure outside the processing thread (see [`GroupContext::fail`]).
-    pub failed: Mutex<Option<ServiceError>>,
-    /// Revocations so far.
+    /// The first failure outside the processing thread (see [`GroupContext::fail`]), shared by
+    /// the stages.
+    pub failed: Arc<Mutex<Option<ServiceError>>>,
+    /// Revocations of this stage's partitions so far.
     pub generation: AtomicU64,
-    /// The queue newly assigned partitions are forwarded to (see [`super::batch_queue`]).
-    pub forward_to: ForwardTo,
 }
 
 impl GroupContext {
@@ -63,22 +64,14 @@ impl ClientContext for GroupContext {
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(tpl) = rebalance {
-            let elements = tpl.elements();
-            let unforwarded = self.forward_to.forward(
-                consumer,
-                elements.iter().map(|e| (e.topic(), e.partition())),
-            );
-            if !unforwarded.is_empty() {
-                self.fail(ServiceError::Unforwarded(unforwarded));
-            }
-        }
         let Rebalance::Revoke(tpl) = rebalance else {
             return;
         };
         let mut core = lock(&self.core);
         let revoked = partitions(tpl);
-        if let Err(e) = core.drain(consumer, CommitMode::Sync) {
+        // This stage's offsets are committed before its partitions go; the other stage's wait
+        // for its own consumer (see `Committers`).
+        if let Err(e) = core.drain(&Committers::only(self.stage, consumer), CommitMode::Sync) {
             tracing::error!(error = %e, "could not finish the cycle before revocation");
             self.fail(e);
         }
@@ -131,4 +124,37 @@ fn partitions(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
         .iter()
         .map(|e| (e.topic().to_owned(), e.partition()))
         .collect()
+}
+
+/// The stage consumers at hand to commit with: both on the processing thread; in a rebalance
+/// callback only the one whose partitions move, whose offsets must be committed before they go.
+/// A committed epoch's offsets of a stage whose consumer is not at hand wait in
+/// [`super::core::Epochs::uncommitted`] for the next commit that has it: the other stage's
+/// partitions are not moving, so their offsets can wait, and a crash meanwhile reads those
+/// records again, which the state they reach skips (see [`crate::engine::Origins`] and the
+/// changelog's offsets).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Committers<'a> {
+    pub forward: Option<&'a BaseConsumer<GroupContext>>,
+    pub apply: Option<&'a BaseConsumer<GroupContext>>,
+}
+
+impl<'a> Committers<'a> {
+    /// Only `consumer`, the consumer of `stage`.
+    pub fn only(stage: Stage, consumer: &'a BaseConsumer<GroupContext>) -> Committers<'a> {
+        let mut c = Committers::default();
+        match stage {
+            Stage::Forward => c.forward = Some(consumer),
+            Stage::Apply => c.apply = Some(consumer),
+        }
+        c
+    }
+
+    /// The consumer of `stage`, if at hand.
+    pub fn of(&self, stage: Stage) -> Option<&'a BaseConsumer<GroupContext>> {
+        match stage {
+            Stage::Forward => self.forward,
+            Stage::Apply => self.apply,
+        }
+    }
 }

@@ -3,12 +3,10 @@
 //! through one lock: the engine, the owned partitions, the record collector and the sealed
 //! epochs, with the few operations all of them use.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
-
-use rdkafka::TopicPartitionList;
 
 use super::ServiceError;
 use super::collector::{ACKED_EPOCHS, Collector};
@@ -114,9 +112,13 @@ pub(super) struct Epoch {
     pub outputs: u64,
     pub changelog: changelog::Records,
     pub changelog_sent: bool,
-    pub commits: TopicPartitionList,
+    /// The next offset to read of each partition it consumed, by topic and partition.
+    pub commits: Offsets,
     pub sealed_at: Instant,
 }
+
+/// Offsets to commit: the next offset to read, by topic and partition.
+pub(super) type Offsets = BTreeMap<(String, i32), i64>;
 
 /// The sealed epochs and what sealing them needs.
 pub(super) struct Epochs {
@@ -126,6 +128,9 @@ pub(super) struct Epochs {
     pub renderer: changelog::Renderer,
     /// Changelog buffers of sent epochs, for the next ones (see [`changelog::Records`]).
     pub spare_records: Vec<changelog::Records>,
+    /// Offsets of committed epochs not yet committed to their stage's group (see
+    /// [`super::contexts::Committers`]).
+    pub uncommitted: Offsets,
 }
 
 impl Epochs {
@@ -135,6 +140,7 @@ impl Epochs {
             sealed: VecDeque::new(),
             renderer: changelog::Renderer::new(run, redo_chunk_bytes),
             spare_records: Vec::new(),
+            uncommitted: Offsets::new(),
         }
     }
 }

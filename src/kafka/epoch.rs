@@ -9,16 +9,17 @@
 //! 4. [`Core::drain`] seals and waits until everything is committed (revocation, shutdown, or
 //!    too many epochs in flight).
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::ServiceError;
 use super::collector::{Destination, Tag};
-use super::core::{Core, Epoch};
+use super::contexts::Committers;
+use super::core::{Core, Epoch, Offsets};
+use super::stage::Stage;
 use crate::engine::Outcome;
 use crate::engine::contract::rejection::ErrorCode;
 use crate::engine::output::OutputTopic;
@@ -40,7 +41,7 @@ impl Core {
         self.release_held(&keys)?;
         let mut changelog = self.epochs.spare_records.pop().unwrap_or_default();
         // The next offset to read of each partition consumed.
-        let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        let mut next = Offsets::new();
         for (&(topic, partition), &offset) in &self.tasks.forwarded {
             next.insert(
                 (self.topics.input_name(topic).to_owned(), partition),
@@ -80,22 +81,20 @@ impl Core {
                 .or_default();
             *at = (*at).max(offset + 1);
         }
-        let mut commits = TopicPartitionList::new();
-        for ((topic, partition), offset) in next {
-            commits.add_partition_offset(&topic, partition, Offset::Offset(offset))?;
+        for ((topic, partition), offset) in &next {
             self.metrics
                 .input_position
-                .with_label_values(&[&topic, &partition.to_string()])
-                .set(offset);
+                .with_label_values(&[topic, &partition.to_string()])
+                .set(*offset);
         }
         let c = &mut self.collector;
-        if c.epoch_outputs > 0 || commits.count() > 0 {
+        if c.epoch_outputs > 0 || !next.is_empty() {
             self.epochs.sealed.push_back(Epoch {
                 id: c.epoch,
                 outputs: c.epoch_outputs,
                 changelog,
                 changelog_sent: false,
-                commits,
+                commits: next,
                 sealed_at: Instant::now(),
             });
             c.epoch += 1;
@@ -113,9 +112,9 @@ impl Core {
     /// Moves sealed epochs forward as far as acknowledgements allow: sends the changelog of the
     /// oldest epoch whose outputs are all acknowledged, commits the offsets of the oldest epoch
     /// whose changelog is acknowledged.
-    pub(super) fn advance<C: ConsumerContext>(
+    pub(super) fn advance(
         &mut self,
-        consumer: &BaseConsumer<C>,
+        consumers: &Committers<'_>,
         mode: CommitMode,
     ) -> Result<(), ServiceError> {
         self.collector.serve_delivery_reports();
@@ -164,13 +163,10 @@ impl Core {
             let Some(done) = self.epochs.sealed.pop_front() else {
                 break;
             };
-            self.faults.before_commit(done.commits.count());
-            if done.commits.count() > 0 {
-                let result = consumer.commit(&done.commits, mode);
-                OffsetsCommitted {
-                    result: result.as_ref().copied(),
-                }
-                .emit(&self.metrics);
+            self.faults.before_commit(done.commits.len());
+            for (at, offset) in done.commits {
+                let next = self.epochs.uncommitted.entry(at).or_default();
+                *next = (*next).max(offset);
             }
             // Every record of the epoch is acknowledged: its counter serves a later epoch.
             self.collector.forget(id);
@@ -179,12 +175,44 @@ impl Core {
             }
             .emit(&self.metrics);
         }
+        self.commit_uncommitted(consumers, mode)?;
         let stalled = self
             .epochs
             .sealed
             .front()
             .is_some_and(|e| e.sealed_at.elapsed() > Duration::from_secs(5));
         self.health.set_ready(!stalled, &self.metrics);
+        Ok(())
+    }
+
+    /// Commits the offsets of committed epochs that wait in [`super::core::Epochs::uncommitted`],
+    /// each to its stage's group, for the stages whose consumer is at hand.
+    fn commit_uncommitted(
+        &mut self,
+        consumers: &Committers<'_>,
+        mode: CommitMode,
+    ) -> Result<(), ServiceError> {
+        for stage in [Stage::Forward, Stage::Apply] {
+            let Some(consumer) = consumers.of(stage) else {
+                continue;
+            };
+            let (config, topics) = (&self.config, &self.topics);
+            let (due, rest): (Offsets, Offsets) = std::mem::take(&mut self.epochs.uncommitted)
+                .into_iter()
+                .partition(|((topic, _), _)| Stage::of(topic, config, topics) == stage);
+            self.epochs.uncommitted = rest;
+            let mut commits = TopicPartitionList::new();
+            for ((topic, partition), offset) in due {
+                commits.add_partition_offset(&topic, partition, Offset::Offset(offset))?;
+            }
+            if commits.count() > 0 {
+                let result = consumer.commit(&commits, mode);
+                OffsetsCommitted {
+                    result: result.as_ref().copied(),
+                }
+                .emit(&self.metrics);
+            }
+        }
         Ok(())
     }
 
@@ -243,9 +271,9 @@ impl Core {
     /// Seals the current epoch and waits until every epoch is committed (revocation, shutdown,
     /// or too many epochs in flight). During a broker outage this keeps waiting, not ready.
     /// The reviewer records held are published first, so a clean stop leaves the table whole.
-    pub(super) fn drain<C: ConsumerContext>(
+    pub(super) fn drain(
         &mut self,
-        consumer: &BaseConsumer<C>,
+        consumers: &Committers<'_>,
         mode: CommitMode,
     ) -> Result<(), ServiceError> {
         let keys = self.tasks.owned_keys();
@@ -255,11 +283,12 @@ impl Core {
         let limit = Duration::from_secs(self.config.kafka.shutdown_timeout_secs);
         while !self.epochs.sealed.is_empty() {
             self.collector.producer.poll(Duration::from_millis(10));
-            self.advance(consumer, mode)?;
+            self.advance(consumers, mode)?;
             if self.stop.load(Ordering::Relaxed) && started.elapsed() > limit {
                 return Err(ServiceError::ShutdownTimeout(limit.as_secs()));
             }
         }
-        Ok(())
+        // Offsets an earlier epoch left for this consumer, when no epoch was left to advance.
+        self.commit_uncommitted(consumers, mode)
     }
 }

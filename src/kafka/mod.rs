@@ -1,4 +1,4 @@
-//! The Kafka runtime: consumes the inputs in one consumer group, drives the engine, publishes the
+//! The Kafka runtime: consumes the inputs, drives the engine, publishes the
 //! outputs, keeps state durable in the changelog, and commits only what is safely published.
 //!
 //! Work proceeds in **epochs** of at most `kafka.commit_interval_ms`, ended early once the input
@@ -24,18 +24,23 @@
 //! a forward is an output of its epoch, so an input offset is committed only once its record is
 //! in the repartition topic. With `by_key` input records are applied where they are.
 //!
-//! Two threads share the work. The **polling thread** (`poll`) reads the group's records in
-//! batches (from a queue of its own, `batch_queue`), validates vote batches (parsing is a
-//! third of a record's cost) and destroys the messages of applied batches; the **processing
-//! thread** (`process`) applies them in order, publishes through the record collector
-//! (`collector`), seals and commits (`epoch`) and serves the reputation table. What the two
-//! share, behind one lock, is `core`; the owned partitions' state lives in `tasks`; the
-//! rebalance callbacks (`contexts`) run on the polling thread and take that lock, so state
-//! never changes while a partition is handed over. Records polled before their partition was
-//! revoked and not applied yet are dropped: their offsets were never committed, so the next
-//! owner reads them.
+//! Each stage has a consumer of its own in a consumer group of its own (`stage`): the
+//! forwarding stage reads the inputs in `kafka.group_id`, and the tasks (the repartition topic's
+//! partitions, with every project's state) are shared in `<group_id>-tasks`, so the broker
+//! spreads the tasks over the instances whatever they own of the inputs. With
+//! `kafka.instance_id` both consumers are static members (KIP-345): a restarted instance gets
+//! its partitions back without a rebalance.
+//!
+//! The threads: a **polling thread** per stage (`poll`) reads its consumer's records in
+//! batches, validates vote batches (parsing is a third of a record's cost) and destroys the
+//! messages of applied batches; the **processing thread** (`process`) applies them in order,
+//! publishes through the record collector (`collector`), seals and commits (`epoch`) and serves
+//! the reputation table. What they share, behind one lock, is `core`; the owned partitions'
+//! state lives in `tasks`; the rebalance callbacks (`contexts`) run on the polling threads and
+//! take that lock, so state never changes while a partition is handed over. Records polled
+//! before their partition was revoked and not applied yet are dropped: their offsets were never
+//! committed, so the next owner reads them.
 
-mod batch_queue;
 pub mod clients;
 mod collector;
 mod contexts;
@@ -45,6 +50,7 @@ mod faults;
 mod poll;
 mod process;
 mod repartition;
+mod stage;
 mod tasks;
 
 use std::collections::HashMap;
@@ -62,14 +68,14 @@ use crate::queries::view::View;
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
 use crate::topics::TopicTable;
-use batch_queue::{Fetched, ForwardTo};
 use clients::QuietReader;
 use collector::Collector;
-use contexts::GroupContext;
+use contexts::{Committers, GroupContext};
 use core::{Core, Epochs, lock};
 use poll::{BATCHES_IN_FLIGHT, poll_records};
 pub use process::message_record;
 use process::process_records;
+use stage::Stage;
 use tasks::read_to_end;
 
 /// Why the service stopped with an error.
@@ -104,10 +110,6 @@ pub enum ServiceError {
     ShutdownTimeout(u64),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
-    /// librdkafka could not give the queue of these assigned partitions, so their records would
-    /// not reach the batch queue (see `queue`); the service stops rather than miss them.
-    #[error("could not forward the records of assigned partitions {0:?}")]
-    Unforwarded(Vec<(String, i32)>),
     /// A partition's log went back below what this group already consumed: the first record
     /// read after assignment lies below the group's committed offset, so the broker reset the
     /// position (the topic was deleted and recreated, or truncated). Going on would skip every
@@ -116,8 +118,8 @@ pub enum ServiceError {
         "partition {partition} of {topic} went back: the first record read is at offset {offset}, \
          below the group's committed offset {committed}, so the topic was deleted and recreated \
          or truncated. Its old state no longer matches it. To start this topic over, stop every \
-         instance, delete the consumer group `{group}` and the topics `{group}-state` and \
-         `{group}-repartition` (or set a new kafka.group_id), and start again"
+         instance, delete the consumer groups `{group}` and `{group}-tasks` and the topics \
+         `{group}-state` and `{group}-repartition` (or set a new kafka.group_id), and start again"
     )]
     LogWentBack {
         topic: String,
@@ -192,73 +194,104 @@ pub fn run(
     )));
     let reputations: BaseConsumer<QuietReader> =
         clients::reader_config(&config, "reputations")?.create_with_context(QuietReader)?;
-    let consumer: BaseConsumer<GroupContext> = clients::consumer_config(&config)?
-        .create_with_context(GroupContext {
-            core: Arc::clone(&core),
-            metrics: Arc::clone(&metrics),
-            failed: Mutex::new(None),
-            generation: AtomicU64::new(0),
-            forward_to: ForwardTo::default(),
-        })?;
+    let failed = Arc::new(Mutex::new(None));
+    let mut consumers = Vec::new();
+    for &stage in Stage::all(&config) {
+        let consumer: BaseConsumer<GroupContext> =
+            clients::consumer_config(&config, stage.group(&config, &topics))?.create_with_context(
+                GroupContext {
+                    stage,
+                    core: Arc::clone(&core),
+                    metrics: Arc::clone(&metrics),
+                    failed: Arc::clone(&failed),
+                    generation: AtomicU64::new(0),
+                },
+            )?;
+        consumers.push(consumer);
+    }
     let probe = clients::reach(&config)?;
     let partitions = clients::ensure_topics(&config, &topics, &probe)?;
     clients::drop_aside(probe);
     bootstrap_reputations(&core, &reputations, (&config, &topics, &partitions))?;
-    let fetched = Fetched::new(&consumer, &consumer.context().forward_to)?;
     let repartition = config.input.repartitions();
-    let mut subscribed = vec![config.topics.votes.as_str(), &config.topics.judge_scores];
-    if repartition {
-        subscribed.push(topics.repartition());
+    let mut committers = Committers::default();
+    for consumer in &consumers {
+        let stage = consumer.context().stage;
+        consumer.subscribe(&stage.topics(&config, &topics))?;
+        match stage {
+            Stage::Forward => committers.forward = Some(consumer),
+            Stage::Apply => committers.apply = Some(consumer),
+        }
     }
-    consumer.subscribe(&subscribed)?;
     health.set_ready(true, &metrics);
     metrics.up.set(1.0);
-    tracing::info!(group = %config.kafka.group_id, "consuming");
+    tracing::info!(
+        group = %config.kafka.group_id,
+        stages = ?Stage::all(&config),
+        "consuming"
+    );
     let halt = AtomicBool::new(false);
     let queued = AtomicUsize::new(0);
     let result = std::thread::scope(|s| {
         let (sender, receiver) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
-        // Applied batches go back to be emptied and filled again. A new one each pass (512
-        // records of ~280 bytes) kept coming from fresh pages: their zeroing was 7% of the
-        // polling thread's samples with 10,000 projects, and a third of the service's page
-        // faults. Emptying them destroys their messages, glibc memory librdkafka's broker
-        // thread allocated: ~10% of the processing thread's samples with 10,000 projects, where
-        // processing is the slower thread and polling waits for queue space.
-        let (recycle, recycled) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
-        let (consumer, fetched, engine, topics, halt, health, metrics, queued) = (
-            &consumer, &fetched, &engine, &topics, &halt, &*health, &*metrics, &queued,
-        );
-        let poller = std::thread::Builder::new()
-            .name("jurystream-poll".to_owned())
-            .spawn_scoped(s, move || {
-                poll_records(
-                    (consumer, fetched),
-                    (engine, topics, repartition),
-                    (&sender, &recycled, queued),
-                    halt,
-                    health,
-                    metrics,
-                )
-            })?;
+        // Applied batches go back to their polling thread to be emptied and filled again. A new
+        // one each pass (512 records of ~280 bytes) kept coming from fresh pages: their zeroing
+        // was 7% of the polling thread's samples with 10,000 projects, and a third of the
+        // service's page faults. Emptying them destroys their messages, memory librdkafka's
+        // broker thread allocated: ~10% of the processing thread's samples with 10,000
+        // projects, where processing is the slower thread and polling waits for queue space.
+        let mut recycle = Vec::new();
+        let mut pollers = Vec::new();
+        for consumer in &consumers {
+            let (back, recycled) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
+            recycle.push((consumer.context().stage, back));
+            let sender = sender.clone();
+            let (engine, topics, halt, health, metrics, queued) =
+                (&engine, &topics, &halt, &*health, &*metrics, &queued);
+            let name = match consumer.context().stage {
+                Stage::Forward => "jurystream-poll-forward",
+                Stage::Apply => "jurystream-poll",
+            };
+            pollers.push(
+                std::thread::Builder::new()
+                    .name(name.to_owned())
+                    .spawn_scoped(s, move || {
+                        poll_records(
+                            consumer,
+                            (engine, topics, repartition),
+                            (&sender, &recycled, queued),
+                            halt,
+                            health,
+                            metrics,
+                        );
+                    })?,
+            );
+        }
+        // The pollers hold the only senders: the channel closes when they are all gone.
+        drop(sender);
         let result = process_records(
             &core,
-            (consumer, &consumer.context().failed),
-            (receiver, recycle, queued),
+            (&committers, &failed),
+            (receiver, &recycle, &queued),
             &reputations,
             &stop,
         );
         halt.store(true, Ordering::Relaxed);
-        if let Err(panic) = poller.join() {
-            std::panic::resume_unwind(panic);
+        for poller in pollers {
+            if let Err(panic) = poller.join() {
+                std::panic::resume_unwind(panic);
+            }
         }
         result
     });
     let result = result.and_then(|()| {
         tracing::info!("stopping: finishing the cycle");
-        lock(&core).drain(&consumer, CommitMode::Sync)
+        lock(&core).drain(&committers, CommitMode::Sync)
     });
     health.set_ready(false, &metrics);
     metrics.up.set(0.0);
-    consumer.unsubscribe();
+    for consumer in &consumers {
+        consumer.unsubscribe();
+    }
     result
 }

@@ -1,18 +1,17 @@
-//! The polling thread: reads the group's records in batches (from the batch queue, see
-//! [`super::batch_queue`]), validates vote batches, and hands them to the processing thread.
-//! Rebalance callbacks run here, inside `poll`.
+//! The polling threads, one per stage's consumer (see [`super::stage::Stage`]): each reads
+//! its consumer's records in batches, validates vote batches, and hands them to the processing
+//! thread. The stage's rebalance callbacks run here, inside `poll`.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 
-use super::ServiceError;
-use super::batch_queue::{Consumed, Fetched};
 use super::contexts::GroupContext;
 use super::repartition::{Origin, Routed};
+use super::stage::Stage;
 use crate::engine::{Engine, InputTopic, PreparedVotes, Record};
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
@@ -24,9 +23,9 @@ use crate::topics::TopicTable;
 /// channel send per record would cost as much.
 pub(super) const PASS_RECORDS: usize = 512;
 
-/// How long the polling thread waits for a record before it serves the consumer's events again
-/// (a rebalance waits at most this long while no records come).
-const FETCHED_WAIT: Duration = Duration::from_millis(10);
+/// How long a polling thread waits for a first record before it checks whether to stop (a
+/// rebalance is served inside the wait).
+const FIRST_RECORD_WAIT: Duration = Duration::from_millis(10);
 
 /// Batches of up to [`PASS_RECORDS`] the polling thread may have waiting for the processing
 /// thread (32,768 records, ~6 MB of ~200-byte records, ~50 ms of processing). With 8 the
@@ -58,9 +57,16 @@ pub(super) enum Source {
     Repartitioned(Origin),
 }
 
+/// A batch of records of one stage on its way to the processing thread, which gives it back to
+/// that stage's polling thread to be emptied and filled again.
+pub(super) type Batch<'c> = (Stage, Vec<Polled<'c>>);
+
+/// Where applied batches go back to: each stage's polling thread's channel.
+pub(super) type Recycle<'c> = [(Stage, SyncSender<Batch<'c>>)];
+
 /// A record on its way from the polling thread to the processing thread.
 pub(super) struct Polled<'c> {
-    pub msg: Consumed<'c>,
+    pub msg: BorrowedMessage<'c>,
     /// Its input topic (for a repartition-topic record, its origin's).
     pub topic: InputTopic,
     /// The message's partition, read while the polling thread has the message in cache.
@@ -74,60 +80,45 @@ pub(super) struct Polled<'c> {
     pub routed: Option<Routed>,
 }
 
-/// The polling thread: reads the group's records in batches and validates vote batches, so that
-/// the processing thread only applies them (unless it is waiting for work, see
-/// [`PREPARE_FROM_QUEUED`]). `queued` counts the batches sent and not yet received; `recycled`
-/// gives back applied batches, emptied here (their messages destroyed) and filled again.
-/// Returns when `halt` is set or the processing thread is gone. Rebalance callbacks run here,
-/// inside `poll`.
+/// A stage's polling thread: reads its consumer's records in batches and validates vote
+/// batches, so that the processing thread only applies them (unless it is waiting for work, see
+/// [`PREPARE_FROM_QUEUED`]). `queued` counts the batches sent (by every stage) and not yet
+/// received; `recycled` gives back this stage's applied batches, emptied here (their messages
+/// destroyed) and filled again. Returns when `halt` is set or the processing thread is gone.
 pub(super) fn poll_records<'c>(
-    (consumer, fetched): (&BaseConsumer<GroupContext>, &'c Fetched<'_>),
+    consumer: &'c BaseConsumer<GroupContext>,
     (engine, topics, repartition): (&Engine, &TopicTable, bool),
-    (batches, recycled, queued): (
-        &SyncSender<Vec<Polled<'c>>>,
-        &Receiver<Vec<Polled<'c>>>,
-        &AtomicUsize,
-    ),
+    (batches, recycled, queued): (&SyncSender<Batch<'c>>, &Receiver<Batch<'c>>, &AtomicUsize),
     halt: &AtomicBool,
     health: &Health,
     metrics: &Metrics,
 ) {
-    let mut consumed = Vec::with_capacity(PASS_RECORDS);
+    let stage = consumer.context().stage;
     while !halt.load(Ordering::Relaxed) {
-        // Rebalances (their callbacks run here), commit results and client errors, one per pass
-        // (a pass takes at most `FETCHED_WAIT` when no records come); the records themselves
-        // come from `fetched`. A record here belongs to a partition that was not forwarded: the
-        // service stops without committing it, to read it again after a restart.
-        match consumer.poll(Duration::ZERO) {
-            Some(Ok(msg)) => {
-                let partition = (msg.topic().to_owned(), msg.partition());
-                consumer
-                    .context()
-                    .fail(ServiceError::Unforwarded(vec![partition]));
-            }
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "consumer");
-                health.set_ready(false, metrics);
-            }
-            None => {}
-        }
         let prepare = queued.load(Ordering::Relaxed) >= PREPARE_FROM_QUEUED;
-        fetched.batch(FETCHED_WAIT, PASS_RECORDS, &mut consumed);
-        // Read after the batch: a revocation (inside `poll` above) came before these records.
-        let generation = consumer.context().generation.load(Ordering::Acquire);
         let mut batch = recycled.try_recv().map_or_else(
             |_| Vec::with_capacity(PASS_RECORDS),
-            |mut done| {
+            |(_, mut done)| {
                 done.clear();
                 done
             },
         );
-        for msg in consumed.drain(..) {
-            if let Some(e) = msg.error() {
-                tracing::warn!(error = %e, "consumer");
-                health.set_ready(false, metrics);
-                continue;
-            }
+        // Waits for the first record, then takes what is there. Rebalances, commit results and
+        // client errors are served inside `poll`.
+        let mut wait = FIRST_RECORD_WAIT;
+        while batch.len() < PASS_RECORDS {
+            let msg = match consumer.poll(wait) {
+                Some(Ok(msg)) => msg,
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "consumer");
+                    health.set_ready(false, metrics);
+                    break;
+                }
+                None => break,
+            };
+            wait = Duration::ZERO;
+            // Read after the record: a revocation (inside an earlier `poll`) came before it.
+            let generation = consumer.context().generation.load(Ordering::Acquire);
             let name = msg.topic();
             let (topic, source) = match topics.input(name) {
                 Some(topic) if repartition => (topic, Source::Forward),
@@ -168,7 +159,7 @@ pub(super) fn poll_records<'c>(
         }
         // Counted before it is sent, so the receiver's decrement never comes first.
         queued.fetch_add(1, Ordering::Relaxed);
-        if batches.send(batch).is_err() {
+        if batches.send((stage, batch)).is_err() {
             return;
         }
     }
@@ -187,14 +178,13 @@ impl Polled<'_> {
 }
 
 /// The engine's view of a consumed record from input topic `input`, named `topic` (its
-/// configured name: the record's own is read through librdkafka, a `strlen` and a UTF-8 check,
-/// once per record, to know which input it is).
+/// configured name).
 pub(super) fn own_record<'m>(
-    msg: &'m Consumed<'_>,
+    msg: &'m BorrowedMessage<'_>,
     input: InputTopic,
     topic: &'m str,
 ) -> Record<'m> {
     Record::new(topic, Some(input), msg.payload())
         .at(Some(msg.partition()), Some(msg.offset()))
-        .keyed(msg.key(), msg.timestamp_ms())
+        .keyed(msg.key(), msg.timestamp().to_millis())
 }

@@ -1,36 +1,31 @@
 //! The processing thread (Kafka Streams' processor): forwards input records to the repartition
 //! topic by their project (see [`super::repartition`]) or applies polled records to their
-//! partition's state through the engine, in order, prefetching a few records ahead (see
-//! [`crate::prefetch`]), publishes the outputs through the record collector, keeps the
-//! reputation table current, and seals and commits epoch by epoch (see [`super::epoch`]).
+//! partition's state through the engine, in order, publishes the outputs through the record
+//! collector, keeps the reputation table current, and seals and commits epoch by epoch (see
+//! [`super::epoch`]).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, CommitMode};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 
 use super::ServiceError;
 use super::clients::QuietReader;
+use super::contexts::Committers;
 use super::core::{Core, MAX_EPOCHS_IN_FLIGHT, lock};
-use super::poll::{Polled, Source, own_record};
+use super::poll::{Batch, Polled, Recycle, Source, own_record};
 use super::repartition::{self, headers};
 use crate::changelog::Unit;
 use crate::config::Config;
 use crate::engine::{InputTopic, Outcome, PartitionState, Record};
-use crate::prefetch;
 use crate::telemetry::events::{
     AdvertisedUrlConflict, InternalEvent, RecordRevoked, RecordsProcessed,
 };
 use crate::topics::partition_of;
-
-/// How many records ahead of the one it applies the processing thread prefetches state (see
-/// [`Engine::prefetch`]): a record takes about a microsecond to apply, several times a cache
-/// miss, so a few records ahead is early enough, and late enough that the line is still there.
-const PREFETCH_AHEAD: usize = 4;
 
 impl Core {
     /// Processes one input record of an owned partition, restoring its state first if needed.
@@ -151,21 +146,6 @@ impl Core {
             .emit(&self.metrics);
         }
         revoked
-    }
-
-    /// Starts loading what applying `polled` will touch: its payload, and its project's state
-    /// (see [`Engine::prefetch`]). The message itself was prefetched a step earlier, so reading
-    /// where its payload is does not stall.
-    fn prefetch(&self, polled: &Polled<'_>) {
-        let Some(prepared) = &polled.votes else {
-            return;
-        };
-        if let Some(payload) = polled.msg.payload() {
-            prefetch::bytes(payload);
-        }
-        if let Some(unit) = self.tasks.units.get(&self.unit_of(polled)) {
-            self.engine.prefetch(&unit.state, prepared);
-        }
     }
 
     /// Applies a record of a table every instance reads whole: the instance directory's or the
@@ -339,15 +319,12 @@ pub fn message_record<'m>(msg: &'m impl Message, input: InputTopic, topic: &'m s
 }
 
 /// The processing thread: applies polled batches in order, keeps the reputation table current,
-/// and seals, produces and commits cycle by cycle, until `stop` is set or polling ends.
-pub(super) fn process_records<'c, C: ConsumerContext>(
+/// and seals, produces and commits cycle by cycle, until `stop` is set or polling ends. Applied
+/// batches go back to their stage's polling thread through `recycle`.
+pub(super) fn process_records<'c>(
     core: &Mutex<Core>,
-    (consumer, failed): (&BaseConsumer<C>, &Mutex<Option<ServiceError>>),
-    (batches, recycle, queued): (
-        Receiver<Vec<Polled<'c>>>,
-        SyncSender<Vec<Polled<'c>>>,
-        &AtomicUsize,
-    ),
+    (consumers, failed): (&Committers<'_>, &Mutex<Option<ServiceError>>),
+    (batches, recycle, queued): (Receiver<Batch<'c>>, &Recycle<'c>, &AtomicUsize),
     reputations: &BaseConsumer<QuietReader>,
     stop: &AtomicBool,
 ) -> Result<(), ServiceError> {
@@ -375,23 +352,19 @@ pub(super) fn process_records<'c, C: ConsumerContext>(
         let mut c = lock(core);
         c.now = Instant::now();
         c.restore_assigned()?;
-        if let Some(batch) = &batch {
+        if let Some((_, records)) = &batch {
             last_batch = c.now;
-            for (i, polled) in batch.iter().enumerate() {
-                if let Some(ahead) = batch.get(i + 2 * PREFETCH_AHEAD) {
-                    prefetch::address(ahead.msg.ptr());
-                }
-                if let Some(ahead) = batch.get(i + PREFETCH_AHEAD) {
-                    c.prefetch(ahead);
-                }
+            for polled in records {
                 c.process(polled)?;
             }
             c.flush_tally();
         }
-        if let Some(batch) = batch {
-            // Back to the polling thread, which destroys its messages as it empties it (or, if
+        if let Some(batch) = batch
+            && let Some((_, back)) = recycle.iter().find(|(stage, _)| *stage == batch.0)
+        {
+            // Back to its polling thread, which destroys its messages as it empties it (or, if
             // it has enough batches, here on drop).
-            let _ = recycle.try_send(batch);
+            let _ = back.try_send(batch);
         }
         // The first failure outside this thread (see `contexts::GroupContext::fail`).
         if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
@@ -430,9 +403,9 @@ pub(super) fn process_records<'c, C: ConsumerContext>(
             coalesced = Instant::now();
         }
         if c.epochs.sealed.len() > MAX_EPOCHS_IN_FLIGHT {
-            c.drain(consumer, CommitMode::Async)?;
-        } else if !c.epochs.sealed.is_empty() {
-            c.advance(consumer, CommitMode::Async)?;
+            c.drain(consumers, CommitMode::Async)?;
+        } else if !c.epochs.sealed.is_empty() || !c.epochs.uncommitted.is_empty() {
+            c.advance(consumers, CommitMode::Async)?;
         }
     }
     Ok(())

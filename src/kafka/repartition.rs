@@ -17,12 +17,9 @@
 //! the project a record goes to. The processing thread forwards (`Core::forward` in
 //! `super::process`); the polling thread reads projects and origins (`super::poll`).
 
-use std::ffi::CStr;
-
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 
-use super::batch_queue::Consumed;
 use crate::engine::contract::rejection::{ErrorCode, Rejection};
 use crate::engine::output::{DeadLetter, Output, Source};
 use crate::engine::{InputTopic, ProjectKey, Record};
@@ -33,8 +30,8 @@ use crate::topics::TopicTable;
 /// `jurystream.key`, the record's key, absent if it had none. Two headers rather than one per
 /// coordinate: librdkafka allocates, copies and frees every header of every record on both
 /// sides, and five of them were a fifth of the processing thread's time.
-const ORIGIN: &CStr = c"jurystream.origin";
-const KEY: &CStr = c"jurystream.key";
+const ORIGIN: &str = "jurystream.origin";
+const KEY: &str = "jurystream.key";
 
 /// Bytes allowed for a forwarded record's headers besides the original key: the header names
 /// and the origin's topic name (at most 249 bytes) and numbers.
@@ -55,10 +52,9 @@ type OriginHeader<'a> = (&'a str, i32, i64, Option<i64>);
 
 impl Origin {
     /// The origin `msg`'s headers name.
-    pub fn read(msg: &Consumed<'_>, topics: &TopicTable) -> Origin {
-        let header = msg
-            .header(ORIGIN)
-            .and_then(|v| serde_json::from_slice::<OriginHeader<'_>>(v).ok());
+    pub fn read(msg: &BorrowedMessage<'_>, topics: &TopicTable) -> Origin {
+        let header =
+            header(msg, ORIGIN).and_then(|v| serde_json::from_slice::<OriginHeader<'_>>(v).ok());
         match header {
             Some((topic, partition, offset, timestamp_ms)) => Origin {
                 input: topics.input(topic),
@@ -77,20 +73,26 @@ impl Origin {
 
     /// The engine's view of `msg`, a repartition-topic record from this origin: the input
     /// record it copies, at `msg`'s position in the repartition topic.
-    pub fn record<'m>(&self, msg: &'m Consumed<'_>, topics: &'m TopicTable) -> Record<'m> {
+    pub fn record<'m>(&self, msg: &'m BorrowedMessage<'_>, topics: &'m TopicTable) -> Record<'m> {
         let topic = self
             .input
             .map_or(topics.repartition(), |t| topics.input_name(t));
         Record::new(topic, self.input, msg.payload())
             .at(self.partition, self.offset)
             .positioned(Some(msg.offset()))
-            .keyed(msg.header(KEY), self.timestamp_ms)
+            .keyed(header(msg, KEY), self.timestamp_ms)
     }
 }
 
-/// A header name as the producer's API takes it.
-fn name(header: &CStr) -> &str {
-    header.to_str().unwrap_or_default()
+/// The value of `msg`'s last header named `name`, if it has one (a header without a value reads
+/// as an empty one).
+fn header<'m>(msg: &'m BorrowedMessage<'_>, name: &str) -> Option<&'m [u8]> {
+    let headers = msg.headers()?;
+    headers
+        .iter()
+        .filter(|h| h.key == name)
+        .last()
+        .map(|h| h.value.unwrap_or_default())
 }
 
 /// The headers that name `record`'s origin.
@@ -103,12 +105,12 @@ pub(super) fn headers(record: &Record<'_>) -> OwnedHeaders {
     );
     let origin = serde_json::to_vec(&origin).unwrap_or_default();
     let h = OwnedHeaders::new_with_capacity(2).insert(Header {
-        key: name(ORIGIN),
+        key: ORIGIN,
         value: Some(&origin),
     });
     match record.key {
         Some(key) => h.insert(Header {
-            key: name(KEY),
+            key: KEY,
             value: Some(key),
         }),
         None => h,
@@ -172,9 +174,8 @@ impl Refused {
         payload: Option<&[u8]>,
         error: &KafkaError,
     ) -> Refused {
-        let header = |wanted: &CStr| {
+        let header = |wanted: &str| {
             let headers = headers?;
-            let wanted = name(wanted);
             headers
                 .iter()
                 .find(|h| h.key == wanted)

@@ -1,6 +1,7 @@
 //! The HTTP server: `/metrics` (Prometheus text format), `/healthz` (the process serves),
 //! `/readyz` (bootstrapped and the broker reachable), and the routes it is given (the
-//! interactive queries, [`crate::queries::api`]), each answer counted by route and status.
+//! interactive queries, [`crate::queries::api`]), each answer counted by route and status. The
+//! first three can have a listener of their own (`http.admin_bind`, see [`Listeners`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,12 +57,28 @@ pub struct Limits {
     pub header_timeout: Duration,
 }
 
-/// Serves the endpoints and `routes` until `shutdown` resolves, within `limits`: at most
-/// `max_connections` connections at once plus [`OPS_RESERVE`] for the operational endpoints;
-/// a connection beyond both is closed at once and counted. Every connection's headers must
-/// arrive within `header_timeout`, which also closes idle keep-alive connections.
+/// Connections served at once by the admin listener (`http.admin_bind`), which serves only
+/// `/metrics`, `/healthz` and `/readyz`: enough for scrapers and probes, never shared with `/v1`.
+pub const ADMIN_CONNECTIONS: usize = 64;
+
+/// Where the server listens: `main` for `/v1` (and, without `admin`, the operational endpoints
+/// too), and `admin` for `/metrics`, `/healthz` and `/readyz` alone when `http.admin_bind` is
+/// set.
+pub struct Listeners {
+    pub main: tokio::net::TcpListener,
+    pub admin: Option<tokio::net::TcpListener>,
+}
+
+/// Serves the endpoints and `routes` until `shutdown` resolves, within `limits`.
+///
+/// With one listener: at most `max_connections` connections at once plus [`OPS_RESERVE`] for
+/// the operational endpoints; a connection beyond both is closed at once and counted. A flood
+/// of slow clients can take the reserve too. With an admin listener the operational endpoints
+/// are served there only, on [`ADMIN_CONNECTIONS`] of its own, so no client of `/v1` can delay
+/// a probe. Every connection's headers must arrive within `header_timeout`, which also closes
+/// idle keep-alive connections.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listeners: Listeners,
     (metrics, health): (Arc<Metrics>, Arc<Health>),
     routes: Router,
     limits: Limits,
@@ -82,45 +99,100 @@ pub async fn serve(
                 Arc::clone(&metrics),
                 count_query,
             ));
-    let full = ops
-        .clone()
-        .merge(counted)
-        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "no such endpoint") });
-    let reserved = ops.fallback(|| async {
-        json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many connections: this one is reserved for /metrics, /healthz and /readyz",
-        )
-    });
-    let bind = listener.local_addr()?;
+    let not_found = || async { json_error(StatusCode::NOT_FOUND, "no such endpoint") };
+    let bind = listeners.main.local_addr()?;
+    let timeout_ms = limits.header_timeout.as_millis() as u64;
+    let Some(admin) = listeners.admin else {
+        let full = ops.clone().merge(counted).fallback(not_found);
+        let reserved = ops.fallback(|| async {
+            json_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many connections: this one is reserved for /metrics, /healthz and /readyz",
+            )
+        });
+        tracing::info!(
+            %bind,
+            max_connections = limits.max_connections,
+            reserved = OPS_RESERVE,
+            header_timeout_ms = timeout_ms,
+            "serving /metrics, /healthz, /readyz and /v1"
+        );
+        let regular = (full, limits.max_connections);
+        let main = accept(
+            listeners.main,
+            regular,
+            Some((reserved, OPS_RESERVE)),
+            &metrics,
+            limits,
+        );
+        tokio::pin!(shutdown);
+        return tokio::select! {
+            served = main => served,
+            () = &mut shutdown => Ok(()),
+        };
+    };
+    let admin_bind = admin.local_addr()?;
     tracing::info!(
         %bind,
+        %admin_bind,
         max_connections = limits.max_connections,
-        reserved = OPS_RESERVE,
-        header_timeout_ms = limits.header_timeout.as_millis() as u64,
-        "serving /metrics, /healthz, /readyz and /v1"
+        admin_connections = ADMIN_CONNECTIONS,
+        header_timeout_ms = timeout_ms,
+        "serving /v1, and /metrics, /healthz, /readyz on the admin listener"
     );
-    let regular = Arc::new(Semaphore::new(limits.max_connections));
-    let reserve = Arc::new(Semaphore::new(OPS_RESERVE));
+    let main = accept(
+        listeners.main,
+        (counted.fallback(not_found), limits.max_connections),
+        None,
+        &metrics,
+        limits,
+    );
+    let admin = accept(
+        admin,
+        (ops.fallback(not_found), ADMIN_CONNECTIONS),
+        None,
+        &metrics,
+        limits,
+    );
     tokio::pin!(shutdown);
+    tokio::select! {
+        served = main => served,
+        served = admin => served,
+        () = &mut shutdown => Ok(()),
+    }
+}
+
+/// Accepts `listener`'s connections for ever, serving each with the app of `regular` while
+/// fewer than its count are open, else with the app of `reserve` while fewer than its count are
+/// open there; a connection beyond both is closed at once and counted.
+async fn accept(
+    listener: tokio::net::TcpListener,
+    regular: (Router, usize),
+    reserve: Option<(Router, usize)>,
+    metrics: &Metrics,
+    limits: Limits,
+) -> std::io::Result<()> {
+    let (full, regular) = (regular.0, Arc::new(Semaphore::new(regular.1)));
+    let reserve = reserve.map(|(app, n)| (app, Arc::new(Semaphore::new(n))));
     loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of descriptors or the like: wait rather than spin.
-                    tracing::warn!(error = %e, "accepting a connection");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => return Ok(()),
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of descriptors or the like: wait rather than spin.
+                tracing::warn!(error = %e, "accepting a connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let reserved = || {
+            let (app, permits) = reserve.as_ref()?;
+            Some((Arc::clone(permits).try_acquire_owned().ok()?, app.clone()))
         };
         let (permit, app) = match Arc::clone(&regular).try_acquire_owned() {
             Ok(p) => (p, full.clone()),
-            Err(_) => match Arc::clone(&reserve).try_acquire_owned() {
-                Ok(p) => (p, reserved.clone()),
-                Err(_) => {
+            Err(_) => match reserved() {
+                Some(served) => served,
+                None => {
                     metrics.http_connections_refused.inc();
                     drop(stream);
                     continue;
@@ -227,8 +299,23 @@ mod tests {
     /// A server with `max` connections and a 300 ms header timeout, serving one `/v1` route
     /// that takes a path id; its address and metrics.
     async fn server(max: usize) -> (SocketAddr, Arc<Metrics>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (addr, _, metrics) = server_with(max, false).await;
+        (addr, metrics)
+    }
+
+    /// [`server`], with an admin listener if `admin`; its addresses and metrics.
+    async fn server_with(
+        max: usize,
+        admin: bool,
+    ) -> (SocketAddr, Option<SocketAddr>, Arc<Metrics>) {
+        let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
+        let listener = bind().await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let admin = match admin {
+            true => Some(bind().await.unwrap()),
+            false => None,
+        };
+        let admin_addr = admin.as_ref().map(|a| a.local_addr().unwrap());
         let metrics = Arc::new(Metrics::new());
         let health = Arc::new(Health::default());
         health.set_ready(true, &metrics);
@@ -243,7 +330,10 @@ mod tests {
         let m = Arc::clone(&metrics);
         tokio::spawn(async move {
             serve(
-                listener,
+                Listeners {
+                    main: listener,
+                    admin,
+                },
                 (m, health),
                 routes,
                 limits,
@@ -251,7 +341,7 @@ mod tests {
             )
             .await
         });
-        (addr, metrics)
+        (addr, admin_addr, metrics)
     }
 
     /// Sends `request` whole and reads the answer until the server closes (HTTP/1.0).
@@ -286,6 +376,35 @@ mod tests {
             tokio::time::timeout(within, s.read(&mut buf)).await,
             Ok(Ok(0) | Err(_))
         )
+    }
+
+    /// With an admin listener, a flood of half-sent requests that takes every connection of the
+    /// main listener (reserve and all) never delays the probes, which are served there only.
+    #[tokio::test]
+    async fn the_admin_listener_answers_probes_while_a_flood_holds_the_main_one() {
+        let (addr, admin, metrics) = server_with(4, true).await;
+        let admin = admin.unwrap();
+        let mut flood = Vec::new();
+        for _ in 0..4 + OPS_RESERVE + 8 {
+            flood.push(half(addr).await);
+        }
+        // The main listener is full: a whole request there is refused.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(metrics.http_connections_refused.get() >= 1);
+        for path in ["/readyz", "/healthz", "/metrics"] {
+            let started = Instant::now();
+            let (status, _, _) = tokio::time::timeout(Duration::from_secs(1), ask(admin, path))
+                .await
+                .unwrap();
+            assert_eq!(status, 200, "{path}");
+            assert!(started.elapsed() < Duration::from_millis(250), "{path}");
+        }
+        // Each listener serves its own endpoints only.
+        assert_eq!(ask(admin, "/v1/projects/p").await.0, 404);
+        drop(flood);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(ask(addr, "/v1/projects/p").await.0, 200);
+        assert_eq!(ask(addr, "/readyz").await.0, 404);
     }
 
     #[tokio::test]

@@ -299,7 +299,7 @@ impl Metrics {
             partitions_owned: gauge(
                 &r,
                 "jurystream_partitions_owned",
-                "Input partitions whose state this instance holds",
+                "Stateful tasks (partitions of the project log, with by_key input partitions) this instance holds",
             ),
             restore_duration: histogram(
                 &r,

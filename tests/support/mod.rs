@@ -281,7 +281,7 @@ pub fn write_config(
         text.push_str(&format!("{k} = \"{v}\"\n"));
     }
     text.push_str(&format!(
-        "\n[kafka]\nbootstrap_servers = \"{bootstrap}\"\ngroup_id = \"{prefix}-group\"\npartitions = 3\nfetch_wait_max_ms = 10\ncommit_interval_ms = 50\nshutdown_timeout_secs = 20\n\n[kafka.consumer]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n\n[http]\nbind = \"127.0.0.1:{http_port}\"\n\n{extra}\n"
+        "\n[kafka]\nbootstrap_servers = \"{bootstrap}\"\ngroup_id = \"{prefix}-group\"\npartitions = 3\nfetch_wait_max_ms = 10\ncommit_interval_ms = 50\nshutdown_timeout_secs = 20\nsession_timeout_ms = 6000\n\n[kafka.consumer]\n\"heartbeat.interval.ms\" = \"500\"\n\n[http]\nbind = \"127.0.0.1:{http_port}\"\n\n{extra}\n"
     ));
     let path = dir.join(format!("{prefix}.toml"));
     std::fs::write(&path, text).expect("write config");
@@ -509,24 +509,25 @@ fn next_offsets(records: &[Rec]) -> BTreeMap<(&str, i32), i64> {
     next
 }
 
-/// Waits until, for every (topic, partition) of `records`, one of `services` reports a
-/// `jurystream_input_position` at or past the offset after its last record, and, when they
-/// repartition (the default), the same for every record of the group's repartition topic:
-/// between them, everything was processed or skipped.
+/// Waits until every (topic, partition) of `records` is committed past its last record (for
+/// the inputs' forwarding stage a commit means its forwards are written; a reported position
+/// would not, as it moves before they are acknowledged), and, when they repartition (the
+/// default), every record of the group's repartition topic is processed: one of `services`
+/// reports a `jurystream_input_position` at or past its end, or the tasks group committed it.
 pub fn wait_caught_up(services: &[&Service], records: &[Rec], timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     let inputs: BTreeMap<(String, i32), i64> = next_offsets(records)
         .into_iter()
         .map(|((t, p), o)| ((t.to_owned(), p), o))
         .collect();
-    if !wait_positions(services, &inputs, deadline) {
+    if !wait_positions(services, &inputs, deadline, true) {
         return false;
     }
     let Some(first) = services.first() else {
         return true;
     };
-    // The inputs' positions move when their records are forwarded, a little before the
-    // forwards are all written: read the repartition topic's end until it holds still.
+    // Every forward is written now, but tansu's high watermarks can lag the records readable:
+    // read the repartition topic's end until it holds still.
     let topic = format!("{}-repartition", first.group);
     let mut ends = BTreeMap::new();
     loop {
@@ -537,20 +538,21 @@ pub fn wait_caught_up(services: &[&Service], records: &[Rec], timeout: Duration)
         if now == ends {
             return true;
         }
-        if !wait_positions(services, &now, deadline) {
+        if !wait_positions(services, &now, deadline, false) {
             return false;
         }
         ends = now;
     }
 }
 
-/// Waits until, for each (topic, partition) of `want`, one of `services` reports a
-/// `jurystream_input_position` at or past its offset, or the group has committed it (an
-/// earlier incarnation did all of it).
+/// Waits until, for each (topic, partition) of `want`, the group has committed its offset, or
+/// (unless `committed_only`) one of `services` reports a `jurystream_input_position` at or past
+/// it.
 fn wait_positions(
     services: &[&Service],
     want: &BTreeMap<(String, i32), i64>,
     deadline: Instant,
+    committed_only: bool,
 ) -> bool {
     let group = services
         .first()
@@ -567,6 +569,9 @@ fn wait_positions(
             .all(|(i, ((topic, partition), next))| {
                 if committed.get(i).copied().flatten() >= Some(*next) {
                     return true;
+                }
+                if committed_only {
+                    return false;
                 }
                 let prefix = format!(
                     "jurystream_input_position{{partition=\"{partition}\",topic=\"{topic}\"}} "
@@ -664,19 +669,24 @@ pub fn log_ends(bootstrap: &str, topic: &str) -> BTreeMap<i32, i64> {
     ends
 }
 
-/// Reads a consumer group's committed offsets from the broker, through a consumer that never
-/// joins the group: what a restart would resume from.
-pub struct GroupOffsets(BaseConsumer, String, String);
+/// Reads a service's committed offsets from the broker, through consumers that never join its
+/// groups: what a restart would resume from. The inputs' offsets are the group's own; the
+/// repartition topic's are its tasks group's (`<group>-tasks`).
+pub struct GroupOffsets(BaseConsumer, BaseConsumer, String, String);
 
 impl GroupOffsets {
     pub fn new(bootstrap: &str, group: &str) -> GroupOffsets {
-        GroupOffsets(
+        let reader = |group: &str| {
             ClientConfig::new()
                 .set("bootstrap.servers", bootstrap)
                 .set("group.id", group)
                 .set("enable.auto.commit", "false")
                 .create()
-                .expect("consumer"),
+                .expect("consumer")
+        };
+        GroupOffsets(
+            reader(group),
+            reader(&format!("{group}-tasks")),
             group.to_owned(),
             bootstrap.to_owned(),
         )
@@ -685,16 +695,32 @@ impl GroupOffsets {
     /// The committed offset of each (topic, partition), `None` where nothing is committed (or
     /// the broker did not answer).
     pub fn committed(&self, partitions: &[(&str, i32)]) -> Vec<Option<i64>> {
-        let mut tpl = TopicPartitionList::new();
-        for (topic, p) in partitions {
-            tpl.add_partition(topic, *p);
-        }
-        let Ok(done) = self.0.committed_offsets(tpl, Duration::from_secs(10)) else {
+        let tasks_topic = format!("{}-repartition", self.2);
+        let ask = |consumer: &BaseConsumer, tasks: bool| {
+            let mut tpl = TopicPartitionList::new();
+            for (topic, p) in partitions {
+                if (*topic == tasks_topic) == tasks {
+                    tpl.add_partition(topic, *p);
+                }
+            }
+            if tpl.count() == 0 {
+                return Some(tpl);
+            }
+            consumer
+                .committed_offsets(tpl, Duration::from_secs(10))
+                .ok()
+        };
+        let (Some(inputs), Some(tasks)) = (ask(&self.0, false), ask(&self.1, true)) else {
             return vec![None; partitions.len()];
         };
         partitions
             .iter()
             .map(|(topic, p)| {
+                let done = if *topic == tasks_topic {
+                    &tasks
+                } else {
+                    &inputs
+                };
                 done.find_partition(topic, *p)
                     .and_then(|e| e.offset().to_raw())
                     .filter(|o| *o >= 0)
@@ -708,8 +734,8 @@ impl GroupOffsets {
     /// everything in its repartition topic (on broker `bootstrap`).
     pub fn wait_committed(&self, records: &[Rec], timeout: Duration) -> bool {
         let mut want = next_offsets(records);
-        let topic = format!("{}-repartition", self.1);
-        let ends = log_ends(&self.2, &topic);
+        let topic = format!("{}-repartition", self.2);
+        let ends = log_ends(&self.3, &topic);
         for (p, o) in &ends {
             want.insert((topic.as_str(), *p), *o);
         }

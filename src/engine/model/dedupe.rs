@@ -119,7 +119,7 @@ impl RecentIds {
     }
 
     /// [`RecentIds::insert`] of the id whose [`fingerprint`] is `fp`, for a caller that has it
-    /// already (the Kafka runtime's polling thread computes it to prefetch the window's line).
+    /// already (the Kafka runtime's polling thread computes it while it validates a batch).
     pub fn insert_fingerprint(&mut self, fp: u128, capacity: usize) -> Option<Remembered> {
         if self.find(fp) {
             return None;
@@ -166,20 +166,6 @@ impl RecentIds {
             seq,
             evicted,
         })
-    }
-
-    /// Asks the CPU to fetch the index line that a lookup of `id`'s fingerprint `fp` starts
-    /// at, so that a later [`RecentIds::insert`] of it finds the line in cache. With a full
-    /// window (a few MiB of index) that first probe is a cache miss, and it was a fifth of the
-    /// processing thread's time with one busy project; the runtime calls this a few records
-    /// ahead of applying them. Only a hint: it changes no state and no result.
-    pub fn prefetch(&self, fp: u128) {
-        if let Some(slot) = self
-            .index
-            .get(fp as usize & self.index.len().wrapping_sub(1))
-        {
-            crate::prefetch::value(slot);
-        }
     }
 
     /// Whether the id whose [`fingerprint`] is `fp` was accepted recently.
@@ -344,25 +330,6 @@ mod tests {
         ] {
             assert_eq!(Entry::new(7, fp).pair(), (7, fp));
         }
-    }
-
-    /// A prefetch is a hint: on an empty window (no index yet) and a full one it changes
-    /// nothing, and what the window answers afterwards is what it answered before.
-    #[test]
-    fn prefetch_changes_nothing() {
-        let empty = RecentIds::default();
-        empty.prefetch(fingerprint("a"));
-        assert_eq!(empty, RecentIds::default());
-        let mut full = RecentIds::default();
-        for i in 0..50 {
-            full.insert(&format!("ev-{i}"), 20);
-        }
-        let before = full.clone();
-        for i in 0..60 {
-            full.prefetch(fingerprint(&format!("ev-{i}")));
-        }
-        assert_eq!(full, before);
-        assert!(full.contains("ev-49") && !full.contains("ev-0"));
     }
 
     #[test]
