@@ -71,7 +71,7 @@ impl ConsumerContext for GroupContext {
         let revoked = partitions(tpl);
         // This stage's offsets are committed before its partitions go; the other stage's wait
         // for its own consumer (see `Committers`).
-        if let Err(e) = core.drain(&Committers::only(self.stage, consumer), CommitMode::Sync) {
+        if let Err(e) = core.drain(&Committers::only(consumer), CommitMode::Sync) {
             tracing::error!(error = %e, "could not finish the cycle before revocation");
             self.fail(e);
         }
@@ -140,14 +140,19 @@ pub(super) struct Committers<'a> {
 }
 
 impl<'a> Committers<'a> {
-    /// Only `consumer`, the consumer of `stage`.
-    pub fn only(stage: Stage, consumer: &'a BaseConsumer<GroupContext>) -> Committers<'a> {
+    /// Only `consumer`.
+    pub fn only(consumer: &'a BaseConsumer<GroupContext>) -> Committers<'a> {
         let mut c = Committers::default();
-        match stage {
-            Stage::Forward => c.forward = Some(consumer),
-            Stage::Apply => c.apply = Some(consumer),
-        }
+        c.add(consumer);
         c
+    }
+
+    /// Adds `consumer` as the consumer of its stage.
+    pub fn add(&mut self, consumer: &'a BaseConsumer<GroupContext>) {
+        match consumer.context().stage {
+            Stage::Forward => self.forward = Some(consumer),
+            Stage::Apply => self.apply = Some(consumer),
+        }
     }
 
     /// The consumer of `stage`, if at hand.

@@ -216,12 +216,8 @@ pub fn run(
     let repartition = config.input.repartitions();
     let mut committers = Committers::default();
     for consumer in &consumers {
-        let stage = consumer.context().stage;
-        consumer.subscribe(&stage.topics(&config, &topics))?;
-        match stage {
-            Stage::Forward => committers.forward = Some(consumer),
-            Stage::Apply => committers.apply = Some(consumer),
-        }
+        consumer.subscribe(&consumer.context().stage.topics(&config, &topics))?;
+        committers.add(consumer);
     }
     health.set_ready(true, &metrics);
     metrics.up.set(1.0);

@@ -19,25 +19,37 @@ ACCURACY = {"h95": 0.95, "h90": 0.90, "h85": 0.85, "h80": 0.80, "h70": 0.70, "h6
             "coin": None, "yes": None, "adv": 0.20}
 
 
-def crowd(seed, items, per_item, pass_share):
-    """Vote batches (one per item, `per_item` reviewers chosen at random) and the truth."""
-    rng = random.Random(seed)
-    names = sorted(ACCURACY)
+def vote(rng, kind, accuracy, truth):
+    """A reviewer's verdict on an item whose truth is `truth`: "yes" and "no" always say pass
+    and fail, "coin" flips a fair coin, any other kind is right with probability `accuracy`."""
+    if kind == "yes":
+        return True
+    if kind == "no":
+        return False
+    if kind == "coin":
+        return rng.random() < 0.5
+    return truth if rng.random() < accuracy else not truth
+
+
+def generate(rng, kinds, items, per_item, pass_share):
+    """Vote batches of `items` items (each's truth pass with probability `pass_share`, then
+    `per_item` of the reviewers `kinds` names, as (kind, accuracy), chosen at random) and the
+    truth."""
+    names = sorted(kinds)
     batches, truth = [], {}
     for i in range(items):
         item = f"item-{i:04}"
         truth[item] = rng.random() < pass_share
-        votes = []
-        for r in rng.sample(names, per_item):
-            if r == "yes":
-                verdict = True
-            elif r == "coin":
-                verdict = rng.random() < 0.5
-            else:
-                verdict = truth[item] if rng.random() < ACCURACY[r] else not truth[item]
-            votes.append((r, verdict))
+        votes = [(r, vote(rng, *kinds[r], truth[item]))
+                 for r in rng.sample(names, min(per_item, len(names)))]
         batches.append((item, votes))
     return batches, truth
+
+
+def crowd(seed, items, per_item, pass_share):
+    """Vote batches (one per item, `per_item` reviewers chosen at random) and the truth."""
+    kinds = {r: (r if r in ("yes", "coin") else "honest", a) for r, a in ACCURACY.items()}
+    return generate(random.Random(seed), kinds, items, per_item, pass_share)
 
 
 def records(batches):
@@ -154,24 +166,10 @@ def test_where_the_batch_fit_collapses_the_online_one_stays_nearer_the_truth():
 def spammer_crowd(seed, items=800):
     """The learned-weights crowd: three honest reviewers beside two who always pass, an
     adversary and a coin, five on each item, on items that mostly fail; with the truth."""
-    rng = random.Random(seed)
-    accuracy = {"h1": 0.9, "h2": 0.85, "h3": 0.8, "adv": 0.15, "coin": None,
-                "yes1": None, "yes2": None}
-    batches, truth = [], {}
-    for i in range(items):
-        item = f"item-{i:04}"
-        truth[item] = rng.random() < 0.3
-        votes = []
-        for r in rng.sample(sorted(accuracy), 5):
-            if r.startswith("yes"):
-                v = True
-            elif r == "coin":
-                v = rng.random() < 0.5
-            else:
-                v = truth[item] if rng.random() < accuracy[r] else not truth[item]
-            votes.append((r, v))
-        batches.append((item, votes))
-    return batches, truth
+    kinds = {"h1": ("honest", 0.9), "h2": ("honest", 0.85), "h3": ("honest", 0.8),
+             "adv": ("honest", 0.15), "coin": ("coin", None), "yes1": ("yes", None),
+             "yes2": ("yes", None)}
+    return generate(random.Random(seed), kinds, items, 5, 0.3)
 
 
 def score_error(batches, truth, source, reputations=None):
@@ -226,24 +224,7 @@ def varied_crowd(seed):
     for k in extra:
         kinds[k] = ("adversary", rng.uniform(0.1, 0.3)) if k == "adv" else (k, None)
     items, per_item, pass_share = rng.randint(300, 600), rng.randint(3, 5), rng.uniform(0.3, 0.7)
-    names = sorted(kinds)
-    batches, truth = [], {}
-    for i in range(items):
-        item = f"item-{i:04}"
-        truth[item] = rng.random() < pass_share
-        votes = []
-        for r in rng.sample(names, min(per_item, len(names))):
-            kind, accuracy = kinds[r]
-            if kind == "yes":
-                v = True
-            elif kind == "no":
-                v = False
-            elif kind == "coin":
-                v = rng.random() < 0.5
-            else:
-                v = truth[item] if rng.random() < accuracy else not truth[item]
-            votes.append((r, v))
-        batches.append((item, votes))
+    batches, truth = generate(rng, kinds, items, per_item, pass_share)
     return batches, truth, {r: k for r, (k, _) in kinds.items()}
 
 
