@@ -37,12 +37,25 @@
 //! before. Either way, each ballot counts once and replays from the restored offset.
 //!
 //! A projects unit (`p`) holds both: its flush writes its vote projects first, exactly as a
-//! votes unit does, then the redo record of everything else (sessions, bias, leaderboard, judge
-//! quality, origins) and those records. A crash that cuts the flush inside its vote projects or
-//! its redo record restores the rest of the state to the flush before: a vote re-read then is
-//! skipped by the score of a project whose record made it (its offset) and applied to the rest
-//! (its judge quality), which is what `Engine::process` does with a batch at or below its
-//! project's last applied offset.
+//! votes unit does, then its judge-quality item buckets, then the redo record of everything
+//! else (sessions, bias, leaderboard, the rest of judge quality, origins) and those records. A
+//! crash that cuts the flush inside its vote projects, its item buckets or its redo record
+//! restores the rest of the state to the flush before: a vote re-read then is skipped by the
+//! score of a project whose record made it (its offset) and applied to the rest (its judge
+//! quality), which is what `Engine::process` does with a batch at or below its project's last
+//! applied offset.
+//!
+//! Item buckets are the bulk of a projects unit's state (with a new item per vote, one item per
+//! event), so they are written once, not also inside the redo record: each carries its flush's
+//! offset, the first place the flush took, and the items the flush changed or forgot as it
+//! found them ([`ItemBucket`]), so a restore to an earlier offset reads it as the flush found
+//! it. Items a flush forgets are deleted by the next flush (their places are in the redo
+//! record, [`Slot::ItemsForgotten`], so a restore drops those still in their buckets), and
+//! buckets a cut flush wrote are written again by the first flush after the restore.
+//!
+//! A restore that applies a redo record whose flush was cut after it carries the records it
+//! took from it into the next flush ([`crate::engine::PartitionState::carried`]): until then
+//! that redo record is their only copy, and the next flush's redo record replaces it.
 
 mod render;
 mod restore;
@@ -268,6 +281,10 @@ pub(super) enum Slot<'a> {
     /// of the changelog; and places of the task, not of each project, so that a flush's new
     /// items fill buckets rather than rewrite one per project.
     Items(u64),
+    /// The places of the items the flush forgot, whose buckets the next flush rewrites
+    /// (`[seq,...]`): `["p",3,"items-forgotten"]`. Inside the redo record, so that a restore
+    /// drops the items of the flush it restores that are still in their buckets.
+    ItemsForgotten,
     /// A bucket of places of the task's items with judge scores waiting for votes,
     /// `[[seq,"proj-42","trace-100",[...]],...]`: `["p",3,"waits","6"]`.
     Waits(u64),
@@ -305,6 +322,7 @@ impl<'a> Slot<'a> {
             Slot::Ranking(..) => "ranking",
             Slot::Block(..) => "block",
             Slot::Items(..) => "items",
+            Slot::ItemsForgotten => "items-forgotten",
             Slot::Waits(..) => "waits",
             Slot::Judge(..) => "judge",
             Slot::Recent(..) => "recent",
@@ -337,6 +355,7 @@ impl<'a> Slot<'a> {
             ("ranking", [p, c]) => Slot::Ranking(p, c),
             ("block", [p, c, b]) => Slot::Block(p, c, b.parse().map_err(|()| "a bad block")?),
             ("items", [n]) => Slot::Items(number(n)?),
+            ("items-forgotten", []) => Slot::ItemsForgotten,
             ("waits", [n]) => Slot::Waits(number(n)?),
             ("judge", [p, j]) => Slot::Judge(p, j),
             ("recent", [p, n]) => Slot::Recent(p, number(n)?),
@@ -364,7 +383,7 @@ impl Serialize for Key<'_> {
         seq.serialize_element(&self.unit.partition)?;
         seq.serialize_element(self.slot.kind())?;
         match self.slot {
-            Slot::Offset | Slot::Origins | Slot::Book => {}
+            Slot::Offset | Slot::Origins | Slot::Book | Slot::ItemsForgotten => {}
             Slot::Project(p) | Slot::Audit(p) | Slot::Watermark(p) | Slot::Forgotten(p) => {
                 seq.serialize_element(p)?
             }
@@ -428,6 +447,31 @@ const SEEN_BUCKET: u64 = 32;
 /// writes its new items' buckets once each, and rewrites the older buckets of items voted on
 /// again, a few kilobytes each at most.
 const ITEM_BUCKET: u64 = 16;
+
+/// A bucket of a task's items with votes ([`Slot::Items`]), `{"at":O,"from":F,"items":[[seq,
+/// project,item,votes],...],"before":[...]}`. It is written before the flush's redo record,
+/// not inside it, so once (see the module doc): `at` is the flush's last input offset (`null`
+/// from a flush that has none), `from` the first place the flush took and `before` the items
+/// it changed or forgot that it found, as it found them. A restore to an offset below `at`
+/// reads the bucket as the flush found it: without the items at `from` or after, with those of
+/// `before`. (A changelog written before this held the items alone, `[[seq,...],...]`, in
+/// buckets its redo records kept whole.)
+#[derive(Serialize, Deserialize)]
+struct ItemBucket<S, V> {
+    at: Option<i64>,
+    from: u64,
+    items: Vec<(u64, S, S, V)>,
+    #[serde(default = "Vec::new", skip_serializing_if = "Vec::is_empty")]
+    before: Vec<(u64, S, S, V)>,
+}
+
+/// An item bucket as read: as written now, or before it carried its flush.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StoredItems {
+    Bucket(ItemBucket<String, ItemVotes>),
+    Items(Vec<(u64, String, String, ItemVotes)>),
+}
 
 /// A dedupe fingerprint as it is written: 32 lowercase hex digits.
 struct Hex(u128);

@@ -110,6 +110,33 @@ impl Records {
         }));
     }
 
+    /// Appends what a restore took from a cut flush's redo record (see
+    /// [`PartitionState::carried`]): first, so that the flush's own records of the same keys
+    /// follow and win.
+    fn push_carried(&mut self, unit: Unit, state: &PartitionState) {
+        for (key, value) in &state.carried.0 {
+            let value = value.as_deref().map(str::as_bytes);
+            self.push_raw(unit.partition, key.as_bytes(), value);
+        }
+    }
+
+    /// Appends a record as it is written.
+    fn push_raw(&mut self, partition: i32, key: &[u8], value: Option<&[u8]>) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(key);
+        let key_end = self.bytes.len();
+        let end = value.map(|v| {
+            self.bytes.extend_from_slice(v);
+            self.bytes.len()
+        });
+        self.spans.push(Span {
+            partition,
+            start,
+            key_end,
+            end,
+        });
+    }
+
     /// Appends a record: its key, then its value if `value` writes one (a tombstone if not).
     fn push(&mut self, unit: Unit, slot: Slot<'_>, value: impl FnOnce(&mut Vec<u8>) -> bool) {
         let start = self.bytes.len();
@@ -137,8 +164,15 @@ impl Records {
     }
 
     /// Appends the record for one slot, its value read from the current state (`change` is the
-    /// slot's last change: a completed-window entry's sequence number is not kept in the state).
-    fn push_slot(&mut self, unit: Unit, state: &PartitionState, slot: Slot<'_>, change: &Change) {
+    /// slot's last change: a completed-window entry's sequence number is not kept in the state;
+    /// `at` the flush's last input offset, which item buckets carry).
+    fn push_slot(
+        &mut self,
+        (unit, state): (Unit, &PartitionState),
+        slot: Slot<'_>,
+        change: &Change,
+        at: Option<i64>,
+    ) {
         match slot {
             Slot::Project(project) => self.push(unit, slot, |b| {
                 state
@@ -224,7 +258,31 @@ impl Records {
             }
             Slot::Items(bucket) => {
                 let items: Vec<_> = state.quality.items_at(places(bucket)).collect();
-                self.push(unit, slot, |b| !items.is_empty() && push_json(b, &items));
+                let undo = state.quality.undo();
+                // What the flush found is needed only if a restore can stop before it.
+                let before: Vec<_> = undo
+                    .filter(|_| at.is_some())
+                    .map(|u| {
+                        let found = u.before.range(places(bucket));
+                        found
+                            .map(|(&seq, (p, i, v))| (seq, p.as_str(), i.as_str(), v))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let bucket = ItemBucket {
+                    at,
+                    from: undo.map_or(0, |u| u.from),
+                    items,
+                    before,
+                };
+                self.push(unit, slot, |b| {
+                    !(bucket.items.is_empty() && bucket.before.is_empty()) && push_json(b, &bucket)
+                });
+            }
+            Slot::ItemsForgotten => {
+                let undo = state.quality.undo();
+                let forgotten = undo.map(|u| &u.forgotten).filter(|f| !f.is_empty());
+                self.push(unit, slot, |b| forgotten.is_some_and(|f| push_json(b, f)));
             }
             Slot::Waits(bucket) => {
                 let waits: Vec<_> = state.quality.waits_at(places(bucket)).collect();
@@ -370,6 +428,7 @@ impl Change {
                 block,
             } => Slot::Block(project, category, *block),
             Change::QualityItem { seq } => Slot::Items(seq / ITEM_BUCKET),
+            Change::ItemsForgotten => Slot::ItemsForgotten,
             Change::QualityWaiting { seq } => Slot::Waits(seq / ITEM_BUCKET),
             Change::QualityJudge { project, judge } => Slot::Judge(project, judge),
             Change::QualityRecent { project, seq } => Slot::Recent(project, *seq),
@@ -441,8 +500,10 @@ impl Renderer {
                 body.clear();
                 // A projects unit's vote projects come first, as a votes unit writes them; the
                 // rest of its state follows in the redo record (see the module doc).
-                self.render_state(unit, state, changes, Part::Votes, out);
-                self.render_state(unit, state, changes, Part::Redone, &mut body);
+                self.render_state((unit, state), changes, Part::Votes, None, out);
+                self.render_state((unit, state), changes, Part::Items, Some(offset), out);
+                body.push_carried(unit, state);
+                self.render_state((unit, state), changes, Part::Redone, None, &mut body);
                 body.push_origins(unit, &state.origins);
                 if !body.is_empty() {
                     self.push_redo(unit, offset, &body, out);
@@ -451,7 +512,8 @@ impl Renderer {
                 self.body = body;
             }
             offset => {
-                self.render_state(unit, state, changes, Part::All, out);
+                out.push_carried(unit, state);
+                self.render_state((unit, state), changes, Part::All, offset, out);
                 if offset.is_some() {
                     out.push_origins(unit, &state.origins);
                 }
@@ -505,10 +567,10 @@ impl Renderer {
     /// cost one record, rendered once.
     fn render_state(
         &mut self,
-        unit: Unit,
-        state: &PartitionState,
+        (unit, state): (Unit, &PartitionState),
         changes: &[Change],
         part: Part,
+        at: Option<i64>,
         out: &mut Records,
     ) {
         let Renderer {
@@ -521,11 +583,9 @@ impl Renderer {
         let mut slots: Vec<(Slot<'_>, &Change)> = std::mem::take(slots);
         index.clear();
         let mut open = open_buckets(state);
-        let votes = |c: &&Change| matches!(c, Change::Votes { .. });
         let changes = changes.iter().filter(|c| match part {
             Part::All => true,
-            Part::Votes => unit.holds_votes() && votes(c),
-            Part::Redone => !(unit.holds_votes() && votes(c)),
+            other => Part::of(unit, c) == other,
         });
         for change in changes {
             change.slots(unit, &mut open, |slot| {
@@ -548,7 +608,7 @@ impl Renderer {
         let others = slots.iter().filter(|(slot, _)| !is_project(slot));
         let projects = slots.iter().filter(|(slot, _)| is_project(slot));
         for (slot, change) in others.chain(projects) {
-            out.push_slot(unit, state, *slot, change);
+            out.push_slot((unit, state), *slot, change, at);
         }
         self.slots = recycle(slots);
     }
@@ -561,8 +621,22 @@ enum Part {
     /// A projects unit's vote projects (their records and dedupe buckets), written before its
     /// redo record.
     Votes,
+    /// A projects unit's item buckets, written after its vote projects and before its redo
+    /// record, each once (see [`ItemBucket`]).
+    Items,
     /// The rest of a projects or judge-scores unit's state, inside its redo record.
     Redone,
+}
+
+impl Part {
+    /// The part of a redoing unit's flush that `change` belongs to.
+    fn of(unit: Unit, change: &Change) -> Part {
+        match change {
+            Change::Votes { .. } if unit.holds_votes() => Part::Votes,
+            Change::QualityItem { .. } => Part::Items,
+            _ => Part::Redone,
+        }
+    }
 }
 
 /// An empty vector with `v`'s allocation, for elements that borrow for a shorter time: the

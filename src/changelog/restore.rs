@@ -135,6 +135,7 @@ impl Restorer {
         }
         // A complete redo record newer than the offset record is a flush that may have been cut
         // after it: its records go over the state records read (see the module doc).
+        let mut carried = Vec::new();
         if let Some((redo_offset, records)) = self.take_redo()? {
             let offset_key = self.unit.key(Slot::Offset);
             let written = self
@@ -143,6 +144,16 @@ impl Restorer {
                 .and_then(|v| serde_json::from_slice::<Value>(v.as_deref()?).ok())
                 .and_then(|v| offset_in(&v));
             if written.is_none_or(|w| w < redo_offset) {
+                carried = records
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            v.as_deref()
+                                .map(|v| String::from_utf8_lossy(v).into_owned()),
+                        )
+                    })
+                    .collect();
                 self.latest.extend(records);
                 let value = serde_json::to_vec(&OffsetValue {
                     offset: redo_offset,
@@ -150,6 +161,13 @@ impl Restorer {
                 self.latest.insert(offset_key, value.ok());
             }
         }
+        // The offset the state is restored to: item buckets of a later flush (a cut one) read
+        // as that flush found them.
+        let through = self
+            .latest
+            .get(&self.unit.key(Slot::Offset))
+            .and_then(|v| serde_json::from_slice::<Value>(v.as_deref()?).ok())
+            .and_then(|v| offset_in(&v));
         let mut restored = Restored::default();
         for (key, value) in self.latest {
             let Some(value) = value else { continue };
@@ -205,8 +223,23 @@ impl Restorer {
                     restored.sessions.entry(p.to_owned()).or_default().watermark =
                         Some(value.watermark);
                 }
-                Slot::Items(_) => {
-                    let items: Vec<(u64, String, String, ItemVotes)> = from_value(&key, v)?;
+                Slot::Items(bucket) => {
+                    let items = match from_value(&key, v)? {
+                        StoredItems::Items(items) => items,
+                        StoredItems::Bucket(b) if b.at.is_some_and(|at| through < Some(at)) => {
+                            // Written by a flush cut short: as that flush found it, and written
+                            // again by the next.
+                            restored.rerender.push(bucket * ITEM_BUCKET);
+                            let mut items = b.items;
+                            items.retain(|(seq, ..)| *seq < b.from);
+                            for found in b.before {
+                                items.retain(|(seq, ..)| *seq != found.0);
+                                items.push(found);
+                            }
+                            items
+                        }
+                        StoredItems::Bucket(b) => b.items,
+                    };
                     for (seq, project, item, votes) in items {
                         restored
                             .state
@@ -214,6 +247,7 @@ impl Restorer {
                             .restore_item((&project, &item), seq, votes);
                     }
                 }
+                Slot::ItemsForgotten => restored.items_forgotten = from_value(&key, v)?,
                 Slot::Waits(_) => {
                     let waits: Vec<(u64, String, String, Vec<Waiting>)> = from_value(&key, v)?;
                     for (seq, project, item, waiting) in waits {
@@ -244,7 +278,9 @@ impl Restorer {
                 Slot::Redo(_) => {}
             }
         }
-        Ok(restored.finish())
+        let (mut state, offset) = restored.finish();
+        state.carried.0 = carried;
+        Ok((state, offset))
     }
 }
 
@@ -263,6 +299,10 @@ struct Restored {
     completed: IdMap<String, Vec<(u64, u128)>>,
     sessions: IdMap<String, ProjectSessions>,
     next_seq: u64,
+    /// The places of items the restored flush forgot, still in their buckets.
+    items_forgotten: Vec<u64>,
+    /// Places in item buckets written by a flush cut short, to be written again.
+    rerender: Vec<u64>,
 }
 
 /// Appends a bucket's ids, read as written (see [`bucket`]), to `entries`.
@@ -376,8 +416,22 @@ impl Restored {
             completed,
             mut sessions,
             next_seq,
+            items_forgotten,
+            rerender,
         } = self;
-        state.journal = Some(Vec::new());
+        // Buckets that hold what the restored state does not are written again by the next
+        // flush (see `ItemBucket`).
+        let mut journal = Vec::new();
+        if !items_forgotten.is_empty() {
+            journal.push(Change::ItemsForgotten);
+        }
+        for seq in items_forgotten {
+            state.quality.drop_restored(seq);
+            journal.push(Change::QualityItem { seq });
+        }
+        journal.extend(rerender.into_iter().map(|seq| Change::QualityItem { seq }));
+        state.journal = Some(journal);
+        state.quality.start_undo();
         for (project, mut entries) in seen {
             // Ids newer than the project record's are from a flush cut short: their events are
             // not in the score and will be replayed. (Ids written twice by a cut flush are

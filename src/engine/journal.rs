@@ -59,6 +59,9 @@ pub enum Change {
     /// (see [`super::model::judge_quality::TaskQuality`]): the changelog writes items in
     /// buckets of places.
     QualityItem { seq: u64 },
+    /// The places of the items a flush forgot (see
+    /// [`super::model::judge_quality::ItemUndo`]).
+    ItemsForgotten,
     /// The judge scores waiting for an item's votes, by the item's place.
     QualityWaiting { seq: u64 },
     /// A judge's window of pairs.

@@ -229,8 +229,12 @@ impl Engine {
             items,
             waiting,
             forgotten,
+            first_forgotten,
             ..
         } = observed;
+        if first_forgotten {
+            state.note(|| Change::ItemsForgotten);
+        }
         for seq in items {
             state.note(|| Change::QualityItem { seq });
         }

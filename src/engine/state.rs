@@ -155,6 +155,20 @@ pub struct PartitionState {
     /// Projects whose `jury.reviewer-quality` records are held back until the end of the
     /// runtime's cycle: [`super::Engine::release_reviewers`] publishes them as they then are.
     pub held_reviewers: HeldReviewers,
+    /// Changelog records (key, value; `None` deletes) that a restore took from the redo record
+    /// of a flush a crash cut after it: they reached the log only inside that redo record, which
+    /// the next flush's replaces, so the next flush writes them again.
+    pub carried: Carried,
+}
+
+/// See [`PartitionState::carried`]. Not state: every two compare equal.
+#[derive(Debug, Clone, Default)]
+pub struct Carried(pub Vec<(String, Option<String>)>);
+
+impl PartialEq for Carried {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// The projects whose reviewers' records are held, in no order (they are published in order),
@@ -176,9 +190,26 @@ impl PartialEq for HeldReviewers {
 impl PartitionState {
     /// A state that journals its changes.
     pub fn journaled() -> Self {
-        PartitionState {
+        let mut state = PartitionState {
             journal: Some(Vec::new()),
             ..PartitionState::default()
+        };
+        state.quality.start_undo();
+        state
+    }
+
+    /// Ends a flush, once the runtime rendered its changelog from the journal: the judge-quality
+    /// items it forgot are deleted by the next flush (see `crate::changelog`), so their buckets
+    /// and the record of them go into the journal again.
+    pub fn end_flush(&mut self) {
+        self.carried.0.clear();
+        let forgotten = self.quality.end_flush();
+        if forgotten.is_empty() {
+            return;
+        }
+        self.note(|| Change::ItemsForgotten);
+        for seq in forgotten {
+            self.note(|| Change::QualityItem { seq });
         }
     }
 

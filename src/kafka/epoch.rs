@@ -76,6 +76,7 @@ impl Core {
             if let Some(j) = owned.state.journal.as_mut() {
                 *j = changes;
             }
+            owned.state.end_flush();
             let at = next
                 .entry((self.unit_log(unit).to_owned(), unit.partition))
                 .or_default();

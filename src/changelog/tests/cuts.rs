@@ -232,3 +232,29 @@ proptest! {
         check_round_trip(Unit::projects(1), &mixed, cut, flush);
     }
 }
+
+proptest! {
+    // Enough cases that some cut falls between a flush's votes and the item buckets that the
+    // flush before forgot items of.
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// Item buckets are written once, before the redo record: a flush cut after some of them
+    /// restores every item as the flush found it (new items dropped, changed and forgotten
+    /// ones as they were), and the items its flush before forgot stay forgotten.
+    #[test]
+    fn any_cut_flush_restores_items_as_the_flush_found_them(
+        events in prop::collection::vec((0usize..3, 0usize..30, 0usize..5, 0i64..60), 1..120),
+        flush in 1usize..12,
+        cut_flushes in 0usize..8,
+        keep in 0usize..40,
+    ) {
+        let payloads: Vec<String> = events
+            .iter()
+            .enumerate()
+            .map(|(i, &(p, item, voter, t))| reviewer_vote(i, (p, item, voter), t))
+            .collect();
+        let cut = (cut_flushes * flush).min(payloads.len());
+        // Twelve items per task: the items forgotten are behind the buckets new ones fill.
+        let engine = engine_with_items(5 + flush, 12);
+        check_cut_flush_with(&engine, PROJECTS, &payloads, (flush, cut, keep));
+    }
+}

@@ -42,6 +42,16 @@ fn item_vote(i: usize, project: usize, item: &str, secs: i64) -> String {
     )
 }
 
+/// A vote of `voter` on item `i{item}` of project `p/{project}`: items voted on again and
+/// again, by reviewers old and new, in flush after flush.
+fn reviewer_vote(i: usize, (project, item, voter): (usize, usize, usize), secs: i64) -> String {
+    format!(
+        r#"{{"event_id": "rv{i}", "project_id": "p/{project}", "item_id": "i{item}", "occurred_at": {}, "votes": [{{"voter_id": "r{voter}", "value": 0.{}}}]}}"#,
+        1_795_168_800_000 + secs * 1000,
+        (i * 7) % 10
+    )
+}
+
 /// Run ids for the renderers of [`run`]: each call is a start of the runtime.
 static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -112,6 +122,7 @@ fn run(
             // projects unit's vote projects first, then the redo record and the rest), then
             // the origins and the offset. (No origins record while no record of the unit's own
             // input was processed.)
+            // What a restore carried from a cut flush's redo record comes first in both.
             let mut body = records(unit, state, &changes);
             let n = flush_records.len();
             let origins = usize::from(!state.origins.is_empty());
@@ -123,21 +134,35 @@ fn run(
                 .collect();
             assert!(unit.redoes() || written.len() == n - 1 - origins);
             if unit.kind == UnitKind::Projects {
-                // Vote projects before the redo record, everything else after it.
+                // Vote projects, then item buckets before the redo record, everything else
+                // after it.
                 let first_redo = flush_records.iter().position(is_redo).unwrap_or(n);
                 let is_vote =
                     |r: &StateRecord| r.key.contains("\"project\"") || r.key.contains("\"seen\"");
-                assert!(flush_records[..first_redo].iter().all(is_vote));
-                assert!(flush_records[first_redo..].iter().all(|r| !is_vote(r)));
+                let is_items = |r: &StateRecord| r.key.contains("\"items\"");
+                let votes = flush_records.iter().take_while(|r| is_vote(r)).count();
+                let items = flush_records[votes..].iter().take_while(|r| is_items(r));
+                assert_eq!(votes + items.count(), first_redo);
+                assert!(
+                    flush_records[first_redo..]
+                        .iter()
+                        .all(|r| !is_vote(r) && !is_items(r))
+                );
                 let key = |r: &StateRecord| r.key.clone();
                 body.sort_by_key(key);
                 written.sort_by_key(key);
+                // Item buckets carry their flush, and what it found of items it forgot (see
+                // `ItemBucket`): compared by key.
+                for r in body.iter_mut().chain(&mut written).filter(|r| is_items(r)) {
+                    r.value = None;
+                }
             }
             assert_eq!(written, body);
             if origins == 1 {
                 assert_eq!(flush_records[n - 2], origins_record(unit, state));
             }
             assert_eq!(flush_records.last(), Some(&offset_record(unit, offset)));
+            state.end_flush();
             log.extend(flush_records);
         }
     }
@@ -200,8 +225,24 @@ fn origins_record(unit: Unit, state: &PartitionState) -> StateRecord {
     }
 }
 
+/// [`engine`] whose tasks hold `task_items` judge-quality items each.
+fn engine_with_items(dedupe_window: usize, task_items: usize) -> Engine {
+    let mut config = engine_config(dedupe_window);
+    config.judge_quality.max_items = 6 * task_items;
+    let settings = config.engine_settings();
+    assert_eq!(settings.quality_task_items, task_items);
+    Engine::new(settings)
+}
+
 /// Small windows and limits, so short streams evict, complete and time out.
 fn engine(dedupe_window: usize) -> Engine {
+    let settings = engine_config(dedupe_window).engine_settings();
+    assert_eq!(settings.quality_task_items, 3);
+    Engine::new(settings)
+}
+
+/// The configuration of [`engine`].
+fn engine_config(dedupe_window: usize) -> Config {
     let mut config = Config::default();
     config.limits.dedupe_window = dedupe_window;
     config.sessions.completed_window = 3;
@@ -211,9 +252,7 @@ fn engine(dedupe_window: usize) -> Engine {
     // Three items of each kind per task (a sixth of `max_items` over the six partitions): the
     // streams below name four, so the task forgets items of one project for another's.
     config.judge_quality.max_items = 18;
-    let settings = config.engine_settings();
-    assert_eq!(settings.quality_task_items, 3);
-    Engine::new(settings)
+    config
 }
 
 /// A run without interruption: its final state and outputs.
@@ -305,13 +344,24 @@ fn check_cut_flush(
     cut: usize,
     keep: usize,
 ) {
-    let engine = engine(window);
-    let (mut clean, clean_out) = clean_run(&engine, unit, payloads, flush);
+    check_cut_flush_with(&engine(window), unit, payloads, (flush, cut, keep));
+}
+
+/// [`check_cut_flush`] with `engine`. The log the recovery leaves restores the clean state
+/// once more: nothing of the cut flush stays in it, and nothing the restore took only from its
+/// redo record is lost when the next flush replaces that record.
+fn check_cut_flush_with(
+    engine: &Engine,
+    unit: Unit,
+    payloads: &[String],
+    (flush, cut, keep): (usize, usize, usize),
+) {
+    let (mut clean, clean_out) = clean_run(engine, unit, payloads, flush);
     // Flushes complete through record `cut` (a multiple of `flush`), then one more is cut.
     let mut log = Vec::new();
     let mut first = PartitionState::journaled();
     run(
-        &engine,
+        engine,
         unit,
         &mut first,
         &payloads[..cut],
@@ -322,7 +372,7 @@ fn check_cut_flush(
     let mut torn = Vec::new();
     let end = (cut + flush).min(payloads.len());
     run(
-        &engine,
+        engine,
         unit,
         &mut first,
         &payloads[cut..end],
@@ -354,7 +404,7 @@ fn check_cut_flush(
     // The runtime skips records at or below the restored offset and replays the rest.
     let next = offset.map_or(0, |o| o as usize + 1);
     let replayed = run(
-        &engine,
+        engine,
         unit,
         &mut restored,
         &payloads[next..],
@@ -381,6 +431,14 @@ fn check_cut_flush(
     assert_eq!(
         restored, clean,
         "cut after {keep} records of the flush at {cut}"
+    );
+    // What the recovery wrote leaves no trace of the cut flush in the log.
+    let (mut again, offset) = restore(unit, &log);
+    assert_eq!(offset, payloads.len().checked_sub(1).map(|o| o as i64));
+    again.journal = None;
+    assert_eq!(
+        again, clean,
+        "the log after the recovery, cut after {keep} records of the flush at {cut}"
     );
 }
 

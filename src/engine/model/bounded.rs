@@ -97,10 +97,11 @@ impl<V> Bounded<V> {
         Some((seq, v))
     }
 
-    /// Removes the value at place `seq`.
-    pub fn remove_at(&mut self, seq: u64) -> Option<V> {
+    /// Removes the value at place `seq`, returning its key and value.
+    pub fn remove_at(&mut self, seq: u64) -> Option<(ProjectKey, V)> {
         let key = self.order.remove(&seq)?;
-        self.values.remove(&key).map(|(_, v)| v)
+        let (_, v) = self.values.remove(&key)?;
+        Some((key, v))
     }
 
     pub fn len(&self) -> usize {
@@ -161,6 +162,16 @@ impl Places {
 
     pub fn remove(&mut self, seq: u64) {
         self.order.remove(&seq);
+    }
+
+    /// The project of the item at place `seq`.
+    pub fn project_at(&self, seq: u64) -> Option<&ProjectKey> {
+        self.order.get(&seq)
+    }
+
+    /// The place the next item takes.
+    pub fn next(&self) -> u64 {
+        self.next
     }
 
     /// The oldest place and its project, removed.

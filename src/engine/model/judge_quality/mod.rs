@@ -241,6 +241,9 @@ pub struct Observed {
     /// Whether the votes' project passed a checkpoint of its reviewer model
     /// ([`Reviewers::checkpoint_due`]).
     pub checkpoint: bool,
+    /// Whether these were the flush's first items forgotten (see [`ItemUndo`]): the record of
+    /// the places forgotten is written with it.
+    pub first_forgotten: bool,
 }
 
 impl Observed {
@@ -392,9 +395,95 @@ pub struct TaskQuality {
     projects: IdMap<ProjectKey, ProjectQuality>,
     items: Places,
     waits: Places,
+    /// What the current flush changed of the items, when the state journals.
+    undo: Undo,
+}
+
+/// What a flush changed of a task's items, for the changelog's recovery rule (see
+/// `crate::changelog`): item buckets are written once, before the rest of the flush, so a
+/// bucket written by a flush a crash cut short must read back as it was when the flush began.
+/// That needs only the places the flush took (new items: dropped) and the items it changed or
+/// forgot that existed before it (their values then), which with a new item per vote is
+/// almost nothing; items forgotten are deleted from the changelog in the next flush, once this
+/// one is whole, and `forgotten` tells a restore which to drop until then.
+#[derive(Debug, Clone, Default)]
+pub struct ItemUndo {
+    /// The first place this flush took: items at or after it are new.
+    pub from: u64,
+    /// Items held when the flush began that changed or were forgotten since, by place: their
+    /// project, id and value then.
+    pub before: BTreeMap<u64, (ProjectKey, ProjectKey, ItemVotes)>,
+    /// The places forgotten in this flush.
+    pub forgotten: Vec<u64>,
+}
+
+impl ItemUndo {
+    /// Notes the value an item held when the flush began, the first time the flush changes it.
+    fn changed(
+        &mut self,
+        seq: u64,
+        (project, item): (&str, &str),
+        value: impl FnOnce() -> ItemVotes,
+    ) {
+        if seq < self.from && !self.before.contains_key(&seq) {
+            self.before.insert(
+                seq,
+                (ProjectKey::from(project), ProjectKey::from(item), value()),
+            );
+        }
+    }
+}
+
+/// A flush's [`ItemUndo`] while the state journals (`None` in replay). Like the journal's hint,
+/// it is not state: never restored, and every two compare equal.
+#[derive(Debug, Clone, Default)]
+struct Undo(Option<ItemUndo>);
+
+impl PartialEq for Undo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl TaskQuality {
+    /// Starts noting what each flush changes of the items (see [`ItemUndo`]): a journaling
+    /// state's, from now on.
+    pub fn start_undo(&mut self) {
+        self.undo = Undo(Some(ItemUndo {
+            from: self.items.next(),
+            ..ItemUndo::default()
+        }));
+    }
+
+    /// What the current flush changed of the items, if noted.
+    pub fn undo(&self) -> Option<&ItemUndo> {
+        self.undo.0.as_ref()
+    }
+
+    /// Ends a flush (its changelog is rendered): returns the places it forgot, which the next
+    /// flush deletes, and starts noting the next.
+    pub fn end_flush(&mut self) -> Vec<u64> {
+        let next = self.items.next();
+        let Some(undo) = self.undo.0.as_mut() else {
+            return Vec::new();
+        };
+        undo.from = next;
+        undo.before.clear();
+        std::mem::take(&mut undo.forgotten)
+    }
+
+    /// Forgets a restored item at `seq` that the flush the state was restored to had forgotten
+    /// (see [`ItemUndo`]).
+    pub fn drop_restored(&mut self, seq: u64) {
+        let Some(project) = self.items.project_at(seq).cloned() else {
+            return;
+        };
+        self.items.remove(seq);
+        if let Some(q) = self.projects.get_mut(project.as_str()) {
+            q.items.remove_at(seq);
+        }
+    }
+
     pub fn get(&self, project: &str) -> Option<&ProjectQuality> {
         self.projects.get(project)
     }
@@ -434,17 +523,34 @@ impl TaskQuality {
         limits: &QualityLimits,
     ) -> Observed {
         let mut observed = Observed::default();
+        let mut gone = Vec::new();
         let seq = place(
             (&mut self.projects, &mut self.items),
             ITEMS,
             (project, item),
             limits,
-            (&mut observed, Slots::Items),
+            (&mut observed, Slots::Items, &mut gone),
         );
-        let q = self.project(project);
+        let undo = &mut self.undo.0;
+        observed.first_forgotten =
+            !gone.is_empty() && undo.as_ref().is_some_and(|u| u.forgotten.is_empty());
+        for (seq, owner, id, value) in gone {
+            match undo {
+                Some(undo) => {
+                    undo.changed(seq, (&owner, &id), || value);
+                    undo.forgotten.push(seq);
+                }
+                // Without an undo its bucket is rewritten by this flush, if anything is.
+                None => observed.items.push(seq),
+            }
+        }
+        let q = self.projects.entry(ProjectKey::from(project)).or_default();
         let Some((_, agg)) = q.items.get_mut(item) else {
             return observed;
         };
+        if let Some(undo) = undo {
+            undo.changed(seq, (project, item), || agg.clone());
+        }
         let needed = limits.min_human_votes.max(1);
         for &(r, v) in votes.iter().filter(|(r, _)| *r > 0.0) {
             if agg.votes < needed {
@@ -504,6 +610,9 @@ impl TaskQuality {
         let Some((seq, entry)) = held.and_then(|q| q.items.get_mut(item)) else {
             return;
         };
+        if let Some(undo) = &mut self.undo.0 {
+            undo.changed(seq, (project, item), || entry.clone());
+        }
         for &s in scores {
             entry.review.judge(s);
         }
@@ -545,7 +654,7 @@ impl TaskQuality {
                 WAITING,
                 (project, item),
                 limits,
-                (&mut observed, Slots::Waiting),
+                (&mut observed, Slots::Waiting, &mut Vec::new()),
             );
             let q = self.project(project);
             let Some((_, waiting)) = q.waiting.get_mut(item) else {
@@ -647,7 +756,7 @@ struct Held<V> {
     of: fn(&mut ProjectQuality) -> &mut Bounded<V>,
     /// Called with a value forgotten to stay within the bounds, in its project: the reviewers
     /// it changed, if any (with those forgotten with it that had findings).
-    forgotten: fn(&mut ProjectQuality, V) -> Option<Vec<ProjectKey>>,
+    forgotten: fn(&mut ProjectQuality, &V) -> Option<Vec<ProjectKey>>,
 }
 
 /// Items with votes: one forgotten takes its verdicts out of its reviewers' counts.
@@ -672,16 +781,20 @@ enum Slots {
     Waiting,
 }
 
+/// A value forgotten to stay within the bounds: its place, project, key and value.
+type Gone<V> = (u64, ProjectKey, ProjectKey, V);
+
 /// The place of `project`'s `key` in `held` (its items with votes, or with waiting scores) and
 /// in the task's `places`, taking the next place if it is new: first the task's oldest are
 /// forgotten down to `max_task_items`, then the project's down to `max_pending_items`. The
-/// places forgotten, their projects and the reviewers they change are noted in `observed`.
+/// places forgotten, their projects and the reviewers they change are noted in `observed`,
+/// and the values forgotten appended to `gone`.
 fn place<V: Default>(
     (projects, places): (&mut IdMap<ProjectKey, ProjectQuality>, &mut Places),
     held: Held<V>,
     (project, key): (&str, &str),
     limits: &QualityLimits,
-    (observed, slots): (&mut Observed, Slots),
+    (observed, slots, gone): (&mut Observed, Slots, &mut Vec<Gone<V>>),
 ) -> u64 {
     if let Some((seq, _)) = projects
         .get_mut(project)
@@ -694,49 +807,40 @@ fn place<V: Default>(
             break;
         };
         let q = projects.get_mut(&owner);
-        forget(&held, q, (&owner, seq), (observed, slots));
+        let reviewed = q.and_then(|q| {
+            let (key, value) = (held.of)(q).remove_at(seq)?;
+            q.forgotten += 1;
+            let reviewed = (held.forgotten)(q, &value);
+            gone.push((seq, owner.clone(), key, value));
+            reviewed
+        });
+        note_forgotten((&owner, seq), reviewed, (observed, slots));
     }
     let q = projects.entry(ProjectKey::from(project)).or_default();
-    let mut gone = Vec::new();
-    (held.of)(q).make_room(limits.max_pending_items, &mut gone);
-    for (seq, _, value) in gone {
+    let mut made_room = Vec::new();
+    (held.of)(q).make_room(limits.max_pending_items, &mut made_room);
+    for (seq, key, value) in made_room {
         places.remove(seq);
         q.forgotten += 1;
-        let reviewed = (held.forgotten)(q, value);
+        let reviewed = (held.forgotten)(q, &value);
         note_forgotten((project, seq), reviewed, (observed, slots));
+        gone.push((seq, ProjectKey::from(project), key, value));
     }
     let seq = places.take(project);
     (held.of)(q).insert(key, seq, V::default());
     seq
 }
 
-/// Forgets the value at `seq` of `owner` (`q`, if the task holds it), the task's oldest.
-fn forget<V>(
-    held: &Held<V>,
-    q: Option<&mut ProjectQuality>,
-    (owner, seq): (&str, u64),
-    noted: (&mut Observed, Slots),
-) {
-    let mut reviewed = None;
-    if let Some(q) = q
-        && let Some(value) = (held.of)(q).remove_at(seq)
-    {
-        q.forgotten += 1;
-        reviewed = (held.forgotten)(q, value);
-    }
-    note_forgotten((owner, seq), reviewed, noted);
-}
-
 /// Notes in `observed` that the value at `seq` of `project` was forgotten, and the reviewers
-/// that changed with it, if any.
+/// that changed with it, if any. A forgotten item's bucket is rewritten by the next flush
+/// (see [`ItemUndo`]), not this one; a waiting score's by this one.
 fn note_forgotten(
     (project, seq): (&str, u64),
     reviewed: Option<Vec<ProjectKey>>,
     (observed, slots): (&mut Observed, Slots),
 ) {
-    match slots {
-        Slots::Items => observed.items.push(seq),
-        Slots::Waiting => observed.waiting.push(seq),
+    if let Slots::Waiting = slots {
+        observed.waiting.push(seq);
     }
     observed.forgotten.push(ProjectKey::from(project));
     if let Some(gone) = reviewed {
