@@ -48,9 +48,9 @@
 //! Item buckets are the bulk of a projects unit's state (with a new item per vote, one item per
 //! event), so they are written once, not also inside the redo record: each carries its flush's
 //! offset, the first place the flush took, and the items the flush changed or forgot as it
-//! found them ([`ItemBucket`]), so a restore to an earlier offset reads it as the flush found
+//! found them (`ItemBucket`), so a restore to an earlier offset reads it as the flush found
 //! it. Items a flush forgets are deleted by the next flush (their places are in the redo
-//! record, [`Slot::ItemsForgotten`], so a restore drops those still in their buckets), and
+//! record, `Slot::ItemsForgotten`, so a restore drops those still in their buckets), and
 //! buckets a cut flush wrote are written again by the first flush after the restore.
 //!
 //! A restore that applies a redo record whose flush was cut after it carries the records it
