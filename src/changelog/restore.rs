@@ -133,41 +133,36 @@ impl Restorer {
                 expected: Layout::of(self.unit.kind),
             });
         }
-        // A complete redo record newer than the offset record is a flush that may have been cut
-        // after it: its records go over the state records read (see the module doc).
-        let mut carried = Vec::new();
-        if let Some((redo_offset, records)) = self.take_redo()? {
-            let offset_key = self.unit.key(Slot::Offset);
-            let written = self
-                .latest
-                .get(&offset_key)
-                .and_then(|v| serde_json::from_slice::<Value>(v.as_deref()?).ok())
-                .and_then(|v| offset_in(&v));
-            if written.is_none_or(|w| w < redo_offset) {
-                carried = records
-                    .iter()
-                    .map(|(k, v)| {
-                        (
-                            k.clone(),
-                            v.as_deref()
-                                .map(|v| String::from_utf8_lossy(v).into_owned()),
-                        )
-                    })
-                    .collect();
-                self.latest.extend(records);
-                let value = serde_json::to_vec(&OffsetValue {
-                    offset: redo_offset,
-                });
-                self.latest.insert(offset_key, value.ok());
-            }
-        }
-        // The offset the state is restored to: item buckets of a later flush (a cut one) read
-        // as that flush found them.
-        let through = self
+        // The offset the state is restored to: the offset record's, or that of a complete redo
+        // record newer than it, a flush that may have been cut after it, whose records go over
+        // the state records read (see the module doc). Item buckets of a later flush (a cut
+        // one) read as that flush found them.
+        let offset_key = self.unit.key(Slot::Offset);
+        let mut through = self
             .latest
-            .get(&self.unit.key(Slot::Offset))
+            .get(&offset_key)
             .and_then(|v| serde_json::from_slice::<Value>(v.as_deref()?).ok())
             .and_then(|v| offset_in(&v));
+        let mut carried = Vec::new();
+        if let Some((redo_offset, records)) = self.take_redo()?
+            && through.is_none_or(|w| w < redo_offset)
+        {
+            carried = records
+                .iter()
+                .map(|(k, v)| {
+                    let v = v
+                        .as_deref()
+                        .map(|v| String::from_utf8_lossy(v).into_owned());
+                    (k.clone(), v)
+                })
+                .collect();
+            self.latest.extend(records);
+            let value = serde_json::to_vec(&OffsetValue {
+                offset: redo_offset,
+            });
+            self.latest.insert(offset_key, value.ok());
+            through = Some(redo_offset);
+        }
         let mut restored = Restored::default();
         for (key, value) in self.latest {
             let Some(value) = value else { continue };

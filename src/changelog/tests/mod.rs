@@ -225,34 +225,26 @@ fn origins_record(unit: Unit, state: &PartitionState) -> StateRecord {
     }
 }
 
-/// [`engine`] whose tasks hold `task_items` judge-quality items each.
+/// [`engine`] whose tasks hold `task_items` judge-quality items each (a sixth of `max_items`
+/// over the six partitions).
 fn engine_with_items(dedupe_window: usize, task_items: usize) -> Engine {
-    let mut config = engine_config(dedupe_window);
-    config.judge_quality.max_items = 6 * task_items;
-    let settings = config.engine_settings();
-    assert_eq!(settings.quality_task_items, task_items);
-    Engine::new(settings)
-}
-
-/// Small windows and limits, so short streams evict, complete and time out.
-fn engine(dedupe_window: usize) -> Engine {
-    let settings = engine_config(dedupe_window).engine_settings();
-    assert_eq!(settings.quality_task_items, 3);
-    Engine::new(settings)
-}
-
-/// The configuration of [`engine`].
-fn engine_config(dedupe_window: usize) -> Config {
     let mut config = Config::default();
     config.limits.dedupe_window = dedupe_window;
     config.sessions.completed_window = 3;
     config.sessions.max_open_per_project = 2;
     config.sessions.timeout_secs = 20;
     config.judge_quality.enabled = true;
-    // Three items of each kind per task (a sixth of `max_items` over the six partitions): the
-    // streams below name four, so the task forgets items of one project for another's.
-    config.judge_quality.max_items = 18;
-    config
+    config.judge_quality.max_items = 6 * task_items;
+    let settings = config.engine_settings();
+    assert_eq!(settings.quality_task_items, task_items);
+    Engine::new(settings)
+}
+
+/// Small windows and limits, so short streams evict, complete and time out. Three items of each
+/// kind per task: the streams below name four, so the task forgets items of one project for
+/// another's.
+fn engine(dedupe_window: usize) -> Engine {
+    engine_with_items(dedupe_window, 3)
 }
 
 /// A run without interruption: its final state and outputs.

@@ -418,18 +418,11 @@ pub struct ItemUndo {
 }
 
 impl ItemUndo {
-    /// Notes the value an item held when the flush began, the first time the flush changes it.
-    fn changed(
-        &mut self,
-        seq: u64,
-        (project, item): (&str, &str),
-        value: impl FnOnce() -> ItemVotes,
-    ) {
+    /// Notes what the item at `seq` was when the flush began (its project, id and value, made
+    /// only if needed), the first time the flush changes it.
+    fn changed(&mut self, seq: u64, found: impl FnOnce() -> (ProjectKey, ProjectKey, ItemVotes)) {
         if seq < self.from && !self.before.contains_key(&seq) {
-            self.before.insert(
-                seq,
-                (ProjectKey::from(project), ProjectKey::from(item), value()),
-            );
+            self.before.insert(seq, found());
         }
     }
 }
@@ -537,7 +530,7 @@ impl TaskQuality {
         for (seq, owner, id, value) in gone {
             match undo {
                 Some(undo) => {
-                    undo.changed(seq, (&owner, &id), || value);
+                    undo.changed(seq, || (owner, id, value));
                     undo.forgotten.push(seq);
                 }
                 // Without an undo its bucket is rewritten by this flush, if anything is.
@@ -549,7 +542,7 @@ impl TaskQuality {
             return observed;
         };
         if let Some(undo) = undo {
-            undo.changed(seq, (project, item), || agg.clone());
+            undo.changed(seq, || (project.into(), item.into(), agg.clone()));
         }
         let needed = limits.min_human_votes.max(1);
         for &(r, v) in votes.iter().filter(|(r, _)| *r > 0.0) {
@@ -611,7 +604,7 @@ impl TaskQuality {
             return;
         };
         if let Some(undo) = &mut self.undo.0 {
-            undo.changed(seq, (project, item), || entry.clone());
+            undo.changed(seq, || (project.into(), item.into(), entry.clone()));
         }
         for &s in scores {
             entry.review.judge(s);
@@ -806,29 +799,39 @@ fn place<V: Default>(
         let Some((seq, owner)) = places.pop_oldest() else {
             break;
         };
-        let q = projects.get_mut(&owner);
-        let reviewed = q.and_then(|q| {
-            let (key, value) = (held.of)(q).remove_at(seq)?;
-            q.forgotten += 1;
-            let reviewed = (held.forgotten)(q, &value);
-            gone.push((seq, owner.clone(), key, value));
-            reviewed
-        });
-        note_forgotten((&owner, seq), reviewed, (observed, slots));
+        if let Some(q) = projects.get_mut(&owner)
+            && let Some((key, value)) = (held.of)(q).remove_at(seq)
+        {
+            let_go(&held, q, (seq, owner, key, value), (observed, slots, gone));
+        } else {
+            note_forgotten((&owner, seq), None, (observed, slots));
+        }
     }
     let q = projects.entry(ProjectKey::from(project)).or_default();
     let mut made_room = Vec::new();
     (held.of)(q).make_room(limits.max_pending_items, &mut made_room);
     for (seq, key, value) in made_room {
         places.remove(seq);
-        q.forgotten += 1;
-        let reviewed = (held.forgotten)(q, &value);
-        note_forgotten((project, seq), reviewed, (observed, slots));
-        gone.push((seq, ProjectKey::from(project), key, value));
+        let gone_value = (seq, ProjectKey::from(project), key, value);
+        let_go(&held, q, gone_value, (observed, slots, gone));
     }
     let seq = places.take(project);
     (held.of)(q).insert(key, seq, V::default());
     seq
+}
+
+/// Takes a value its project `q` forgot to stay within the bounds: counts it, takes its
+/// verdicts out of its reviewers' counts, notes it in `observed` and appends it to `gone`.
+fn let_go<V>(
+    held: &Held<V>,
+    q: &mut ProjectQuality,
+    (seq, project, key, value): Gone<V>,
+    (observed, slots, gone): (&mut Observed, Slots, &mut Vec<Gone<V>>),
+) {
+    q.forgotten += 1;
+    let reviewed = (held.forgotten)(q, &value);
+    note_forgotten((&project, seq), reviewed, (observed, slots));
+    gone.push((seq, project, key, value));
 }
 
 /// Notes in `observed` that the value at `seq` of `project` was forgotten, and the reviewers
