@@ -11,9 +11,9 @@
 //! keeps the latest value per key, exactly as compaction would. This module is pure: the Kafka
 //! runtime does the reading and writing.
 //!
-//! Dedupe windows are stored in buckets of `SEEN_BUCKET` consecutive ids. A vote project's
-//! record carries its score *and* its newest (open) bucket, for two reasons: with many projects
-//! nearly every event changes both, and one record instead of two is a third fewer produced
+//! Dedupe windows are stored in buckets of `SEEN_BUCKET` consecutive ids (written as runs,
+//! `IdRun`). A vote project's record carries its score *and* its newest (open) bucket, for two
+//! reasons: with many projects nearly every event changes both, and one record instead of two is a third fewer produced
 //! records per event; and the score and the ids it counts are then written atomically. A bucket
 //! gets a `seen` record of its own once a newer one opens, and such records are written before
 //! the project records of the same flush. So if a crash cuts a flush short, whatever part of it
@@ -276,7 +276,7 @@ pub(super) enum Slot<'a> {
     /// `["j",3,"block","proj-42","chat","20417.3"]`.
     Block(&'a str, &'a str, BlockId),
     /// A bucket of `ITEM_BUCKET` places of the task's items with votes, whatever their
-    /// projects, `[[seq,"proj-42","trace-100",{...}],...]`: `["p",3,"items","6"]`. One record
+    /// projects, `[[seq,"proj-42","trace-100",[...]],...]`: `["p",3,"items","6"]`. One record
     /// per bucket and flush, not per item: with a new item per vote, per-item records were most
     /// of the changelog; and places of the task, not of each project, so that a flush's new
     /// items fill buckets rather than rewrite one per project.
@@ -478,17 +478,72 @@ struct Hex(u128);
 
 impl Serialize for Hex {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // The hex crate, not `format!("{:032x}")`: a project record carries up to 32 of these
-        // and `fmt`'s integer formatting was a seventh of rendering a flush.
         let mut digits = [0u8; 32];
-        hex::encode_to_slice(self.0.to_be_bytes(), &mut digits).map_err(S::Error::custom)?;
+        hex_digits(self.0, &mut digits)?;
         s.serialize_str(std::str::from_utf8(&digits).map_err(S::Error::custom)?)
     }
 }
 
-/// A dedupe bucket as it is written: `[[seq,"fingerprint"],...]`.
-fn bucket(ids: impl Iterator<Item = (u64, u128)>) -> Vec<(u64, Hex)> {
-    ids.map(|(seq, fp)| (seq, Hex(fp))).collect()
+/// Writes `fingerprint`'s 32 hex digits into `digits`. The hex crate, not `format!("{:032x}")`:
+/// a project record carries up to 32 of these and `fmt`'s integer formatting was a seventh of
+/// rendering a flush.
+fn hex_digits<E: serde::ser::Error>(fingerprint: u128, digits: &mut [u8]) -> Result<(), E> {
+    hex::encode_to_slice(fingerprint.to_be_bytes(), digits).map_err(E::custom)
+}
+
+/// Consecutive ids of a dedupe window as they are written: `[first_seq, "fingerprints"]`, the
+/// 32 hex digits of each id one after the other. A bucket is a list of runs, one unless its
+/// ids skip a number; a run of one id is the `[seq, "fingerprint"]` that a changelog written
+/// before holds for every id, so both read alike ([`IdRun::ids`]).
+struct IdRun {
+    first: u64,
+    fingerprints: Vec<u128>,
+}
+
+impl Serialize for IdRun {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut digits = vec![0u8; 32 * self.fingerprints.len()];
+        for (f, chunk) in self.fingerprints.iter().zip(digits.chunks_exact_mut(32)) {
+            hex_digits(*f, chunk)?;
+        }
+        let text = std::str::from_utf8(&digits).map_err(S::Error::custom)?;
+        (self.first, text).serialize(s)
+    }
+}
+
+impl IdRun {
+    /// The `(seq, fingerprint)` of each id of a run as read, `[first_seq, "fingerprints"]`.
+    fn ids(first: u64, hex: &str) -> impl Iterator<Item = Result<(u64, u128), &'static str>> {
+        let whole = !hex.is_empty() && hex.len().is_multiple_of(32);
+        let digits = if whole { hex.as_bytes() } else { b"-" };
+        (first..).zip(digits.chunks(32)).map(|(seq, d)| {
+            let d = std::str::from_utf8(d).map_err(|_| "fingerprint is not hex")?;
+            if d.len() != 32 {
+                return Err("fingerprints are not 32 hex digits each");
+            }
+            Ok((
+                seq,
+                u128::from_str_radix(d, 16).map_err(|_| "fingerprint is not hex")?,
+            ))
+        })
+    }
+}
+
+/// A dedupe bucket as it is written: its ids in runs of consecutive ones (see [`IdRun`]).
+fn bucket(ids: impl Iterator<Item = (u64, u128)>) -> Vec<IdRun> {
+    let mut runs: Vec<IdRun> = Vec::new();
+    for (seq, fingerprint) in ids {
+        match runs.last_mut() {
+            Some(run) if run.first + run.fingerprints.len() as u64 == seq => {
+                run.fingerprints.push(fingerprint);
+            }
+            _ => runs.push(IdRun {
+                first: seq,
+                fingerprints: vec![fingerprint],
+            }),
+        }
+    }
+    runs
 }
 
 /// Appends `value` as JSON; false if it could not be serialized.
@@ -557,11 +612,11 @@ fn bucket_of_newest(window: &RecentIds) -> Option<u64> {
     window.newest_seq().map(|s| s / SEEN_BUCKET)
 }
 
-/// A vote project's record; written with the ids as [`Hex`], read back as strings.
+/// A vote project's record; written with the ids in runs ([`IdRun`]), read back as strings.
 #[derive(Serialize, Deserialize)]
-struct ProjectRecord<Fingerprint> {
+struct ProjectRecord<Ids> {
     score: ProjectScore,
-    seen: Vec<(u64, Fingerprint)>,
+    seen: Vec<Ids>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     offset: Option<i64>,
 }

@@ -300,17 +300,14 @@ struct Restored {
     rerender: Vec<u64>,
 }
 
-/// Appends a bucket's ids, read as written (see [`bucket`]), to `entries`.
-fn push_ids(entries: &mut Vec<(u64, u128)>, ids: Vec<(u64, String)>) -> Result<(), &'static str> {
-    for (seq, f) in ids {
-        entries.push((seq, fingerprint(&f)?));
+/// Appends a bucket's ids, read as written (runs, see [`IdRun`]), to `entries`.
+fn push_ids(entries: &mut Vec<(u64, u128)>, runs: Vec<(u64, String)>) -> Result<(), &'static str> {
+    for (first, hex) in runs {
+        for id in IdRun::ids(first, &hex) {
+            entries.push(id?);
+        }
     }
     Ok(())
-}
-
-/// A fingerprint as a record holds it (32 hex digits).
-fn fingerprint(hex: &str) -> Result<u128, &'static str> {
-    u128::from_str_radix(hex, 16).map_err(|_| "fingerprint is not hex")
 }
 
 impl Restored {
@@ -318,14 +315,13 @@ impl Restored {
     fn project(
         &mut self,
         project: &str,
-        record: ProjectRecord<String>,
+        record: ProjectRecord<(u64, String)>,
     ) -> Result<(), &'static str> {
-        if let Some(newest) = record.seen.iter().map(|(s, _)| *s).max() {
-            self.counted.insert(project.to_owned(), newest);
-        }
         let entries = self.seen.entry(project.to_owned()).or_default();
-        for (seq, f) in record.seen {
-            entries.push((seq, fingerprint(&f)?));
+        let before = entries.len();
+        push_ids(entries, record.seen)?;
+        if let Some(newest) = entries[before..].iter().map(|(s, _)| *s).max() {
+            self.counted.insert(project.to_owned(), newest);
         }
         let mut restored = VoteProject::new(record.score);
         restored.applied_through = record.offset;

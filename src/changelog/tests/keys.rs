@@ -64,6 +64,29 @@ fn fingerprints_and_buckets_are_spelled_as_documented() {
         String::from_utf8_lossy(&bucket),
         format!(r#"[[3,"{:032x}"],[40,"{:032x}"]]"#, 0xab, u128::MAX)
     );
+    // Consecutive ids are one run, their digits one after the other.
+    bucket.clear();
+    assert!(super::push_bucket(
+        &mut bucket,
+        [(5, 1), (6, 2), (7, 3), (9, 4)].into_iter()
+    ));
+    assert_eq!(
+        String::from_utf8_lossy(&bucket),
+        format!(r#"[[5,"{:032x}{:032x}{:032x}"],[9,"{:032x}"]]"#, 1, 2, 3, 4)
+    );
+    // Read back as runs, or as one id per entry (a changelog written before), both alike.
+    let read = |first: u64, hex: &str| super::IdRun::ids(first, hex).collect::<Result<Vec<_>, _>>();
+    assert_eq!(
+        read(5, &format!("{:032x}{:032x}{:032x}", 1, 2, 3)),
+        Ok(vec![(5, 1), (6, 2), (7, 3)])
+    );
+    assert_eq!(
+        read(40, &format!("{:032x}", u128::MAX)),
+        Ok(vec![(40, u128::MAX)])
+    );
+    for bad in ["", "ab", &"0".repeat(33), &"g".repeat(32), &"é".repeat(16)] {
+        assert!(read(0, bad).is_err(), "{bad:?}");
+    }
     let mut empty = Vec::new();
     assert!(!super::push_bucket(&mut empty, std::iter::empty()));
     assert!(empty.is_empty());

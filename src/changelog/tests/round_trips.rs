@@ -51,7 +51,11 @@ fn one_record_per_vote_project_per_flush() {
     assert_eq!(log[1].value.as_deref(), Some(r#"[["v",0,9]]"#));
     let value: serde_json::Value =
         serde_json::from_str(log[0].value.as_deref().unwrap_or_default()).expect("json");
-    assert_eq!(value["seen"].as_array().map(Vec::len), Some(10));
+    // The ids are consecutive: one run of ten fingerprints.
+    let ids = &value["seen"][0];
+    assert_eq!(value["seen"].as_array().map(Vec::len), Some(1));
+    assert_eq!(ids[0], 0);
+    assert_eq!(ids[1].as_str().map(str::len), Some(320));
     assert_eq!(value["score"]["evaluations"], 10);
     // The 33rd id opens bucket 1: bucket 0 gets its own record, written before the project's.
     log.clear();
@@ -76,7 +80,8 @@ fn one_record_per_vote_project_per_flush() {
     );
     let bucket: Vec<(u64, String)> =
         serde_json::from_str(log[0].value.as_deref().unwrap_or_default()).expect("json");
-    assert_eq!(bucket.len(), 32);
+    assert_eq!(bucket.len(), 1, "one run");
+    assert_eq!((bucket[0].0, bucket[0].1.len()), (0, 32 * 32));
     let value: serde_json::Value =
         serde_json::from_str(log[1].value.as_deref().unwrap_or_default()).expect("json");
     assert_eq!(value["seen"][0][0], 32);

@@ -6,11 +6,17 @@
 use std::fmt;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde::{Deserialize, Serialize};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// An instant on the UTC time line with nanosecond precision, between the years 0000 and 9999 so
 /// that it always has an RFC 3339 spelling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+///
+/// Its serialized form is the state's (the changelog's), not the outputs' (they spell it in
+/// RFC 3339, [`rfc3339`]): whole epoch milliseconds as one integer, which every time read from
+/// epoch milliseconds or a record timestamp is, else `[secs, nanos]`. Event times are in most
+/// state records, so the short form keeps the changelog small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct EventTime {
     secs: i64,
     nanos: u32,
@@ -99,9 +105,42 @@ impl fmt::Display for EventTime {
 }
 
 impl EventTime {
-    /// Seconds and nanoseconds since the Unix epoch: the serialized form's two fields.
+    /// Seconds and nanoseconds since the Unix epoch.
     pub fn parts(self) -> (i64, u32) {
         (self.secs, self.nanos)
+    }
+}
+
+impl Serialize for EventTime {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.nanos.is_multiple_of(1_000_000) {
+            s.serialize_i64(self.epoch_millis())
+        } else {
+            (self.secs, self.nanos).serialize(s)
+        }
+    }
+}
+
+/// An [`EventTime`] as a state record holds it: as written now, or as `{"secs":S,"nanos":N}`
+/// (a changelog written before).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StoredTime {
+    Millis(i64),
+    Parts(i64, u32),
+    Fields { secs: i64, nanos: u32 },
+}
+
+impl<'de> Deserialize<'de> for EventTime {
+    /// Refuses an instant outside the years 0000..=9999, as every other way in does.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let time = match StoredTime::deserialize(d)? {
+            StoredTime::Millis(ms) => EventTime::from_epoch_millis(ms),
+            StoredTime::Parts(secs, nanos) | StoredTime::Fields { secs, nanos } => {
+                EventTime::new(secs, nanos)
+            }
+        };
+        time.map_err(D::Error::custom)
     }
 }
 
@@ -215,6 +254,45 @@ mod tests {
             prop_assert_eq!(fraction, needed);
             prop_assert_eq!(EventTime::parse_rfc3339(&text), Ok(at));
         }
+
+        /// The state form reads back as the same instant, whichever of its two spellings.
+        #[test]
+        fn state_form_reads_back(
+            secs in MIN_SECS..=MAX_SECS,
+            nanos in prop_oneof![(0u32..1000).prop_map(|m| m * 1_000_000), 0u32..1_000_000_000],
+        ) {
+            let at = EventTime::new(secs, nanos).unwrap();
+            let text = serde_json::to_string(&at).unwrap();
+            prop_assert_eq!(text.starts_with('['), nanos % 1_000_000 != 0);
+            prop_assert_eq!(serde_json::from_str::<EventTime>(&text).ok(), Some(at));
+        }
+    }
+
+    #[test]
+    fn state_form_is_epoch_millis_or_parts_and_reads_the_old_form() {
+        let json = |t: EventTime| serde_json::to_string(&t).unwrap();
+        let read = |s: &str| serde_json::from_str::<EventTime>(s).map_err(|e| e.to_string());
+        assert_eq!(json(t("2026-11-20T04:20:00.250Z")), "1795148400250");
+        assert_eq!(json(t("1969-12-31T23:59:59.5Z")), "-500");
+        assert_eq!(
+            json(t("2026-11-20T04:20:00.000000250Z")),
+            "[1795148400,250]"
+        );
+        assert_eq!(read("1795148400250"), Ok(t("2026-11-20T04:20:00.250Z")));
+        assert_eq!(read("-500"), Ok(t("1969-12-31T23:59:59.5Z")));
+        assert_eq!(
+            read("[1795148400,250]"),
+            Ok(t("2026-11-20T04:20:00.000000250Z"))
+        );
+        assert_eq!(
+            read(r#"{"secs":1795148400,"nanos":250}"#),
+            Ok(t("2026-11-20T04:20:00.000000250Z"))
+        );
+        // Out of range, however spelled: refused, never read as another instant.
+        assert!(read("[1795148400,1000000000]").is_err());
+        assert!(read(&format!("{}", (MAX_SECS + 1) * 1000)).is_err());
+        assert!(read(r#"{"secs":-62167219201,"nanos":0}"#).is_err());
+        assert!(read(r#""2026-11-20T04:20:00Z""#).is_err());
     }
 
     #[test]

@@ -106,15 +106,26 @@ impl Serialize for Verdict {
 
 /// An item's verdicts, in reviewer order, and the judges' scores paired with it: what the model
 /// keeps of an item, in its entry of the item store. (A changelog written before the figures
-/// were derived also holds a posterior and a refresh place here; they are not read.)
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// were derived also holds a posterior and a refresh place here; they are not read.) Written
+/// as `[verdicts]`, or `[verdicts, judged]` once a judge score is paired; read back from that or
+/// from the object written before.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct Review {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub verdicts: Vec<Verdict>,
     /// Σ and number of the judge scores paired with the item (judge quality): the judges'
     /// verdict is pass when their mean is at least ½.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub judged: Option<(f64, u32)>,
+}
+
+impl Serialize for Review {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.judged {
+            Some(judged) => (&self.verdicts, judged).serialize(s),
+            None => [&self.verdicts].serialize(s),
+        }
+    }
 }
 
 impl Review {

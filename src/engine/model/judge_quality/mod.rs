@@ -58,7 +58,11 @@ pub struct QualityLimits {
 /// depend on whether its session completed before or after later votes: the two arrive on two
 /// topics, in an order no producer decides. Beside it, the reviewers' verdicts on the item, for
 /// the reviewer model ([`super::reviewers`]).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+///
+/// Items are the bulk of a task's changelog, so an item is written as an array,
+/// `[weighted, weight, votes, ready_at, review]` (`review` only when there is one); it reads
+/// back from that or from the object written before.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct ItemVotes {
     pub weighted: f64,
     pub weight: f64,
@@ -67,6 +71,22 @@ pub struct ItemVotes {
     pub ready_at: Option<EventTime>,
     #[serde(default, skip_serializing_if = "Review::is_empty")]
     pub review: Review,
+}
+
+impl Serialize for ItemVotes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let reviewed = !self.review.is_empty();
+        let mut seq = s.serialize_seq(Some(4 + usize::from(reviewed)))?;
+        seq.serialize_element(&self.weighted)?;
+        seq.serialize_element(&self.weight)?;
+        seq.serialize_element(&self.votes)?;
+        seq.serialize_element(&self.ready_at)?;
+        if reviewed {
+            seq.serialize_element(&self.review)?;
+        }
+        seq.end()
+    }
 }
 
 impl Reviewed for ItemVotes {

@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::engine::model::judge_quality::ItemVotes;
 
 const LIMITS: ReviewerLimits = ReviewerLimits {
     max_reviewers: 1000,
@@ -576,16 +577,16 @@ fn the_fit_ends_where_the_majority_points() {
     }
 }
 
-/// A verdict is written as a tuple and read back in that form, or as the object a changelog
-/// written before holds.
+/// A verdict, a review and an item are written as arrays and read back in that form, or as
+/// the objects a changelog written before holds.
 #[test]
-fn a_verdict_is_written_as_a_tuple_and_read_in_both_forms() {
+fn verdicts_reviews_and_items_are_written_as_arrays_and_read_in_both_forms() {
     let verdict = Verdict {
         weight: 0.5,
         ..v("ann", true)
     };
     let text = serde_json::to_string(&verdict).expect("serializes");
-    assert_eq!(text, r#"["ann",true,0.5,{"secs":1795168800,"nanos":0}]"#);
+    assert_eq!(text, r#"["ann",true,0.5,1795168800000]"#);
     assert_eq!(
         serde_json::from_str::<Verdict>(&text).expect("tuple"),
         verdict
@@ -598,5 +599,36 @@ fn a_verdict_is_written_as_a_tuple_and_read_in_both_forms() {
     );
     let old_review = r#"{"verdicts":[{"reviewer":"ann","pass":true,"weight":0.5,"at":{"secs":1795168800,"nanos":0}}],"posterior":0.7,"refreshed":3}"#;
     let review: Review = serde_json::from_str(old_review).expect("a review written before");
-    assert_eq!(review.verdicts, [verdict]);
+    assert_eq!(review.verdicts, std::slice::from_ref(&verdict));
+
+    let mut review = Review {
+        verdicts: vec![verdict.clone()],
+        judged: None,
+    };
+    let read = |text: &str| serde_json::from_str::<ItemVotes>(text).expect("an item");
+    let mut item = ItemVotes {
+        weighted: 0.75,
+        weight: 1.5,
+        votes: 2,
+        ready_at: None,
+        review: Review::default(),
+    };
+    let text = serde_json::to_string(&item).expect("serializes");
+    assert_eq!(text, "[0.75,1.5,2,null]");
+    assert_eq!(read(&text), item);
+    item.review = review.clone();
+    item.ready_at = Some(verdict.at);
+    let text = serde_json::to_string(&item).expect("serializes");
+    assert_eq!(
+        text,
+        r#"[0.75,1.5,2,1795168800000,[[["ann",true,0.5,1795168800000]]]]"#
+    );
+    assert_eq!(read(&text), item);
+    review.judge(0.25);
+    item.review = review;
+    let text = serde_json::to_string(&item).expect("serializes");
+    assert!(text.ends_with(r#"1795168800000]],[0.25,1]]]"#), "{text}");
+    assert_eq!(read(&text), item);
+    let old_item = r#"{"weighted":0.75,"weight":1.5,"votes":2,"ready_at":{"secs":1795168800,"nanos":0},"review":{"verdicts":[["ann",true,0.5,{"secs":1795168800,"nanos":0}]],"judged":[0.25,1]}}"#;
+    assert_eq!(read(old_item), item);
 }
