@@ -574,8 +574,9 @@ struct Placed<T> {
 }
 
 /// A project's count of judge-quality items forgotten, and of verdicts its reviewer model left
-/// out.
-#[derive(Serialize, Deserialize)]
+/// out: written `[forgotten, left_out, verdicts]` (nearly every project's changes with every
+/// flush while the task's items turn over), read in that form or as the object written before.
+#[derive(Deserialize)]
 struct ForgottenValue {
     forgotten: u64,
     #[serde(default)]
@@ -584,6 +585,45 @@ struct ForgottenValue {
     /// which the reviewer model's checkpoints follow.
     #[serde(default)]
     verdicts: u64,
+}
+
+impl Serialize for ForgottenValue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (self.forgotten, self.left_out, self.verdicts).serialize(s)
+    }
+}
+
+/// The places of the items a flush forgot ([`Slot::ItemsForgotten`]) as written: runs of
+/// consecutive places, `[[first,last],...]`. A task forgets its oldest items first, so a
+/// flush's places are one run or few. Read in that form or as the places one by one
+/// (`[seq,...]`, written before).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StoredPlaces {
+    Runs(Vec<(u64, u64)>),
+    Places(Vec<u64>),
+}
+
+impl StoredPlaces {
+    /// The places, in the order written.
+    fn places(self) -> Vec<u64> {
+        match self {
+            StoredPlaces::Runs(runs) => runs.into_iter().flat_map(|(a, b)| a..=b).collect(),
+            StoredPlaces::Places(places) => places,
+        }
+    }
+}
+
+/// `places` as runs of consecutive places, in their order (see [`StoredPlaces`]).
+fn place_runs(places: &[u64]) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &seq in places {
+        match runs.last_mut() {
+            Some((_, last)) if last.checked_add(1) == Some(seq) => *last = seq,
+            _ => runs.push((seq, seq)),
+        }
+    }
+    runs
 }
 
 /// The value of an offset record, `{"offset":N}`.

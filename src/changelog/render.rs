@@ -282,7 +282,9 @@ impl Records {
             Slot::ItemsForgotten => {
                 let undo = state.quality.undo();
                 let forgotten = undo.map(|u| &u.forgotten).filter(|f| !f.is_empty());
-                self.push(unit, slot, |b| forgotten.is_some_and(|f| push_json(b, f)));
+                self.push(unit, slot, |b| {
+                    forgotten.is_some_and(|f| push_json(b, &place_runs(f)))
+                });
             }
             Slot::Waits(bucket) => {
                 let waits: Vec<_> = state.quality.waits_at(places(bucket)).collect();

@@ -242,7 +242,10 @@ impl Restorer {
                             .restore_item((&project, &item), seq, votes);
                     }
                 }
-                Slot::ItemsForgotten => restored.items_forgotten = from_value(&key, v)?,
+                Slot::ItemsForgotten => {
+                    let places: StoredPlaces = from_value(&key, v)?;
+                    restored.items_forgotten = places.places();
+                }
                 Slot::Waits(_) => {
                     let waits: Vec<(u64, String, String, Vec<Waiting>)> = from_value(&key, v)?;
                     for (seq, project, item, waiting) in waits {

@@ -173,3 +173,38 @@ fn every_kind_of_key_is_written_and_read_back() {
     let parts: Vec<serde_json::Value> = serde_json::from_str(r#"["j",3,"nope"]"#).unwrap();
     assert_eq!(Slot::from_parts(&parts[2..]), Err("unknown kind of state"));
 }
+
+#[test]
+fn forgotten_places_and_counts_are_written_short_and_read_in_both_forms() {
+    let places = [7, 8, 9, 3, 10, 11, 4];
+    let runs = super::place_runs(&places);
+    assert_eq!(runs, [(7, 9), (3, 3), (10, 11), (4, 4)]);
+    assert_eq!(
+        serde_json::to_string(&runs).unwrap(),
+        "[[7,9],[3,3],[10,11],[4,4]]"
+    );
+    let read = |text: &str| serde_json::from_str::<super::StoredPlaces>(text).map(|p| p.places());
+    assert_eq!(
+        read("[[7,9],[3,3],[10,11],[4,4]]").ok(),
+        Some(places.to_vec())
+    );
+    assert_eq!(read("[7,8,9,3,10,11,4]").ok(), Some(places.to_vec()));
+    assert_eq!(
+        super::place_runs(&[u64::MAX, 0]),
+        [(u64::MAX, u64::MAX), (0, 0)]
+    );
+    assert!(read(r#"["7"]"#).is_err());
+
+    let value = super::ForgottenValue {
+        forgotten: 3,
+        left_out: 1,
+        verdicts: 5,
+    };
+    assert_eq!(serde_json::to_string(&value).unwrap(), "[3,1,5]");
+    for text in ["[3,1,5]", r#"{"forgotten":3,"left_out":1,"verdicts":5}"#] {
+        let back: super::ForgottenValue = serde_json::from_str(text).unwrap();
+        assert_eq!((back.forgotten, back.left_out, back.verdicts), (3, 1, 5));
+    }
+    let old: super::ForgottenValue = serde_json::from_str(r#"{"forgotten":3}"#).unwrap();
+    assert_eq!((old.forgotten, old.left_out, old.verdicts), (3, 0, 0));
+}

@@ -9,8 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::contract::time::EventTime;
 
-/// The running score of one project.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The running score of one project. Written to the changelog with every flush that changes
+/// it, so as an array, `[score, last_update_at, evaluations, votes, last_alpha]`; read in that
+/// form or as the object written before.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ProjectScore {
     pub score: f64,
     /// The latest event time applied so far; `None` before the first batch.
@@ -24,6 +26,19 @@ pub struct ProjectScore {
     /// Absent from changelogs written before it.
     #[serde(default)]
     pub last_alpha: Option<f64>,
+}
+
+impl Serialize for ProjectScore {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let ProjectScore {
+            score,
+            last_update_at,
+            evaluations,
+            votes,
+            last_alpha,
+        } = self;
+        (score, last_update_at, evaluations, votes, last_alpha).serialize(s)
+    }
 }
 
 /// What one batch did to the score.
@@ -178,12 +193,18 @@ mod tests {
     }
 
     #[test]
-    fn a_score_written_before_last_alpha_reads_back_without_it() {
+    fn a_score_is_written_as_an_array_and_reads_the_objects_written_before() {
         let p: ProjectScore = serde_json::from_str(
             r#"{"score":0.5,"last_update_at":null,"evaluations":0,"votes":0}"#,
         )
         .unwrap();
         assert_eq!(p, ProjectScore::new(0.5));
+        let mut p = ProjectScore::new(0.5);
+        p.apply(at(1_500), 1.0, 2, 0.01);
+        let text = serde_json::to_string(&p).unwrap();
+        // The first batch sets the score to its mean vote (alpha 0).
+        assert_eq!(text, "[1.0,1500,1,2,0.0]");
+        assert_eq!(serde_json::from_str::<ProjectScore>(&text).ok(), Some(p));
     }
 
     proptest! {
