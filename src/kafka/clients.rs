@@ -135,6 +135,10 @@ fn fetching_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
     Ok(c)
 }
 
+/// Messages a stage's consumer prefetches per partition (see [`consumer_config`]); the
+/// configuration's `kafka.consumer` can set another.
+const QUEUED_MIN_MESSAGES: &str = "10000";
+
 /// A consumer of the service's consumer group `group` (one per stage, see `super::stages`),
 /// with this instance's static identity in it if it has one (`kafka.instance_id`).
 pub fn consumer_config(cfg: &Config, group: &str) -> Result<ClientConfig, ServiceError> {
@@ -147,6 +151,10 @@ pub fn consumer_config(cfg: &Config, group: &str) -> Result<ClientConfig, Servic
         .set("enable.auto.offset.store", "false")
         // With `range`, tansu never hands a killed member's partitions to the survivors.
         .set("partition.assignment.strategy", "cooperative-sticky")
+        // librdkafka prefetches until each partition's local queue holds this many messages
+        // (default 100,000): over every partition of both stages, more memory than the state.
+        // 10,000 per partition is still far more than a cycle takes from one.
+        .set("queued.min.messages", QUEUED_MIN_MESSAGES)
         .set("statistics.interval.ms", "5000");
     if !cfg.kafka.instance_id.is_empty() {
         c.set("group.instance.id", &cfg.kafka.instance_id);

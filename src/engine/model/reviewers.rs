@@ -578,6 +578,12 @@ impl Reviewers {
             return added;
         };
         let review = entry.review_mut();
+        // Most items get all their verdicts in their first batch: room for exactly those, not
+        // the doubling growth's slack, in each of the task's many items (later batches grow it
+        // by doubling, so a verdict stays O(1) amortised).
+        if review.verdicts.is_empty() {
+            review.verdicts.reserve_exact(verdicts.len());
+        }
         for verdict in verdicts {
             let at = review
                 .verdicts
