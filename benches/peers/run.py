@@ -108,7 +108,8 @@ def restore(argv, port, owned=3):
     """Starts jurystream again on the state the measured run left and returns (seconds from its
     start until it owns the `owned` partitions of its project log, restored; seconds its
     restores took; changelog records and bytes it restored; seconds from a start after a
-    `kill -9` of that instance until the same)."""
+    `kill -9` of that instance until the same, and seconds its restores took then: the rest is
+    the group handing it the partitions)."""
     child, ready = owning(argv, port, owned)
     seconds = metric(port, "jurystream_state_restore_seconds_sum")
     records = metric(port, "jurystream_state_restore_records_total")
@@ -116,9 +117,10 @@ def restore(argv, port, owned=3):
     child.kill()
     child.wait()
     child, after_kill = owning(argv, port, owned)
+    restoring_after_kill = metric(port, "jurystream_state_restore_seconds_sum")
     child.send_signal(signal.SIGTERM)
     child.wait()
-    return ready, seconds, records, restored, after_kill
+    return ready, seconds, records, restored, (after_kill, restoring_after_kill)
 
 
 def changelog_kinds(bootstrap, topic):
@@ -244,8 +246,11 @@ def main():
         print(f"jurystream changelog: {records:,.0f} records, {restored:,.0f} bytes restored "
               f"({restored / input_bytes:.2f}x the input's {input_bytes:,} bytes); restart to "
               f"every partition restored {ready:.2f} s, of which restoring {restoring:.2f} s")
+    after_kill, restoring_after_kill = after_kill
     if after_kill is not None:
-        print(f"jurystream restart after kill -9 to every partition restored: {after_kill:.2f} s")
+        print(f"jurystream restart after kill -9 to every partition restored: {after_kill:.2f} s"
+              + (f", of which restoring {restoring_after_kill:.2f} s"
+                 if restoring_after_kill is not None else ""))
     if os.environ.get("PEERS_CHANGELOG_KINDS"):
         for kind, (n, b) in sorted(changelog_kinds(bootstrap, f"{prefix}.state").items(),
                                    key=lambda kv: -kv[1][1]):

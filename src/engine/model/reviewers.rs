@@ -333,7 +333,7 @@ impl Fit {
 
 /// Fits the model to `reviews` (the items of one project, in any order): EM from each item's
 /// weighted share of pass verdicts, until no reliability moves by more than [`TOLERANCE`] or
-/// [`MAX_ITERATIONS`]. `O(verdicts)` per iteration.
+/// [`MAX_ITERATIONS`]. `O(verdicts)` per iteration, of items not alike.
 pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
     let reviews: Vec<&Review> = reviews.filter(|r| !r.verdicts.is_empty()).collect();
     let mut ids: Vec<&ProjectKey> = reviews
@@ -356,14 +356,28 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
         count(review, &verdicts[start..], &mut figures);
         ends.push(verdicts.len());
     }
-    let items = || {
-        let starts = std::iter::once(0).chain(ends.iter().copied());
-        starts
-            .zip(ends.iter().copied())
-            .map(|(a, b)| &verdicts[a..b])
-    };
-    // The start: each item's weighted share of pass verdicts (½ where no verdict has weight).
-    let mut q: Vec<f64> = reviews.iter().map(|r| pass_share(r)).collect();
+    // The items by kind: items alike (the same verdicts of the same reviewers, and the same
+    // start, each item's weighted share of pass verdicts) have the same posterior at every
+    // iteration, so the EM runs over each kind once, with its count. With a few reviewers per
+    // project most items are alike, and a fit's cost is its iterations. The sums are
+    // integers, so counting an item `n` times is exactly adding it `n` times.
+    let mut kinds: Vec<Kind> = Vec::new();
+    let mut kind_of: IdMap<(&[(usize, bool)], u64), usize> = IdMap::default();
+    let starts = std::iter::once(0).chain(ends.iter().copied());
+    for ((a, b), review) in starts.zip(ends.iter().copied()).zip(&reviews) {
+        let q = pass_share(review);
+        let at = *kind_of
+            .entry((&verdicts[a..b], q.to_bits()))
+            .or_insert_with(|| {
+                kinds.push(Kind {
+                    verdicts: a..b,
+                    count: 0,
+                    q,
+                });
+                kinds.len() - 1
+            });
+        kinds[at].count += 1;
+    }
     let mut coins = vec![Coins::default(); ids.len()];
     let mut sums = vec![Sums::default(); ids.len()];
     let mut iterations = 0;
@@ -371,10 +385,11 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
         // M-step, in fixed point so that the sums do not depend on the items' order.
         sums.fill(Sums::default());
         let mut posteriors = 0i64;
-        for (item, &qi) in items().zip(&q) {
-            let (pass, fail) = (fixed(qi), fixed(1.0 - qi));
+        for kind in &kinds {
+            let n = kind.count;
+            let (pass, fail) = (n * fixed(kind.q), n * fixed(1.0 - kind.q));
             posteriors += pass;
-            for &(j, said_pass) in item {
+            for &(j, said_pass) in &verdicts[kind.verdicts.clone()] {
                 let s = &mut sums[j];
                 s.passes += pass;
                 if said_pass {
@@ -402,11 +417,13 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
         // E-step: each verdict's log-likelihood ratio of pass against fail.
         let base = logit(prior.clamp(CLIP, 1.0 - CLIP));
         let ratios: Vec<(f64, f64)> = coins.iter().map(Coins::log_ratios).collect();
-        for (item, qi) in items().zip(q.iter_mut()) {
-            let odds = item.iter().fold(base, |odds, &(j, pass)| {
-                odds + if pass { ratios[j].0 } else { ratios[j].1 }
-            });
-            *qi = 1.0 / (1.0 + (-odds).exp());
+        for kind in &mut kinds {
+            let odds = verdicts[kind.verdicts.clone()]
+                .iter()
+                .fold(base, |odds, &(j, pass)| {
+                    odds + if pass { ratios[j].0 } else { ratios[j].1 }
+                });
+            kind.q = 1.0 / (1.0 + (-odds).exp());
         }
     };
     Fit {
@@ -415,6 +432,14 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
         items: reviews.len(),
         iterations,
     }
+}
+
+/// Items of a fit alike: their verdicts (a range of the fit's), how many there are and their
+/// posterior of being a pass.
+struct Kind {
+    verdicts: std::ops::Range<usize>,
+    count: i64,
+    q: f64,
 }
 
 fn logit(x: f64) -> f64 {
