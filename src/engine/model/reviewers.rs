@@ -362,7 +362,7 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
     // project most items are alike, and a fit's cost is its iterations. The sums are
     // integers, so counting an item `n` times is exactly adding it `n` times.
     let mut kinds: Vec<Kind> = Vec::new();
-    let mut kind_of: IdMap<(&[(usize, bool)], u64), usize> = IdMap::default();
+    let mut kind_of: IdMap<KindKey<'_>, usize> = IdMap::default();
     let starts = std::iter::once(0).chain(ends.iter().copied());
     for ((a, b), review) in starts.zip(ends.iter().copied()).zip(&reviews) {
         let q = pass_share(review);
@@ -433,6 +433,10 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
         iterations,
     }
 }
+
+/// What makes items of a fit alike: their verdicts as (reviewer index, pass), and the bits of
+/// their start.
+type KindKey<'a> = (&'a [(usize, bool)], u64);
 
 /// Items of a fit alike: their verdicts (a range of the fit's), how many there are and their
 /// posterior of being a pass.
