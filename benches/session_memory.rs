@@ -119,7 +119,7 @@ fn reviewers() {
 /// candidates' scores (through the project's state, each kind on its own).
 fn judge_quality() {
     use jurystream::engine::model::judge_quality::{
-        Pair, ProjectQuality, QualityLimits, TaskQuality,
+        Pair, ProjectQuality, Projects, QualityLimits, TaskQuality,
     };
     const ITEMS: usize = 10_000;
     // A dedupe window of one id, so the project's own state stays the size of one batch's.
@@ -162,10 +162,12 @@ fn judge_quality() {
     let at = jurystream::engine::contract::time::EventTime::from_epoch_millis(1_795_168_800_000)
         .expect("a valid time");
     let mut q = TaskQuality::default();
+    let mut projects: Projects<ProjectQuality> = Projects::default();
     let before = LIVE.load(Ordering::Relaxed);
     for i in 0..ITEMS {
         let item = format!("trace-{i:08}");
         q.completed(
+            &mut projects,
             ("proj-1", "sess-00001"),
             &[(item.as_str(), "judge-a", 0.5)],
             at,
@@ -297,7 +299,7 @@ fn largest_session() {
         )
     });
     let (state, held) = held_by("jury.judge-scores", payloads);
-    let open = &state.sessions.projects["proj-1"].open["sess-1"];
+    let open = &state.projects["proj-1"].sessions.open["sess-1"];
     assert_eq!(
         (open.ballots.len(), open.candidates.len()),
         (judges, candidates)
@@ -336,7 +338,11 @@ fn dedupe_window() {
         )
     });
     let (state, held) = held_by("jury.votes", payloads);
-    let remembered: usize = state.projects.values().map(|p| p.seen.len()).sum();
+    let remembered: usize = state
+        .projects
+        .values()
+        .filter_map(|p| Some(p.votes.as_ref()?.seen.len()))
+        .sum();
     assert_eq!(remembered, window);
     println!(
         "votes/dedupe_window_memory: a full window of {window} ids holds {held} bytes = {} bytes per remembered id",

@@ -65,8 +65,7 @@ fn records(input: InputTopic, topic: &str, data: &[u8]) {
                     "a record whose project cannot be read was applied"
                 ),
                 Ok(project) if outcome == Outcome::Applied => assert!(
-                    state.projects.contains_key(project.as_str())
-                        || state.judge_projects.contains_key(project.as_str()),
+                    state.projects.contains_key(project.as_str()),
                     "applied to another project than {project:?}"
                 ),
                 Ok(_) => {}

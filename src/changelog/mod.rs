@@ -72,9 +72,9 @@ use crate::engine::model::judge_quality::{Bounded, ItemVotes, ProjectQuality, Wa
 use crate::engine::model::leaderboard::{BlockId, Ranking, StoredRow};
 use crate::engine::model::reviewers::{Findings, Kept as ReviewerKept};
 use crate::engine::model::score::ProjectScore;
-use crate::engine::model::session::{ProjectSessions, Session, SessionBook};
+use crate::engine::model::session::{Session, SessionBook};
 use crate::engine::{
-    Change, IdMap, InputTopic, JudgeProject, Kept, Origins, PartitionState, ProjectKey, VoteProject,
+    Change, IdMap, InputTopic, JudgeProject, Kept, Origins, PartitionState, VoteProject,
 };
 
 pub use render::{RecordRef, Records, Renderer};

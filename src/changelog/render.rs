@@ -175,18 +175,15 @@ impl Records {
     ) {
         match slot {
             Slot::Project(project) => self.push(unit, slot, |b| {
-                state
-                    .projects
-                    .get(project)
-                    .is_some_and(|p| push_project(b, p))
+                state.votes(project).is_some_and(|p| push_project(b, p))
             }),
             Slot::Seen(project, bucket) | Slot::Ballots(project, bucket) => {
                 // Buckets are rewritten whole when they change and deleted once every id in
                 // them was forgotten.
                 let window = if matches!(slot, Slot::Seen(..)) && unit.holds_votes() {
-                    state.projects.get(project).map(|p| &p.seen)
+                    state.votes(project).map(|p| &p.seen)
                 } else {
-                    state.judge_projects.get(project).map(|p| &p.seen)
+                    state.judges(project).map(|p| &p.seen)
                 };
                 self.push(unit, slot, |b| {
                     window.is_some_and(|w| {
@@ -196,10 +193,9 @@ impl Records {
             }
             Slot::Session(project, session) => {
                 let open = state
-                    .sessions
                     .projects
                     .get(project)
-                    .and_then(|p| p.open.get(session));
+                    .and_then(|p| p.sessions.open.get(session));
                 self.push(unit, slot, |b| open.is_some_and(|s| push_json(b, s)));
             }
             Slot::Completed(..) => {
@@ -209,14 +205,11 @@ impl Records {
                 });
             }
             Slot::Audit(project) => {
-                let audit = state.judge_projects.get(project).map(|p| &p.audit);
+                let audit = state.judges(project).map(|p| &p.audit);
                 self.push(unit, slot, |b| audit.is_some_and(|a| push_json(b, a)));
             }
             Slot::Consensus(project, session) => {
-                let kept = state
-                    .judge_projects
-                    .get(project)
-                    .and_then(|p| p.kept.get(session));
+                let kept = state.judges(project).and_then(|p| p.kept.get(session));
                 self.push(unit, slot, |b| {
                     kept.is_some_and(|k| {
                         let record = serde_json::from_str::<&RawValue>(&k.record);
@@ -226,38 +219,37 @@ impl Records {
             }
             Slot::Board(project, category, model) => {
                 let row = state
-                    .judge_projects
-                    .get(project)
+                    .judges(project)
                     .and_then(|p| p.board.rows.get(&(category.to_owned(), model.to_owned())));
                 self.push(unit, slot, |b| row.is_some_and(|r| push_json(b, r)));
             }
             Slot::Ranking(project, category) => {
                 let ranking = state
-                    .judge_projects
-                    .get(project)
+                    .judges(project)
                     .and_then(|p| p.board.ranked.get(category));
                 self.push(unit, slot, |b| ranking.is_some_and(|r| push_json(b, r)));
             }
             Slot::Block(project, category, block) => {
                 let pairs = state
-                    .judge_projects
-                    .get(project)
+                    .judges(project)
                     .and_then(|p| p.board.ranked.get(category))
                     .and_then(|r| r.blocks.get(&block));
                 self.push(unit, slot, |b| pairs.is_some_and(|p| push_json(b, p)));
             }
             Slot::Watermark(project) => {
                 let watermark = state
-                    .sessions
                     .projects
                     .get(project)
-                    .and_then(|p| p.watermark);
+                    .and_then(|p| p.sessions.watermark);
                 self.push(unit, slot, |b| {
                     watermark.is_some_and(|watermark| push_json(b, &WatermarkValue { watermark }))
                 });
             }
             Slot::Items(bucket) => {
-                let items: Vec<_> = state.quality.items_at(places(bucket)).collect();
+                let items: Vec<_> = state
+                    .quality
+                    .items_at(&state.projects, places(bucket))
+                    .collect();
                 let undo = state.quality.undo();
                 // What the flush found is needed only if a restore can stop before it.
                 let before: Vec<_> = undo
@@ -287,20 +279,23 @@ impl Records {
                 });
             }
             Slot::Waits(bucket) => {
-                let waits: Vec<_> = state.quality.waits_at(places(bucket)).collect();
+                let waits: Vec<_> = state
+                    .quality
+                    .waits_at(&state.projects, places(bucket))
+                    .collect();
                 self.push(unit, slot, |b| !waits.is_empty() && push_json(b, &waits));
             }
             Slot::Judge(project, judge) => {
-                let q = state.quality.get(project);
+                let q = state.quality(project);
                 self.push_placed(unit, slot, q.and_then(|q| q.judges.get_with_seq(judge)));
             }
             Slot::Recent(project, seq) => {
-                let q = state.quality.get(project);
+                let q = state.quality(project);
                 let scores = q.and_then(|q| q.recent.get(&seq));
                 self.push(unit, slot, |b| scores.is_some_and(|s| push_json(b, s)));
             }
             Slot::Forgotten(project) => {
-                let q = state.quality.get(project);
+                let q = state.quality(project);
                 self.push(unit, slot, |b| {
                     q.is_some_and(|q| {
                         push_json(
@@ -315,7 +310,7 @@ impl Records {
                 });
             }
             Slot::Reviewer(project, reviewer) => {
-                let q = state.quality.get(project);
+                let q = state.quality(project);
                 let findings = q
                     .filter(|q| q.reviewers.holds(reviewer))
                     .map(|q| q.reviewers.findings(reviewer))
@@ -359,10 +354,7 @@ fn open_buckets<'a>(state: &PartitionState) -> impl FnMut(&'a str) -> Option<u64
 
 /// The open dedupe bucket of a vote project: the one holding its newest id.
 fn open_bucket(state: &PartitionState, project: &str) -> Option<u64> {
-    state
-        .projects
-        .get(project)
-        .and_then(|p| bucket_of_newest(&p.seen))
+    state.votes(project).and_then(|p| bucket_of_newest(&p.seen))
 }
 
 impl Change {

@@ -215,8 +215,7 @@ impl Restorer {
                 }
                 Slot::Watermark(p) => {
                     let value: WatermarkValue = from_value(&key, v)?;
-                    restored.sessions.entry(p.to_owned()).or_default().watermark =
-                        Some(value.watermark);
+                    restored.state.project(p).sessions.watermark = Some(value.watermark);
                 }
                 Slot::Items(bucket) => {
                     let items = match from_value(&key, v)? {
@@ -236,10 +235,11 @@ impl Restorer {
                         StoredItems::Bucket(b) => b.items,
                     };
                     for (seq, project, item, votes) in items {
-                        restored
-                            .state
+                        let state = &mut restored.state;
+                        let projects = &mut state.projects;
+                        state
                             .quality
-                            .restore_item((&project, &item), seq, votes);
+                            .restore_item(projects, (&project, &item), seq, votes);
                     }
                 }
                 Slot::ItemsForgotten => {
@@ -249,10 +249,11 @@ impl Restorer {
                 Slot::Waits(_) => {
                     let waits: Vec<(u64, String, String, Vec<Waiting>)> = from_value(&key, v)?;
                     for (seq, project, item, waiting) in waits {
-                        restored
-                            .state
+                        let state = &mut restored.state;
+                        let projects = &mut state.projects;
+                        state
                             .quality
-                            .restore_waiting((&project, &item), seq, waiting);
+                            .restore_waiting(projects, (&project, &item), seq, waiting);
                     }
                 }
                 Slot::Judge(p, judge) => place(&mut restored.quality(p).judges, judge, &key, v)?,
@@ -295,7 +296,6 @@ struct Restored {
     /// Per vote project, the newest id its record counts (see the module doc).
     counted: IdMap<String, u64>,
     completed: IdMap<String, Vec<(u64, u128)>>,
-    sessions: IdMap<String, ProjectSessions>,
     next_seq: u64,
     /// The places of items the restored flush forgot, still in their buckets.
     items_forgotten: Vec<u64>,
@@ -328,9 +328,7 @@ impl Restored {
         }
         let mut restored = VoteProject::new(record.score);
         restored.applied_through = record.offset;
-        self.state
-            .projects
-            .insert(ProjectKey::from(project), restored);
+        self.state.project(project).votes = Some(restored);
         Ok(())
     }
 
@@ -354,19 +352,13 @@ impl Restored {
 
     /// An open session.
     fn session(&mut self, project: &str, session: &str, s: Session) {
-        self.sessions
-            .entry(project.to_owned())
-            .or_default()
-            .open
-            .insert(session.to_owned(), s);
+        let open = &mut self.state.project(project).sessions.open;
+        open.insert(session.to_owned(), s);
     }
 
     /// A judge-scores project, created empty if new.
     fn judge_project(&mut self, project: &str) -> &mut JudgeProject {
-        self.state
-            .judge_projects
-            .entry(project.to_owned())
-            .or_default()
+        self.state.judges_mut(project)
     }
 
     /// A project's bias roll-up.
@@ -391,7 +383,7 @@ impl Restored {
 
     /// A project's judge quality, created empty if new.
     fn quality(&mut self, project: &str) -> &mut ProjectQuality {
-        self.state.quality.project(project)
+        &mut self.state.project(project).quality
     }
 
     /// The session book's creation counter.
@@ -408,7 +400,6 @@ impl Restored {
             ballots,
             counted,
             completed,
-            mut sessions,
             next_seq,
             items_forgotten,
             rerender,
@@ -420,7 +411,7 @@ impl Restored {
             journal.push(Change::ItemsForgotten);
         }
         for seq in items_forgotten {
-            state.quality.drop_restored(seq);
+            state.quality.drop_restored(&mut state.projects, seq);
             journal.push(Change::QualityItem { seq });
         }
         journal.extend(rerender.into_iter().map(|seq| Change::QualityItem { seq }));
@@ -432,21 +423,22 @@ impl Restored {
             // merged by `RecentIds::restore`.)
             let newest = counted.get(&project).copied();
             entries.retain(|(s, _)| newest.is_some_and(|n| *s <= n));
-            if let Some(p) = state.projects.get_mut(project.as_str()) {
-                p.seen = RecentIds::restore(entries);
+            if let Some(p) = state.projects.get_mut(project.as_str())
+                && let Some(votes) = &mut p.votes
+            {
+                votes.seen = RecentIds::restore(entries);
             }
         }
         for (project, entries) in ballots {
             let window = RecentIds::restore(entries);
-            state.judge_projects.entry(project).or_default().seen = window;
+            state.judges_mut(&project).seen = window;
         }
         for (project, entries) in completed {
-            sessions.entry(project).or_default().completed = RecentIds::restore(entries);
+            state.project(&project).sessions.completed = RecentIds::restore(entries);
         }
-        state.sessions = SessionBook::restore(sessions, next_seq);
-        state.count_shared_projects();
-        for quality in state.quality.iter_mut() {
-            quality.rebuild();
+        state.sessions = SessionBook::restore(&mut state.projects, next_seq);
+        for p in state.projects.values_mut() {
+            p.quality.rebuild();
         }
         (state, offset)
     }

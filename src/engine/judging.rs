@@ -14,7 +14,7 @@ use super::model::bias::{audit_session, session_alerts};
 use super::model::consensus::{Consensus, JudgeCounts, Ranked, interpretation};
 use super::model::effective_judges::Basis;
 use super::model::leaderboard::Standing;
-use super::model::session::{BookLimits, Completed};
+use super::model::session::{BookLimits, Completed, SessionBook};
 use super::output::{Counted, Output, OutputTopic, OutputValue, Shows};
 use super::quality::Weights;
 use super::settings::Method;
@@ -56,8 +56,7 @@ impl Engine {
         let at = self.event_time(event.occurred_at, record)?;
         let (project, session) = (event.project_id, event.session_id);
         if state
-            .judge_projects
-            .get(project)
+            .judges(project)
             .is_some_and(|p| p.seen.contains(event.event_id))
         {
             return Err(Rejection::new(
@@ -69,14 +68,14 @@ impl Engine {
             ));
         }
         if record.held_projects >= self.settings.limits.max_projects
-            && !state.holds_project(project)
+            && !state.projects.contains_key(project)
         {
             return Err(super::project_limit(
                 project,
                 self.settings.limits.max_projects,
             ));
         }
-        if state.sessions.is_completed(project, session) {
+        if SessionBook::is_completed(&state.projects, project, session) {
             return Err(Rejection::new(
                 ErrorCode::SessionCompleted,
                 format!("session {session:?} of project {project:?} has already completed"),
@@ -85,13 +84,8 @@ impl Engine {
         if let JudgeAction::Ballot(ballot) = &event.action {
             self.check_session_size(state, project, session, ballot)?;
         }
-        if !state.judge_projects.contains_key(project) && state.projects.contains_key(project) {
-            state.shared_projects += 1;
-        }
         let remembered = state
-            .judge_projects
-            .entry(project.to_owned())
-            .or_default()
+            .judges_mut(project)
             .seen
             .insert(event.event_id, self.settings.limits.dedupe_window);
         if let Some(r) = &remembered {
@@ -99,16 +93,20 @@ impl Engine {
         }
         let mut done = Vec::new();
         match &event.action {
-            JudgeAction::Ballot(ballot) => {
-                state
-                    .sessions
-                    .ballot(project, session, ballot, at, self.book_limits(), &mut done)
-            }
-            JudgeAction::Close => {
-                state
-                    .sessions
-                    .close(project, session, at, self.book_limits(), &mut done)
-            }
+            JudgeAction::Ballot(ballot) => state.sessions.ballot(
+                &mut state.projects,
+                (project, session),
+                (ballot, at),
+                self.book_limits(),
+                &mut done,
+            ),
+            JudgeAction::Close => state.sessions.close(
+                &mut state.projects,
+                (project, session),
+                at,
+                self.book_limits(),
+                &mut done,
+            ),
         }
         state.note(|| Change::Session {
             project: project.to_owned(),
@@ -135,7 +133,8 @@ impl Engine {
         ballot: &BallotEvent<'_>,
     ) -> Result<(), Rejection> {
         let s = &self.settings.sessions;
-        let (judges, candidates) = state.sessions.size_with(project, session, ballot);
+        let (judges, candidates) =
+            SessionBook::size_with(&state.projects, project, session, ballot);
         for (what, n, max, key) in [
             ("judges", judges, s.max_judges, "sessions.max_judges"),
             (
@@ -216,10 +215,7 @@ impl Engine {
         for alert in session_alerts(&c.project_id, &c.session_id, &analysis, &audit, &cfg.bias) {
             out.push(Output::alert(key.clone(), &alert));
         }
-        let project = state
-            .judge_projects
-            .entry(c.project_id.clone())
-            .or_default();
+        let project = state.judges_mut(&c.project_id);
         // The kept records it added or dropped.
         let limit = cfg.sessions.completed_records;
         let changed = match kept {

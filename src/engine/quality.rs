@@ -4,7 +4,7 @@
 //! and `judge_drift` alerts and a `jury.review-requests` record; a completed session gets the
 //! effective number of its judges.
 //!
-//! The state lives in the project's state ([`PartitionState::quality`]), beside its score and
+//! The state lives in the project ([`super::state::Project::quality`]), beside its score and
 //! its sessions: a vote batch joins it as it is applied (`Engine::observe_votes`), from the
 //! batch as read once.
 
@@ -97,9 +97,13 @@ impl Engine {
         } else {
             SmallVec::new()
         };
-        let mut observed = state
-            .quality
-            .votes((project, item), (votes, &verdicts), at, &limits);
+        let mut observed = state.quality.votes(
+            &mut state.projects,
+            (project, item),
+            (votes, &verdicts),
+            at,
+            &limits,
+        );
         self.review(state, (project, item), &mut observed, out);
         self.add_pairs(state, project, observed, out);
     }
@@ -117,7 +121,7 @@ impl Engine {
         session: &'s Session,
     ) -> (Analysis<'s>, Weights) {
         let sessions = &self.settings.sessions;
-        let quality = state.quality.get(project);
+        let quality = state.quality(project);
         let (Weighting::Learned, Some(q)) = (sessions.judge_weighting, quality) else {
             return (analyze(session, sessions), Weights::Configured);
         };
@@ -157,7 +161,7 @@ impl Engine {
             .map(|scores| scores.iter().map(|(j, s)| ((*j).to_owned(), *s)).collect())
             .collect();
         let q = &self.settings.judge_quality;
-        let quality = state.quality.project(project);
+        let quality = &mut state.project(project).quality;
         let changed = quality.remember(candidates, q.window);
         let judges: Vec<&str> = judges.into_iter().collect();
         let effective = quality.effective_judges(&judges, q.min_shared);
@@ -206,9 +210,13 @@ impl Engine {
             .flat_map(|(item, scores)| scores.iter().map(|(judge, s)| (*item, *judge, *s)))
             .collect();
         let limits = self.quality_limits();
-        let mut observed = state
-            .quality
-            .completed((project, session), &scores, at, &limits);
+        let mut observed = state.quality.completed(
+            &mut state.projects,
+            (project, session),
+            &scores,
+            at,
+            &limits,
+        );
         self.review(state, (project, session), &mut observed, out);
         self.add_pairs(state, project, observed, out);
     }
@@ -255,7 +263,7 @@ impl Engine {
         }
         let q = &self.settings.judge_quality;
         let limits = self.quality_limits();
-        let Some(quality) = state.quality.get_mut(project) else {
+        let Some(quality) = state.projects.get_mut(project).map(|p| &mut p.quality) else {
             return;
         };
         let mut judges = Vec::new();

@@ -45,7 +45,7 @@ impl Engine {
         }
         let mut noted = std::mem::take(&mut observed.reviewers_gone);
         if std::mem::take(&mut observed.checkpoint)
-            && let Some(q) = state.quality.get_mut(project)
+            && let Some(q) = state.projects.get_mut(project).map(|p| &mut p.quality)
         {
             let settings = &self.settings.reviewers;
             let fitted = q.fit_reviewers();
@@ -93,8 +93,7 @@ impl Engine {
             return;
         }
         let Some(fitted) = state
-            .quality
-            .get(project)
+            .quality(project)
             .and_then(|q| q.reviewers.checkpoint())
         else {
             return;
@@ -126,9 +125,9 @@ impl Engine {
     pub fn republish_reviewers(&self, state: &mut PartitionState) {
         let held = &mut state.held_reviewers;
         held.published.clear();
-        for (project, q) in state.quality.iter() {
-            if !q.reviewers.is_empty() {
-                held.dirty.insert(ProjectKey::from(project));
+        for (project, p) in &state.projects {
+            if !p.quality.reviewers.is_empty() {
+                held.dirty.insert(project.clone());
             }
         }
     }
@@ -142,7 +141,7 @@ impl Engine {
         let mut dirty: Vec<ProjectKey> = held.dirty.drain().collect();
         dirty.sort_unstable();
         for project in dirty {
-            let Some(q) = state.quality.get(&project) else {
+            let Some(q) = state.projects.get(&project).map(|p| &p.quality) else {
                 held.published.remove(&project);
                 continue;
             };

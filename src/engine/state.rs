@@ -5,15 +5,14 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::ids::IdSet;
-use super::ids::{IdMap, ProjectKey};
+use super::ids::{IdMap, IdSet, ProjectKey};
 use super::journal::{Change, JournalHint};
 use super::model::bias::ProjectAudit;
 use super::model::dedupe::{RecentIds, Remembered};
-use super::model::judge_quality::TaskQuality;
+use super::model::judge_quality::{HoldsQuality, ProjectQuality, TaskQuality};
 use super::model::leaderboard::Board;
 use super::model::score::ProjectScore;
-use super::model::session::SessionBook;
+use super::model::session::{HoldsSessions, ProjectSessions, SessionBook};
 use super::origins::Origins;
 
 /// The state of one project's votes.
@@ -124,28 +123,57 @@ impl KeptConsensus {
     }
 }
 
+/// Everything a state holds about one project, each capability a part of it: a vote's batch,
+/// a judge's ballot and the figures published of the project find all of it with one lookup.
+/// A part is there once a record of its kind arrived (the vote and judge parts) or always, empty
+/// until used (sessions, judge quality).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Project {
+    /// `jury.votes`: its score and the dedupe window of its vote batches.
+    pub votes: Option<VoteProject>,
+    /// `jury.judge-scores`: its ballots' dedupe window, bias roll-up, leaderboard and kept
+    /// consensus records.
+    pub judges: Option<JudgeProject>,
+    /// Its open and recently completed sessions, and its watermark.
+    pub sessions: ProjectSessions,
+    /// Judge quality and reviewer reliability: the humans' votes per item, judge scores
+    /// waiting for them, each judge's window of pairs, its reviewers.
+    pub quality: ProjectQuality,
+}
+
+impl HoldsSessions for Project {
+    fn sessions(&self) -> &ProjectSessions {
+        &self.sessions
+    }
+    fn sessions_mut(&mut self) -> &mut ProjectSessions {
+        &mut self.sessions
+    }
+}
+
+impl HoldsQuality for Project {
+    fn quality(&self) -> &ProjectQuality {
+        &self.quality
+    }
+    fn quality_mut(&mut self) -> &mut ProjectQuality {
+        &mut self.quality
+    }
+}
+
 /// The state of the projects one partition holds: everything a record can change, so that a
 /// partition's state moves between instances as a unit. The Kafka service keeps one per
 /// partition it owns (of the repartition topic, or of an input keyed by project); replay keeps
 /// one for the whole file.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PartitionState {
-    /// `jury.votes`: project scores.
-    pub projects: IdMap<ProjectKey, VoteProject>,
-    /// `jury.judge-scores`: open sessions and each project's watermark.
+    /// Every project, by id: the one place a project's state is.
+    pub projects: IdMap<ProjectKey, Project>,
+    /// What spans the projects' sessions: their creation counter and age order.
     pub sessions: SessionBook,
-    /// `jury.judge-scores`: per-project dedupe, bias roll-up and leaderboard.
-    pub judge_projects: IdMap<String, JudgeProject>,
-    /// Judge quality per project: the humans' votes per item, judge scores waiting for them,
-    /// each judge's window of pairs, and the last candidates' judge scores; the task's items in
-    /// one order, within the task's bound. A vote batch joins it as it is applied
-    /// (`Engine::observe_votes`).
+    /// What spans the projects' judge quality: the task's items in one order, within the
+    /// task's bound, and what a flush changed of them.
     pub quality: TaskQuality,
     /// The last offset processed from each input partition, to recognise copies.
     pub origins: Origins,
-    /// Projects with both a vote part (in `projects`) and a judge part (in `judge_projects`),
-    /// so that [`PartitionState::project_count`] counts each project once without a lookup.
-    pub shared_projects: usize,
     /// When set, every state change is noted here for the runtime's changelog.
     pub journal: Option<Vec<Change>>,
     /// Vote projects with a held score (see [`Coalescing`]), in the order they were first held;
@@ -213,25 +241,34 @@ impl PartitionState {
         }
     }
 
-    /// The projects this state holds, each once whether it has votes, judge scores or both
-    /// (as `limits.max_projects` counts them).
+    /// The projects this state holds (as `limits.max_projects` counts them).
     pub fn project_count(&self) -> usize {
-        self.projects.len() + self.judge_projects.len() - self.shared_projects
+        self.projects.len()
     }
 
-    /// Whether `project` is held, by its votes or its judge scores.
-    pub fn holds_project(&self, project: &str) -> bool {
-        self.projects.contains_key(project) || self.judge_projects.contains_key(project)
+    /// The vote part of `project`, if it has votes.
+    pub fn votes(&self, project: &str) -> Option<&VoteProject> {
+        self.projects.get(project)?.votes.as_ref()
     }
 
-    /// Counts the projects with both parts again, after a restore wrote both maps directly.
-    pub fn count_shared_projects(&mut self) {
-        let projects = &self.projects;
-        self.shared_projects = self
-            .judge_projects
-            .keys()
-            .filter(|p| projects.contains_key(p.as_str()))
-            .count();
+    /// The judge part of `project`, if it has judge scores.
+    pub fn judges(&self, project: &str) -> Option<&JudgeProject> {
+        self.projects.get(project)?.judges.as_ref()
+    }
+
+    /// The judge part of `project`, created if new.
+    pub fn judges_mut(&mut self, project: &str) -> &mut JudgeProject {
+        self.project(project).judges.get_or_insert_default()
+    }
+
+    /// The judge quality of `project`, if held.
+    pub fn quality(&self, project: &str) -> Option<&ProjectQuality> {
+        self.projects.get(project).map(|p| &p.quality)
+    }
+
+    /// `project`, created if new (a key of up to 24 bytes allocates nothing).
+    pub fn project(&mut self, project: &str) -> &mut Project {
+        self.projects.entry(ProjectKey::from(project)).or_default()
     }
 
     pub(super) fn note(&mut self, change: impl FnOnce() -> Change) {

@@ -302,20 +302,16 @@ impl Engine {
         let project = match state.projects.get_mut(batch.project_id) {
             Some(p) => p,
             None => {
-                // A project whose judge part is held is held already.
-                let judged = state.judge_projects.contains_key(batch.project_id);
-                if receipt.held_projects >= self.settings.limits.max_projects && !judged {
+                if receipt.held_projects >= self.settings.limits.max_projects {
                     return Err(Declined::ProjectLimit);
                 }
-                state.shared_projects += usize::from(judged);
-                state
-                    .projects
-                    .entry(ProjectKey::from(batch.project_id))
-                    .or_insert_with(|| {
-                        VoteProject::new(ProjectScore::new(self.settings.scoring.initial_score))
-                    })
+                let key = ProjectKey::from(batch.project_id);
+                state.projects.entry(key).or_default()
             }
         };
+        let project = project.votes.get_or_insert_with(|| {
+            VoteProject::new(ProjectScore::new(self.settings.scoring.initial_score))
+        });
         if let (Some(offset), Some(through)) = (receipt.position, project.applied_through)
             && offset <= through
         {
@@ -398,7 +394,11 @@ impl Engine {
     /// writes the cycle's changelog.
     pub fn release_held(&self, state: &mut PartitionState, out: &mut Vec<Output>) {
         for key in state.held.drain(..) {
-            let Some(project) = state.projects.get_mut(key.as_str()) else {
+            let Some(project) = state
+                .projects
+                .get_mut(key.as_str())
+                .and_then(|p| p.votes.as_mut())
+            else {
                 continue;
             };
             // A held score's project has taken a step, so it has a last event time.

@@ -337,7 +337,8 @@ impl Core {
                     .state
                     .projects
                     .iter()
-                    .map(|(p, v)| (p.as_str(), v.score.evaluations, v.score.score)),
+                    .filter_map(|(p, v)| Some((p.as_str(), &v.votes.as_ref()?.score)))
+                    .map(|(p, s)| (p, s.evaluations, s.score)),
             );
         }
         self.metrics.open_sessions.set(open as i64);
@@ -368,11 +369,7 @@ impl Core {
         let min_items = self.config.reviewers.min_items;
         for (p, _, s) in shown {
             self.metrics.project_score.with_label_values(&[p]).set(s);
-            let quality = self
-                .tasks
-                .units
-                .values()
-                .filter_map(|o| o.state.quality.get(p));
+            let quality = self.tasks.units.values().filter_map(|o| o.state.quality(p));
             for q in quality {
                 for (judge, kappa) in q.kappas() {
                     self.metrics
@@ -392,11 +389,11 @@ impl Core {
         }
         let (mut votes, mut waiting, mut forgotten) = (0, 0, 0);
         let (mut reviewers, mut largest, mut left_out) = (0, 0, 0);
-        for quality in self.tasks.units.values().map(|o| &o.state.quality) {
-            let (items, waits) = quality.held();
+        for state in self.tasks.units.values().map(|o| &o.state) {
+            let (items, waits) = state.quality.held();
             votes += items;
             waiting += waits;
-            for (_, q) in quality.iter() {
+            for q in state.projects.values().map(|p| &p.quality) {
                 forgotten += q.forgotten;
                 let held = q.reviewers.len();
                 reviewers += held;

@@ -175,7 +175,11 @@ impl View {
         let leaderboard = &settings.leaderboard;
         let now = now_ms();
         for (project, v) in &state.projects {
-            let Some(last) = v.score.last_update_at else {
+            let Some((v, last)) = v
+                .votes
+                .as_ref()
+                .and_then(|v| Some((v, v.score.last_update_at?)))
+            else {
                 continue;
             };
             let mut p = self.entry(project.as_str(), unit, now);
@@ -190,7 +194,10 @@ impl View {
                 last_event_at: last,
             });
         }
-        for (project, sessions) in &state.sessions.projects {
+        let judged = state.projects.iter().filter(|(_, p)| {
+            p.judges.is_some() || !p.sessions.open.is_empty() || p.sessions.watermark.is_some()
+        });
+        for (project, sessions) in judged.map(|(id, p)| (id, &p.sessions)) {
             let mut p = self.entry(project, unit, now);
             p.open = sessions
                 .open
@@ -198,7 +205,8 @@ impl View {
                 .map(|(id, s)| (id.clone(), SessionView::of(id, s, None)))
                 .collect();
         }
-        for (project, j) in &state.judge_projects {
+        let judges = state.projects.iter();
+        for (project, j) in judges.filter_map(|(id, p)| Some((id, p.judges.as_ref()?))) {
             let standings = j.board.standings(project, leaderboard);
             if standings.is_empty() && j.kept.records.is_empty() {
                 continue;
@@ -211,7 +219,11 @@ impl View {
                 p.leaderboard.insert(key, record);
             }
         }
-        for (project, q) in state.quality.iter() {
+        for (project, q) in state
+            .projects
+            .iter()
+            .map(|(id, p)| (id.as_str(), &p.quality))
+        {
             if q.judges.is_empty() && q.reviewers.is_empty() {
                 continue;
             }
@@ -393,10 +405,9 @@ impl ProjectView {
             }
             Update::Session(session) => {
                 let open = state
-                    .sessions
                     .projects
                     .get(project)
-                    .and_then(|p| p.open.get(*session));
+                    .and_then(|p| p.sessions.open.get(*session));
                 match open {
                     Some(s) => {
                         let view = SessionView::of(session, s, self.open.get(*session));
@@ -411,8 +422,7 @@ impl ProjectView {
                 // A judge the state forgot later in the same record (a new judge beyond
                 // judge_quality.max_judges) must not come back with its earlier record.
                 let kept = state
-                    .quality
-                    .get(project)
+                    .quality(project)
                     .is_some_and(|q| q.judges.get(judge).is_some());
                 if kept {
                     self.judges.insert((*judge).to_owned(), Arc::clone(record));
@@ -422,8 +432,7 @@ impl ProjectView {
             }
             Update::JudgeKept(judge) => {
                 let kept = state
-                    .quality
-                    .get(project)
+                    .quality(project)
                     .is_some_and(|q| q.judges.get(judge).is_some());
                 if !kept {
                     self.judges.remove(*judge);
@@ -443,11 +452,7 @@ impl ProjectView {
                 }
             }
             Update::Completed => {
-                self.completed = state
-                    .judge_projects
-                    .get(project)
-                    .map(kept)
-                    .unwrap_or_default();
+                self.completed = state.judges(project).map(kept).unwrap_or_default();
             }
         }
     }
@@ -456,8 +461,7 @@ impl ProjectView {
 /// Whether `state` holds figures of `reviewer` in `project`.
 fn reviewer_held(state: &PartitionState, project: &str, reviewer: &str) -> bool {
     state
-        .quality
-        .get(project)
+        .quality(project)
         .is_some_and(|q| q.reviewers.holds(reviewer))
 }
 

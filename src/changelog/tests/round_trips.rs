@@ -114,12 +114,12 @@ fn judge_quality_round_trips() {
     );
     assert!(
         clean
-            .quality
-            .iter()
-            .any(|(_, q)| !q.judges.is_empty() && !q.recent.is_empty())
+            .projects
+            .values()
+            .any(|p| !p.quality.judges.is_empty() && !p.quality.recent.is_empty())
     );
     // ... and the task's bound forgot items on the way.
-    assert!(clean.quality.iter().any(|(_, q)| q.forgotten > 0));
+    assert!(clean.projects.values().any(|p| p.quality.forgotten > 0));
     for cut in [0, 7, 31, 50, 80] {
         check_round_trip(PROJECTS, &payloads, cut, 4);
     }

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::engine::IdMap;
+use crate::engine::ids::{IdMap, ProjectKey};
 
 use serde::{Deserialize, Serialize};
 
@@ -158,13 +158,61 @@ pub struct ProjectSessions {
     by_activity: BTreeMap<(EventTime, u64), String>,
 }
 
-/// All sessions of the projects of one state.
+/// What the book keeps across the projects of one state: their sessions' creation counter and
+/// age order (`sessions.max_open_total` bounds them all). Each project keeps its own sessions
+/// ([`ProjectSessions`]), beside the rest of it, in the state's map of projects that every
+/// method is handed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionBook {
-    pub projects: IdMap<String, ProjectSessions>,
     next_seq: u64,
     /// seq -> (project, session): age order, for eviction.
     by_age: BTreeMap<u64, (String, String)>,
+}
+
+/// A project as the book finds it in its state's map: what holds its sessions.
+pub trait HoldsSessions: Default {
+    fn sessions(&self) -> &ProjectSessions;
+    fn sessions_mut(&mut self) -> &mut ProjectSessions;
+}
+
+impl HoldsSessions for ProjectSessions {
+    fn sessions(&self) -> &ProjectSessions {
+        self
+    }
+    fn sessions_mut(&mut self) -> &mut ProjectSessions {
+        self
+    }
+}
+
+/// The state's projects, by id.
+pub type Projects<P> = IdMap<ProjectKey, P>;
+
+/// The sessions of `project`, if held.
+fn of<'a, P: HoldsSessions>(
+    projects: &'a Projects<P>,
+    project: &str,
+) -> Option<&'a ProjectSessions> {
+    projects.get(project).map(P::sessions)
+}
+
+/// The sessions of `project`, if held.
+fn of_mut<'a, P: HoldsSessions>(
+    projects: &'a mut Projects<P>,
+    project: &str,
+) -> Option<&'a mut ProjectSessions> {
+    projects.get_mut(project).map(P::sessions_mut)
+}
+
+/// The sessions of `project`, which is created if new (a key of up to 24 bytes allocates
+/// nothing).
+fn held<'a, P: HoldsSessions>(
+    projects: &'a mut Projects<P>,
+    project: &str,
+) -> &'a mut ProjectSessions {
+    projects
+        .entry(ProjectKey::from(project))
+        .or_default()
+        .sessions_mut()
 }
 
 /// Bounds and windows the book enforces.
@@ -178,25 +226,24 @@ pub struct BookLimits {
 
 impl SessionBook {
     /// Whether the session has already completed (a ballot for it is rejected).
-    pub fn is_completed(&self, project: &str, session: &str) -> bool {
-        self.projects
-            .get(project)
+    pub fn is_completed<P: HoldsSessions>(
+        projects: &Projects<P>,
+        project: &str,
+        session: &str,
+    ) -> bool {
+        of(projects, project)
             .is_some_and(|p| p.completed.contains(session) && !p.open.contains_key(session))
     }
 
     /// What session `session_id` of `project` would hold with `ballot` added: (judges,
     /// candidates), counting from nothing if it is not open.
-    pub fn size_with(
-        &self,
+    pub fn size_with<P: HoldsSessions>(
+        projects: &Projects<P>,
         project: &str,
         session_id: &str,
         ballot: &BallotEvent<'_>,
     ) -> (usize, usize) {
-        match self
-            .projects
-            .get(project)
-            .and_then(|p| p.open.get(session_id))
-        {
+        match of(projects, project).and_then(|p| p.open.get(session_id)) {
             Some(s) => s.size_with(ballot),
             None => (1, candidates_with(None, ballot)),
         }
@@ -210,25 +257,18 @@ impl SessionBook {
     /// Adds a ballot, then completes what it causes: the session itself when all its judges have
     /// reported, the oldest sessions beyond the bounds, and every session the advanced watermark
     /// times out. Completed sessions are appended to `done` in completion order.
-    pub fn ballot(
+    pub fn ballot<P: HoldsSessions>(
         &mut self,
-        project: &str,
-        session_id: &str,
-        ballot: &BallotEvent<'_>,
-        at: EventTime,
+        projects: &mut Projects<P>,
+        (project, session_id): (&str, &str),
+        (ballot, at): (&BallotEvent<'_>, EventTime),
         limits: BookLimits,
         done: &mut Vec<Completed>,
     ) {
-        let existing = self
-            .projects
-            .get(project)
-            .and_then(|p| p.open.get(session_id))
-            .map(|s| (s.last_activity, s.seq));
-        let seq = match existing {
+        let p = held(projects, project);
+        let seq = match p.open.get(session_id).map(|s| (s.last_activity, s.seq)) {
             Some((last, seq)) => {
-                if let Some(p) = self.projects.get_mut(project) {
-                    p.by_activity.remove(&(last, seq));
-                }
+                p.by_activity.remove(&(last, seq));
                 seq
             }
             None => {
@@ -236,13 +276,9 @@ impl SessionBook {
                 self.next_seq += 1;
                 self.by_age
                     .insert(seq, (project.to_owned(), session_id.to_owned()));
-                let p = self.projects.entry(project.to_owned()).or_default();
                 p.open.insert(session_id.to_owned(), Session::new(seq, at));
                 seq
             }
-        };
-        let Some(p) = self.projects.get_mut(project) else {
-            return;
         };
         let Some(s) = p.open.get_mut(session_id) else {
             return;
@@ -251,43 +287,27 @@ impl SessionBook {
         let (last, full) = (s.last_activity, s.is_full());
         p.by_activity.insert((last, seq), session_id.to_owned());
         if full {
-            self.complete(
-                project,
-                session_id,
-                CompletedBy::AllJudges,
-                last,
-                limits,
-                done,
-            );
+            let by = (CompletedBy::AllJudges, last);
+            self.complete(projects, (project, session_id), by, limits, done);
         }
-        self.enforce_bounds(project, limits, done);
-        self.advance(project, at, limits, done);
+        self.enforce_bounds(projects, project, limits, done);
+        self.advance(projects, project, at, limits, done);
     }
 
     /// Completes a session on `session_close` (an empty one if no ballot arrived yet).
-    pub fn close(
+    pub fn close<P: HoldsSessions>(
         &mut self,
-        project: &str,
-        session_id: &str,
+        projects: &mut Projects<P>,
+        (project, session_id): (&str, &str),
         at: EventTime,
         limits: BookLimits,
         done: &mut Vec<Completed>,
     ) {
-        let open = self
-            .projects
-            .get(project)
-            .is_some_and(|p| p.open.contains_key(session_id));
-        if open {
-            self.complete(
-                project,
-                session_id,
-                CompletedBy::SessionClose,
-                at,
-                limits,
-                done,
-            );
+        let p = held(projects, project);
+        if p.open.contains_key(session_id) {
+            let by = (CompletedBy::SessionClose, at);
+            self.complete(projects, (project, session_id), by, limits, done);
         } else {
-            let p = self.projects.entry(project.to_owned()).or_default();
             let remembered = p.completed.insert(session_id, limits.completed_window);
             done.push(Completed {
                 project_id: project.to_owned(),
@@ -298,19 +318,18 @@ impl SessionBook {
                 remembered,
             });
         }
-        self.advance(project, at, limits, done);
+        self.advance(projects, project, at, limits, done);
     }
 
-    fn complete(
+    fn complete<P: HoldsSessions>(
         &mut self,
-        project: &str,
-        session_id: &str,
-        by: CompletedBy,
-        at: EventTime,
+        projects: &mut Projects<P>,
+        (project, session_id): (&str, &str),
+        (by, at): (CompletedBy, EventTime),
         limits: BookLimits,
         done: &mut Vec<Completed>,
     ) {
-        let Some(p) = self.projects.get_mut(project) else {
+        let Some(p) = of_mut(projects, project) else {
             return;
         };
         let Some(session) = p.open.remove(session_id) else {
@@ -334,52 +353,56 @@ impl SessionBook {
         });
     }
 
-    fn enforce_bounds(&mut self, project: &str, limits: BookLimits, done: &mut Vec<Completed>) {
-        let over_project = |b: &SessionBook| {
-            b.projects.get(project).map_or(0, |p| p.open.len()) > limits.max_open_per_project
-        };
-        while over_project(self) {
-            let oldest = self
-                .projects
-                .get(project)
+    fn enforce_bounds<P: HoldsSessions>(
+        &mut self,
+        projects: &mut Projects<P>,
+        project: &str,
+        limits: BookLimits,
+        done: &mut Vec<Completed>,
+    ) {
+        loop {
+            let oldest = of(projects, project)
+                .filter(|p| p.open.len() > limits.max_open_per_project)
                 .and_then(|p| p.open.iter().min_by_key(|(_, s)| s.seq))
                 .map(|(id, s)| (id.clone(), s.last_activity));
             let Some((id, last)) = oldest else { break };
-            self.complete(project, &id, CompletedBy::Evicted, last, limits, done);
+            let by = (CompletedBy::Evicted, last);
+            self.complete(projects, (project, &id), by, limits, done);
         }
         while self.by_age.len() > limits.max_open_total {
             let Some((_, (p, s))) = self.by_age.first_key_value().map(|(k, v)| (*k, v.clone()))
             else {
                 break;
             };
-            let last = self
-                .projects
-                .get(&p)
+            let last = of(projects, &p)
                 .and_then(|x| x.open.get(&s))
                 .map_or(EventTime::MIN, |x| x.last_activity);
-            self.complete(&p, &s, CompletedBy::Evicted, last, limits, done);
+            self.complete(
+                projects,
+                (&p, &s),
+                (CompletedBy::Evicted, last),
+                limits,
+                done,
+            );
         }
     }
 
     /// Moves `project`'s watermark to `at` (never back) and times out its sessions idle for
     /// longer than the timeout: those whose last activity + timeout is before the watermark.
-    fn advance(
+    fn advance<P: HoldsSessions>(
         &mut self,
+        projects: &mut Projects<P>,
         project: &str,
         at: EventTime,
         limits: BookLimits,
         done: &mut Vec<Completed>,
     ) {
-        // Looked up before it is inserted: the project id is copied only for a new project.
-        let p = match self.projects.get_mut(project) {
-            Some(p) => p,
-            None => self.projects.entry(project.to_owned()).or_default(),
-        };
+        let p = held(projects, project);
         let wm = p.watermark.map_or(at, |w| w.max(at));
         p.watermark = Some(wm);
         let timeout = i64::try_from(limits.timeout_secs).unwrap_or(i64::MAX);
         loop {
-            let Some(p) = self.projects.get(project) else {
+            let Some(p) = of(projects, project) else {
                 return;
             };
             let Some((&(last, _), s)) = p.by_activity.first_key_value() else {
@@ -389,7 +412,8 @@ impl SessionBook {
                 return;
             }
             let s = s.clone();
-            self.complete(project, &s, CompletedBy::Timeout, wm, limits, done);
+            let by = (CompletedBy::Timeout, wm);
+            self.complete(projects, (project, &s), by, limits, done);
         }
     }
 
@@ -398,22 +422,18 @@ impl SessionBook {
         self.next_seq
     }
 
-    /// Rebuilds a book from its parts (the changelog's view of it): open sessions, completed
-    /// windows and watermarks per project, and the creation counter. The indexes are derived
-    /// from the sessions.
-    pub fn restore(mut projects: IdMap<String, ProjectSessions>, next_seq: u64) -> Self {
+    /// Rebuilds a book from its parts (the changelog's view of it): the projects' open
+    /// sessions, and the creation counter. The indexes are derived from the sessions.
+    pub fn restore<P: HoldsSessions>(projects: &mut Projects<P>, next_seq: u64) -> Self {
         let mut by_age = BTreeMap::new();
-        for (project, p) in &mut projects {
+        for (project, p) in projects.iter_mut() {
+            let p = p.sessions_mut();
             p.by_activity.clear();
             for (id, s) in &p.open {
                 p.by_activity.insert((s.last_activity, s.seq), id.clone());
-                by_age.insert(s.seq, (project.clone(), id.clone()));
+                by_age.insert(s.seq, (project.to_string(), id.clone()));
             }
         }
-        SessionBook {
-            projects,
-            next_seq,
-            by_age,
-        }
+        SessionBook { next_seq, by_age }
     }
 }

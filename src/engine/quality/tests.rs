@@ -4,6 +4,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::config::{Config, Partitioning};
+use crate::engine::model::judge_quality::ProjectQuality;
 use crate::engine::reputation::ReputationTable;
 use crate::engine::{InputTopic, Record};
 use crate::topics::TopicTable;
@@ -134,7 +135,7 @@ fn a_pair_forms_when_the_item_has_enough_votes_and_publishes_its_judge() {
         .find(|o| o.topic == OutputTopic::JudgeQuality);
     assert_eq!(key.and_then(|o| o.key.as_deref()), Some("p/j1"));
     // B never got votes: its score still waits.
-    let q = run.state.quality.get("p").unwrap();
+    let q = run.state.quality("p").unwrap();
     assert!(q.waiting.get("B").is_some() && q.waiting.get("A").is_none());
 }
 
@@ -383,7 +384,7 @@ fn by_key_observes_no_votes() {
         .process(&mut run.state, &mut run.reps, &record, &mut run.out);
     assert_eq!(outcome, Outcome::Applied);
     assert!(run.state.projects.contains_key("p"));
-    assert!(run.state.quality.get("p").is_none());
+    assert_eq!(run.state.quality("p"), Some(&ProjectQuality::default()));
 }
 
 #[test]
@@ -392,12 +393,7 @@ fn an_item_id_beyond_the_id_limit_is_not_kept() {
     config.limits.max_id_bytes = 8;
     let mut run = Run::new(&config);
     run.votes("a-very-long-item", &[(1.0, 1.0)]);
-    assert!(
-        run.state
-            .quality
-            .get("p")
-            .is_none_or(|q| q.items.is_empty())
-    );
+    assert!(run.state.quality("p").is_none_or(|q| q.items.is_empty()));
 }
 
 /// What a run leaves for the comparison of interleavings: each judge's last record, each
@@ -409,7 +405,7 @@ fn results(
     std::collections::BTreeSet<String>,
 ) {
     let mut table = std::collections::BTreeMap::new();
-    if let Some(q) = run.state.quality.get("p") {
+    if let Some(q) = run.state.quality("p") {
         let fitted = q.fit_reviewers();
         for (reviewer, r) in &fitted.reviewers {
             let findings = q.reviewers.findings(reviewer);

@@ -246,8 +246,7 @@ fn off_publishes_nothing() {
     assert!(run.alerts().is_empty());
     let q = run
         .state
-        .quality
-        .get("p")
+        .quality("p")
         .expect("judge quality keeps the items");
     assert!(q.reviewers.is_empty());
     assert!(q.items.iter().all(|(_, v)| v.review.is_empty()));
@@ -306,8 +305,7 @@ fn learned_weights_follow_the_reliabilities() {
             );
         }
         run.state
-            .quality
-            .get("p")
+            .quality("p")
             .and_then(|q| q.reviewers.checkpoint()?.reviewers.get("h1").cloned())
     };
     let h1 = h1.expect("held");

@@ -224,7 +224,7 @@ fn leaderboard_rows_count_whole_days_and_an_emptied_row_is_published_then_forgot
             (Some((Some(2), Some(1))), Some((Some(0), Some(0)))),
         ]
     );
-    let board = &h.state.judge_projects["proj-42"].board;
+    let board = &h.state.judges("proj-42").unwrap().board;
     let models: Vec<&str> = board.rows.keys().map(|(_, m)| m.as_str()).collect();
     assert_eq!(models, ["m-a", "m-b"]);
     // The means are over the sessions of the days kept: m-a's Borda was 1 then 0.
@@ -241,7 +241,7 @@ fn consensus_records_are_kept_unless_too_long_for_the_changelog() {
         .iter()
         .find(|o| o.topic == OutputTopic::Consensus)
         .unwrap();
-    let kept = &h.state.judge_projects["proj-42"].kept;
+    let kept = &h.state.judges("proj-42").unwrap().kept;
     assert_eq!(
         kept.get("s0").map(|k| &*k.record),
         Some(&*consensus.render())
@@ -256,7 +256,7 @@ fn consensus_records_are_kept_unless_too_long_for_the_changelog() {
     let mut h = Harness::with(&config);
     h.send("jury.judge-scores", &board_ballot(0, 0, two, "c"));
     assert!(h.out.iter().any(|o| o.topic == OutputTopic::Consensus));
-    assert!(h.state.judge_projects["proj-42"].kept.records.is_empty());
+    assert!(h.state.judges("proj-42").unwrap().kept.records.is_empty());
 }
 
 #[test]
@@ -277,7 +277,7 @@ fn a_board_holds_at_most_its_categories_and_models() {
     h.send("jury.judge-scores", &board_ballot(1, 10, three, "c2"));
     assert!(board_rows(&h).is_empty());
     assert!(h.out.iter().any(|o| o.topic == OutputTopic::Consensus));
-    assert_eq!(h.state.judge_projects["proj-42"].board.rows.len(), 2);
+    assert_eq!(h.state.judges("proj-42").unwrap().board.rows.len(), 2);
 }
 
 #[test]

@@ -12,7 +12,7 @@ fn a_batch_at_or_below_its_projects_last_offset_is_replayed() {
     );
     assert_eq!(h.send("jury.votes", &e1), Outcome::Applied); // offset 0
     assert_eq!(h.send("jury.votes", &e2), Outcome::Applied); // offset 1
-    assert_eq!(h.state.projects["proj-42"].applied_through, Some(1));
+    assert_eq!(h.state.votes("proj-42").unwrap().applied_through, Some(1));
     // Read again from offset 0 after a restore: both are in the state already.
     let before = h.state.clone();
     h.next_offset = 0;
@@ -57,7 +57,7 @@ fn a_batch_at_or_below_its_projects_last_offset_is_replayed() {
     h.next_offset = 0;
     let other = e1.replace("proj-42", "proj-7");
     assert_eq!(h.send("jury.votes", &other), Outcome::Applied);
-    assert_eq!(h.state.projects["proj-7"].applied_through, Some(0));
+    assert_eq!(h.state.votes("proj-7").unwrap().applied_through, Some(0));
     // Without an offset (a replay file may have none) a batch is never taken for a replayed one.
     let mut out = Vec::new();
     let r = rec("jury.votes", Some(e2.as_bytes()));

@@ -117,7 +117,7 @@ fn the_view_holds_what_was_last_published_and_the_open_sessions() {
         assert_eq!(&*p.completed["s0"], published_consensus.render());
         assert_eq!(p.open.keys().collect::<Vec<_>>(), ["s2"]);
         assert_eq!(p.open["s2"].ballots.len(), 2);
-        let open = &state.sessions.projects[project].open["s2"];
+        let open = &state.projects[project].sessions.open["s2"];
         assert_eq!(*p.open["s2"].ballots["j1"], open.ballots["j1"]);
         // One row per model, the latest published.
         let keys: Vec<_> = p.leaderboard.keys().cloned().collect();
@@ -215,8 +215,7 @@ fn a_judge_the_state_forgot_does_not_come_back() {
         .collect();
     assert_eq!(published, ["p/j1", "p/j2"], "both paired in the record");
     let kept: Vec<String> = state
-        .quality
-        .get("p")
+        .quality("p")
         .unwrap()
         .judges
         .iter()
@@ -236,7 +235,7 @@ fn only_the_latest_completed_sessions_are_kept() {
     let p = view.projects.get("proj-a").expect("in the view");
     let completed: Vec<&str> = p.completed.keys().map(String::as_str).collect();
     assert_eq!(completed, ["s1"]);
-    let kept = &state.judge_projects["proj-a"].kept.records;
+    let kept = &state.judges("proj-a").unwrap().kept.records;
     assert_eq!((kept.len(), kept[0].seq), (1, 1));
 }
 

@@ -5,10 +5,10 @@
 //! independent judges a consensus rests on. The pipeline that drives it is
 //! `engine::quality`.
 //!
-//! A task holds one [`TaskQuality`]: every project's [`ProjectQuality`], and the places of
-//! the items they hold in one order, so that the task holds at most
-//! `judge_quality.max_items` split over the partitions, the oldest forgotten first whatever its
-//! project.
+//! Each project holds its [`ProjectQuality`], as a part of the project (see [`HoldsQuality`]);
+//! a task holds one [`TaskQuality`] beside its projects: the places of the items they hold in
+//! one order, so that the task holds at most `judge_quality.max_items` split over the
+//! partitions, the oldest forgotten first whatever its project.
 
 pub mod agreement;
 
@@ -405,18 +405,53 @@ impl ProjectQuality {
     }
 }
 
-/// The judge quality of a task's projects, and the places of the items they hold in one order
-/// each for items with votes and items with waiting judge scores: beside each project's bound
-/// (`max_pending_items`), the task holds at most `max_task_items` of each, and forgets its
-/// oldest first, whatever its project. The places are the task's, so the changelog writes a
-/// task's items in buckets of consecutive places, whichever projects they belong to.
+/// What judge quality keeps across a task's projects: the places of the items they hold, in
+/// one order each for items with votes and items with waiting judge scores. Beside each
+/// project's bound (`max_pending_items`), the task holds at most `max_task_items` of each, and
+/// forgets its oldest first, whatever its project. The places are the task's, so the changelog
+/// writes a task's items in buckets of consecutive places, whichever projects they belong to.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskQuality {
-    projects: IdMap<ProjectKey, ProjectQuality>,
     items: Places,
     waits: Places,
     /// What the current flush changed of the items, when the state journals.
     undo: Undo,
+}
+
+/// A project as judge quality finds it in its state's map: what holds its [`ProjectQuality`].
+/// The task keeps only what spans projects (the places of the items), each project its own.
+pub trait HoldsQuality: Default {
+    fn quality(&self) -> &ProjectQuality;
+    fn quality_mut(&mut self) -> &mut ProjectQuality;
+}
+
+impl HoldsQuality for ProjectQuality {
+    fn quality(&self) -> &ProjectQuality {
+        self
+    }
+    fn quality_mut(&mut self) -> &mut ProjectQuality {
+        self
+    }
+}
+
+/// The state's projects, by id.
+pub type Projects<P> = IdMap<ProjectKey, P>;
+
+/// The judge quality of `project`, created with the project if new (a key of up to 24 bytes
+/// allocates nothing).
+fn held_quality<'a, P: HoldsQuality>(
+    projects: &'a mut Projects<P>,
+    project: &str,
+) -> &'a mut ProjectQuality {
+    projects
+        .entry(ProjectKey::from(project))
+        .or_default()
+        .quality_mut()
+}
+
+/// The judge quality of `project`, if held.
+fn of<'a, P: HoldsQuality>(projects: &'a Projects<P>, project: &str) -> Option<&'a ProjectQuality> {
+    projects.get(project).map(P::quality)
 }
 
 /// What a flush changed of a task's items, for the changelog's recovery rule (see
@@ -487,36 +522,14 @@ impl TaskQuality {
 
     /// Forgets a restored item at `seq` that the flush the state was restored to had forgotten
     /// (see [`ItemUndo`]).
-    pub fn drop_restored(&mut self, seq: u64) {
+    pub fn drop_restored<P: HoldsQuality>(&mut self, projects: &mut Projects<P>, seq: u64) {
         let Some(project) = self.items.project_at(seq).cloned() else {
             return;
         };
         self.items.remove(seq);
-        if let Some(q) = self.projects.get_mut(project.as_str()) {
-            q.items.remove_at(seq);
+        if let Some(p) = projects.get_mut(project.as_str()) {
+            p.quality_mut().items.remove_at(seq);
         }
-    }
-
-    pub fn get(&self, project: &str) -> Option<&ProjectQuality> {
-        self.projects.get(project)
-    }
-
-    pub fn get_mut(&mut self, project: &str) -> Option<&mut ProjectQuality> {
-        self.projects.get_mut(project)
-    }
-
-    /// The state of `project`, created if new.
-    pub fn project(&mut self, project: &str) -> &mut ProjectQuality {
-        // Inline up to 24 bytes: finding the project allocates nothing.
-        self.projects.entry(ProjectKey::from(project)).or_default()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &ProjectQuality)> {
-        self.projects.iter().map(|(p, q)| (p.as_str(), q))
-    }
-
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut ProjectQuality> {
-        self.projects.values_mut()
     }
 
     /// Items held with votes, and with waiting judge scores.
@@ -528,8 +541,9 @@ impl TaskQuality {
     /// `at`, and their `verdicts` for the reviewer model. The first `min_human_votes` that carry
     /// weight make the item's score; once it has them, the judge scores waiting for it pair
     /// with it. Later votes change nothing of the score.
-    pub fn votes(
+    pub fn votes<P: HoldsQuality>(
         &mut self,
+        projects: &mut Projects<P>,
         (project, item): (&str, &str),
         (votes, verdicts): (&[(f64, f64)], &[Verdict]),
         at: EventTime,
@@ -538,7 +552,7 @@ impl TaskQuality {
         let mut observed = Observed::default();
         let mut gone = Vec::new();
         let seq = place(
-            (&mut self.projects, &mut self.items),
+            (projects, &mut self.items),
             ITEMS,
             (project, item),
             limits,
@@ -557,7 +571,7 @@ impl TaskQuality {
                 None => observed.items.push(seq),
             }
         }
-        let q = self.projects.entry(ProjectKey::from(project)).or_default();
+        let q = held_quality(projects, project);
         let Some((_, agg)) = q.items.get_mut(item) else {
             return observed;
         };
@@ -610,7 +624,7 @@ impl TaskQuality {
                 .collect();
             if limits.reviewers.is_some() {
                 let scores: SmallScores = observed.pairs.iter().map(|p| p.s).collect();
-                self.judged((project, item), &scores, &mut observed);
+                self.judged(projects, (project, item), &scores, &mut observed);
             }
         }
         observed
@@ -618,8 +632,14 @@ impl TaskQuality {
 
     /// Judge scores `scores` paired with `item` of `project`: the judges' verdict on it, which
     /// its reviewers' agreement with the judges counts.
-    fn judged(&mut self, (project, item): (&str, &str), scores: &[f64], observed: &mut Observed) {
-        let held = self.projects.get_mut(project);
+    fn judged<P: HoldsQuality>(
+        &mut self,
+        projects: &mut Projects<P>,
+        (project, item): (&str, &str),
+        scores: &[f64],
+        observed: &mut Observed,
+    ) {
+        let held = projects.get_mut(project).map(P::quality_mut);
         let Some((seq, entry)) = held.and_then(|q| q.items.get_mut(item)) else {
             return;
         };
@@ -638,8 +658,9 @@ impl TaskQuality {
     /// A completed session's judge scores `(item, judge, s)` in `project`, completed at `at`:
     /// each pairs now if its item has `min_human_votes`, or waits for them (at most
     /// `max_judges` scores per item, the oldest dropped first and counted as forgotten).
-    pub fn completed(
+    pub fn completed<P: HoldsQuality>(
         &mut self,
+        projects: &mut Projects<P>,
         (project, session): (&str, &str),
         scores: &[(&str, &str, f64)],
         at: EventTime,
@@ -647,7 +668,7 @@ impl TaskQuality {
     ) -> Observed {
         let mut observed = Observed::default();
         for &(item, judge, s) in scores {
-            let ready = self.get(project).and_then(|q| q.items.get(item)?.ready());
+            let ready = of(projects, project).and_then(|q| q.items.get(item)?.ready());
             if let Some((h, ready_at)) = ready {
                 observed.pairs.push(Pair {
                     judge: judge.to_owned(),
@@ -658,18 +679,18 @@ impl TaskQuality {
                     at: at.max(ready_at),
                 });
                 if limits.reviewers.is_some() {
-                    self.judged((project, item), &[s], &mut observed);
+                    self.judged(projects, (project, item), &[s], &mut observed);
                 }
                 continue;
             }
             let seq = place(
-                (&mut self.projects, &mut self.waits),
+                (projects, &mut self.waits),
                 WAITING,
                 (project, item),
                 limits,
                 (&mut observed, Slots::Waiting, &mut Vec::new()),
             );
-            let q = self.project(project);
+            let q = held_quality(projects, project);
             let Some((_, waiting)) = q.waiting.get_mut(item) else {
                 continue;
             };
@@ -695,31 +716,41 @@ impl TaskQuality {
     }
 
     /// The items with votes at `places`, in order, with their projects: a changelog bucket.
-    pub fn items_at(
-        &self,
+    pub fn items_at<'a, P: HoldsQuality>(
+        &'a self,
+        projects: &'a Projects<P>,
         places: Range<u64>,
-    ) -> impl Iterator<Item = (u64, &str, &str, &ItemVotes)> {
+    ) -> impl Iterator<Item = (u64, &'a str, &'a str, &'a ItemVotes)> {
         self.items.range(places).filter_map(|(seq, project)| {
-            let (item, votes) = self.get(project)?.items.at(seq)?;
+            let (item, votes) = of(projects, project)?.items.at(seq)?;
             Some((seq, project, item, votes))
         })
     }
 
     /// The items with waiting judge scores at `places`, in order, with their projects.
-    pub fn waits_at(
-        &self,
+    pub fn waits_at<'a, P: HoldsQuality>(
+        &'a self,
+        projects: &'a Projects<P>,
         places: Range<u64>,
-    ) -> impl Iterator<Item = (u64, &str, &str, &Vec<Waiting>)> {
+    ) -> impl Iterator<Item = (u64, &'a str, &'a str, &'a Vec<Waiting>)> {
         self.waits.range(places).filter_map(|(seq, project)| {
-            let (item, waiting) = self.get(project)?.waiting.at(seq)?;
+            let (item, waiting) = of(projects, project)?.waiting.at(seq)?;
             Some((seq, project, item, waiting))
         })
     }
 
     /// Puts a restored item's votes back at its place.
-    pub fn restore_item(&mut self, (project, item): (&str, &str), seq: u64, votes: ItemVotes) {
+    pub fn restore_item<P: HoldsQuality>(
+        &mut self,
+        projects: &mut Projects<P>,
+        (project, item): (&str, &str),
+        seq: u64,
+        votes: ItemVotes,
+    ) {
         self.items.restore(seq, project);
-        if let Some(held) = self.project(project).items.insert(item, seq, votes)
+        if let Some(held) = held_quality(projects, project)
+            .items
+            .insert(item, seq, votes)
             && held != seq
         {
             self.items.remove(held);
@@ -727,14 +758,17 @@ impl TaskQuality {
     }
 
     /// Puts a restored item's waiting judge scores back at its place.
-    pub fn restore_waiting(
+    pub fn restore_waiting<P: HoldsQuality>(
         &mut self,
+        projects: &mut Projects<P>,
         (project, item): (&str, &str),
         seq: u64,
         waiting: Vec<Waiting>,
     ) {
         self.waits.restore(seq, project);
-        if let Some(held) = self.project(project).waiting.insert(item, seq, waiting)
+        if let Some(held) = held_quality(projects, project)
+            .waiting
+            .insert(item, seq, waiting)
             && held != seq
         {
             self.waits.remove(held);
@@ -742,23 +776,23 @@ impl TaskQuality {
     }
 
     /// Whether the task's places and its projects' agree (for tests of the invariants).
-    pub fn consistent(&self) -> bool {
-        let (items, waits) = self
-            .projects
+    pub fn consistent<P: HoldsQuality>(&self, projects: &Projects<P>) -> bool {
+        let (items, waits) = projects
             .values()
+            .map(P::quality)
             .fold((0, 0), |(i, w), q| (i + q.items.len(), w + q.waiting.len()));
         let held = |places: &Places, pick: fn(&ProjectQuality, u64) -> bool| {
             places
                 .range(0..u64::MAX)
-                .all(|(seq, p)| self.get(p).is_some_and(|q| pick(q, seq)))
+                .all(|(seq, p)| of(projects, p).is_some_and(|q| pick(q, seq)))
         };
         items == self.items.len()
             && waits == self.waits.len()
             && held(&self.items, |q, seq| q.items.at(seq).is_some())
             && held(&self.waits, |q, seq| q.waiting.at(seq).is_some())
-            && self
-                .projects
+            && projects
                 .values()
+                .map(P::quality)
                 .all(|q| q.items.consistent() && q.waiting.consistent())
     }
 }
@@ -802,8 +836,8 @@ type Gone<V> = (u64, ProjectKey, ProjectKey, V);
 /// forgotten down to `max_task_items`, then the project's down to `max_pending_items`. The
 /// places forgotten, their projects and the reviewers they change are noted in `observed`,
 /// and the values forgotten appended to `gone`.
-fn place<V: Default>(
-    (projects, places): (&mut IdMap<ProjectKey, ProjectQuality>, &mut Places),
+fn place<V: Default, P: HoldsQuality>(
+    (projects, places): (&mut Projects<P>, &mut Places),
     held: Held<V>,
     (project, key): (&str, &str),
     limits: &QualityLimits,
@@ -811,7 +845,7 @@ fn place<V: Default>(
 ) -> u64 {
     if let Some((seq, _)) = projects
         .get_mut(project)
-        .and_then(|q| (held.of)(q).get_mut(key))
+        .and_then(|q| (held.of)(q.quality_mut()).get_mut(key))
     {
         return seq;
     }
@@ -819,7 +853,7 @@ fn place<V: Default>(
         let Some((seq, owner)) = places.pop_oldest() else {
             break;
         };
-        if let Some(q) = projects.get_mut(&owner)
+        if let Some(q) = projects.get_mut(&owner).map(P::quality_mut)
             && let Some((key, value)) = (held.of)(q).remove_at(seq)
         {
             let_go(&held, q, (seq, owner, key, value), (observed, slots, gone));
@@ -827,7 +861,7 @@ fn place<V: Default>(
             note_forgotten((&owner, seq), None, (observed, slots));
         }
     }
-    let q = projects.entry(ProjectKey::from(project)).or_default();
+    let q = held_quality(projects, project);
     let mut made_room = Vec::new();
     (held.of)(q).make_room(limits.max_pending_items, &mut made_room);
     for (seq, key, value) in made_room {

@@ -11,11 +11,67 @@ const LIMITS: QualityLimits = QualityLimits {
     reviewers: None,
 };
 
+/// A task's judge quality with its projects' beside it, as a state holds them.
+#[derive(Default)]
+struct Task {
+    quality: TaskQuality,
+    projects: Projects<ProjectQuality>,
+}
+
+impl Task {
+    fn votes(
+        &mut self,
+        at_item: (&str, &str),
+        votes: (&[(f64, f64)], &[Verdict]),
+        at: EventTime,
+        limits: &QualityLimits,
+    ) -> Observed {
+        let projects = &mut self.projects;
+        self.quality.votes(projects, at_item, votes, at, limits)
+    }
+
+    fn completed(
+        &mut self,
+        session: (&str, &str),
+        scores: &[(&str, &str, f64)],
+        at: EventTime,
+        limits: &QualityLimits,
+    ) -> Observed {
+        let projects = &mut self.projects;
+        self.quality
+            .completed(projects, session, scores, at, limits)
+    }
+
+    fn get(&self, project: &str) -> Option<&ProjectQuality> {
+        self.projects.get(project)
+    }
+
+    fn project(&mut self, project: &str) -> &mut ProjectQuality {
+        self.projects.entry(ProjectKey::from(project)).or_default()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&ProjectKey, &ProjectQuality)> {
+        self.projects.iter()
+    }
+
+    fn held(&self) -> (usize, usize) {
+        self.quality.held()
+    }
+
+    fn items_at(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &str, &str, &ItemVotes)> {
+        self.quality.items_at(&self.projects, places)
+    }
+
+    fn consistent(&self) -> bool {
+        self.quality.consistent(&self.projects)
+    }
+}
+
 fn at() -> EventTime {
     EventTime::from_epoch_millis(1_795_168_800_000).unwrap()
 }
 
-fn item<'q>(q: &'q TaskQuality, item: &str) -> Option<&'q ItemVotes> {
+fn item<'q>(q: &'q Task, item: &str) -> Option<&'q ItemVotes> {
     q.get("p")?.item(item)
 }
 
@@ -28,7 +84,7 @@ fn pairs(o: &Observed) -> Vec<(&str, &str, f64, f64)> {
 
 #[test]
 fn a_pair_forms_when_both_sides_exist_and_later_votes_leave_it() {
-    let mut q = TaskQuality::default();
+    let mut q = Task::default();
     // Votes first: two are not enough; the session waits, and the third vote pairs it with
     // the reputation-weighted mean of the three: (2*1 + 1*0 + 1*0.5) / 4 = 0.625.
     assert!(
@@ -65,7 +121,7 @@ fn a_pair_forms_when_both_sides_exist_and_later_votes_leave_it() {
 
 #[test]
 fn votes_without_weight_do_not_count_towards_the_score() {
-    let mut q = TaskQuality::default();
+    let mut q = Task::default();
     q.completed(("p", "s"), &[("i", "j", 0.4)], at(), &LIMITS);
     assert!(
         q.votes(("p", "i"), (&[(0.0, 1.0); 3], &[]), at(), &LIMITS)
@@ -86,7 +142,7 @@ fn a_pair_is_the_same_whether_the_session_or_the_votes_come_last() {
     let t = |secs: i64| EventTime::from_epoch_millis(1_795_168_800_000 + secs * 1000).unwrap();
     let votes = [(1.0, 1.0), (1.0, 0.0), (2.0, 1.0), (5.0, 0.0)];
     // Session at 10 s, votes at 20 s and 30 s (the last batch after the score is complete).
-    let mut first = TaskQuality::default();
+    let mut first = Task::default();
     first.completed(("p", "s"), &[("i", "j", 0.7)], t(10), &LIMITS);
     assert!(
         first
@@ -98,7 +154,7 @@ fn a_pair_is_the_same_whether_the_session_or_the_votes_come_last() {
         .votes(("p", "i"), (&votes[2..], &[]), t(30), &LIMITS)
         .pairs;
     // The votes first, then the session.
-    let mut second = TaskQuality::default();
+    let mut second = Task::default();
     second.votes(("p", "i"), (&votes[..2], &[]), t(20), &LIMITS);
     second.votes(("p", "i"), (&votes[2..], &[]), t(30), &LIMITS);
     let b = second
@@ -111,7 +167,7 @@ fn a_pair_is_the_same_whether_the_session_or_the_votes_come_last() {
 
 #[test]
 fn items_and_waiting_scores_are_bounded_oldest_first() {
-    let mut q = TaskQuality::default();
+    let mut q = Task::default();
     for item in ["a", "b", "c"] {
         assert_eq!(
             q.votes(("p", item), (&[(1.0, 1.0)], &[]), at(), &LIMITS)
@@ -168,7 +224,7 @@ fn a_task_forgets_its_oldest_item_whatever_its_project() {
         max_task_items: 3,
         ..LIMITS
     };
-    let mut q = TaskQuality::default();
+    let mut q = Task::default();
     for (project, item) in [("p1", "a"), ("p2", "b"), ("p1", "c")] {
         let observed = q.votes((project, item), (&[(1.0, 1.0)], &[]), at(), &limits);
         assert!(observed.forgotten.is_empty());
@@ -277,7 +333,7 @@ proptest! {
             (any::<bool>(), 0..3usize, 0..6usize, 0.0..=1.0f64, 0.0..=5.0f64), 0..80),
     ) {
         let limits = QualityLimits { max_task_items: 5, ..LIMITS };
-        let mut q = TaskQuality::default();
+        let mut q = Task::default();
         let mut scored = 0;
         let mut formed = 0;
         for (i, (is_vote, project, item, value, reputation)) in steps.into_iter().enumerate() {
