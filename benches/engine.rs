@@ -16,7 +16,6 @@ use jurystream::changelog::{self, Unit};
 use jurystream::config::Config;
 use jurystream::engine::contract::judge::{BallotEvent, CandidateMeta, Status};
 use jurystream::engine::contract::time::EventTime;
-use jurystream::engine::contract::vote::{Vote, VoteBatch};
 use jurystream::engine::model::bias::{audit_session, session_alerts};
 use jurystream::engine::model::consensus::{analyze, interpretation};
 use jurystream::engine::model::effective_judges::{CandidateScores, effective_judges};
@@ -25,7 +24,7 @@ use jurystream::engine::model::leaderboard::{BlockId, Ranking};
 use jurystream::engine::model::session::Session;
 use jurystream::engine::output::Output;
 use jurystream::engine::reputation::ReputationTable;
-use jurystream::engine::{Engine, InputTopic, PartitionState, Receipt, Record, Settings};
+use jurystream::engine::{Engine, InputTopic, PartitionState, Record, Settings};
 
 /// The service's allocator, so the benchmarks allocate as the service does (with glibc's, its
 /// bookkeeping was a tenth of the `epoch` benchmarks' time).
@@ -49,33 +48,28 @@ fn payloads() -> Vec<String> {
         .collect()
 }
 
+/// The HumanJudge update of single-vote batches read ahead ([`Engine::prepare_votes`], outside
+/// the timing): what the service's processing thread does per vote record while its queue is
+/// deep.
 fn bench_apply_prepared(c: &mut Criterion) {
     let engine = Engine::new(Settings::default());
-    let reps = ReputationTable::default();
-    let ids: Vec<(String, String)> = (0..EVENTS)
-        .map(|i| (format!("ev-{i:08}"), format!("proj-{:04}", i % PROJECTS)))
-        .collect();
-    let batches: Vec<(VoteBatch, EventTime)> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, (event_id, project_id))| {
-            let batch = VoteBatch {
-                event_id,
-                project_id,
-                occurred_at: None,
-                item_id: None,
-                votes: [Vote {
-                    voter_id: "u-7",
-                    value: (i % 2) as f64,
-                    reputation: Some(0.9),
-                }]
-                .into_iter()
-                .collect(),
-            };
-            (
-                batch,
-                EventTime::from_epoch_millis(1_795_168_807_250 + i as i64 * 250).unwrap(),
+    let mut reps = ReputationTable::default();
+    let payloads: Vec<String> = (0..EVENTS)
+        .map(|i| {
+            format!(
+                r#"{{"event_id":"ev-{i:08}","project_id":"proj-{:04}","occurred_at":{},"votes":[{{"voter_id":"u-7","value":{},"reputation":0.9}}]}}"#,
+                i % PROJECTS,
+                1_795_168_807_250 + i as i64 * 250,
+                i % 2
             )
+        })
+        .collect();
+    let prepared: Vec<_> = payloads
+        .iter()
+        .map(|p| {
+            let record = vote_record(p);
+            let votes = engine.prepare_votes(&record).expect("a valid batch");
+            (record, votes)
         })
         .collect();
     let mut group = c.benchmark_group("engine");
@@ -84,15 +78,9 @@ fn bench_apply_prepared(c: &mut Criterion) {
         b.iter_batched_ref(
             || (PartitionState::default(), Vec::<Output>::with_capacity(4)),
             |(state, out)| {
-                for (batch, at) in &batches {
+                for (record, votes) in &prepared {
                     out.clear();
-                    let weights = engine.weigh(batch, &reps);
-                    let batch = (batch, weights.as_slice());
-                    black_box(
-                        engine
-                            .apply_batch(state, batch, *at, Receipt::default(), out)
-                            .ok(),
-                    );
+                    black_box(engine.apply_prepared(state, &mut reps, record, votes, out));
                 }
             },
             BatchSize::LargeInput,

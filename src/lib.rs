@@ -7,8 +7,9 @@
 //!
 //! - [`engine`]: the pure core: no I/O, no clock, no async. Its facade applies one record at a
 //!   time to the state it belongs to and appends the records to publish.
-//!   - `engine::contract`: the input formats, one reader for every input topic (and, measured
-//!     to be worth it, a one-pass reader of valid vote batches), and the rejections;
+//!   - `engine::contract`: the input formats, one reader for every input topic (a vote batch
+//!     read by a serde-derived struct, the tree of any topic wording the rejections), and the
+//!     rejections;
 //!   - `engine::model`: the formulas (score, dedupe, session, consensus, bias, stats,
 //!     leaderboard, Bradley-Terry, judge quality, effective judges, reviewer reliability, and
 //!     the bounded item store they share);
@@ -17,7 +18,8 @@
 //!     which human reviewers to trust from the verdicts it keeps, and publishes it;
 //!   - `engine::routing`: a record's project, read for the stage that repartitions by it;
 //!   - `engine::state`, `engine::journal`, `engine::origins`, `engine::ids`: per-partition
-//!     state, what changed in it, which input records it holds, and the maps and keys of ids;
+//!     state (one map of projects, each a `Project` that owns all of it), what changed in it,
+//!     which input records it holds, and the maps and keys of ids;
 //!   - `engine::record`, `engine::output`: what goes in and what comes out;
 //!   - `engine::settings`: all the engine may know of the configuration.
 //! - [`changelog`]: partition state as compacted changelog records (`render`) and back

@@ -26,7 +26,6 @@ use contract::rejection::{ErrorCode, Rejection};
 use contract::time::EventTime;
 use output::{DeadLetter, Output, OutputValue};
 use reputation::{ReputationChange, ReputationTable};
-use smallvec::SmallVec;
 
 pub use ids::{IdMap, ProjectKey};
 pub use journal::{Change, JournalHint};
@@ -65,30 +64,43 @@ impl Engine {
         record: &Record<'_>,
         out: &mut Vec<Output>,
     ) -> Outcome {
-        if state.origins.is_copy(record) {
-            return Outcome::Replayed;
-        }
-        let outcome = self.process_new(state, reputations, record, out);
-        state.origins.advance(record);
-        outcome
+        self.process_read(state, reputations, (record, None), out)
     }
 
-    /// [`Engine::process`] for a record that is not a copy.
-    fn process_new(
+    /// [`Engine::process`] for a vote record whose batch was read ahead
+    /// ([`Engine::prepare_votes`]): the payload is not read again.
+    pub fn apply_prepared(
         &self,
         state: &mut PartitionState,
         reputations: &mut ReputationTable,
         record: &Record<'_>,
+        prepared: &PreparedVotes,
         out: &mut Vec<Output>,
     ) -> Outcome {
+        self.process_read(state, reputations, (record, Some(prepared)), out)
+    }
+
+    /// [`Engine::process`], with the record's vote batch if it was read ahead.
+    fn process_read(
+        &self,
+        state: &mut PartitionState,
+        reputations: &mut ReputationTable,
+        (record, prepared): (&Record<'_>, Option<&PreparedVotes>),
+        out: &mut Vec<Output>,
+    ) -> Outcome {
+        if state.origins.is_copy(record) {
+            return Outcome::Replayed;
+        }
         let start = out.len();
-        match self.try_process(state, reputations, record, out) {
+        let outcome = match self.try_process(state, reputations, (record, prepared), out) {
             Ok(outcome) => {
                 self.bound_outputs(record, &mut out[start..]);
                 outcome
             }
             Err(rejection) => self.reject(record, &rejection, out),
-        }
+        };
+        state.origins.advance(record);
+        outcome
     }
 
     /// Replaces each of `record`'s outputs that would exceed the record limit with a dead letter
@@ -141,9 +153,12 @@ impl Engine {
         &self,
         state: &mut PartitionState,
         reputations: &mut ReputationTable,
-        record: &Record<'_>,
+        (record, prepared): (&Record<'_>, Option<&PreparedVotes>),
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {
+        if let Some(prepared) = prepared {
+            return self.apply_votes(state, reputations, record, prepared, out);
+        }
         let topic = record.input.ok_or_else(|| {
             Rejection::new(
                 ErrorCode::UnknownTopic,
@@ -160,23 +175,8 @@ impl Engine {
         self.check_size(payload)?;
         match topic {
             InputTopic::Votes => {
-                let mut doc = None;
-                let (batch, at) = self.validate_votes(record, payload, &mut doc)?;
-                let table = self.weigh(&batch, reputations);
-                let mut weights = table.clone();
-                let voters = batch.votes.iter().map(|v| Some(v.voter_id));
-                self.learned_weights(state, batch.project_id, voters, &mut weights);
-                let batch_weights = (&batch, weights.as_slice());
-                let outcome = self.apply_batch(state, batch_weights, at, record.receipt(), out)?;
-                let project = (batch.project_id, batch.item_id);
-                let voters: SmallVec<[&str; 4]> = if self.learns_reviewers() {
-                    batch.votes.iter().map(|v| v.voter_id).collect()
-                } else {
-                    SmallVec::new()
-                };
-                let votes = (weights.as_slice(), table.as_slice(), voters.as_slice());
-                self.observe_votes(state, project, votes, at, outcome, out);
-                Ok(outcome)
+                let prepared = self.read_votes(record, payload)?;
+                self.apply_votes(state, reputations, record, &prepared, out)
             }
             InputTopic::Reputations => {
                 let doc = json::parse(payload).map_err(parse_rejection)?;

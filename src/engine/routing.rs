@@ -30,7 +30,7 @@ impl Engine {
         let payload = record.payload.ok_or_else(super::tombstone)?;
         self.check_size(payload)?;
         if input == InputTopic::Votes
-            && let Some(batch) = VoteBatch::scan(payload, self.vote_limits())
+            && let Some(batch) = VoteBatch::plain(payload, self.vote_limits())
         {
             return Ok(ProjectKey::from(batch.project_id));
         }

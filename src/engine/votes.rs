@@ -1,13 +1,14 @@
 //! The vote pipeline (`jury.votes`): a batch validated against the contract, weighed by its
 //! voters' reputations, checked for a resent `event_id`, and applied to its project's
 //! HumanJudge score; the `jury.scores` record, coalesced per project when the runtime has a clock.
-//! A runtime with two threads validates on one ([`Engine::prepare_votes`]) and applies on the
-//! other ([`Engine::apply_prepared`]); both paths share one weight rule and one apply.
+//! A batch is read once into a [`PreparedVotes`] and applied by one applier
+//! ([`Engine::apply_votes`]), whether the runtime read it ahead on another thread
+//! ([`Engine::prepare_votes`], [`Engine::apply_prepared`]) or not ([`Engine::process`]).
 
 use compact_str::CompactString;
 use smallvec::SmallVec;
 
-use super::contract::json::{self, Json};
+use super::contract::json;
 use super::contract::rejection::{ErrorCode, Rejection};
 use super::contract::time::EventTime;
 use super::contract::vote::{self, VoteBatch, VoteLimits};
@@ -17,35 +18,35 @@ use super::model::dedupe;
 use super::model::score::{ProjectScore, weighted_mean};
 use super::output::{Output, OutputTopic, OutputValue, ScoreValue};
 use super::reputation::ReputationTable;
-use super::settings::ReputationSource;
 use super::state::{Coalescing, PartitionState, VoteProject};
 use super::{Engine, InputTopic, Outcome, Receipt, Record, parse_rejection};
 
-/// A `jury.votes` record validated by [`Engine::prepare_votes`] and not yet applied: what
-/// applying it takes from the batch, owned, so that it can cross to another thread and the
-/// payload is not read again (see [`Engine::apply_prepared`]).
+/// A `jury.votes` record read and validated, not yet applied: what applying it takes from the
+/// batch, owned, so that the service can read it on its polling thread while the queue is deep
+/// ([`Engine::prepare_votes`]) and the payload is never read twice. Every vote batch is applied
+/// from one of these, by one applier ([`Engine::apply_votes`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreparedVotes {
     votes: SmallVec<[PreparedVote; 4]>,
     at: EventTime,
-    /// The project and the event id's dedupe fingerprint, computed on the polling thread.
     project: ProjectKey,
+    /// The event id (for a rejection's message) and its dedupe fingerprint.
+    event_id: CompactString,
     fingerprint: u128,
     /// The batch's `item_id`, kept when judge scores pair with votes (see
     /// [`Engine::observe_votes`]).
     item: Option<CompactString>,
 }
 
-/// One vote of a [`PreparedVotes`]: its value, and its explicit reputation or else its voter,
-/// whose reputation the table gives when the batch is applied (see [`vote::weight`]).
+/// One vote of a [`PreparedVotes`]: its value, its explicit reputation, and its voter, whose
+/// reputation the table gives when the batch is applied and none is explicit (see
+/// [`vote::weight`]), and whose verdict the reviewer model learns. Ids of up to 24 bytes are
+/// kept inline, so preparing a vote allocates nothing.
 #[derive(Debug, Clone, PartialEq)]
 struct PreparedVote {
     value: f64,
     reputation: Option<f64>,
-    /// Kept when `reputation` is `None` (only then is it looked up), when the reviewer model
-    /// learns from the batch's item, and when `scoring.reputation_source` weighs by it. Voter ids of up to 24 bytes are kept inline, so
-    /// preparing a vote allocates nothing.
-    voter: Option<CompactString>,
+    voter: CompactString,
 }
 
 /// A batch's votes as `(weight, value)`, each vote's weight its explicit reputation or else its
@@ -53,8 +54,7 @@ struct PreparedVote {
 /// the item's votes in judge quality.
 pub type Weights = SmallVec<[(f64, f64); 4]>;
 
-/// What applying a vote batch takes from it once its votes are weighed: the same whether the
-/// batch was read in full ([`Engine::apply_batch`]) or prepared ([`Engine::apply_prepared`]).
+/// What applying a vote batch to its project's score takes from it once its votes are weighed.
 struct Weighed<'a> {
     project_id: &'a str,
     /// The event id's [`dedupe::fingerprint`].
@@ -92,27 +92,45 @@ fn score_output(
 }
 
 impl Engine {
-    /// A vote payload read and checked against the contract, with the time it is observed at:
-    /// the validation both [`Engine::process`] and [`Engine::prepare_votes`] do. A valid payload
-    /// of the plain shape is read in one pass ([`VoteBatch::scan`]); anything else is parsed into
-    /// `doc`, which the batch then borrows from.
-    pub(super) fn validate_votes<'d>(
+    /// Reads a vote payload and checks it against the contract: a valid batch is read by the
+    /// derived reader ([`VoteBatch::plain`]); anything else is parsed into the tree every topic
+    /// is read into ([`json::parse`]), which words the rejection.
+    pub(super) fn read_votes(
         &self,
         record: &Record<'_>,
-        payload: &'d [u8],
-        doc: &'d mut Option<Json<'d>>,
-    ) -> Result<(VoteBatch<'d>, EventTime), Rejection> {
+        payload: &[u8],
+    ) -> Result<PreparedVotes, Rejection> {
         let limits = self.vote_limits();
-        let batch = match VoteBatch::scan(payload, limits) {
+        let doc;
+        let batch = match VoteBatch::plain(payload, limits) {
             Some(batch) => batch,
             None => {
-                let doc = doc.insert(json::parse(payload).map_err(parse_rejection)?);
-                VoteBatch::from_json(doc, limits)?
+                doc = json::parse(payload).map_err(parse_rejection)?;
+                VoteBatch::from_json(&doc, limits)?
             }
         };
         self.check_key(record, batch.project_id)?;
         let at = self.event_time(batch.occurred_at, record)?;
-        Ok((batch, at))
+        let votes = batch
+            .votes
+            .iter()
+            .map(|v| PreparedVote {
+                value: v.value,
+                reputation: v.reputation,
+                voter: CompactString::from(v.voter_id),
+            })
+            .collect();
+        Ok(PreparedVotes {
+            votes,
+            at,
+            project: ProjectKey::from(batch.project_id),
+            event_id: CompactString::from(batch.event_id),
+            fingerprint: dedupe::fingerprint(batch.event_id),
+            item: batch
+                .item_id
+                .filter(|_| self.settings.pairs_judges)
+                .map(CompactString::from),
+        })
     }
 
     /// What the vote contract's limits are.
@@ -125,164 +143,97 @@ impl Engine {
         }
     }
 
-    /// Validates a `jury.votes` record without applying it, for a runtime that reads and
-    /// validates records on one thread and applies them on another. `Some` for a valid batch;
-    /// `None` for anything else (another topic, a rejection), which [`Engine::process`] then
-    /// handles from the start and words the rejection for. Validation reads only the record
-    /// and the configuration, so it can run ahead of state.
+    /// Reads and validates a `jury.votes` record without applying it, for a runtime that reads
+    /// records on one thread and applies them on another ([`Engine::apply_prepared`]). `Some`
+    /// for a valid batch; `None` for anything else (another topic, a rejection), which
+    /// [`Engine::process`] then reads again and words the rejection for. Reading takes only the
+    /// record and the configuration, so it can run ahead of state.
     pub fn prepare_votes(&self, record: &Record<'_>) -> Option<PreparedVotes> {
         if record.input != Some(InputTopic::Votes) {
             return None;
         }
         let payload = record.payload?;
         self.check_size(payload).ok()?;
-        let mut doc = None;
-        let (batch, at) = self.validate_votes(record, payload, &mut doc).ok()?;
-        let item = batch
-            .item_id
-            .filter(|_| self.settings.pairs_judges)
-            .map(CompactString::from);
-        let learned = self.settings.scoring.reputation_source != ReputationSource::Table;
-        let all_voters = (item.is_some() && self.learns_reviewers()) || learned;
-        let votes = batch
-            .votes
-            .iter()
-            .map(|v| PreparedVote {
-                value: v.value,
-                reputation: v.reputation,
-                voter: (all_voters || v.reputation.is_none())
-                    .then(|| CompactString::from(v.voter_id)),
-            })
-            .collect();
-        Some(PreparedVotes {
-            votes,
-            at,
-            project: ProjectKey::from(batch.project_id),
-            fingerprint: dedupe::fingerprint(batch.event_id),
-            item,
-        })
+        self.read_votes(record, payload).ok()
     }
 
-    /// Applies `record`, prepared by [`Engine::prepare_votes`]: exactly what
-    /// [`Engine::process`] does with it, without reading the payload again. A batch that this
-    /// cannot apply (its weights sum to 0, its event id is a resend) goes through
-    /// [`Engine::process`], which words the rejection: the weighed path declines before it
-    /// changes anything.
-    pub fn apply_prepared(
+    /// Applies a read vote batch: the one applier of every vote batch. Its votes are weighed
+    /// (explicit reputation, else the table's, then the learned weights
+    /// `scoring.reputation_source` asks for), its project's score takes the HumanJudge step
+    /// (duplicate and order checks first, the `jury.scores` record held back if the receipt's
+    /// clock says it comes within the coalescing interval of the project's last one), and judge
+    /// quality observes it. A rejection changes nothing.
+    pub(super) fn apply_votes(
         &self,
         state: &mut PartitionState,
-        reputations: &mut ReputationTable,
+        reputations: &ReputationTable,
         record: &Record<'_>,
         prepared: &PreparedVotes,
         out: &mut Vec<Output>,
-    ) -> Outcome {
-        if state.origins.is_copy(record) {
-            return Outcome::Replayed;
-        }
+    ) -> Result<Outcome, Rejection> {
         let table: Weights = prepared
             .votes
             .iter()
             .map(|v| {
-                let table = || v.voter.as_deref().and_then(|id| reputations.get(id));
+                let table = || reputations.get(&v.voter);
                 (vote::weight(v.reputation, table), v.value)
             })
             .collect();
         let mut weights = table.clone();
-        let voters = prepared.votes.iter().map(|v| v.voter.as_deref());
-        self.learned_weights(state, prepared.project.as_str(), voters, &mut weights);
-        let start = out.len();
-        let applied = weighted_mean(&weights).and_then(|mean| {
-            let weighed = Weighed {
-                project_id: prepared.project.as_str(),
-                fingerprint: prepared.fingerprint,
-                mean,
-                votes: prepared.votes.len(),
-            };
-            self.apply_weighed(state, &weighed, prepared.at, record.receipt(), out)
-                .ok()
-        });
-        let outcome = match applied {
-            Some(outcome) => {
-                let project = (prepared.project.as_str(), prepared.item.as_deref());
-                let voters: SmallVec<[&str; 4]> = prepared
-                    .votes
-                    .iter()
-                    .map(|v| v.voter.as_deref().unwrap_or_default())
-                    .collect();
-                let votes = (weights.as_slice(), table.as_slice(), voters.as_slice());
-                self.observe_votes(state, project, votes, prepared.at, outcome, out);
-                self.bound_outputs(record, &mut out[start..]);
-                outcome
-            }
-            None => self.process_new(state, reputations, record, out),
-        };
-        state.origins.advance(record);
-        outcome
-    }
-
-    /// The `(weight, value)` of `batch`'s votes.
-    pub fn weigh(&self, batch: &VoteBatch<'_>, reputations: &ReputationTable) -> Weights {
-        batch
-            .votes
-            .iter()
-            .map(|v| {
-                let table = || reputations.get(v.voter_id);
-                (vote::weight(v.reputation, table), v.value)
-            })
-            .collect()
-    }
-
-    /// Applies a validated vote batch observed at `at`, its votes weighed as `weights`
-    /// ([`Engine::weigh`]): the HumanJudge update, duplicate detection and the `jury.scores`
-    /// record (held back if the receipt's clock says it comes within the coalescing interval of
-    /// the project's last one). Public so benchmarks can time it without parsing.
-    pub fn apply_batch(
-        &self,
-        state: &mut PartitionState,
-        (batch, weights): (&VoteBatch<'_>, &[(f64, f64)]),
-        at: EventTime,
-        receipt: Receipt,
-        out: &mut Vec<Output>,
-    ) -> Result<Outcome, Rejection> {
-        let mean = weighted_mean(weights).ok_or_else(|| {
+        let project = prepared.project.as_str();
+        let voters = prepared.votes.iter().map(|v| Some(v.voter.as_str()));
+        self.learned_weights(state, project, voters, &mut weights);
+        let mean = weighted_mean(&weights).ok_or_else(|| {
             Rejection::new(
                 ErrorCode::ZeroTotalReputation,
                 "the votes' reputations sum to 0; the batch carries no weight",
             )
         })?;
         let weighed = Weighed {
-            project_id: batch.project_id,
-            fingerprint: dedupe::fingerprint(batch.event_id),
+            project_id: project,
+            fingerprint: prepared.fingerprint,
             mean,
-            votes: batch.votes.len(),
+            votes: prepared.votes.len(),
         };
-        self.apply_weighed(state, &weighed, at, receipt, out)
-            .map_err(|declined| match declined {
-                Declined::Resend => Rejection::new(
-                    ErrorCode::DuplicateEventId,
-                    format!(
-                        "`event_id` {:?} was already applied to project {:?}",
-                        batch.event_id, batch.project_id
-                    ),
-                ),
-                Declined::OutOfOrder { through } => Rejection::new(
-                    ErrorCode::OffsetOutOfOrder,
-                    format!(
-                        "offset {} is at or below {through}, the offset of project {:?}'s last \
-                         applied batch in the log its state follows, and `event_id` {:?} is not \
-                         one it remembers: offsets only grow within a partition",
-                        receipt.position.unwrap_or(through),
-                        batch.project_id,
-                        batch.event_id
-                    ),
-                ),
-                Declined::ProjectLimit => {
-                    super::project_limit(batch.project_id, self.settings.limits.max_projects)
-                }
-            })
+        let receipt = record.receipt();
+        let outcome = self
+            .apply_weighed(state, &weighed, prepared.at, receipt, out)
+            .map_err(|declined| self.declined(declined, prepared, receipt))?;
+        let voters: SmallVec<[&str; 4]> = if self.learns_reviewers() {
+            prepared.votes.iter().map(|v| v.voter.as_str()).collect()
+        } else {
+            SmallVec::new()
+        };
+        let votes = (weights.as_slice(), table.as_slice(), voters.as_slice());
+        let item = (project, prepared.item.as_deref());
+        self.observe_votes(state, item, votes, prepared.at, outcome, out);
+        Ok(outcome)
     }
 
-    /// [`Engine::apply_batch`] once the batch's votes are weighed. Declined if its event id is
+    /// The rejection of a batch [`Engine::apply_weighed`] declined.
+    fn declined(&self, declined: Declined, batch: &PreparedVotes, receipt: Receipt) -> Rejection {
+        let (event_id, project) = (batch.event_id.as_str(), batch.project.as_str());
+        match declined {
+            Declined::Resend => Rejection::new(
+                ErrorCode::DuplicateEventId,
+                format!("`event_id` {event_id:?} was already applied to project {project:?}"),
+            ),
+            Declined::OutOfOrder { through } => Rejection::new(
+                ErrorCode::OffsetOutOfOrder,
+                format!(
+                    "offset {} is at or below {through}, the offset of project {project:?}'s last \
+                     applied batch in the log its state follows, and `event_id` {event_id:?} is \
+                     not one it remembers: offsets only grow within a partition",
+                    receipt.position.unwrap_or(through),
+                ),
+            ),
+            Declined::ProjectLimit => {
+                super::project_limit(project, self.settings.limits.max_projects)
+            }
+        }
+    }
+
+    /// The score's step of [`Engine::apply_votes`]. Declined if its event id is
     /// a resend or it comes out of order, and then nothing has changed: a project it would
     /// create cannot have seen the id, and the window's probe that finds it changes nothing.
     ///

@@ -7,7 +7,7 @@ use super::json::Json;
 use super::rejection::{ErrorCode, Rejection};
 use super::time::EventTime;
 
-mod scan;
+mod plain;
 
 /// A validated vote batch, borrowing its strings from the parsed payload.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,15 +48,16 @@ pub struct VoteLimits {
     pub reject_unknown_fields: bool,
 }
 
+/// The members of a batch and of a vote (the derived reader's are its structs' fields).
 const BATCH_FIELDS: [&str; 5] = ["event_id", "project_id", "occurred_at", "item_id", "votes"];
 const VOTE_FIELDS: [&str; 4] = ["voter_id", "verdict", "value", "reputation"];
 
 impl<'d> VoteBatch<'d> {
-    /// A valid batch of the plain shape read from `payload` in one pass (see `scan`): the hot
-    /// path. `None` for anything else, which [`super::json::parse`] and
+    /// A valid batch read from `payload` by a serde-derived struct that borrows from it (see
+    /// `plain`): the hot path. `None` for anything else, which [`super::json::parse`] and
     /// [`VoteBatch::from_json`] then read and word the rejection for.
-    pub fn scan(payload: &'d [u8], limits: VoteLimits) -> Option<VoteBatch<'d>> {
-        scan::valid_batch(std::str::from_utf8(payload).ok()?, limits)
+    pub fn plain(payload: &'d [u8], limits: VoteLimits) -> Option<VoteBatch<'d>> {
+        plain::valid_batch(payload, limits)
     }
 
     /// Validates a parsed payload ([`super::json::parse`], the one reader of every topic)
@@ -125,50 +126,60 @@ fn check_vote_count(n: usize, limits: VoteLimits) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// Why a vote has no value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ValueError<'d> {
+    Conflict,
+    Missing,
+    UnknownVerdict(&'d str),
+    OutOfRange(f64),
+}
+
+/// A vote's value from its `verdict` (`pass` = 1, `flag` = 0) or its `value` in 0..=1: exactly
+/// one of the two. The one rule of both readers.
+fn vote_value<'d>(verdict: Option<&'d str>, value: Option<f64>) -> Result<f64, ValueError<'d>> {
+    match (verdict, value) {
+        (Some(_), Some(_)) => Err(ValueError::Conflict),
+        (None, None) => Err(ValueError::Missing),
+        (Some("pass"), None) => Ok(1.0),
+        (Some("flag"), None) => Ok(0.0),
+        (Some(other), None) => Err(ValueError::UnknownVerdict(other)),
+        (None, Some(v)) if (0.0..=1.0).contains(&v) => Ok(v),
+        (None, Some(v)) => Err(ValueError::OutOfRange(v)),
+    }
+}
+
 fn read_vote_fields<'d>(f: &Fields<'d, '_, '_>, limits: VoteLimits) -> Result<Vote<'d>, Rejection> {
     let voter_id = f.id("voter_id", limits.max_id_bytes)?;
     let verdict = f.opt_str("verdict")?;
     let value = f.opt_number("value")?;
-    let value = match (verdict, value) {
-        (Some(_), Some(_)) => {
-            return Err(Rejection::new(
-                ErrorCode::VoteValueConflict,
-                format!(
-                    "`{}` has both `verdict` and `value`; exactly one is allowed",
-                    f.own_path()
-                ),
-            ));
-        }
-        (None, None) => {
-            return Err(Rejection::new(
-                ErrorCode::VoteValueMissing,
-                format!(
-                    "`{}` needs exactly one of `verdict` or `value`",
-                    f.own_path()
-                ),
-            ));
-        }
-        (Some("pass"), None) => 1.0,
-        (Some("flag"), None) => 0.0,
-        (Some(other), None) => {
-            return Err(Rejection::new(
-                ErrorCode::UnknownVerdict,
-                format!(
-                    "`{}` is {other:?}; expected \"pass\" or \"flag\"",
-                    f.path("verdict")
-                ),
-            ));
-        }
-        (None, Some(v)) => {
-            if !(0.0..=1.0).contains(&v) {
-                return Err(Rejection::new(
-                    ErrorCode::ValueOutOfRange,
-                    format!("`{}` is {v}; must be within 0..=1", f.path("value")),
-                ));
-            }
-            v
-        }
-    };
+    let value = vote_value(verdict, value).map_err(|e| match e {
+        ValueError::Conflict => Rejection::new(
+            ErrorCode::VoteValueConflict,
+            format!(
+                "`{}` has both `verdict` and `value`; exactly one is allowed",
+                f.own_path()
+            ),
+        ),
+        ValueError::Missing => Rejection::new(
+            ErrorCode::VoteValueMissing,
+            format!(
+                "`{}` needs exactly one of `verdict` or `value`",
+                f.own_path()
+            ),
+        ),
+        ValueError::UnknownVerdict(other) => Rejection::new(
+            ErrorCode::UnknownVerdict,
+            format!(
+                "`{}` is {other:?}; expected \"pass\" or \"flag\"",
+                f.path("verdict")
+            ),
+        ),
+        ValueError::OutOfRange(v) => Rejection::new(
+            ErrorCode::ValueOutOfRange,
+            format!("`{}` is {v}; must be within 0..=1", f.path("value")),
+        ),
+    })?;
     let reputation = f.opt_number("reputation")?;
     if let Some(r) = reputation
         && r < 0.0

@@ -309,7 +309,7 @@ fn an_output_beyond_the_record_limit_becomes_a_dead_letter() {
 }
 
 /// `item_id` is informational: one of tens of kB (within the message limit) costs no vote, on
-/// the full reader and the one-pass one alike.
+/// the derived reader and the tree alike.
 #[test]
 fn a_long_item_id_costs_no_vote() {
     let long = format!(
