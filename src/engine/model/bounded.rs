@@ -8,6 +8,10 @@ use std::ops::Range;
 
 use crate::engine::ids::{IdMap, ProjectKey};
 
+/// The room below which [`Bounded`] never shrinks its map: a few values' worth, which a map
+/// would allocate again at once.
+const MIN_ROOM: usize = 16;
+
 /// Values by key, in order of arrival, at most a bound of them: the oldest goes first. Each
 /// value carries its place in that order, so a restore puts it back where it was. The places
 /// are the bounded's own ([`Bounded::entry`]) or given to it ([`Bounded::insert`]): an item's
@@ -78,6 +82,7 @@ impl<V> Bounded<V> {
                 forgotten.push((seq, oldest, value));
             }
         }
+        self.fit();
     }
 
     /// Puts `value` at place `seq`, replacing what `key` held, and returns the place it held;
@@ -94,6 +99,7 @@ impl<V> Bounded<V> {
     pub fn remove(&mut self, key: &str) -> Option<(u64, V)> {
         let (seq, v) = self.values.remove(key)?;
         self.order.remove(&seq);
+        self.fit();
         Some((seq, v))
     }
 
@@ -101,7 +107,20 @@ impl<V> Bounded<V> {
     pub fn remove_at(&mut self, seq: u64) -> Option<(ProjectKey, V)> {
         let key = self.order.remove(&seq)?;
         let (_, v) = self.values.remove(&key)?;
+        self.fit();
         Some((key, v))
+    }
+
+    /// Gives back the map's room once it holds less than a quarter of it. A hash map keeps the
+    /// room of the most values it ever held, and a project holds many for a while when its
+    /// records arrive in a run (the task's bound then forgets them); with 10,000 projects that
+    /// room, not the values, was most of the memory of their items. Halving at a quarter keeps
+    /// the cost amortised: a map grows back only after as many insertions as it shrank by.
+    fn fit(&mut self) {
+        let (len, room) = (self.values.len(), self.values.capacity());
+        if room > MIN_ROOM && len * 4 < room {
+            self.values.shrink_to(len * 2);
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -190,5 +209,50 @@ impl Places {
 
     pub fn is_empty(&self) -> bool {
         self.order.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A map that held many values gives their room back once it holds few, and keeps its
+    /// values and their order.
+    #[test]
+    fn a_bounded_gives_back_the_room_of_values_it_no_longer_holds() {
+        let mut b: Bounded<u64> = Bounded::default();
+        for i in 0..200 {
+            b.insert(&format!("k{i}"), i, i);
+        }
+        assert!(b.values.capacity() >= 200);
+        let mut forgotten = Vec::new();
+        b.make_room(6, &mut forgotten);
+        assert_eq!(forgotten.len(), 195);
+        assert_eq!(b.len(), 5);
+        assert!(b.values.capacity() <= MIN_ROOM, "{}", b.values.capacity());
+        let kept: Vec<(&str, &u64)> = b.iter().collect();
+        assert_eq!(
+            kept,
+            [
+                ("k195", &195),
+                ("k196", &196),
+                ("k197", &197),
+                ("k198", &198),
+                ("k199", &199)
+            ]
+        );
+        // One at a time, as an item's votes come and go: each removal below a quarter of the
+        // room halves it, never below the floor.
+        for i in 0..40 {
+            b.insert(&format!("n{i}"), 200 + i, i);
+        }
+        while b.len() > 1 {
+            let room = b.values.capacity();
+            let oldest = b.order.keys().next().copied().expect("held");
+            b.remove_at(oldest);
+            assert!(room <= MIN_ROOM || b.len() * 4 >= room || b.values.capacity() < room);
+        }
+        assert!(b.values.capacity() <= MIN_ROOM);
+        assert_eq!(b.iter().count(), 1);
     }
 }
