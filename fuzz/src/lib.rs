@@ -81,12 +81,12 @@ fn records(input: InputTopic, topic: &str, data: &[u8]) {
                 &prepared,
                 &mut again_out,
             );
-            assert_eq!(fast, outcome, "prepared and full readers disagree");
             assert_eq!(
-                again_out, out,
-                "prepared and full readers publish differently"
+                fast, outcome,
+                "a batch read ahead and one read in place disagree"
             );
-            assert_eq!(again, state, "prepared and full readers apply differently");
+            assert_eq!(again_out, out, "a batch read ahead publishes differently");
+            assert_eq!(again, state, "a batch read ahead applies differently");
         }
         for o in &out {
             let text = o.render();

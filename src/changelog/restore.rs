@@ -406,16 +406,14 @@ impl Restored {
         } = self;
         // Buckets that hold what the restored state does not are written again by the next
         // flush (see `ItemBucket`).
-        let mut journal = Vec::new();
-        if !items_forgotten.is_empty() {
-            journal.push(Change::ItemsForgotten);
-        }
-        for seq in items_forgotten {
+        state.journal = Some(Vec::new());
+        for &seq in &items_forgotten {
             state.quality.drop_restored(&mut state.projects, seq);
-            journal.push(Change::QualityItem { seq });
         }
-        journal.extend(rerender.into_iter().map(|seq| Change::QualityItem { seq }));
-        state.journal = Some(journal);
+        state.note_items_forgotten(items_forgotten);
+        for seq in rerender {
+            state.note_item(seq);
+        }
         state.quality.start_undo();
         for (project, mut entries) in seen {
             // Ids newer than the project record's are from a flush cut short: their events are

@@ -232,13 +232,25 @@ impl PartitionState {
     pub fn end_flush(&mut self) {
         self.carried.0.clear();
         let forgotten = self.quality.end_flush();
-        if forgotten.is_empty() {
+        self.note_items_forgotten(forgotten);
+    }
+
+    /// Notes that the items at `places` were forgotten by the last flush (the one that ended,
+    /// or the one a restore went back to): the next flush deletes them from their buckets, and
+    /// its record of the places forgotten says none are left to drop.
+    pub fn note_items_forgotten(&mut self, places: Vec<u64>) {
+        if places.is_empty() {
             return;
         }
         self.note(|| Change::ItemsForgotten);
-        for seq in forgotten {
+        for seq in places {
             self.note(|| Change::QualityItem { seq });
         }
+    }
+
+    /// Notes that the item bucket holding place `seq` is written again by the next flush.
+    pub fn note_item(&mut self, seq: u64) {
+        self.note(|| Change::QualityItem { seq });
     }
 
     /// The projects this state holds (as `limits.max_projects` counts them).

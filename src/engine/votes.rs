@@ -24,7 +24,7 @@ use super::{Engine, InputTopic, Outcome, Receipt, Record, parse_rejection};
 /// A `jury.votes` record read and validated, not yet applied: what applying it takes from the
 /// batch, owned, so that the service can read it on its polling thread while the queue is deep
 /// ([`Engine::prepare_votes`]) and the payload is never read twice. Every vote batch is applied
-/// from one of these, by one applier ([`Engine::apply_votes`]).
+/// from one of these, by one applier (`Engine::apply_votes`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreparedVotes {
     votes: SmallVec<[PreparedVote; 4]>,
