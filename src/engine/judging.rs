@@ -248,10 +248,12 @@ impl Engine {
                 session,
             });
         }
-        state.note(|| Change::Ranking {
-            project: c.project_id.clone(),
-            category: category.unwrap_or("").to_owned(),
-        });
+        if update.ranking {
+            state.note(|| Change::Ranking {
+                project: c.project_id.clone(),
+                category: category.unwrap_or("").to_owned(),
+            });
+        }
         for block in update.blocks {
             state.note(|| Change::RankingBlock {
                 project: c.project_id.clone(),

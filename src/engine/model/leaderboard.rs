@@ -430,6 +430,10 @@ pub struct BoardUpdate {
     pub standings: Vec<Standing>,
     /// The category's resampling blocks it wrote or dropped.
     pub blocks: Blocks,
+    /// Whether the category's ranking record (its models and last fit, see [`Ranking`])
+    /// changed: a session that neither refits nor adds or forgets a model leaves it as it was,
+    /// so the changelog writes the fit when it is computed, not with every session.
+    pub ranking: bool,
 }
 
 impl Board {
@@ -476,6 +480,7 @@ impl Board {
             touched.insert(key);
         }
         let ranking = self.ranked.entry(cat.clone()).or_default();
+        let models = ranking.models.clone();
         let mut blocks = ranking.expire(from_day);
         if !ranks.is_empty() {
             let slot = (xxhash_rust::xxh3::xxh3_64(session.as_bytes()) % BLOCK_SLOTS) as u8;
@@ -490,6 +495,7 @@ impl Board {
             let interval = i64::try_from(cfg.bt_interval_secs).unwrap_or(i64::MAX);
             at >= last.plus_seconds(interval)
         });
+        let mut changed = due || ranking.models != models;
         if due {
             ranking.fit(at, cfg.bootstrap_rounds);
             // Every model's rating moved: the category's rows are all republished.
@@ -512,8 +518,13 @@ impl Board {
             && self.ranked.get(&cat).is_some_and(|r| r.blocks.is_empty())
         {
             self.ranked.remove(&cat);
+            changed = true;
         }
-        BoardUpdate { standings, blocks }
+        BoardUpdate {
+            standings,
+            blocks,
+            ranking: changed,
+        }
     }
 
     /// The keys of category `category`'s rows.

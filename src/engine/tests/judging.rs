@@ -500,3 +500,46 @@ fn biased_session_emits_alerts_after_consensus() {
     assert!(c["bias"]["length_r"].as_f64().unwrap() > 0.95);
     assert_eq!(c["bias"]["risk"], "medium");
 }
+
+/// A category's ranking record (its models and last Bradley-Terry fit) is a figure: the
+/// journal notes it when a session refits it or adds a model, not with every session.
+#[test]
+fn the_ranking_is_noted_when_it_is_refitted_or_gains_a_model() {
+    let mut config = Config::default();
+    config.leaderboard.bt_interval_secs = 100;
+    let mut h = Harness::with(&config);
+    h.state = PartitionState::journaled();
+    let two: Candidates<'_> = &[("A", "m-a", 9), ("B", "m-b", 5)];
+    let three: Candidates<'_> = &[("A", "m-a", 9), ("B", "m-b", 5), ("C", "m-c", 1)];
+    let mut noted = Vec::new();
+    // The first session fits; the next two within the interval neither refit nor add a
+    // model, the third adds m-c, the fourth comes after the interval and refits.
+    for (i, (secs, candidates)) in [(0, two), (10, two), (20, two), (30, three), (200, three)]
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(
+            h.send("jury.judge-scores", &board_ballot(i, secs, candidates, "c")),
+            Outcome::Applied
+        );
+        let journal = h.state.journal.replace(Vec::new()).unwrap_or_default();
+        let ranked = journal
+            .iter()
+            .any(|c| matches!(c, Change::Ranking { category, .. } if category == "c"));
+        let blocks = journal
+            .iter()
+            .any(|c| matches!(c, Change::RankingBlock { .. }));
+        noted.push((ranked, blocks));
+    }
+    // Every session's pairs are facts, written with their block each time.
+    assert_eq!(
+        noted,
+        [
+            (true, true),
+            (false, true),
+            (false, true),
+            (true, true),
+            (true, true)
+        ]
+    );
+}
