@@ -118,8 +118,9 @@ fn reviewers() {
 /// applies them), judge scores waiting for votes, pairs in judges' windows and recent
 /// candidates' scores (through the project's state, each kind on its own).
 fn judge_quality() {
+    use jurystream::engine::ids::Projects;
     use jurystream::engine::model::judge_quality::{
-        Pair, ProjectQuality, Projects, QualityLimits, TaskQuality,
+        Pair, ProjectQuality, QualityLimits, TaskQuality,
     };
     const ITEMS: usize = 10_000;
     // A dedupe window of one id, so the project's own state stays the size of one batch's.

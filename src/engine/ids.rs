@@ -15,3 +15,7 @@ pub type IdSet<K> = HashSet<K, foldhash::fast::RandomState>;
 /// project compares bytes already in the table instead of following a pointer to them: with
 /// 10,000 busy projects that pointer was a cache miss and half the time of finding a project.
 pub type ProjectKey = compact_str::CompactString;
+
+/// A state's projects, by id: the one map every part of a project is found through (the
+/// session book and judge quality are handed it, generic over what holds their part).
+pub type Projects<P> = IdMap<ProjectKey, P>;

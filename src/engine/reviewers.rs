@@ -85,7 +85,7 @@ impl Engine {
         &self,
         state: &PartitionState,
         project: &str,
-        voters: impl Iterator<Item = Option<&'v str>>,
+        voters: impl Iterator<Item = &'v str>,
         weights: &mut [(f64, f64)],
     ) {
         let source = self.settings.scoring.reputation_source;
@@ -102,7 +102,7 @@ impl Engine {
         let learned: SmallVec<[f64; 4]> = voters
             .zip(weights.iter())
             .map(|(voter, &(table, value))| {
-                let r = voter.and_then(|v| fitted.reviewers.get(v));
+                let r = fitted.reviewers.get(voter);
                 let pass = value >= 0.5;
                 match r.filter(|r| r.shared >= min_items) {
                     Some(r) if source == ReputationSource::Both => table * r.learned_weight(pass),

@@ -181,7 +181,7 @@ impl Engine {
             .collect();
         let mut weights = table.clone();
         let project = prepared.project.as_str();
-        let voters = prepared.votes.iter().map(|v| Some(v.voter.as_str()));
+        let voters = prepared.votes.iter().map(|v| v.voter.as_str());
         self.learned_weights(state, project, voters, &mut weights);
         let mean = weighted_mean(&weights).ok_or_else(|| {
             Rejection::new(

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::engine::ids::{IdMap, ProjectKey};
+use crate::engine::ids::{ProjectKey, Projects};
 
 use serde::{Deserialize, Serialize};
 
@@ -183,9 +183,6 @@ impl HoldsSessions for ProjectSessions {
         self
     }
 }
-
-/// The state's projects, by id.
-pub type Projects<P> = IdMap<ProjectKey, P>;
 
 /// The sessions of `project`, if held.
 fn of<'a, P: HoldsSessions>(

@@ -27,7 +27,7 @@ use super::reviewers::{
     Fit, ProjectReviewer, Review, Reviewed, ReviewerLimits, Reviewers, Verdict, fit,
 };
 use crate::engine::contract::time::EventTime;
-use crate::engine::ids::{IdMap, ProjectKey};
+use crate::engine::ids::{ProjectKey, Projects};
 
 /// The judge scores paired with one item at once.
 type SmallScores = SmallVec<[f64; 4]>;
@@ -433,9 +433,6 @@ impl HoldsQuality for ProjectQuality {
         self
     }
 }
-
-/// The state's projects, by id.
-pub type Projects<P> = IdMap<ProjectKey, P>;
 
 /// The judge quality of `project`, created with the project if new (a key of up to 24 bytes
 /// allocates nothing).
