@@ -11,6 +11,12 @@
 //! keeps the latest value per key, exactly as compaction would. This module is pure: the Kafka
 //! runtime does the reading and writing.
 //!
+//! Each kind of state is declared once, in `stores.rs`: its name in keys, the ids after it,
+//! how its value is written from the state and read back, and how it survives a flush that a
+//! crash cut short (its *recovery*: counted, undone or redone, below). Keys, rendering and
+//! restoring dispatch on that registration; `render.rs` maps the engine's journal to the
+//! records it rewrites, `restore.rs` joins what spans records.
+//!
 //! Dedupe windows are stored in buckets of `SEEN_BUCKET` consecutive ids (written as runs,
 //! `IdRun`). A vote project's record carries its score *and* its newest (open) bucket, for two
 //! reasons: with many projects nearly every event changes both, and one record instead of two is a third fewer produced
@@ -22,7 +28,8 @@
 //! last complete flush are applied exactly once (as long as the dedupe window holds a flush's
 //! worth of the project's ids). The record also carries the offset of the project's last
 //! applied batch, so the replayed records it already counts are skipped as replayed
-//! ([`crate::engine::Outcome::Replayed`]) rather than dead-lettered as duplicates.
+//! ([`crate::engine::Outcome::Replayed`]) rather than dead-lettered as duplicates. These
+//! records are *counted*: each says which input it counts.
 //!
 //! Judge-scores state has no such pairing: one ballot changes its session, the partition's
 //! session book, its project's dedupe window, and (when it completes sessions) their completed
@@ -34,7 +41,8 @@
 //! write, through the one marked last), restore applies it over whatever part of the state
 //! records made it, and the state is the end of the flush, its offset the redo's; if it is not,
 //! none of the flush's state records were written (they follow it), and the state is the flush
-//! before. Either way, each ballot counts once and replays from the restored offset.
+//! before. Either way, each ballot counts once and replays from the restored offset. These
+//! records are *redone*.
 //!
 //! A projects unit (`p`) holds both: its flush writes its vote projects first, exactly as a
 //! votes unit does, then its judge-quality item buckets, then the redo record of everything
@@ -49,7 +57,7 @@
 //! event), so they are written once, not also inside the redo record: each carries its flush's
 //! offset, the first place the flush took, and the items the flush changed or forgot as it
 //! found them (`ItemBucket`), so a restore to an earlier offset reads it as the flush found
-//! it. Items a flush forgets are deleted by the next flush (their places are in the redo
+//! it: they are *undone*. Items a flush forgets are deleted by the next flush (their places are in the redo
 //! record, `Slot::ItemsForgotten`, so a restore drops those still in their buckets), and
 //! buckets a cut flush wrote are written again by the first flush after the restore.
 //!
@@ -59,23 +67,23 @@
 
 mod render;
 mod restore;
+mod stores;
 
 use serde::ser::{Error as _, SerializeSeq};
 use serde::{Deserialize, Serialize, Serializer};
-use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::engine::contract::time::EventTime;
 use crate::engine::model::bias::ProjectAudit;
 use crate::engine::model::dedupe::RecentIds;
-use crate::engine::model::judge_quality::{Bounded, ItemVotes, ProjectQuality, Waiting};
+use crate::engine::model::judge_quality::ProjectQuality;
+use crate::engine::model::judge_quality::{ItemVotes, Waiting};
 use crate::engine::model::leaderboard::{BlockId, Ranking, StoredRow};
 use crate::engine::model::reviewers::{Findings, Kept as ReviewerKept};
 use crate::engine::model::score::ProjectScore;
 use crate::engine::model::session::{Session, SessionBook};
-use crate::engine::{
-    Change, IdMap, InputTopic, JudgeProject, Kept, Origins, PartitionState, VoteProject,
-};
+use crate::engine::{Change, IdMap, InputTopic, Kept, Origins, PartitionState, VoteProject};
+use stores::Slot;
 
 pub use render::{RecordRef, Records, Renderer};
 pub use restore::Restorer;
@@ -238,136 +246,6 @@ fn topic_of(tag: &str) -> Option<InputTopic> {
     InputTopic::ALL.into_iter().find(|t| self::tag(*t) == tag)
 }
 
-/// The piece of a unit's state one changelog record holds: its key after the unit. Written as
-/// the rest of the key's JSON array (see [`Key`]), read back by [`Slot::from_parts`]; the
-/// restore decodes each kind with a function of its own.
-#[derive(Debug, PartialEq, Eq, Hash, Clone, Copy)]
-pub(super) enum Slot<'a> {
-    /// The last input offset the unit's state includes: `["v",3,"offset"]`.
-    Offset,
-    /// The last offset processed from each input partition whose records reach the unit (see
-    /// [`crate::engine::Origins`]), `[["v",0,41],["v",2,17]]`: written with every flush, after
-    /// its state records (inside a judge-scores flush's redo record), so it never claims a
-    /// record the restored state does not hold. `["v",3,"origins"]`.
-    Origins,
-    /// A vote project: its score and its open dedupe bucket. `["v",3,"project","proj-42"]`.
-    Project(&'a str),
-    /// A closed bucket of a project's dedupe window: `["v",3,"seen","proj-42","12"]` (of a
-    /// judge-scores unit, its ballot ids').
-    Seen(&'a str, u64),
-    /// A bucket of a projects unit's window of ballot ids: `["p",3,"ballots","proj-42","12"]`.
-    Ballots(&'a str, u64),
-    /// An open session: `["j",3,"session","proj-42","council-981"]`.
-    Session(&'a str, &'a str),
-    /// A completed session's id, by fingerprint: `["j",3,"completed","proj-42","<32 hex>"]`.
-    Completed(&'a str, u128),
-    /// A project's bias roll-up.
-    Audit(&'a str),
-    /// A completed session's kept `jury.consensus` record, `{"seq":N,"record":{...}}`:
-    /// `["j",3,"consensus","proj-42","council-981"]`.
-    Consensus(&'a str, &'a str),
-    /// A leaderboard row: project, category, model.
-    Board(&'a str, &'a str, &'a str),
-    /// A judge-scores project's watermark: `["j",3,"watermark","proj-42"]`.
-    Watermark(&'a str),
-    /// A category's Bradley-Terry models and last fit: `["j",3,"ranking","proj-42","chat"]`.
-    Ranking(&'a str, &'a str),
-    /// One of a category's Bradley-Terry resampling blocks, by day and slot:
-    /// `["j",3,"block","proj-42","chat","20417.3"]`.
-    Block(&'a str, &'a str, BlockId),
-    /// A bucket of `ITEM_BUCKET` places of the task's items with votes, whatever their
-    /// projects, `[[seq,"proj-42","trace-100",[...]],...]`: `["p",3,"items","6"]`. One record
-    /// per bucket and flush, not per item: with a new item per vote, per-item records were most
-    /// of the changelog; and places of the task, not of each project, so that a flush's new
-    /// items fill buckets rather than rewrite one per project.
-    Items(u64),
-    /// The places of the items the flush forgot, whose buckets the next flush rewrites
-    /// (`[seq,...]`): `["p",3,"items-forgotten"]`. Inside the redo record, so that a restore
-    /// drops the items of the flush it restores that are still in their buckets.
-    ItemsForgotten,
-    /// A bucket of places of the task's items with judge scores waiting for votes,
-    /// `[[seq,"proj-42","trace-100",[...]],...]`: `["p",3,"waits","6"]`.
-    Waits(u64),
-    /// A judge's window of pairs, `{"seq":N,"value":{...}}`: `["j",3,"judge","proj-42","gpt"]`.
-    Judge(&'a str, &'a str),
-    /// One of a project's last candidates' judge scores, by its place:
-    /// `["j",3,"recent","proj-42","17"]`.
-    Recent(&'a str, u64),
-    /// A project's count of judge-quality items forgotten: `["j",3,"forgotten","proj-42"]`.
-    Forgotten(&'a str),
-    /// A reviewer's kept part (last event time, findings), `{"last_event_at":...}`:
-    /// `["p",3,"reviewer","proj-42","u-7"]`. Its sums are counted again from the items.
-    Reviewer(&'a str, &'a str),
-    /// The session book's creation counter.
-    Book,
-    /// Chunk `n` of a judge-scores flush's redo record: `["j",3,"redo","0"]`.
-    Redo(u64),
-}
-
-impl<'a> Slot<'a> {
-    /// The kind's name in the key.
-    fn kind(self) -> &'static str {
-        match self {
-            Slot::Offset => "offset",
-            Slot::Origins => "origins",
-            Slot::Project(_) => "project",
-            Slot::Seen(..) => "seen",
-            Slot::Ballots(..) => "ballots",
-            Slot::Session(..) => "session",
-            Slot::Completed(..) => "completed",
-            Slot::Audit(_) => "audit",
-            Slot::Consensus(..) => "consensus",
-            Slot::Board(..) => "board",
-            Slot::Watermark(_) => "watermark",
-            Slot::Ranking(..) => "ranking",
-            Slot::Block(..) => "block",
-            Slot::Items(..) => "items",
-            Slot::ItemsForgotten => "items-forgotten",
-            Slot::Waits(..) => "waits",
-            Slot::Judge(..) => "judge",
-            Slot::Recent(..) => "recent",
-            Slot::Forgotten(_) => "forgotten",
-            Slot::Reviewer(..) => "reviewer",
-            Slot::Book => "book",
-            Slot::Redo(_) => "redo",
-        }
-    }
-
-    /// The slot named by a key's elements after its unit (`["project","proj-42"]`), or why
-    /// they name none.
-    fn from_parts(parts: &'a [Value]) -> Result<Slot<'a>, &'static str> {
-        let kind = parts.first().and_then(Value::as_str).unwrap_or_default();
-        let ids: Vec<&str> = parts.iter().skip(1).filter_map(Value::as_str).collect();
-        let number = |s: &str| s.parse().map_err(|_| "an index is not a number");
-        let hex = |s: &str| u128::from_str_radix(s, 16).map_err(|_| "fingerprint is not hex");
-        Ok(match (kind, ids.as_slice()) {
-            ("offset", []) => Slot::Offset,
-            ("origins", []) => Slot::Origins,
-            ("project", [p]) => Slot::Project(p),
-            ("seen", [p, bucket]) => Slot::Seen(p, number(bucket)?),
-            ("ballots", [p, bucket]) => Slot::Ballots(p, number(bucket)?),
-            ("session", [p, s]) => Slot::Session(p, s),
-            ("completed", [p, f]) => Slot::Completed(p, hex(f)?),
-            ("audit", [p]) => Slot::Audit(p),
-            ("consensus", [p, s]) => Slot::Consensus(p, s),
-            ("board", [p, c, m]) => Slot::Board(p, c, m),
-            ("watermark", [p]) => Slot::Watermark(p),
-            ("ranking", [p, c]) => Slot::Ranking(p, c),
-            ("block", [p, c, b]) => Slot::Block(p, c, b.parse().map_err(|()| "a bad block")?),
-            ("items", [n]) => Slot::Items(number(n)?),
-            ("items-forgotten", []) => Slot::ItemsForgotten,
-            ("waits", [n]) => Slot::Waits(number(n)?),
-            ("judge", [p, j]) => Slot::Judge(p, j),
-            ("recent", [p, n]) => Slot::Recent(p, number(n)?),
-            ("forgotten", [p]) => Slot::Forgotten(p),
-            ("reviewer", [p, r]) => Slot::Reviewer(p, r),
-            ("book", []) => Slot::Book,
-            ("redo", [n]) => Slot::Redo(number(n)?),
-            _ => return Err("unknown kind of state"),
-        })
-    }
-}
-
 /// A changelog key, written as the JSON array `["v",3,"project","proj-42"]`: the unit's tag and
 /// partition, the slot's kind, then the ids that name it (numbers as decimal strings,
 /// fingerprints as [`Hex`]).
@@ -382,62 +260,9 @@ impl Serialize for Key<'_> {
         seq.serialize_element(self.unit.tag())?;
         seq.serialize_element(&self.unit.partition)?;
         seq.serialize_element(self.slot.kind())?;
-        match self.slot {
-            Slot::Offset | Slot::Origins | Slot::Book | Slot::ItemsForgotten => {}
-            Slot::Project(p) | Slot::Audit(p) | Slot::Watermark(p) | Slot::Forgotten(p) => {
-                seq.serialize_element(p)?
-            }
-            Slot::Seen(p, bucket) | Slot::Ballots(p, bucket) | Slot::Recent(p, bucket) => {
-                seq.serialize_element(p)?;
-                seq.serialize_element(&bucket.to_string())?;
-            }
-            Slot::Session(p, second)
-            | Slot::Ranking(p, second)
-            | Slot::Consensus(p, second)
-            | Slot::Judge(p, second)
-            | Slot::Reviewer(p, second) => {
-                seq.serialize_element(p)?;
-                seq.serialize_element(second)?;
-            }
-            Slot::Completed(p, fingerprint) => {
-                seq.serialize_element(p)?;
-                seq.serialize_element(&Hex(fingerprint))?;
-            }
-            Slot::Board(p, category, model) => {
-                seq.serialize_element(p)?;
-                seq.serialize_element(category)?;
-                seq.serialize_element(model)?;
-            }
-            Slot::Block(p, category, block) => {
-                seq.serialize_element(p)?;
-                seq.serialize_element(category)?;
-                seq.serialize_element(&block.to_string())?;
-            }
-            Slot::Redo(n) | Slot::Items(n) | Slot::Waits(n) => {
-                seq.serialize_element(&n.to_string())?
-            }
-        }
+        self.slot.write_ids(&mut seq)?;
         seq.end()
     }
-}
-
-#[derive(Serialize, Deserialize)]
-struct Seq {
-    seq: u64,
-}
-
-/// The session book's record. (A changelog written before watermarks were per project also
-/// holds the partition's `watermark` here, which restore ignores: the projects' own start with
-/// their next event.)
-#[derive(Serialize, Deserialize)]
-struct BookMeta {
-    next_seq: u64,
-}
-
-/// A project's watermark record.
-#[derive(Serialize, Deserialize)]
-struct WatermarkValue {
-    watermark: EventTime,
 }
 
 /// Ids per dedupe-window changelog record.
@@ -447,31 +272,6 @@ const SEEN_BUCKET: u64 = 32;
 /// writes its new items' buckets once each, and rewrites the older buckets of items voted on
 /// again, a few kilobytes each at most.
 const ITEM_BUCKET: u64 = 16;
-
-/// A bucket of a task's items with votes ([`Slot::Items`]), `{"at":O,"from":F,"items":[[seq,
-/// project,item,votes],...],"before":[...]}`. It is written before the flush's redo record,
-/// not inside it, so once (see the module doc): `at` is the flush's last input offset (`null`
-/// from a flush that has none), `from` the first place the flush took and `before` the items
-/// it changed or forgot that it found, as it found them. A restore to an offset below `at`
-/// reads the bucket as the flush found it: without the items at `from` or after, with those of
-/// `before`. (A changelog written before this held the items alone, `[[seq,...],...]`, in
-/// buckets its redo records kept whole.)
-#[derive(Serialize, Deserialize)]
-struct ItemBucket<S, V> {
-    at: Option<i64>,
-    from: u64,
-    items: Vec<(u64, S, S, V)>,
-    #[serde(default = "Vec::new", skip_serializing_if = "Vec::is_empty")]
-    before: Vec<(u64, S, S, V)>,
-}
-
-/// An item bucket as read: as written now, or before it carried its flush.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum StoredItems {
-    Bucket(ItemBucket<String, ItemVotes>),
-    Items(Vec<(u64, String, String, ItemVotes)>),
-}
 
 /// A dedupe fingerprint as it is written: 32 lowercase hex digits.
 struct Hex(u128);
@@ -557,81 +357,6 @@ fn push_bucket(b: &mut Vec<u8>, ids: impl Iterator<Item = (u64, u128)>) -> bool 
     !ids.is_empty() && push_json(b, &ids)
 }
 
-/// The value of a kept consensus record (see [`Slot::Consensus`]).
-#[derive(Serialize, Deserialize)]
-struct KeptValue<'a> {
-    seq: u64,
-    #[serde(borrow)]
-    record: &'a RawValue,
-}
-
-/// A judge-quality value with its place in its project's order of arrival (see
-/// [`crate::engine::model::judge_quality::Bounded`]).
-#[derive(Serialize, Deserialize)]
-struct Placed<T> {
-    seq: u64,
-    value: T,
-}
-
-/// A project's count of judge-quality items forgotten, and of verdicts its reviewer model left
-/// out: written `[forgotten, left_out, verdicts]` (nearly every project's changes with every
-/// flush while the task's items turn over), read in that form or as the object written before.
-#[derive(Deserialize)]
-struct ForgottenValue {
-    forgotten: u64,
-    #[serde(default)]
-    left_out: u64,
-    /// Verdicts forgotten with their items: with the held ones, the verdicts ever admitted,
-    /// which the reviewer model's checkpoints follow.
-    #[serde(default)]
-    verdicts: u64,
-}
-
-impl Serialize for ForgottenValue {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (self.forgotten, self.left_out, self.verdicts).serialize(s)
-    }
-}
-
-/// The places of the items a flush forgot ([`Slot::ItemsForgotten`]) as written: runs of
-/// consecutive places, `[[first,last],...]`. A task forgets its oldest items first, so a
-/// flush's places are one run or few. Read in that form or as the places one by one
-/// (`[seq,...]`, written before).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum StoredPlaces {
-    Runs(Vec<(u64, u64)>),
-    Places(Vec<u64>),
-}
-
-impl StoredPlaces {
-    /// The places, in the order written.
-    fn places(self) -> Vec<u64> {
-        match self {
-            StoredPlaces::Runs(runs) => runs.into_iter().flat_map(|(a, b)| a..=b).collect(),
-            StoredPlaces::Places(places) => places,
-        }
-    }
-}
-
-/// `places` as runs of consecutive places, in their order (see [`StoredPlaces`]).
-fn place_runs(places: &[u64]) -> Vec<(u64, u64)> {
-    let mut runs: Vec<(u64, u64)> = Vec::new();
-    for &seq in places {
-        match runs.last_mut() {
-            Some((_, last)) if last.checked_add(1) == Some(seq) => *last = seq,
-            _ => runs.push((seq, seq)),
-        }
-    }
-    runs
-}
-
-/// The value of an offset record, `{"offset":N}`.
-#[derive(Serialize)]
-struct OffsetValue {
-    offset: i64,
-}
-
 /// How a redo chunk reads back: the write it belongs to (the writer's run and the flush's last
 /// input offset), whether it is the flush's last chunk, and the state records it carries, each
 /// a key and a value (`null` for a tombstone), as written.
@@ -646,20 +371,6 @@ struct RedoChunk<'a> {
 
 /// The largest redo chunk a [`Renderer::default`] writes (records' keys and values).
 pub const DEFAULT_REDO_CHUNK_BYTES: usize = 512 * 1024;
-
-/// The bucket of a window's newest id: a vote project's open bucket, carried in its record.
-fn bucket_of_newest(window: &RecentIds) -> Option<u64> {
-    window.newest_seq().map(|s| s / SEEN_BUCKET)
-}
-
-/// A vote project's record; written with the ids in runs ([`IdRun`]), read back as strings.
-#[derive(Serialize, Deserialize)]
-struct ProjectRecord<Ids> {
-    score: ProjectScore,
-    seen: Vec<Ids>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    offset: Option<i64>,
-}
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@ use std::hash::BuildHasher;
 use hashbrown::hash_table::{Entry as SlotEntry, HashTable};
 use serde_json::value::RawValue;
 
+use super::stores::{Recovery, Source, bucket_of_newest};
 use super::*;
 
 /// A record in a [`Records`] buffer.
@@ -77,25 +78,22 @@ impl Records {
         }
     }
 
-    /// Appends the record holding the last input offset applied to `unit`'s state.
-    pub(super) fn push_offset(&mut self, unit: Unit, offset: i64) {
-        self.push(unit, Slot::Offset, |b| {
-            push_json(b, &OffsetValue { offset })
-        });
-    }
-
-    /// Appends the record of the last offset processed from each input partition that reached
-    /// `unit` (see [`Slot::Origins`]), unless there is none.
-    fn push_origins(&mut self, unit: Unit, origins: &Origins) {
-        if origins.is_empty() {
-            return;
-        }
-        let entries: Vec<(&str, i32, i64)> = origins
-            .entries()
-            .into_iter()
-            .map(|(t, p, o)| (super::tag(t), p, o))
-            .collect();
-        self.push(unit, Slot::Origins, |b| push_json(b, &entries));
+    /// Appends the records a flush writes itself: the last input offset applied to `unit`'s
+    /// state, or the last offset processed from each input partition that reached it (see
+    /// [`Slot::Origins`]), unless there is none.
+    pub(super) fn push_flush(
+        &mut self,
+        (unit, state): (Unit, &PartitionState),
+        slot: Slot<'_>,
+        at: i64,
+    ) {
+        let from = Source {
+            unit,
+            state,
+            change: None,
+            at: Some(at),
+        };
+        self.push(unit, slot, |b| slot.render(&from, b));
     }
 
     /// Appends `other`'s records.
@@ -156,186 +154,27 @@ impl Records {
         });
     }
 
-    /// Appends a judge-quality value with its place (see [`Placed`]), or a tombstone.
-    fn push_placed(&mut self, unit: Unit, slot: Slot<'_>, value: Option<(u64, &impl Serialize)>) {
-        self.push(unit, slot, |b| {
-            value.is_some_and(|(seq, value)| push_json(b, &Placed { seq, value }))
-        });
-    }
-
-    /// Appends the record for one slot, its value read from the current state (`change` is the
-    /// slot's last change: a completed-window entry's sequence number is not kept in the state;
-    /// `at` the flush's last input offset, which item buckets carry).
-    fn push_slot(
+    /// Appends the records of `slots` with their last changes, their values read from the
+    /// current state (see [`Source`]): vote project records last, the others before them in
+    /// their order (see the module doc).
+    fn push_slots<'s, 'c: 's>(
         &mut self,
-        (unit, state): (Unit, &PartitionState),
-        slot: Slot<'_>,
-        change: &Change,
-        at: Option<i64>,
+        (unit, state, at): (Unit, &PartitionState, Option<i64>),
+        slots: impl Iterator<Item = &'s (Slot<'c>, &'c Change)> + Clone,
     ) {
-        match slot {
-            Slot::Project(project) => self.push(unit, slot, |b| {
-                state.votes(project).is_some_and(|p| push_project(b, p))
-            }),
-            Slot::Seen(project, bucket) | Slot::Ballots(project, bucket) => {
-                // Buckets are rewritten whole when they change and deleted once every id in
-                // them was forgotten.
-                let window = if matches!(slot, Slot::Seen(..)) && unit.holds_votes() {
-                    state.votes(project).map(|p| &p.seen)
-                } else {
-                    state.judges(project).map(|p| &p.seen)
-                };
-                self.push(unit, slot, |b| {
-                    window.is_some_and(|w| {
-                        push_bucket(b, w.range(bucket * SEEN_BUCKET, (bucket + 1) * SEEN_BUCKET))
-                    })
-                });
-            }
-            Slot::Session(project, session) => {
-                let open = state
-                    .projects
-                    .get(project)
-                    .and_then(|p| p.sessions.open.get(session));
-                self.push(unit, slot, |b| open.is_some_and(|s| push_json(b, s)));
-            }
-            Slot::Completed(..) => {
-                self.push(unit, slot, |b| match change {
-                    Change::Completed { seq, .. } => push_json(b, &Seq { seq: *seq }),
-                    _ => false,
-                });
-            }
-            Slot::Audit(project) => {
-                let audit = state.judges(project).map(|p| &p.audit);
-                self.push(unit, slot, |b| audit.is_some_and(|a| push_json(b, a)));
-            }
-            Slot::Consensus(project, session) => {
-                let kept = state.judges(project).and_then(|p| p.kept.get(session));
-                self.push(unit, slot, |b| {
-                    kept.is_some_and(|k| {
-                        let record = serde_json::from_str::<&RawValue>(&k.record);
-                        record.is_ok_and(|record| push_json(b, &KeptValue { seq: k.seq, record }))
-                    })
-                });
-            }
-            Slot::Board(project, category, model) => {
-                let row = state
-                    .judges(project)
-                    .and_then(|p| p.board.rows.get(&(category.to_owned(), model.to_owned())));
-                self.push(unit, slot, |b| row.is_some_and(|r| push_json(b, r)));
-            }
-            Slot::Ranking(project, category) => {
-                let ranking = state
-                    .judges(project)
-                    .and_then(|p| p.board.ranked.get(category));
-                self.push(unit, slot, |b| ranking.is_some_and(|r| push_json(b, r)));
-            }
-            Slot::Block(project, category, block) => {
-                let pairs = state
-                    .judges(project)
-                    .and_then(|p| p.board.ranked.get(category))
-                    .and_then(|r| r.blocks.get(&block));
-                self.push(unit, slot, |b| pairs.is_some_and(|p| push_json(b, p)));
-            }
-            Slot::Watermark(project) => {
-                let watermark = state
-                    .projects
-                    .get(project)
-                    .and_then(|p| p.sessions.watermark);
-                self.push(unit, slot, |b| {
-                    watermark.is_some_and(|watermark| push_json(b, &WatermarkValue { watermark }))
-                });
-            }
-            Slot::Items(bucket) => {
-                let items: Vec<_> = state
-                    .quality
-                    .items_at(&state.projects, places(bucket))
-                    .collect();
-                let undo = state.quality.undo();
-                // What the flush found is needed only if a restore can stop before it.
-                let before: Vec<_> = undo
-                    .filter(|_| at.is_some())
-                    .map(|u| {
-                        let found = u.before.range(places(bucket));
-                        found
-                            .map(|(&seq, (p, i, v))| (seq, p.as_str(), i.as_str(), v))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let bucket = ItemBucket {
-                    at,
-                    from: undo.map_or(0, |u| u.from),
-                    items,
-                    before,
-                };
-                self.push(unit, slot, |b| {
-                    !(bucket.items.is_empty() && bucket.before.is_empty()) && push_json(b, &bucket)
-                });
-            }
-            Slot::ItemsForgotten => {
-                let undo = state.quality.undo();
-                let forgotten = undo.map(|u| &u.forgotten).filter(|f| !f.is_empty());
-                self.push(unit, slot, |b| {
-                    forgotten.is_some_and(|f| push_json(b, &place_runs(f)))
-                });
-            }
-            Slot::Waits(bucket) => {
-                let waits: Vec<_> = state
-                    .quality
-                    .waits_at(&state.projects, places(bucket))
-                    .collect();
-                self.push(unit, slot, |b| !waits.is_empty() && push_json(b, &waits));
-            }
-            Slot::Judge(project, judge) => {
-                let q = state.quality(project);
-                self.push_placed(unit, slot, q.and_then(|q| q.judges.get_with_seq(judge)));
-            }
-            Slot::Recent(project, seq) => {
-                let q = state.quality(project);
-                let scores = q.and_then(|q| q.recent.get(&seq));
-                self.push(unit, slot, |b| scores.is_some_and(|s| push_json(b, s)));
-            }
-            Slot::Forgotten(project) => {
-                let q = state.quality(project);
-                self.push(unit, slot, |b| {
-                    q.is_some_and(|q| {
-                        push_json(
-                            b,
-                            &ForgottenValue {
-                                forgotten: q.forgotten,
-                                left_out: q.reviewers.left_out,
-                                verdicts: q.reviewers.forgotten_verdicts,
-                            },
-                        )
-                    })
-                });
-            }
-            Slot::Reviewer(project, reviewer) => {
-                let q = state.quality(project);
-                let findings = q
-                    .filter(|q| q.reviewers.holds(reviewer))
-                    .map(|q| q.reviewers.findings(reviewer))
-                    .filter(Findings::any);
-                self.push(unit, slot, |b| {
-                    findings.is_some_and(|findings| push_json(b, &ReviewerKept { findings }))
-                });
-            }
-            Slot::Book => {
-                let meta = BookMeta {
-                    next_seq: state.sessions.next_seq(),
-                };
-                self.push(unit, slot, |b| push_json(b, &meta));
-            }
-            // Written by the flush itself (its offset, origins and redo records), never by a
-            // change.
-            Slot::Offset | Slot::Origins | Slot::Redo(_) => {}
+        let is_project = |slot: &Slot<'_>| matches!(slot, Slot::Project(_));
+        let others = slots.clone().filter(|(slot, _)| !is_project(slot));
+        let projects = slots.filter(|(slot, _)| is_project(slot));
+        for (slot, change) in others.chain(projects) {
+            let from = Source {
+                unit,
+                state,
+                change: Some(change),
+                at,
+            };
+            self.push(unit, *slot, |b| slot.render(&from, b));
         }
     }
-}
-
-/// The item places of judge-quality bucket `bucket` (see [`ITEM_BUCKET`]); a bucket is
-/// written as `[[seq,project,item,value],...]`, or a tombstone when it holds none.
-fn places(bucket: u64) -> std::ops::Range<u64> {
-    bucket * ITEM_BUCKET..(bucket + 1) * ITEM_BUCKET
 }
 
 /// [`open_bucket`] for a flush's changes in order: a vote event's changes name the same project
@@ -378,13 +217,13 @@ impl Change {
                 // in the project record: it gets a record of its own.
                 let first_opened = seen.start.div_ceil(SEEN_BUCKET).max(1) * SEEN_BUCKET;
                 for opened in (first_opened..seen.end).step_by(SEEN_BUCKET as usize) {
-                    emit(Slot::Seen(project, opened / SEEN_BUCKET - 1));
+                    emit(Slot::Seen((project, opened / SEEN_BUCKET - 1)));
                 }
                 let open = open_bucket(project);
                 for ids in [seen, forgot].into_iter().filter(|r| !r.is_empty()) {
                     for bucket in ids.start / SEEN_BUCKET..=(ids.end - 1) / SEEN_BUCKET {
                         if open != Some(bucket) {
-                            emit(Slot::Seen(project, bucket));
+                            emit(Slot::Seen((project, bucket)));
                         }
                     }
                 }
@@ -392,12 +231,12 @@ impl Change {
             }
             Change::Seen { project, seq } | Change::Forgot { project, seq } => {
                 if unit.kind == UnitKind::Projects {
-                    Slot::Ballots(project, seq / SEEN_BUCKET)
+                    Slot::Ballots((project, seq / SEEN_BUCKET))
                 } else {
-                    Slot::Seen(project, seq / SEEN_BUCKET)
+                    Slot::Seen((project, seq / SEEN_BUCKET))
                 }
             }
-            Change::Session { project, session } => Slot::Session(project, session),
+            Change::Session { project, session } => Slot::Session((project, session)),
             Change::Completed {
                 project,
                 fingerprint,
@@ -406,29 +245,29 @@ impl Change {
             | Change::Uncompleted {
                 project,
                 fingerprint,
-            } => Slot::Completed(project, *fingerprint),
+            } => Slot::Completed((project, *fingerprint)),
             Change::Audit { project } => Slot::Audit(project),
             Change::Board {
                 project,
                 category,
                 model,
-            } => Slot::Board(project, category, model),
+            } => Slot::Board((project, category, model)),
             Change::Watermark { project } => Slot::Watermark(project),
-            Change::Ranking { project, category } => Slot::Ranking(project, category),
-            Change::Consensus { project, session } => Slot::Consensus(project, session),
+            Change::Ranking { project, category } => Slot::Ranking((project, category)),
+            Change::Consensus { project, session } => Slot::Consensus((project, session)),
             Change::RankingBlock {
                 project,
                 category,
                 block,
-            } => Slot::Block(project, category, *block),
+            } => Slot::Block((project, category, *block)),
             Change::QualityItem { seq } => Slot::Items(seq / ITEM_BUCKET),
-            Change::ItemsForgotten => Slot::ItemsForgotten,
+            Change::ItemsForgotten => Slot::ItemsForgotten(()),
             Change::QualityWaiting { seq } => Slot::Waits(seq / ITEM_BUCKET),
-            Change::QualityJudge { project, judge } => Slot::Judge(project, judge),
-            Change::QualityRecent { project, seq } => Slot::Recent(project, *seq),
+            Change::QualityJudge { project, judge } => Slot::Judge((project, judge)),
+            Change::QualityRecent { project, seq } => Slot::Recent((project, *seq)),
             Change::QualityForgotten { project } => Slot::Forgotten(project),
-            Change::Reviewer { project, reviewer } => Slot::Reviewer(project, reviewer),
-            Change::Book => Slot::Book,
+            Change::Reviewer { project, reviewer } => Slot::Reviewer((project, reviewer)),
+            Change::Book => Slot::Book(()),
         };
         emit(slot);
     }
@@ -488,17 +327,25 @@ impl Renderer {
         offset: Option<i64>,
         out: &mut Records,
     ) {
+        // Each slot once, in the order of its first change, with its last change.
+        let slots = self.collect(unit, state, changes);
+        let part = |recovery| {
+            let is = move |slot: &Slot<'_>| slot.recovery(unit) == recovery;
+            slots.iter().filter(move |(slot, _)| is(slot))
+        };
+        let source = (unit, state, offset);
         match offset {
             Some(offset) if unit.redoes() => {
                 let mut body = std::mem::take(&mut self.body);
                 body.clear();
-                // A projects unit's vote projects come first, as a votes unit writes them; the
-                // rest of its state follows in the redo record (see the module doc).
-                self.render_state((unit, state), changes, Part::Votes, None, out);
-                self.render_state((unit, state), changes, Part::Items, Some(offset), out);
+                // A projects unit's vote projects come first, as a votes unit writes them, then
+                // its item buckets; the rest of its state follows in the redo record (see the
+                // module doc).
+                out.push_slots(source, part(Recovery::Counted));
+                out.push_slots(source, part(Recovery::Undone));
                 body.push_carried(unit, state);
-                self.render_state((unit, state), changes, Part::Redone, None, &mut body);
-                body.push_origins(unit, &state.origins);
+                body.push_slots(source, part(Recovery::Redone));
+                body.push_flush((unit, state), Slot::Origins(()), offset);
                 if !body.is_empty() {
                     self.push_redo(unit, offset, &body, out);
                     out.append(&body);
@@ -507,14 +354,15 @@ impl Renderer {
             }
             offset => {
                 out.push_carried(unit, state);
-                self.render_state((unit, state), changes, Part::All, offset, out);
-                if offset.is_some() {
-                    out.push_origins(unit, &state.origins);
+                out.push_slots(source, slots.iter());
+                if let Some(offset) = offset {
+                    out.push_flush((unit, state), Slot::Origins(()), offset);
                 }
             }
         }
+        self.slots = recycle(slots);
         if let Some(offset) = offset {
-            out.push_offset(unit, offset);
+            out.push_flush((unit, state), Slot::Offset(()), offset);
         }
     }
 
@@ -553,34 +401,26 @@ impl Renderer {
         }
     }
 
-    /// Appends the state records for `changes` to `state` to `out`, one per key (the last
-    /// change wins): vote project records last, the others before them (see the module doc),
-    /// each group in the order of its keys' first change, which is deterministic for a given
-    /// input without sorting keys (a sort of a 10,000-project flush cost more than rendering
-    /// it). Values are read from the current state, so several changes to one project in a flush
-    /// cost one record, rendered once.
-    fn render_state(
+    /// The slots `changes` rewrite, one per key (the last change wins), in the order of their
+    /// keys' first change, which is deterministic for a given input without sorting keys (a
+    /// sort of a 10,000-project flush cost more than rendering it). Values are read from the
+    /// current state when they are written, so several changes to one project in a flush cost
+    /// one record, rendered once.
+    fn collect<'c>(
         &mut self,
-        (unit, state): (Unit, &PartitionState),
-        changes: &[Change],
-        part: Part,
-        at: Option<i64>,
-        out: &mut Records,
-    ) {
+        unit: Unit,
+        state: &PartitionState,
+        changes: &'c [Change],
+    ) -> Vec<(Slot<'c>, &'c Change)> {
         let Renderer {
             hasher,
             index,
             slots,
             ..
         } = self;
-        // Each slot once, in the order of its first change, with its last change.
-        let mut slots: Vec<(Slot<'_>, &Change)> = std::mem::take(slots);
+        let mut slots: Vec<(Slot<'c>, &'c Change)> = recycle(std::mem::take(slots));
         index.clear();
         let mut open = open_buckets(state);
-        let changes = changes.iter().filter(|c| match part {
-            Part::All => true,
-            other => Part::of(unit, c) == other,
-        });
         for change in changes {
             change.slots(unit, &mut open, |slot| {
                 let hash = hasher.hash_one(slot);
@@ -598,38 +438,7 @@ impl Renderer {
                 }
             });
         }
-        let is_project = |slot: &Slot<'_>| matches!(slot, Slot::Project(_));
-        let others = slots.iter().filter(|(slot, _)| !is_project(slot));
-        let projects = slots.iter().filter(|(slot, _)| is_project(slot));
-        for (slot, change) in others.chain(projects) {
-            out.push_slot((unit, state), *slot, change, at);
-        }
-        self.slots = recycle(slots);
-    }
-}
-
-/// Which of a flush's changes [`Renderer::render_state`] renders.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Part {
-    All,
-    /// A projects unit's vote projects (their records and dedupe buckets), written before its
-    /// redo record.
-    Votes,
-    /// A projects unit's item buckets, written after its vote projects and before its redo
-    /// record, each once (see [`ItemBucket`]).
-    Items,
-    /// The rest of a projects or judge-scores unit's state, inside its redo record.
-    Redone,
-}
-
-impl Part {
-    /// The part of a redoing unit's flush that `change` belongs to.
-    fn of(unit: Unit, change: &Change) -> Part {
-        match change {
-            Change::Votes { .. } if unit.holds_votes() => Part::Votes,
-            Change::QualityItem { .. } => Part::Items,
-            _ => Part::Redone,
-        }
+        slots
     }
 }
 
@@ -639,21 +448,4 @@ impl Part {
 /// allocation.
 fn recycle<T, U>(v: Vec<T>) -> Vec<U> {
     v.into_iter().filter_map(|_| None).collect()
-}
-
-/// A vote project's record: `{"score":{...},"seen":[[seq,"fingerprint"],...],"offset":N}` with
-/// the ids of its open dedupe bucket and the offset of its last applied batch (when known).
-fn push_project(b: &mut Vec<u8>, project: &VoteProject) -> bool {
-    let open = bucket_of_newest(&project.seen).unwrap_or(0);
-    let seen = project
-        .seen
-        .range(open * SEEN_BUCKET, (open + 1) * SEEN_BUCKET);
-    push_json(
-        b,
-        &ProjectRecord {
-            score: project.score.clone(),
-            seen: bucket(seen),
-            offset: project.applied_through,
-        },
-    )
 }

@@ -124,47 +124,63 @@ fn every_kind_of_key_is_written_and_read_back() {
         kind: UnitKind::Input(InputTopic::JudgeScores),
         partition: 3,
     };
+    let mut kinds = Vec::new();
     for (slot, text) in [
-        (Slot::Offset, r#"["j",3,"offset"]"#),
-        (Slot::Origins, r#"["j",3,"origins"]"#),
+        (Slot::Offset(()), r#"["j",3,"offset"]"#),
+        (Slot::Origins(()), r#"["j",3,"origins"]"#),
         (Slot::Watermark("p"), r#"["j",3,"watermark","p"]"#),
-        (Slot::Ranking("p", "c"), r#"["j",3,"ranking","p","c"]"#),
+        (Slot::Ranking(("p", "c")), r#"["j",3,"ranking","p","c"]"#),
         (
-            Slot::Block("p", "c", BlockId { day: -2, slot: 15 }),
+            Slot::Block(("p", "c", BlockId { day: -2, slot: 15 })),
             r#"["j",3,"block","p","c","-2.15"]"#,
         ),
         (Slot::Project("p/1"), r#"["j",3,"project","p/1"]"#),
-        (Slot::Seen("p", 12), r#"["j",3,"seen","p","12"]"#),
+        (Slot::Seen(("p", 12)), r#"["j",3,"seen","p","12"]"#),
         (
-            Slot::Session("p", "s\"1"),
+            Slot::Session(("p", "s\"1")),
             r#"["j",3,"session","p","s\"1"]"#,
         ),
         (
-            Slot::Completed("p", 0xab),
+            Slot::Completed(("p", 0xab)),
             r#"["j",3,"completed","p","000000000000000000000000000000ab"]"#,
         ),
         (Slot::Audit("p"), r#"["j",3,"audit","p"]"#),
         (
-            Slot::Consensus("p", "s/1"),
+            Slot::Consensus(("p", "s/1")),
             r#"["j",3,"consensus","p","s/1"]"#,
         ),
-        (Slot::Board("p", "", "m"), r#"["j",3,"board","p","","m"]"#),
+        (Slot::Board(("p", "", "m")), r#"["j",3,"board","p","","m"]"#),
         (Slot::Items(6), r#"["j",3,"items","6"]"#),
         (Slot::Waits(0), r#"["j",3,"waits","0"]"#),
-        (Slot::Ballots("p", 2), r#"["j",3,"ballots","p","2"]"#),
+        (Slot::Ballots(("p", 2)), r#"["j",3,"ballots","p","2"]"#),
         (
-            Slot::Judge("p", "openai/j"),
+            Slot::Judge(("p", "openai/j")),
             r#"["j",3,"judge","p","openai/j"]"#,
         ),
-        (Slot::Recent("p", 17), r#"["j",3,"recent","p","17"]"#),
+        (Slot::Recent(("p", 17)), r#"["j",3,"recent","p","17"]"#),
         (Slot::Forgotten("p"), r#"["j",3,"forgotten","p"]"#),
-        (Slot::Book, r#"["j",3,"book"]"#),
+        (
+            Slot::Reviewer(("p", "u-7")),
+            r#"["j",3,"reviewer","p","u-7"]"#,
+        ),
+        (Slot::ItemsForgotten(()), r#"["j",3,"items-forgotten"]"#),
+        (Slot::Book(()), r#"["j",3,"book"]"#),
         (Slot::Redo(2), r#"["j",3,"redo","2"]"#),
     ] {
+        kinds.push(slot.kind());
         assert_eq!(unit.key(slot), text);
         let parts: Vec<serde_json::Value> = serde_json::from_str(text).unwrap();
-        assert_eq!(Slot::from_parts(&parts[2..]), Ok(slot), "{text}");
+        // Compared as written out: a slot read borrows from the key it was read from.
+        let read = Slot::from_parts(&parts[2..]).map(|s| format!("{s:?}"));
+        assert_eq!(read, Ok(format!("{slot:?}")), "{text}");
     }
+    // Every registered kind is in the table above, once: no two stores share a name.
+    kinds.sort_unstable();
+    let mut registered = Slot::KINDS.to_vec();
+    registered.sort_unstable();
+    assert_eq!(kinds, registered);
+    registered.dedup();
+    assert_eq!(registered.len(), Slot::KINDS.len());
     let parts: Vec<serde_json::Value> = serde_json::from_str(r#"["j",3,"seen","p","x"]"#).unwrap();
     assert_eq!(
         Slot::from_parts(&parts[2..]),
@@ -172,39 +188,55 @@ fn every_kind_of_key_is_written_and_read_back() {
     );
     let parts: Vec<serde_json::Value> = serde_json::from_str(r#"["j",3,"nope"]"#).unwrap();
     assert_eq!(Slot::from_parts(&parts[2..]), Err("unknown kind of state"));
+    for (text, reason) in [
+        (
+            r#"["j",3,"project"]"#,
+            "the wrong number of ids for its kind",
+        ),
+        (
+            r#"["j",3,"audit","p","q"]"#,
+            "the wrong number of ids for its kind",
+        ),
+        (r#"["j",3,"audit",7]"#, "an id is not a string"),
+        (r#"["j",3,"completed","p","xyz"]"#, "fingerprint is not hex"),
+        (r#"["j",3,"block","p","c","monday"]"#, "a bad block"),
+    ] {
+        let parts: Vec<serde_json::Value> = serde_json::from_str(text).unwrap();
+        assert_eq!(Slot::from_parts(&parts[2..]), Err(reason), "{text}");
+    }
 }
 
 #[test]
 fn forgotten_places_and_counts_are_written_short_and_read_in_both_forms() {
     let places = [7, 8, 9, 3, 10, 11, 4];
-    let runs = super::place_runs(&places);
+    let runs = stores::place_runs(&places);
     assert_eq!(runs, [(7, 9), (3, 3), (10, 11), (4, 4)]);
     assert_eq!(
         serde_json::to_string(&runs).unwrap(),
         "[[7,9],[3,3],[10,11],[4,4]]"
     );
-    let read = |text: &str| serde_json::from_str::<super::StoredPlaces>(text).map(|p| p.places());
+    let read = |text: &str| serde_json::from_str::<stores::StoredPlaces>(text).map(|p| p.places());
     assert_eq!(
         read("[[7,9],[3,3],[10,11],[4,4]]").ok(),
         Some(places.to_vec())
     );
     assert_eq!(read("[7,8,9,3,10,11,4]").ok(), Some(places.to_vec()));
     assert_eq!(
-        super::place_runs(&[u64::MAX, 0]),
+        stores::place_runs(&[u64::MAX, 0]),
         [(u64::MAX, u64::MAX), (0, 0)]
     );
     assert!(read(r#"["7"]"#).is_err());
 
-    let value = super::ForgottenValue {
+    let value = stores::ForgottenValue {
         forgotten: 3,
         left_out: 1,
         verdicts: 5,
     };
     assert_eq!(serde_json::to_string(&value).unwrap(), "[3,1,5]");
     for text in ["[3,1,5]", r#"{"forgotten":3,"left_out":1,"verdicts":5}"#] {
-        let back: super::ForgottenValue = serde_json::from_str(text).unwrap();
+        let back: stores::ForgottenValue = serde_json::from_str(text).unwrap();
         assert_eq!((back.forgotten, back.left_out, back.verdicts), (3, 1, 5));
     }
-    let old: super::ForgottenValue = serde_json::from_str(r#"{"forgotten":3}"#).unwrap();
+    let old: stores::ForgottenValue = serde_json::from_str(r#"{"forgotten":3}"#).unwrap();
     assert_eq!((old.forgotten, old.left_out, old.verdicts), (3, 0, 0));
 }

@@ -205,7 +205,7 @@ fn records(unit: Unit, state: &PartitionState, changes: &[Change]) -> Vec<StateR
 
 fn offset_record(unit: Unit, offset: i64) -> StateRecord {
     let mut out = Records::default();
-    out.push_offset(unit, offset);
+    out.push_flush((unit, &PartitionState::default()), Slot::Offset(()), offset);
     let rendered: Vec<StateRecord> = out.iter().map(StateRecord::from).collect();
     assert_eq!(rendered.len(), 1);
     rendered[0].clone()
@@ -220,7 +220,7 @@ fn origins_record(unit: Unit, state: &PartitionState) -> StateRecord {
         .map(|(t, p, o)| (tag(t), p, o))
         .collect();
     StateRecord {
-        key: unit.key(Slot::Origins),
+        key: unit.key(Slot::Origins(())),
         value: Some(serde_json::to_string(&entries).unwrap()),
     }
 }
