@@ -114,26 +114,40 @@ pub enum ChangelogError {
     #[error(
         "changelog partition {partition} holds state of another layout (key {key}), not the \
          {expected} this configuration keeps: written with the other input.partitioning, or by \
-         a version that kept votes and judge scores in separate states. To start over from the \
-         inputs: stop every instance, delete the consumer group, its state topic \
-         (<group_id>-state) and its repartition topic (<group_id>-repartition), and start \
-         again, or use a new kafka.group_id; the inputs are then read again from their \
-         earliest retained records"
+         a version that kept votes and judge scores in separate states. {}",
+        START_OVER
     )]
     Layout {
         partition: i32,
         key: String,
         expected: Layout,
     },
-    #[error("changelog key {key}: {reason}")]
+    /// A key this version cannot read: of a kind it does not know (written by a newer
+    /// version) or damaged. Skipping it would lose state without a word.
+    #[error(
+        "changelog key {key}: {reason}; it was written by another version of jurystream or is \
+         damaged, and is not read as anything else. {}",
+        START_OVER
+    )]
     Key { key: String, reason: String },
-    #[error("changelog value of {key}: {source}")]
+    /// A value this version cannot read, for the same reasons.
+    #[error(
+        "changelog value of {key}: {source}; it was written by another version of jurystream \
+         or is damaged, and is not read as anything else. {}",
+        START_OVER
+    )]
     Value {
         key: String,
         #[source]
         source: serde_json::Error,
     },
 }
+
+/// What every restore error says: how to start over from the inputs.
+const START_OVER: &str = "To start over from the inputs: stop every instance, delete the \
+    consumer group, its state topic (<group_id>-state) and its repartition topic \
+    (<group_id>-repartition), and start again, or use a new kafka.group_id; the inputs are then \
+    read again from their earliest retained records";
 
 /// The state of one task in the changelog: the state of one partition of the log it follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -744,8 +744,9 @@ pub(super) fn places(bucket: u64) -> Range<u64> {
 /// See [`Slot::Items`].
 pub(super) struct ItemsStore;
 
-/// A bucket of a task's items with votes ([`Slot::Items`]), `{"at":O,"from":F,"items":[[seq,
-/// project,item,votes],...],"before":[...]}`. It is written before the flush's redo record,
+/// A bucket of a task's items with votes ([`Slot::Items`]), `{"at":O,"from":F,"items":[[n,
+/// project,item,votes],...],"before":[...]}`, each item at place `n` from the bucket's first
+/// (written as the place itself before: the two read alike, see [`ItemsStore`]'s restore). It is written before the flush's redo record,
 /// not inside it, so once (see the module doc): `at` is the flush's last input offset (`null`
 /// from a flush that has none), `from` the first place the flush took and `before` the items
 /// it changed or forgot that it found, as it found them. A restore to an offset below `at`
@@ -761,12 +762,15 @@ pub(super) struct ItemBucket<S, V> {
     before: Vec<(u64, S, S, V)>,
 }
 
+/// An item as read: its place, project, id and votes.
+type StoredItem = (u64, String, String, ItemVotes);
+
 /// An item bucket as read: as written now, or before it carried its flush.
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum StoredItems {
     Bucket(ItemBucket<String, ItemVotes>),
-    Items(Vec<(u64, String, String, ItemVotes)>),
+    Items(Vec<StoredItem>),
 }
 
 impl Store for ItemsStore {
@@ -777,8 +781,10 @@ impl Store for ItemsStore {
     }
     fn render(from: &Source<'_>, bucket: u64, out: &mut Vec<u8>) -> bool {
         let quality = &from.state.quality;
+        let first = bucket * ITEM_BUCKET;
         let items: Vec<_> = quality
             .items_at(&from.state.projects, places(bucket))
+            .map(|(seq, p, i, v)| (seq - first, p, i, v))
             .collect();
         let undo = quality.undo();
         // What the flush found is needed only if a restore can stop before it.
@@ -787,7 +793,7 @@ impl Store for ItemsStore {
             .map(|u| {
                 let found = u.before.range(places(bucket));
                 found
-                    .map(|(&seq, (p, i, v))| (seq, p.as_str(), i.as_str(), v))
+                    .map(|(&seq, (p, i, v))| (seq - first, p.as_str(), i.as_str(), v))
                     .collect()
             })
             .unwrap_or_default();
@@ -800,21 +806,36 @@ impl Store for ItemsStore {
         !(bucket.items.is_empty() && bucket.before.is_empty()) && push_json(out, &bucket)
     }
     fn restore(into: &mut Restored, bucket: u64, read: &Read<'_>) -> Result<(), ChangelogError> {
+        // Places are written from the bucket's first (before, whole: those read the same in
+        // bucket 0, and are at least `ITEM_BUCKET` in any other).
+        let placed = |items: Vec<StoredItem>| -> Vec<StoredItem> {
+            let place = |seq: u64| {
+                if seq < ITEM_BUCKET {
+                    bucket * ITEM_BUCKET + seq
+                } else {
+                    seq
+                }
+            };
+            let placed = items
+                .into_iter()
+                .map(|(seq, p, i, v)| (place(seq), p, i, v));
+            placed.collect()
+        };
         let items = match read.value()? {
-            StoredItems::Items(items) => items,
+            StoredItems::Items(items) => placed(items),
             StoredItems::Bucket(b) if b.at.is_some_and(|at| into.through < Some(at)) => {
                 // Written by a flush cut short: as that flush found it, and written again by
                 // the next.
                 into.rerender.push(bucket * ITEM_BUCKET);
-                let mut items = b.items;
+                let mut items = placed(b.items);
                 items.retain(|(seq, ..)| *seq < b.from);
-                for found in b.before {
+                for found in placed(b.before) {
                     items.retain(|(seq, ..)| *seq != found.0);
                     items.push(found);
                 }
                 items
             }
-            StoredItems::Bucket(b) => b.items,
+            StoredItems::Bucket(b) => placed(b.items),
         };
         let state = &mut into.state;
         for (seq, project, item, votes) in items {

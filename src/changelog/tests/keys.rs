@@ -240,3 +240,66 @@ fn forgotten_places_and_counts_are_written_short_and_read_in_both_forms() {
     let old: stores::ForgottenValue = serde_json::from_str(r#"{"forgotten":3}"#).unwrap();
     assert_eq!((old.forgotten, old.left_out, old.verdicts), (3, 0, 0));
 }
+
+#[test]
+fn a_record_this_version_cannot_read_stops_the_restore_and_says_how_to_start_over() {
+    let unit = Unit::projects(1);
+    let unreadable: [(&[u8], &[u8], &str); 3] = [
+        // A kind of state a newer version writes.
+        (
+            br#"["p",1,"sketch","proj-1"]"#,
+            b"{}",
+            "unknown kind of state",
+        ),
+        // A known kind with the wrong ids.
+        (
+            br#"["p",1,"session","proj-1"]"#,
+            b"{}",
+            "the wrong number of ids",
+        ),
+        // A known key with a value of another form.
+        (
+            br#"["p",1,"book"]"#,
+            br#"{"next":"seven"}"#,
+            "missing field `next_seq`",
+        ),
+    ];
+    for (key, value, reason) in unreadable {
+        let mut r = Restorer::new(unit);
+        r.accept(br#"["p",1,"offset"]"#, Some(br#"{"offset":4}"#));
+        r.accept(key, Some(value));
+        let error = r
+            .finish()
+            .expect_err("an unreadable record is refused")
+            .to_string();
+        assert!(error.contains(reason), "{error}");
+        assert!(error.contains("To start over from the inputs"), "{error}");
+    }
+}
+
+#[test]
+fn item_places_read_alike_from_the_bucket_or_whole() {
+    // Bucket 3 holds places 48..64: written now as 0..16 from its first, before as the
+    // places themselves.
+    let restore = |value: &[u8]| {
+        let unit = Unit::projects(1);
+        let mut r = Restorer::new(unit);
+        r.accept(br#"["p",1,"offset"]"#, Some(br#"{"offset":9}"#));
+        r.accept(br#"["p",1,"items","3"]"#, Some(value));
+        let (state, _) = r.finish().expect("restores");
+        let items: Vec<(u64, String, String)> = state
+            .quality
+            .items_at(&state.projects, 0..u64::MAX)
+            .map(|(seq, p, i, _)| (seq, p.to_owned(), i.to_owned()))
+            .collect();
+        items
+    };
+    let now = restore(br#"{"at":9,"from":48,"items":[[2,"p","i",[0.5,1.0,1,null]],[15,"p","j",[1.0,1.0,1,null]]]}"#);
+    let before = restore(br#"{"at":9,"from":48,"items":[[50,"p","i",[0.5,1.0,1,null]],[63,"p","j",[1.0,1.0,1,null]]]}"#);
+    let expected = vec![
+        (50, "p".to_owned(), "i".to_owned()),
+        (63, "p".to_owned(), "j".to_owned()),
+    ];
+    assert_eq!(now, expected);
+    assert_eq!(before, expected);
+}

@@ -98,33 +98,104 @@ pub struct Verdict {
     pub at: EventTime,
 }
 
-impl Serialize for Verdict {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (&self.reviewer, self.pass, self.weight, self.at).serialize(s)
-    }
-}
-
 /// An item's verdicts, in reviewer order, and the judges' scores paired with it: what the model
 /// keeps of an item, in its entry of the item store. (A changelog written before the figures
 /// were derived also holds a posterior and a refresh place here; they are not read.) Written
-/// as `[verdicts]`, or `[verdicts, judged]` once a judge score is paired; read back from that or
-/// from the object written before.
+/// as `[verdicts]`, or `[verdicts, judged]` once a judge score is paired, each verdict without
+/// its time when that is the verdict's before it (see [`WrittenVerdict`]); read back from that
+/// or from the object written before.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(try_from = "StoredReview")]
 pub struct Review {
-    #[serde(default)]
     pub verdicts: Vec<Verdict>,
     /// Σ and number of the judge scores paired with the item (judge quality): the judges'
     /// verdict is pass when their mean is at least ½.
-    #[serde(default)]
     pub judged: Option<(f64, u32)>,
 }
 
 impl Serialize for Review {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let verdicts = WrittenVerdicts(&self.verdicts);
         match self.judged {
-            Some(judged) => (&self.verdicts, judged).serialize(s),
-            None => [&self.verdicts].serialize(s),
+            Some(judged) => (verdicts, judged).serialize(s),
+            None => [verdicts].serialize(s),
         }
+    }
+}
+
+/// An item's verdicts as written: `[reviewer, pass, weight, at]`, or `[reviewer, pass,
+/// weight]` when `at` is the verdict's before it. Items are most of the changelog, and the
+/// verdicts of one batch share their time.
+struct WrittenVerdicts<'a>(&'a [Verdict]);
+
+/// One verdict of [`WrittenVerdicts`]: with its time or without.
+struct WrittenVerdict<'a>(&'a Verdict, bool);
+
+impl Serialize for WrittenVerdicts<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let before = std::iter::once(None).chain(self.0.iter().map(|v| Some(v.at)));
+        s.collect_seq(
+            self.0
+                .iter()
+                .zip(before)
+                .map(|(v, before)| WrittenVerdict(v, before != Some(v.at))),
+        )
+    }
+}
+
+impl Serialize for WrittenVerdict<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let WrittenVerdict(v, timed) = *self;
+        if timed {
+            (&v.reviewer, v.pass, v.weight, v.at).serialize(s)
+        } else {
+            (&v.reviewer, v.pass, v.weight).serialize(s)
+        }
+    }
+}
+
+/// A [`Review`] as read: its verdicts' times may be left out (see [`WrittenVerdicts`]).
+#[derive(Deserialize)]
+struct StoredReview {
+    #[serde(default)]
+    verdicts: Vec<StoredVerdict>,
+    #[serde(default)]
+    judged: Option<(f64, u32)>,
+}
+
+/// A verdict as read, `[reviewer, pass, weight]` or `[reviewer, pass, weight, at]` (or the
+/// object written before).
+#[derive(Deserialize)]
+struct StoredVerdict {
+    reviewer: ProjectKey,
+    pass: bool,
+    weight: f64,
+    #[serde(default)]
+    at: Option<EventTime>,
+}
+
+impl TryFrom<StoredReview> for Review {
+    type Error = &'static str;
+
+    fn try_from(stored: StoredReview) -> Result<Self, Self::Error> {
+        let mut before = None;
+        let mut verdicts = Vec::with_capacity(stored.verdicts.len());
+        for v in stored.verdicts {
+            let at =
+                v.at.or(before)
+                    .ok_or("an item's first verdict has no time")?;
+            before = Some(at);
+            verdicts.push(Verdict {
+                reviewer: v.reviewer,
+                pass: v.pass,
+                weight: v.weight,
+                at,
+            });
+        }
+        Ok(Review {
+            verdicts,
+            judged: stored.judged,
+        })
     }
 }
 

@@ -577,19 +577,37 @@ fn the_fit_ends_where_the_majority_points() {
     }
 }
 
-/// A verdict, a review and an item are written as arrays and read back in that form, or as
-/// the objects a changelog written before holds.
+/// A review and an item are written as arrays, a verdict without its time when that is the
+/// verdict's before it, and read back in that form, or as the objects and full verdicts a
+/// changelog written before holds.
 #[test]
 fn verdicts_reviews_and_items_are_written_as_arrays_and_read_in_both_forms() {
     let verdict = Verdict {
         weight: 0.5,
         ..v("ann", true)
     };
-    let text = serde_json::to_string(&verdict).expect("serializes");
-    assert_eq!(text, r#"["ann",true,0.5,1795168800000]"#);
+    let later = Verdict {
+        at: verdict.at.plus_seconds(1),
+        ..v("cy", true)
+    };
+    let three = Review {
+        verdicts: vec![verdict.clone(), v("bob", false), later],
+        judged: None,
+    };
+    let text = serde_json::to_string(&three).expect("serializes");
     assert_eq!(
-        serde_json::from_str::<Verdict>(&text).expect("tuple"),
-        verdict
+        text,
+        r#"[[["ann",true,0.5,1795168800000],["bob",false,1.0],["cy",true,1.0,1795168801000]]]"#
+    );
+    let read_review = |text: &str| serde_json::from_str::<Review>(text);
+    assert_eq!(read_review(&text).expect("written now"), three);
+    let whole = r#"[[["ann",true,0.5,1795168800000],["bob",false,1.0,1795168800000],["cy",true,1.0,1795168801000]]]"#;
+    assert_eq!(read_review(whole).expect("every time written"), three);
+    let untimed = r#"[[["ann",true,0.5],["bob",false,1.0]]]"#;
+    let error = read_review(untimed).expect_err("a first verdict needs its time");
+    assert!(
+        error.to_string().contains("first verdict has no time"),
+        "{error}"
     );
     let object =
         r#"{"reviewer":"ann","pass":true,"weight":0.5,"at":{"secs":1795168800,"nanos":0}}"#;
