@@ -233,9 +233,11 @@ impl Engine {
         }
     }
 
-    /// The score's step of [`Engine::apply_votes`]. Declined if its event id is
-    /// a resend or it comes out of order, and then nothing has changed: a project it would
-    /// create cannot have seen the id, and the window's probe that finds it changes nothing.
+    /// The score's step of [`Engine::apply_votes`]: finds the batch's project (or creates it,
+    /// within `limits.max_projects`), takes its step ([`VoteProject::step`]) and publishes,
+    /// holds and journals what it says. Declined if its event id is a resend or it comes out
+    /// of order, and then nothing has changed: a project it would create cannot have seen the
+    /// id, and the window's probe that finds it changes nothing.
     ///
     /// A batch at or below its project's last applied position is the same record read again
     /// (after a crash cut a changelog flush short) when the project remembers its id: it is
@@ -263,68 +265,125 @@ impl Engine {
         let project = project.votes.get_or_insert_with(|| {
             VoteProject::new(ProjectScore::new(self.settings.scoring.initial_score))
         });
-        if let (Some(offset), Some(through)) = (receipt.position, project.applied_through)
-            && offset <= through
-        {
-            return if project.seen.find(batch.fingerprint) {
-                Ok(Outcome::Replayed)
-            } else {
-                Err(Declined::OutOfOrder { through })
-            };
-        }
-        // One probe of the window both detects a resend and remembers the id (nothing below
-        // can reject the batch): with a full window each probe is a cache miss.
-        let remembered = project
-            .seen
-            .insert_fingerprint(batch.fingerprint, self.settings.limits.dedupe_window)
-            .ok_or(Declined::Resend)?;
-        if receipt.position.is_some() {
-            project.applied_through = receipt.position;
-        }
-        let lambda = self.settings.scoring.lambda_for(batch.project_id);
-        let step = project
-            .score
-            .apply(at, batch.mean, batch.votes as u64, lambda);
-        let interval = self.settings.scores_coalesce_ms;
-        let c = &mut project.coalescing;
-        let clock_ms = receipt.clock_ms;
-        match clock_ms {
-            Some(now)
-                if c.emitted_ms
-                    .is_some_and(|t| now.saturating_sub(t) < interval) =>
-            {
-                if c.held_alpha.is_none() {
-                    state.held.push(ProjectKey::from(batch.project_id));
-                }
-                c.held_alpha = Some(step.alpha);
-            }
-            _ => {
-                // Emitted now: a score held before is superseded.
-                *c = Coalescing {
-                    emitted_ms: clock_ms,
-                    held_alpha: None,
-                };
+        let settings = StepSettings {
+            dedupe_window: self.settings.limits.dedupe_window,
+            lambda: self.settings.scoring.lambda_for(batch.project_id),
+            coalesce_ms: self.settings.scores_coalesce_ms,
+        };
+        let Some(step) = project.step(batch, at, receipt, settings)? else {
+            return Ok(Outcome::Replayed);
+        };
+        match step.publish {
+            Publish::Now { alpha } => {
                 let last = project.score.last_update_at.unwrap_or(at);
-                out.push(score_output(
-                    batch.project_id,
-                    &project.score,
-                    step.alpha,
-                    lambda,
-                    last,
-                ));
+                let score = &project.score;
+                let output = score_output(batch.project_id, score, alpha, settings.lambda, last);
+                out.push(output);
             }
+            Publish::Held { first: true } => state.held.push(ProjectKey::from(batch.project_id)),
+            Publish::Held { first: false } => {}
         }
         note_votes(
             state.journal.as_mut(),
             &mut project.noted,
             batch.project_id,
-            &remembered,
+            &step.remembered,
         );
         Ok(if step.late {
             Outcome::Late
         } else {
             Outcome::Applied
         })
+    }
+}
+
+/// What a vote project's step applies besides its batch: its part of the settings.
+#[derive(Debug, Clone, Copy)]
+struct StepSettings {
+    /// `limits.dedupe_window`.
+    dedupe_window: usize,
+    /// The project's decay rate (`scoring.lambda`, or its own).
+    lambda: f64,
+    /// `output.scores_coalesce_ms`.
+    coalesce_ms: u64,
+}
+
+/// A vote project's step: whether the batch came late, when its `jury.scores` record goes
+/// out, and what its dedupe window remembered and forgot (for the journal).
+struct Step {
+    late: bool,
+    publish: Publish,
+    remembered: dedupe::Remembered,
+}
+
+/// When a step's `jury.scores` record goes out.
+enum Publish {
+    /// Now, for a step with `alpha`.
+    Now { alpha: f64 },
+    /// At the end of the runtime's cycle ([`Engine::release_held`]); `first` when the project
+    /// held nothing before, so it joins the state's held projects.
+    Held { first: bool },
+}
+
+impl VoteProject {
+    /// Takes the HumanJudge step of a weighed batch at `at`: remembers its event id, moves the
+    /// score and says when its record goes out (now, or held back when the runtime's clock
+    /// says it comes within `coalesce_ms` of the project's last one, only the latest kept).
+    /// `None` for a batch the project already counts (at or below its last applied position,
+    /// its id remembered); declined, with nothing changed, for a resend or a batch out of
+    /// order (see [`Engine::apply_weighed`]).
+    fn step(
+        &mut self,
+        batch: &Weighed<'_>,
+        at: EventTime,
+        receipt: Receipt,
+        settings: StepSettings,
+    ) -> Result<Option<Step>, Declined> {
+        if let (Some(offset), Some(through)) = (receipt.position, self.applied_through)
+            && offset <= through
+        {
+            return if self.seen.find(batch.fingerprint) {
+                Ok(None)
+            } else {
+                Err(Declined::OutOfOrder { through })
+            };
+        }
+        // One probe of the window both detects a resend and remembers the id (nothing below
+        // can reject the batch): with a full window each probe is a cache miss.
+        let remembered = self
+            .seen
+            .insert_fingerprint(batch.fingerprint, settings.dedupe_window)
+            .ok_or(Declined::Resend)?;
+        if receipt.position.is_some() {
+            self.applied_through = receipt.position;
+        }
+        let step = self
+            .score
+            .apply(at, batch.mean, batch.votes as u64, settings.lambda);
+        let c = &mut self.coalescing;
+        let publish = match receipt.clock_ms {
+            Some(now)
+                if c.emitted_ms
+                    .is_some_and(|t| now.saturating_sub(t) < settings.coalesce_ms) =>
+            {
+                let first = c.held_alpha.is_none();
+                c.held_alpha = Some(step.alpha);
+                Publish::Held { first }
+            }
+            clock_ms => {
+                // Published now: a score held before is superseded.
+                *c = Coalescing {
+                    emitted_ms: clock_ms,
+                    held_alpha: None,
+                };
+                Publish::Now { alpha: step.alpha }
+            }
+        };
+        Ok(Some(Step {
+            late: step.late,
+            publish,
+            remembered,
+        }))
     }
 }
 
