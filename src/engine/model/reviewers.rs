@@ -115,8 +115,26 @@ pub struct Review {
 
 impl Serialize for Review {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let verdicts = WrittenVerdicts(&self.verdicts);
-        match self.judged {
+        self.written(None).serialize(s)
+    }
+}
+
+impl Review {
+    /// The review as written inside an item whose verdicts' first time is `first` (the item's
+    /// `ready_at`: the verdicts of the batch that made it ready), which is then left out.
+    pub fn written(&self, first: Option<EventTime>) -> WrittenReview<'_> {
+        WrittenReview(self, first)
+    }
+}
+
+/// See [`Review::written`].
+pub struct WrittenReview<'a>(&'a Review, Option<EventTime>);
+
+impl Serialize for WrittenReview<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let WrittenReview(review, first) = *self;
+        let verdicts = WrittenVerdicts(&review.verdicts, first);
+        match review.judged {
             Some(judged) => (verdicts, judged).serialize(s),
             None => [verdicts].serialize(s),
         }
@@ -124,16 +142,16 @@ impl Serialize for Review {
 }
 
 /// An item's verdicts as written: `[reviewer, pass, weight, at]`, or `[reviewer, pass,
-/// weight]` when `at` is the verdict's before it. Items are most of the changelog, and the
-/// verdicts of one batch share their time.
-struct WrittenVerdicts<'a>(&'a [Verdict]);
+/// weight]` when `at` is the verdict's before it (the first's: the time given, if any). Items
+/// are most of the changelog, and the verdicts of one batch share their time.
+struct WrittenVerdicts<'a>(&'a [Verdict], Option<EventTime>);
 
 /// One verdict of [`WrittenVerdicts`]: with its time or without.
 struct WrittenVerdict<'a>(&'a Verdict, bool);
 
 impl Serialize for WrittenVerdicts<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let before = std::iter::once(None).chain(self.0.iter().map(|v| Some(v.at)));
+        let before = std::iter::once(self.1).chain(self.0.iter().map(|v| Some(v.at)));
         s.collect_seq(
             self.0
                 .iter()
@@ -155,8 +173,8 @@ impl Serialize for WrittenVerdict<'_> {
 }
 
 /// A [`Review`] as read: its verdicts' times may be left out (see [`WrittenVerdicts`]).
-#[derive(Deserialize)]
-struct StoredReview {
+#[derive(Deserialize, Default)]
+pub struct StoredReview {
     #[serde(default)]
     verdicts: Vec<StoredVerdict>,
     #[serde(default)]
@@ -178,7 +196,15 @@ impl TryFrom<StoredReview> for Review {
     type Error = &'static str;
 
     fn try_from(stored: StoredReview) -> Result<Self, Self::Error> {
-        let mut before = None;
+        stored.review(None)
+    }
+}
+
+impl StoredReview {
+    /// The review read, its first verdict at `first` if its time was left out.
+    pub fn review(self, first: Option<EventTime>) -> Result<Review, &'static str> {
+        let stored = self;
+        let mut before = first;
         let mut verdicts = Vec::with_capacity(stored.verdicts.len());
         for v in stored.verdicts {
             let at =

@@ -24,7 +24,7 @@ pub use self::agreement::{Agreement, judge_agreement};
 pub use super::bounded::{Bounded, Places};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
 use super::reviewers::{
-    Fit, ProjectReviewer, Review, Reviewed, ReviewerLimits, Reviewers, Verdict, fit,
+    Fit, ProjectReviewer, Review, Reviewed, ReviewerLimits, Reviewers, StoredReview, Verdict, fit,
 };
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{ProjectKey, Projects};
@@ -60,17 +60,43 @@ pub struct QualityLimits {
 /// the reviewer model ([`super::reviewers`]).
 ///
 /// Items are the bulk of a task's changelog, so an item is written as an array,
-/// `[weighted, weight, votes, ready_at, review]` (`review` only when there is one); it reads
-/// back from that or from the object written before.
+/// `[weighted, weight, votes, ready_at, review]` (`review` only when there is one, its first
+/// verdict's time left out when it is `ready_at`); it reads back from that or from the object
+/// written before.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(try_from = "StoredItemVotes")]
 pub struct ItemVotes {
     pub weighted: f64,
     pub weight: f64,
     pub votes: u64,
-    #[serde(default)]
     pub ready_at: Option<EventTime>,
-    #[serde(default, skip_serializing_if = "Review::is_empty")]
     pub review: Review,
+}
+
+/// An [`ItemVotes`] as read.
+#[derive(Deserialize)]
+struct StoredItemVotes {
+    weighted: f64,
+    weight: f64,
+    votes: u64,
+    #[serde(default)]
+    ready_at: Option<EventTime>,
+    #[serde(default)]
+    review: StoredReview,
+}
+
+impl TryFrom<StoredItemVotes> for ItemVotes {
+    type Error = &'static str;
+
+    fn try_from(stored: StoredItemVotes) -> Result<Self, Self::Error> {
+        Ok(ItemVotes {
+            weighted: stored.weighted,
+            weight: stored.weight,
+            votes: stored.votes,
+            ready_at: stored.ready_at,
+            review: stored.review.review(stored.ready_at)?,
+        })
+    }
 }
 
 impl Serialize for ItemVotes {
@@ -83,7 +109,7 @@ impl Serialize for ItemVotes {
         seq.serialize_element(&self.votes)?;
         seq.serialize_element(&self.ready_at)?;
         if reviewed {
-            seq.serialize_element(&self.review)?;
+            seq.serialize_element(&self.review.written(self.ready_at))?;
         }
         seq.end()
     }

@@ -637,15 +637,29 @@ fn verdicts_reviews_and_items_are_written_as_arrays_and_read_in_both_forms() {
     item.review = review.clone();
     item.ready_at = Some(verdict.at);
     let text = serde_json::to_string(&item).expect("serializes");
+    // The first verdict's time is the item's `ready_at`, so it is left out.
+    assert_eq!(text, r#"[0.75,1.5,2,1795168800000,[[["ann",true,0.5]]]]"#);
+    assert_eq!(read(&text), item);
+    assert_eq!(
+        read(r#"[0.75,1.5,2,1795168800000,[[["ann",true,0.5,1795168800000]]]]"#),
+        item,
+        "as written before"
+    );
+    // A verdict of another time than `ready_at` keeps it.
+    let not_ready = ItemVotes {
+        ready_at: None,
+        ..item.clone()
+    };
+    let text = serde_json::to_string(&not_ready).expect("serializes");
     assert_eq!(
         text,
-        r#"[0.75,1.5,2,1795168800000,[[["ann",true,0.5,1795168800000]]]]"#
+        r#"[0.75,1.5,2,null,[[["ann",true,0.5,1795168800000]]]]"#
     );
-    assert_eq!(read(&text), item);
+    assert_eq!(read(&text), not_ready);
     review.judge(0.25);
     item.review = review;
     let text = serde_json::to_string(&item).expect("serializes");
-    assert!(text.ends_with(r#"1795168800000]],[0.25,1]]]"#), "{text}");
+    assert!(text.ends_with(r#"0.5]],[0.25,1]]]"#), "{text}");
     assert_eq!(read(&text), item);
     let old_item = r#"{"weighted":0.75,"weight":1.5,"votes":2,"ready_at":{"secs":1795168800,"nanos":0},"review":{"verdicts":[["ann",true,0.5,{"secs":1795168800,"nanos":0}]],"judged":[0.25,1]}}"#;
     assert_eq!(read(old_item), item);
