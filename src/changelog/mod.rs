@@ -82,7 +82,9 @@ use crate::engine::model::leaderboard::{BlockId, Ranking, StoredRow};
 use crate::engine::model::reviewers::{Findings, Kept as ReviewerKept};
 use crate::engine::model::score::ProjectScore;
 use crate::engine::model::session::{Session, SessionBook};
-use crate::engine::{Change, IdMap, InputTopic, Kept, Origins, PartitionState, VoteProject};
+use crate::engine::{
+    Change, IdMap, InputTopic, Kept, Origins, PartitionState, ProjectKey, VoteProject,
+};
 use stores::Slot;
 
 pub use render::{RecordRef, Records, Renderer};
@@ -279,8 +281,14 @@ impl Serialize for Key<'_> {
     }
 }
 
-/// Ids per dedupe-window changelog record.
+/// Ballot ids per dedupe-window changelog record (and vote ids', in the layout written before
+/// [`VOTE_BUCKET`]).
 const SEEN_BUCKET: u64 = 32;
+
+/// Vote ids per dedupe-window changelog record ([`Slot::Ids`]). A busy project's record
+/// carries its open bucket, rewritten with every flush, and a project gets a few ids per flush:
+/// with buckets of 32 the open buckets' ids were a quarter of the changelog.
+const VOTE_BUCKET: u64 = 8;
 
 /// Item places per judge-quality bucket record ([`Slot::Items`], [`Slot::Waits`]): a flush
 /// writes its new items' buckets once each, and rewrites the older buckets of items voted on

@@ -215,20 +215,21 @@ impl Change {
                 emit(Slot::Project(project));
                 // The first id of a bucket closes the previous one, which until now lived only
                 // in the project record: it gets a record of its own.
-                let first_opened = seen.start.div_ceil(SEEN_BUCKET).max(1) * SEEN_BUCKET;
-                for opened in (first_opened..seen.end).step_by(SEEN_BUCKET as usize) {
-                    emit(Slot::Seen((project, opened / SEEN_BUCKET - 1)));
+                let first_opened = seen.start.div_ceil(VOTE_BUCKET).max(1) * VOTE_BUCKET;
+                for opened in (first_opened..seen.end).step_by(VOTE_BUCKET as usize) {
+                    emit(Slot::Ids((project, opened / VOTE_BUCKET - 1)));
                 }
                 let open = open_bucket(project);
                 for ids in [seen, forgot].into_iter().filter(|r| !r.is_empty()) {
-                    for bucket in ids.start / SEEN_BUCKET..=(ids.end - 1) / SEEN_BUCKET {
+                    for bucket in ids.start / VOTE_BUCKET..=(ids.end - 1) / VOTE_BUCKET {
                         if open != Some(bucket) {
-                            emit(Slot::Seen((project, bucket)));
+                            emit(Slot::Ids((project, bucket)));
                         }
                     }
                 }
                 return;
             }
+            Change::RetiredIds { project, bucket } => Slot::Seen((project, *bucket)),
             Change::Seen { project, seq } | Change::Forgot { project, seq } => {
                 if unit.kind == UnitKind::Projects {
                     Slot::Ballots((project, seq / SEEN_BUCKET))

@@ -204,6 +204,8 @@ pub(super) struct Restored {
     pub items_forgotten: Vec<u64>,
     /// Places in item buckets written by a flush cut short, to be written again.
     pub rerender: Vec<u64>,
+    /// Buckets of vote ids in the layout before [`VOTE_BUCKET`], to be deleted.
+    pub retired: Vec<(String, u64)>,
 }
 
 impl Restored {
@@ -220,6 +222,7 @@ impl Restored {
             next_seq: 0,
             items_forgotten: Vec::new(),
             rerender: Vec::new(),
+            retired: Vec::new(),
         }
     }
 
@@ -242,6 +245,7 @@ impl Restored {
             next_seq,
             items_forgotten,
             rerender,
+            mut retired,
         } = self;
         // Buckets that hold what the restored state does not are written again by the next
         // flush (see `ItemBucket`).
@@ -266,6 +270,28 @@ impl Restored {
                 votes.seen = RecentIds::restore(entries);
             }
         }
+        // Vote ids read from buckets of the layout before are written again as laid out now,
+        // then those buckets deleted, by the next flush (a cut between the two reads both).
+        retired.sort_unstable();
+        let mut relaid = Vec::new();
+        for (i, (project, bucket)) in retired.iter().enumerate() {
+            let first = i == 0 || retired[i - 1].0 != *project;
+            let window = state.votes(project).map(|v| &v.seen);
+            let ids =
+                window.and_then(|w| Some(w.range(0, u64::MAX).next()?.0..w.newest_seq()? + 1));
+            if let (true, Some(ids)) = (first, ids) {
+                relaid.push(Change::Votes {
+                    project: ProjectKey::from(project.as_str()),
+                    seen: ids,
+                    forgot: 0..0,
+                });
+            }
+            relaid.push(Change::RetiredIds {
+                project: project.clone(),
+                bucket: *bucket,
+            });
+        }
+        state.journal.get_or_insert_with(Vec::new).extend(relaid);
         for (project, entries) in ballots {
             let window = RecentIds::restore(entries);
             state.judges_mut(&project).seen = window;

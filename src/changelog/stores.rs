@@ -285,8 +285,13 @@ stores! {
     Origins: OriginsStore,
     /// A vote project: its score and its open dedupe bucket. `["v",3,"project","proj-42"]`.
     Project: ProjectStore,
-    /// A closed bucket of a project's dedupe window: `["v",3,"seen","proj-42","12"]` (of a
-    /// judge-scores unit, its ballot ids').
+    /// A closed bucket of `VOTE_BUCKET` ids of a vote project's dedupe window:
+    /// `["v",3,"ids","proj-42","12"]`.
+    Ids: IdsStore,
+    /// A bucket of `SEEN_BUCKET` ballot ids of a judge-scores unit's project:
+    /// `["j",3,"seen","proj-42","12"]`. (A votes or projects unit wrote its vote ids so before
+    /// they had buckets of their own, [`Slot::Ids`]; a restore reads those and the next flush
+    /// deletes them.)
     Seen: SeenStore,
     /// A bucket of a projects unit's window of ballot ids: `["p",3,"ballots","proj-42","12"]`.
     Ballots: BallotsStore,
@@ -404,10 +409,15 @@ struct ProjectRecord<Ids> {
 
 /// The bucket of a window's newest id: a vote project's open bucket, carried in its record.
 pub(super) fn bucket_of_newest(window: &RecentIds) -> Option<u64> {
-    window.newest_seq().map(|s| s / SEEN_BUCKET)
+    window.newest_seq().map(|s| s / VOTE_BUCKET)
 }
 
-/// The ids of dedupe bucket `bucket`.
+/// The ids of a vote project's dedupe bucket `bucket`.
+fn vote_ids(bucket: u64) -> Range<u64> {
+    bucket * VOTE_BUCKET..(bucket + 1) * VOTE_BUCKET
+}
+
+/// The ids of a ballot dedupe bucket `bucket`.
 fn seen_ids(bucket: u64) -> Range<u64> {
     bucket * SEEN_BUCKET..(bucket + 1) * SEEN_BUCKET
 }
@@ -422,7 +432,7 @@ impl Store for ProjectStore {
         let Some(project) = from.state.votes(project) else {
             return false;
         };
-        let open = seen_ids(bucket_of_newest(&project.seen).unwrap_or(0));
+        let open = vote_ids(bucket_of_newest(&project.seen).unwrap_or(0));
         let record = ProjectRecord {
             score: project.score.clone(),
             seen: bucket(project.seen.range(open.start, open.end)),
@@ -455,29 +465,20 @@ fn push_ids(entries: &mut Vec<(u64, u128)>, runs: Vec<(u64, String)>) -> Result<
     Ok(())
 }
 
-/// See [`Slot::Seen`]. Buckets are rewritten whole when they change and deleted once every id
+/// See [`Slot::Ids`]. Buckets are rewritten whole when they change and deleted once every id
 /// in them was forgotten.
-pub(super) struct SeenStore;
+pub(super) struct IdsStore;
 
-impl Store for SeenStore {
-    const KIND: &'static str = "seen";
+impl Store for IdsStore {
+    const KIND: &'static str = "ids";
     type Id<'a> = (&'a str, u64);
-    /// A vote project's closed buckets go with its record; a judge-scores unit's ballot ids
-    /// with the rest of its state.
-    fn recovery(unit: Unit) -> Recovery {
-        if unit.holds_votes() {
-            Recovery::Counted
-        } else {
-            Recovery::Redone
-        }
+    /// A vote project's closed buckets go with its record.
+    fn recovery(_: Unit) -> Recovery {
+        Recovery::Counted
     }
     fn render(from: &Source<'_>, (project, bucket): (&str, u64), out: &mut Vec<u8>) -> bool {
-        let window = if from.unit.holds_votes() {
-            from.state.votes(project).map(|p| &p.seen)
-        } else {
-            from.state.judges(project).map(|p| &p.seen)
-        };
-        let ids = seen_ids(bucket);
+        let window = from.state.votes(project).map(|p| &p.seen);
+        let ids = vote_ids(bucket);
         window.is_some_and(|w| push_bucket(out, w.range(ids.start, ids.end)))
     }
     fn restore(
@@ -485,7 +486,42 @@ impl Store for SeenStore {
         (project, _): (&str, u64),
         read: &Read<'_>,
     ) -> Result<(), ChangelogError> {
+        let entries = into.seen.entry(project.to_owned()).or_default();
+        push_ids(entries, read.value()?).map_err(|r| read.bad(r))
+    }
+}
+
+/// See [`Slot::Seen`].
+pub(super) struct SeenStore;
+
+impl Store for SeenStore {
+    const KIND: &'static str = "seen";
+    type Id<'a> = (&'a str, u64);
+    /// A judge-scores unit's ballot ids go with the rest of its state; a bucket of vote ids of
+    /// the layout before is deleted with the vote projects' records (see [`IdsStore`]).
+    fn recovery(unit: Unit) -> Recovery {
+        if unit.holds_votes() {
+            Recovery::Counted
+        } else {
+            Recovery::Redone
+        }
+    }
+    /// Of a votes or projects unit, a bucket of the layout before: always deleted.
+    fn render(from: &Source<'_>, (project, bucket): (&str, u64), out: &mut Vec<u8>) -> bool {
+        if from.unit.holds_votes() {
+            return false;
+        }
+        let window = from.state.judges(project).map(|p| &p.seen);
+        let ids = seen_ids(bucket);
+        window.is_some_and(|w| push_bucket(out, w.range(ids.start, ids.end)))
+    }
+    fn restore(
+        into: &mut Restored,
+        (project, bucket): (&str, u64),
+        read: &Read<'_>,
+    ) -> Result<(), ChangelogError> {
         let windows = if into.unit.holds_votes() {
+            into.retired.push((project.to_owned(), bucket));
             &mut into.seen
         } else {
             &mut into.ballots

@@ -21,6 +21,10 @@ pub enum Change {
         seen: Range<u64>,
         forgot: Range<u64>,
     },
+    /// A bucket of a vote project's dedupe window in the changelog's layout before vote ids
+    /// had buckets of their own size: a restore that read one deletes it with the next flush,
+    /// after writing its ids again as they are laid out now.
+    RetiredIds { project: String, bucket: u64 },
     /// A ballot id entered a judge-scores project's dedupe window (`seq` orders the window).
     Seen { project: String, seq: u64 },
     /// A ballot id left a judge-scores project's dedupe window.

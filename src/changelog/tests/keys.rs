@@ -136,6 +136,7 @@ fn every_kind_of_key_is_written_and_read_back() {
         ),
         (Slot::Project("p/1"), r#"["j",3,"project","p/1"]"#),
         (Slot::Seen(("p", 12)), r#"["j",3,"seen","p","12"]"#),
+        (Slot::Ids(("p", 12)), r#"["j",3,"ids","p","12"]"#),
         (
             Slot::Session(("p", "s\"1")),
             r#"["j",3,"session","p","s\"1"]"#,

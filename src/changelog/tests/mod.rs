@@ -137,8 +137,11 @@ fn run(
                 // Vote projects, then item buckets before the redo record, everything else
                 // after it.
                 let first_redo = flush_records.iter().position(is_redo).unwrap_or(n);
-                let is_vote =
-                    |r: &StateRecord| r.key.contains("\"project\"") || r.key.contains("\"seen\"");
+                let is_vote = |r: &StateRecord| {
+                    ["\"project\"", "\"ids\"", "\"seen\""]
+                        .iter()
+                        .any(|kind| r.key.contains(kind))
+                };
                 let is_items = |r: &StateRecord| r.key.contains("\"items\"");
                 let votes = flush_records.iter().take_while(|r| is_vote(r)).count();
                 let items = flush_records[votes..].iter().take_while(|r| is_items(r));

@@ -36,9 +36,9 @@ fn one_record_per_vote_project_per_flush() {
     let mut state = PartitionState::journaled();
     let payloads: Vec<String> = (0..33).map(|i| vote(i, 0, i as i64)).collect();
     let mut log = Vec::new();
-    // 10 events of one project in one flush: one record, the score with its 10 ids (then the
+    // 6 events of one project in one flush: one record, the score with its 6 ids (then the
     // flush's origins and offset).
-    run(&engine, VOTES, &mut state, &payloads[..10], 0, 10, &mut log);
+    run(&engine, VOTES, &mut state, &payloads[..6], 0, 6, &mut log);
     let keys: Vec<&str> = log.iter().map(|r| r.key.as_str()).collect();
     assert_eq!(
         keys,
@@ -48,43 +48,147 @@ fn one_record_per_vote_project_per_flush() {
             r#"["v",0,"offset"]"#
         ]
     );
-    assert_eq!(log[1].value.as_deref(), Some(r#"[["v",0,9]]"#));
+    assert_eq!(log[1].value.as_deref(), Some(r#"[["v",0,5]]"#));
     let value: serde_json::Value =
         serde_json::from_str(log[0].value.as_deref().unwrap_or_default()).expect("json");
-    // The ids are consecutive: one run of ten fingerprints.
+    // The ids are consecutive: one run of six fingerprints.
     let ids = &value["seen"][0];
     assert_eq!(value["seen"].as_array().map(Vec::len), Some(1));
     assert_eq!(ids[0], 0);
-    assert_eq!(ids[1].as_str().map(str::len), Some(320));
-    assert_eq!(value["score"][2], 10, "evaluations");
-    // The 33rd id opens bucket 1: bucket 0 gets its own record, written before the project's.
+    assert_eq!(ids[1].as_str().map(str::len), Some(6 * 32));
+    assert_eq!(value["score"][2], 6, "evaluations");
+    // Ids 6..33 close buckets 0 to 3 of 8 ids (32 is the first of bucket 4): each gets its own
+    // record, written before the project's.
     log.clear();
-    run(
-        &engine,
-        VOTES,
-        &mut state,
-        &payloads[10..],
-        10,
-        23,
-        &mut log,
-    );
+    run(&engine, VOTES, &mut state, &payloads[6..], 6, 27, &mut log);
     let keys: Vec<&str> = log.iter().map(|r| r.key.as_str()).collect();
     assert_eq!(
         keys,
         [
-            r#"["v",0,"seen","p/0","0"]"#,
+            r#"["v",0,"ids","p/0","0"]"#,
+            r#"["v",0,"ids","p/0","1"]"#,
+            r#"["v",0,"ids","p/0","2"]"#,
+            r#"["v",0,"ids","p/0","3"]"#,
             r#"["v",0,"project","p/0"]"#,
             r#"["v",0,"origins"]"#,
             r#"["v",0,"offset"]"#
         ]
     );
-    let bucket: Vec<(u64, String)> =
-        serde_json::from_str(log[0].value.as_deref().unwrap_or_default()).expect("json");
-    assert_eq!(bucket.len(), 1, "one run");
-    assert_eq!((bucket[0].0, bucket[0].1.len()), (0, 32 * 32));
+    for (k, record) in log[..4].iter().enumerate() {
+        let bucket: Vec<(u64, String)> =
+            serde_json::from_str(record.value.as_deref().unwrap_or_default()).expect("json");
+        assert_eq!(bucket.len(), 1, "one run");
+        assert_eq!((bucket[0].0, bucket[0].1.len()), (8 * k as u64, 8 * 32));
+    }
     let value: serde_json::Value =
-        serde_json::from_str(log[1].value.as_deref().unwrap_or_default()).expect("json");
+        serde_json::from_str(log[4].value.as_deref().unwrap_or_default()).expect("json");
     assert_eq!(value["seen"][0][0], 32);
+}
+
+#[test]
+fn vote_ids_in_buckets_of_the_layout_before_are_read_then_laid_out_anew() {
+    // A project's 40 ids as the layout before wrote them: bucket 0 of 32 ids in a `seen`
+    // record, ids 32..40 in the project record (its open bucket of 32).
+    let engine = engine(1000);
+    let unit = VOTES;
+    let mut live = PartitionState::journaled();
+    let payloads: Vec<String> = (0..41).map(|i| vote(i, 0, i as i64)).collect();
+    let mut log = Vec::new();
+    run(&engine, unit, &mut live, &payloads[..40], 0, 40, &mut log);
+    let ids: Vec<(u64, u128)> = live
+        .votes("p/0")
+        .expect("votes")
+        .seen
+        .range(0, 40)
+        .collect();
+    let runs = |ids: &[(u64, u128)]| {
+        let hex: String = ids.iter().map(|(_, f)| format!("{f:032x}")).collect();
+        serde_json::json!([[ids[0].0, hex]])
+    };
+    let project = log
+        .iter()
+        .find(|r| r.key.contains("\"project\""))
+        .and_then(|r| r.value.clone())
+        .expect("a project record");
+    let mut record: serde_json::Value = serde_json::from_str(&project).expect("json");
+    record["seen"] = runs(&ids[32..]);
+    let before = [
+        (
+            r#"["v",0,"seen","p/0","0"]"#.to_owned(),
+            runs(&ids[..32]).to_string(),
+        ),
+        (r#"["v",0,"project","p/0"]"#.to_owned(), record.to_string()),
+        (
+            r#"["v",0,"origins"]"#.to_owned(),
+            r#"[["v",0,39]]"#.to_owned(),
+        ),
+        (
+            r#"["v",0,"offset"]"#.to_owned(),
+            r#"{"offset":39}"#.to_owned(),
+        ),
+    ];
+    let mut r = Restorer::new(unit);
+    for (key, value) in &before {
+        r.accept(key.as_bytes(), Some(value.as_bytes()));
+    }
+    let (mut state, offset) = r.finish().expect("the layout before restores");
+    assert_eq!(offset, Some(39));
+    let without_journal = |s: &PartitionState| PartitionState {
+        journal: None,
+        ..s.clone()
+    };
+    assert_eq!(without_journal(&state), without_journal(&live));
+    // The next flush (one more vote, id 40, which opens bucket 5) writes ids 0..40 in buckets
+    // of 8, then deletes the old bucket, then writes the project.
+    let mut next = Vec::new();
+    run(&engine, unit, &mut state, &payloads[40..], 40, 1, &mut next);
+    let keys: Vec<(&str, bool)> = next
+        .iter()
+        .map(|r| (r.key.as_str(), r.value.is_some()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            (r#"["v",0,"ids","p/0","0"]"#, true),
+            (r#"["v",0,"ids","p/0","1"]"#, true),
+            (r#"["v",0,"ids","p/0","2"]"#, true),
+            (r#"["v",0,"ids","p/0","3"]"#, true),
+            (r#"["v",0,"ids","p/0","4"]"#, true),
+            (r#"["v",0,"seen","p/0","0"]"#, false),
+            (r#"["v",0,"project","p/0"]"#, true),
+            (r#"["v",0,"origins"]"#, true),
+            (r#"["v",0,"offset"]"#, true),
+        ]
+    );
+    // The log as compaction keeps it restores to the live state, with no bucket of the layout
+    // before left.
+    run(
+        &engine,
+        unit,
+        &mut live,
+        &payloads[40..],
+        40,
+        1,
+        &mut Vec::new(),
+    );
+    let mut latest = std::collections::BTreeMap::new();
+    for (key, value) in before.iter().cloned().map(|(k, v)| (k, Some(v))) {
+        latest.insert(key, value);
+    }
+    for r in &next {
+        latest.insert(r.key.clone(), r.value.clone());
+    }
+    assert!(
+        latest
+            .iter()
+            .all(|(k, v)| !k.contains("\"seen\"") || v.is_none())
+    );
+    let mut r = Restorer::new(unit);
+    for (key, value) in &latest {
+        r.accept(key.as_bytes(), value.as_deref().map(str::as_bytes));
+    }
+    let (restored, _) = r.finish().expect("restores");
+    assert_eq!(without_journal(&restored), without_journal(&live));
 }
 
 #[test]
