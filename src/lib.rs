@@ -22,8 +22,9 @@
 //!     which input records it holds, and the maps and keys of ids;
 //!   - `engine::record`, `engine::output`: what goes in and what comes out;
 //!   - `engine::settings`: all the engine may know of the configuration.
-//! - [`changelog`]: partition state as compacted changelog records (`render`) and back
-//!   (`restore`). Pure.
+//! - [`changelog`]: partition state as compacted changelog records and back: `stores` declares
+//!   each kind of state once (its key, its value, its recovery), `render` writes a flush from
+//!   the journal, `restore` reads a partition back. Pure.
 //! - [`replay`]: the file runtime.
 //! - [`topics`]: the one table between the engine's topics and their configured names, and the
 //!   names of the internal topics.

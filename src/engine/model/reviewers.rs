@@ -102,7 +102,7 @@ pub struct Verdict {
 /// keeps of an item, in its entry of the item store. (A changelog written before the figures
 /// were derived also holds a posterior and a refresh place here; they are not read.) Written
 /// as `[verdicts]`, or `[verdicts, judged]` once a judge score is paired, each verdict without
-/// its time when that is the verdict's before it (see [`WrittenVerdict`]); read back from that
+/// its time when that is the verdict's before it (see `WrittenVerdicts`); read back from that
 /// or from the object written before.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(try_from = "StoredReview")]
@@ -172,7 +172,7 @@ impl Serialize for WrittenVerdict<'_> {
     }
 }
 
-/// A [`Review`] as read: its verdicts' times may be left out (see [`WrittenVerdicts`]).
+/// A [`Review`] as read: its verdicts' times may be left out (see `WrittenVerdicts`).
 #[derive(Deserialize, Default)]
 pub struct StoredReview {
     #[serde(default)]
