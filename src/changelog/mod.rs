@@ -67,6 +67,7 @@
 
 mod render;
 mod restore;
+mod restored;
 mod stores;
 
 use serde::ser::{Error as _, SerializeSeq};

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+use super::restored::Restored;
 use super::stores::{OffsetValue, Read};
 use super::*;
 
@@ -179,131 +180,6 @@ impl Restorer {
         let (mut state, offset) = restored.finish();
         state.carried.0 = carried;
         Ok((state, offset))
-    }
-}
-
-/// A unit's state as its changelog records are decoded, each by its kind's [`Store`], in any
-/// order (the latest value per key, as compaction keeps it); what spans records is gathered
-/// here and joined by [`Restored::finish`].
-pub(super) struct Restored {
-    pub unit: Unit,
-    /// The last input offset the restored state includes, as the restore found it before
-    /// reading the records (item buckets of a later flush read as that flush found them).
-    pub through: Option<i64>,
-    pub state: PartitionState,
-    pub offset: Option<i64>,
-    /// Dedupe ids per vote project, from project and seen records.
-    pub seen: IdMap<String, Vec<(u64, u128)>>,
-    /// Ballot ids per project.
-    pub ballots: IdMap<String, Vec<(u64, u128)>>,
-    /// Per vote project, the newest id its record counts (see the module doc).
-    pub counted: IdMap<String, u64>,
-    pub completed: IdMap<String, Vec<(u64, u128)>>,
-    pub next_seq: u64,
-    /// The places of items the restored flush forgot, still in their buckets.
-    pub items_forgotten: Vec<u64>,
-    /// Places in item buckets written by a flush cut short, to be written again.
-    pub rerender: Vec<u64>,
-    /// Buckets of vote ids in the layout before [`VOTE_BUCKET`], to be deleted.
-    pub retired: Vec<(String, u64)>,
-}
-
-impl Restored {
-    fn new(unit: Unit, through: Option<i64>) -> Self {
-        Restored {
-            unit,
-            through,
-            state: PartitionState::default(),
-            offset: None,
-            seen: IdMap::default(),
-            ballots: IdMap::default(),
-            counted: IdMap::default(),
-            completed: IdMap::default(),
-            next_seq: 0,
-            items_forgotten: Vec::new(),
-            rerender: Vec::new(),
-            retired: Vec::new(),
-        }
-    }
-
-    /// A project's judge quality, created empty if new.
-    pub fn quality(&mut self, project: &str) -> &mut ProjectQuality {
-        &mut self.state.project(project).quality
-    }
-
-    /// The state (journaling) and the last input offset it includes.
-    fn finish(self) -> (PartitionState, Option<i64>) {
-        let Restored {
-            unit: _,
-            through: _,
-            mut state,
-            offset,
-            seen,
-            ballots,
-            counted,
-            completed,
-            next_seq,
-            items_forgotten,
-            rerender,
-            mut retired,
-        } = self;
-        // Buckets that hold what the restored state does not are written again by the next
-        // flush (see `ItemBucket`).
-        state.journal = Some(Vec::new());
-        for &seq in &items_forgotten {
-            state.quality.drop_restored(&mut state.projects, seq);
-        }
-        state.note_items_forgotten(items_forgotten);
-        for seq in rerender {
-            state.note_item(seq);
-        }
-        state.quality.start_undo();
-        for (project, mut entries) in seen {
-            // Ids newer than the project record's are from a flush cut short: their events are
-            // not in the score and will be replayed. (Ids written twice by a cut flush are
-            // merged by `RecentIds::restore`.)
-            let newest = counted.get(&project).copied();
-            entries.retain(|(s, _)| newest.is_some_and(|n| *s <= n));
-            if let Some(p) = state.projects.get_mut(project.as_str())
-                && let Some(votes) = &mut p.votes
-            {
-                votes.seen = RecentIds::restore(entries);
-            }
-        }
-        // Vote ids read from buckets of the layout before are written again as laid out now,
-        // then those buckets deleted, by the next flush (a cut between the two reads both).
-        retired.sort_unstable();
-        let mut relaid = Vec::new();
-        for (i, (project, bucket)) in retired.iter().enumerate() {
-            let first = i == 0 || retired[i - 1].0 != *project;
-            let window = state.votes(project).map(|v| &v.seen);
-            let ids =
-                window.and_then(|w| Some(w.range(0, u64::MAX).next()?.0..w.newest_seq()? + 1));
-            if let (true, Some(ids)) = (first, ids) {
-                relaid.push(Change::Votes {
-                    project: ProjectKey::from(project.as_str()),
-                    seen: ids,
-                    forgot: 0..0,
-                });
-            }
-            relaid.push(Change::RetiredIds {
-                project: project.clone(),
-                bucket: *bucket,
-            });
-        }
-        state.journal.get_or_insert_with(Vec::new).extend(relaid);
-        for (project, entries) in ballots {
-            let window = RecentIds::restore(entries);
-            state.judges_mut(&project).seen = window;
-        }
-        for (project, entries) in completed {
-            state.project(&project).sessions.completed = RecentIds::restore(entries);
-        }
-        state.sessions = SessionBook::restore(&mut state.projects, next_seq);
-        for p in state.projects.values_mut() {
-            p.quality.rebuild();
-        }
-        (state, offset)
     }
 }
 
