@@ -288,8 +288,10 @@ const SEEN_BUCKET: u64 = 32;
 
 /// Vote ids per dedupe-window changelog record ([`Slot::Ids`]). A busy project's record
 /// carries its open bucket, rewritten with every flush, and a project gets a few ids per flush:
-/// with buckets of 32 the open buckets' ids were a quarter of the changelog.
-const VOTE_BUCKET: u64 = 8;
+/// with buckets of 32 the open buckets' ids were a quarter of the changelog. Smaller buckets
+/// cost a record per few ids where one project gets them all (buckets of 8 cost a single busy
+/// project 7% of its events/s; see docs/performance.md).
+const VOTE_BUCKET: u64 = 16;
 
 /// Item places per judge-quality bucket record ([`Slot::Items`], [`Slot::Waits`]): a flush
 /// writes its new items' buckets once each, and rewrites the older buckets of items voted on

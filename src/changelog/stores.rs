@@ -292,7 +292,7 @@ stores! {
     Origins: OriginsStore,
     /// A vote project: its score and its open dedupe bucket. `["v",3,"project","proj-42"]`.
     Project: ProjectStore,
-    /// A closed bucket of `VOTE_BUCKET` ids of a vote project's dedupe window:
+    /// A closed bucket of `VOTE_BUCKET` (16) ids of a vote project's dedupe window:
     /// `["v",3,"ids","proj-42","12"]`.
     Ids: IdsStore,
     /// A bucket of `SEEN_BUCKET` ballot ids of a judge-scores unit's project:

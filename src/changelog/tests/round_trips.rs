@@ -36,9 +36,9 @@ fn one_record_per_vote_project_per_flush() {
     let mut state = PartitionState::journaled();
     let payloads: Vec<String> = (0..33).map(|i| vote(i, 0, i as i64)).collect();
     let mut log = Vec::new();
-    // 6 events of one project in one flush: one record, the score with its 6 ids (then the
+    // 10 events of one project in one flush: one record, the score with its 10 ids (then the
     // flush's origins and offset).
-    run(&engine, VOTES, &mut state, &payloads[..6], 0, 6, &mut log);
+    run(&engine, VOTES, &mut state, &payloads[..10], 0, 10, &mut log);
     let keys: Vec<&str> = log.iter().map(|r| r.key.as_str()).collect();
     assert_eq!(
         keys,
@@ -48,40 +48,46 @@ fn one_record_per_vote_project_per_flush() {
             r#"["v",0,"offset"]"#
         ]
     );
-    assert_eq!(log[1].value.as_deref(), Some(r#"[["v",0,5]]"#));
+    assert_eq!(log[1].value.as_deref(), Some(r#"[["v",0,9]]"#));
     let value: serde_json::Value =
         serde_json::from_str(log[0].value.as_deref().unwrap_or_default()).expect("json");
-    // The ids are consecutive: one run of six fingerprints.
+    // The ids are consecutive: one run of ten fingerprints.
     let ids = &value["seen"][0];
     assert_eq!(value["seen"].as_array().map(Vec::len), Some(1));
     assert_eq!(ids[0], 0);
-    assert_eq!(ids[1].as_str().map(str::len), Some(6 * 32));
-    assert_eq!(value["score"][2], 6, "evaluations");
-    // Ids 6..33 close buckets 0 to 3 of 8 ids (32 is the first of bucket 4): each gets its own
-    // record, written before the project's.
+    assert_eq!(ids[1].as_str().map(str::len), Some(10 * 32));
+    assert_eq!(value["score"][2], 10, "evaluations");
+    // Ids 10..33 close buckets 0 and 1 of 16 ids (32 is the first of bucket 2): each gets its
+    // own record, written before the project's.
     log.clear();
-    run(&engine, VOTES, &mut state, &payloads[6..], 6, 27, &mut log);
+    run(
+        &engine,
+        VOTES,
+        &mut state,
+        &payloads[10..],
+        10,
+        23,
+        &mut log,
+    );
     let keys: Vec<&str> = log.iter().map(|r| r.key.as_str()).collect();
     assert_eq!(
         keys,
         [
             r#"["v",0,"ids","p/0","0"]"#,
             r#"["v",0,"ids","p/0","1"]"#,
-            r#"["v",0,"ids","p/0","2"]"#,
-            r#"["v",0,"ids","p/0","3"]"#,
             r#"["v",0,"project","p/0"]"#,
             r#"["v",0,"origins"]"#,
             r#"["v",0,"offset"]"#
         ]
     );
-    for (k, record) in log[..4].iter().enumerate() {
+    for (k, record) in log[..2].iter().enumerate() {
         let bucket: Vec<(u64, String)> =
             serde_json::from_str(record.value.as_deref().unwrap_or_default()).expect("json");
         assert_eq!(bucket.len(), 1, "one run");
-        assert_eq!((bucket[0].0, bucket[0].1.len()), (8 * k as u64, 8 * 32));
+        assert_eq!((bucket[0].0, bucket[0].1.len()), (16 * k as u64, 16 * 32));
     }
     let value: serde_json::Value =
-        serde_json::from_str(log[4].value.as_deref().unwrap_or_default()).expect("json");
+        serde_json::from_str(log[2].value.as_deref().unwrap_or_default()).expect("json");
     assert_eq!(value["seen"][0][0], 32);
 }
 
@@ -138,8 +144,9 @@ fn vote_ids_in_buckets_of_the_layout_before_are_read_then_laid_out_anew() {
         ..s.clone()
     };
     assert_eq!(without_journal(&state), without_journal(&live));
-    // The next flush (one more vote, id 40, which opens bucket 5) writes ids 0..40 in buckets
-    // of 8, then deletes the old bucket, then writes the project.
+    // The next flush (one more vote, id 40) writes ids 0..32 in closed buckets of 16 (32..41
+    // are the open one, in the project record), then deletes the old bucket, then writes the
+    // project.
     let mut next = Vec::new();
     run(&engine, unit, &mut state, &payloads[40..], 40, 1, &mut next);
     let keys: Vec<(&str, bool)> = next
@@ -151,9 +158,6 @@ fn vote_ids_in_buckets_of_the_layout_before_are_read_then_laid_out_anew() {
         [
             (r#"["v",0,"ids","p/0","0"]"#, true),
             (r#"["v",0,"ids","p/0","1"]"#, true),
-            (r#"["v",0,"ids","p/0","2"]"#, true),
-            (r#"["v",0,"ids","p/0","3"]"#, true),
-            (r#"["v",0,"ids","p/0","4"]"#, true),
             (r#"["v",0,"seen","p/0","0"]"#, false),
             (r#"["v",0,"project","p/0"]"#, true),
             (r#"["v",0,"origins"]"#, true),
