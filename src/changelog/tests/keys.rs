@@ -304,3 +304,32 @@ fn item_places_read_alike_from_the_bucket_or_whole() {
     assert_eq!(now, expected);
     assert_eq!(before, expected);
 }
+
+proptest! {
+    /// Any ids, however they are spelled (quotes, slashes, escapes, any number), make a key
+    /// that reads back as the same slot.
+    #[test]
+    fn any_ids_make_a_key_that_reads_back(
+        project in ".{0,12}",
+        other in ".{0,12}",
+        n in any::<u64>(),
+        fingerprint in any::<u128>(),
+    ) {
+        let unit = Unit::projects(7);
+        let slots = [
+            Slot::Project(&project),
+            Slot::Session((&project, &other)),
+            Slot::Ids((&project, n)),
+            Slot::Completed((&project, fingerprint)),
+            Slot::Board((&project, &other, &project)),
+            Slot::Items(n),
+        ];
+        for slot in slots {
+            let key = unit.key(slot);
+            let parts: Vec<serde_json::Value> = serde_json::from_str(&key).expect("a JSON array");
+            prop_assert_eq!(&parts[..2], &[serde_json::json!("p"), serde_json::json!(7)]);
+            let read = Slot::from_parts(&parts[2..]).map(|s| format!("{s:?}"));
+            prop_assert_eq!(read, Ok(format!("{slot:?}")));
+        }
+    }
+}
