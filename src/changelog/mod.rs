@@ -17,12 +17,13 @@
 //! restoring dispatch on that registration; `render.rs` maps the engine's journal to the
 //! records it rewrites, `restore.rs` joins what spans records.
 //!
-//! Dedupe windows are stored in buckets of `SEEN_BUCKET` consecutive ids (written as runs,
-//! `IdRun`). A vote project's record carries its score *and* its newest (open) bucket, for two
-//! reasons: with many projects nearly every event changes both, and one record instead of two is a third fewer produced
-//! records per event; and the score and the ids it counts are then written atomically. A bucket
-//! gets a `seen` record of its own once a newer one opens, and such records are written before
-//! the project records of the same flush. So if a crash cuts a flush short, whatever part of it
+//! Dedupe windows are stored in buckets of consecutive ids (written as runs, `IdRun`):
+//! `VOTE_BUCKET` of a vote project's, `SEEN_BUCKET` of ballots'. A vote project's record
+//! carries its score *and* its newest (open) bucket, for two reasons: with many projects nearly
+//! every event changes both, and one record instead of two is a third fewer produced records
+//! per event; and the score and the ids it counts are then written atomically. A bucket gets an
+//! `ids` record of its own once a newer one opens, and such records are written before the
+//! project records of the same flush. So if a crash cuts a flush short, whatever part of it
 //! reached the log restores to a state where every id in the window is counted in the score:
 //! restore drops ids newer than the project record's newest, and the records replayed from the
 //! last complete flush are applied exactly once (as long as the dedupe window holds a flush's
@@ -57,8 +58,8 @@
 //! event), so they are written once, not also inside the redo record: each carries its flush's
 //! offset, the first place the flush took, and the items the flush changed or forgot as it
 //! found them (`ItemBucket`), so a restore to an earlier offset reads it as the flush found
-//! it: they are *undone*. Items a flush forgets are deleted by the next flush (their places are in the redo
-//! record, `Slot::ItemsForgotten`, so a restore drops those still in their buckets), and
+//! it: they are *undone*. Items a flush forgets are deleted by the next flush (their places are
+//! in the redo record, `Slot::ItemsForgotten`, so a restore drops those still in their buckets), and
 //! buckets a cut flush wrote are written again by the first flush after the restore.
 //!
 //! A restore that applies a redo record whose flush was cut after it carries the records it
@@ -199,8 +200,8 @@ impl Unit {
         self.kind != UnitKind::Input(InputTopic::Votes)
     }
 
-    /// Whether this unit's vote projects' dedupe windows are its `seen` records (a votes or
-    /// projects unit); a judge-scores unit's `seen` records are its ballot ids.
+    /// Whether this unit holds vote projects, whose dedupe windows are its `ids` records (a
+    /// votes or projects unit); a judge-scores unit's `seen` records are its ballot ids.
     fn holds_votes(self) -> bool {
         self.kind != UnitKind::Input(InputTopic::JudgeScores)
     }
