@@ -93,7 +93,12 @@ impl Records {
             change: None,
             at: Some(at),
         };
-        self.push(unit, slot, |b| slot.render(&from, b));
+        self.push_rendered(&from, slot);
+    }
+
+    /// Appends `slot`'s record, its value rendered from `from` (a tombstone if there is none).
+    fn push_rendered(&mut self, from: &Source<'_>, slot: Slot<'_>) {
+        self.push(from.unit, slot, |b| slot.render(from, b));
     }
 
     /// Appends `other`'s records.
@@ -172,7 +177,7 @@ impl Records {
                 change: Some(change),
                 at,
             };
-            self.push(unit, *slot, |b| slot.render(&from, b));
+            self.push_rendered(&from, *slot);
         }
     }
 }

@@ -95,22 +95,22 @@ impl Restored {
         // then those buckets deleted, by the next flush (a cut between the two reads both).
         retired.sort_unstable();
         let mut relaid = Vec::new();
-        for (i, (project, bucket)) in retired.iter().enumerate() {
-            let first = i == 0 || retired[i - 1].0 != *project;
-            let window = state.votes(project).map(|v| &v.seen);
-            let ids =
-                window.and_then(|w| Some(w.range(0, u64::MAX).next()?.0..w.newest_seq()? + 1));
-            if let (true, Some(ids)) = (first, ids) {
+        for buckets in retired.chunk_by(|a, b| a.0 == b.0) {
+            let project = buckets[0].0.as_str();
+            if let Some(window) = state.votes(project).map(|v| &v.seen)
+                && let (Some((oldest, _)), Some(newest)) =
+                    (window.range(0, u64::MAX).next(), window.newest_seq())
+            {
                 relaid.push(Change::Votes {
-                    project: ProjectKey::from(project.as_str()),
-                    seen: ids,
+                    project: ProjectKey::from(project),
+                    seen: oldest..newest + 1,
                     forgot: 0..0,
                 });
             }
-            relaid.push(Change::RetiredIds {
+            relaid.extend(buckets.iter().map(|(project, bucket)| Change::RetiredIds {
                 project: project.clone(),
                 bucket: *bucket,
-            });
+            }));
         }
         state.journal.get_or_insert_with(Vec::new).extend(relaid);
         for (project, entries) in ballots {

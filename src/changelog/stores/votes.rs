@@ -26,14 +26,25 @@ pub(in crate::changelog) fn bucket_of_newest(window: &RecentIds) -> Option<u64> 
     window.newest_seq().map(|s| s / VOTE_BUCKET)
 }
 
-/// The ids of a vote project's dedupe bucket `bucket`.
-fn vote_ids(bucket: u64) -> Range<u64> {
-    bucket * VOTE_BUCKET..(bucket + 1) * VOTE_BUCKET
+/// The ids of dedupe bucket `bucket`, buckets holding `size` ids.
+fn bucket_ids(bucket: u64, size: u64) -> Range<u64> {
+    bucket * size..(bucket + 1) * size
 }
 
-/// The ids of a ballot dedupe bucket `bucket`.
-fn seen_ids(bucket: u64) -> Range<u64> {
-    bucket * SEEN_BUCKET..(bucket + 1) * SEEN_BUCKET
+/// Appends the ids of `window` in `ids` as a bucket is written (see [`push_bucket`]); false (a
+/// tombstone) when the window is gone or holds none of them.
+fn push_window(out: &mut Vec<u8>, window: Option<&RecentIds>, ids: Range<u64>) -> bool {
+    window.is_some_and(|w| push_bucket(out, w.range(ids.start, ids.end)))
+}
+
+/// Adds the ids of a bucket read back to `project`'s in `windows`.
+fn read_bucket(
+    windows: &mut IdMap<String, Vec<(u64, u128)>>,
+    project: &str,
+    read: &Read<'_>,
+) -> Result<(), ChangelogError> {
+    let entries = windows.entry(project.to_owned()).or_default();
+    push_ids(entries, read.value()?).map_err(|r| read.bad(r))
 }
 
 impl Store for ProjectStore {
@@ -46,7 +57,7 @@ impl Store for ProjectStore {
         let Some(project) = from.state.votes(project) else {
             return false;
         };
-        let open = vote_ids(bucket_of_newest(&project.seen).unwrap_or(0));
+        let open = bucket_ids(bucket_of_newest(&project.seen).unwrap_or(0), VOTE_BUCKET);
         let record = ProjectRecord {
             score: project.score.clone(),
             seen: bucket(project.seen.range(open.start, open.end)),
@@ -92,16 +103,14 @@ impl Store for IdsStore {
     }
     fn render(from: &Source<'_>, (project, bucket): (&str, u64), out: &mut Vec<u8>) -> bool {
         let window = from.state.votes(project).map(|p| &p.seen);
-        let ids = vote_ids(bucket);
-        window.is_some_and(|w| push_bucket(out, w.range(ids.start, ids.end)))
+        push_window(out, window, bucket_ids(bucket, VOTE_BUCKET))
     }
     fn restore(
         into: &mut Restored,
         (project, _): (&str, u64),
         read: &Read<'_>,
     ) -> Result<(), ChangelogError> {
-        let entries = into.seen.entry(project.to_owned()).or_default();
-        push_ids(entries, read.value()?).map_err(|r| read.bad(r))
+        read_bucket(&mut into.seen, project, read)
     }
 }
 
@@ -120,28 +129,21 @@ impl Store for SeenStore {
             Recovery::Redone
         }
     }
-    /// Of a votes or projects unit, a bucket of the layout before: always deleted.
-    fn render(from: &Source<'_>, (project, bucket): (&str, u64), out: &mut Vec<u8>) -> bool {
-        if from.unit.holds_votes() {
-            return false;
-        }
-        let window = from.state.judges(project).map(|p| &p.seen);
-        let ids = seen_ids(bucket);
-        window.is_some_and(|w| push_bucket(out, w.range(ids.start, ids.end)))
+    /// A judge-scores unit's bucket of ballot ids, written as a projects unit writes its
+    /// `ballots`; of a votes or projects unit, a bucket of the layout before: always deleted.
+    fn render(from: &Source<'_>, id: (&str, u64), out: &mut Vec<u8>) -> bool {
+        !from.unit.holds_votes() && BallotsStore::render(from, id, out)
     }
     fn restore(
         into: &mut Restored,
         (project, bucket): (&str, u64),
         read: &Read<'_>,
     ) -> Result<(), ChangelogError> {
-        let windows = if into.unit.holds_votes() {
-            into.retired.push((project.to_owned(), bucket));
-            &mut into.seen
-        } else {
-            &mut into.ballots
-        };
-        let entries = windows.entry(project.to_owned()).or_default();
-        push_ids(entries, read.value()?).map_err(|r| read.bad(r))
+        if !into.unit.holds_votes() {
+            return BallotsStore::restore(into, (project, bucket), read);
+        }
+        into.retired.push((project.to_owned(), bucket));
+        read_bucket(&mut into.seen, project, read)
     }
 }
 
@@ -152,16 +154,14 @@ impl Store for BallotsStore {
     const KIND: &'static str = "ballots";
     type Id<'a> = (&'a str, u64);
     fn render(from: &Source<'_>, (project, bucket): (&str, u64), out: &mut Vec<u8>) -> bool {
-        let ids = seen_ids(bucket);
         let window = from.state.judges(project).map(|p| &p.seen);
-        window.is_some_and(|w| push_bucket(out, w.range(ids.start, ids.end)))
+        push_window(out, window, bucket_ids(bucket, SEEN_BUCKET))
     }
     fn restore(
         into: &mut Restored,
         (project, _): (&str, u64),
         read: &Read<'_>,
     ) -> Result<(), ChangelogError> {
-        let entries = into.ballots.entry(project.to_owned()).or_default();
-        push_ids(entries, read.value()?).map_err(|r| read.bad(r))
+        read_bucket(&mut into.ballots, project, read)
     }
 }

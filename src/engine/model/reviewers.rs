@@ -203,10 +203,9 @@ impl TryFrom<StoredReview> for Review {
 impl StoredReview {
     /// The review read, its first verdict at `first` if its time was left out.
     pub fn review(self, first: Option<EventTime>) -> Result<Review, &'static str> {
-        let stored = self;
         let mut before = first;
-        let mut verdicts = Vec::with_capacity(stored.verdicts.len());
-        for v in stored.verdicts {
+        let mut verdicts = Vec::with_capacity(self.verdicts.len());
+        for v in self.verdicts {
             let at =
                 v.at.or(before)
                     .ok_or("an item's first verdict has no time")?;
@@ -220,7 +219,7 @@ impl StoredReview {
         }
         Ok(Review {
             verdicts,
-            judged: stored.judged,
+            judged: self.judged,
         })
     }
 }
