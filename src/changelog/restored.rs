@@ -21,6 +21,13 @@ pub(super) struct Restored {
     pub counted: IdMap<String, u64>,
     pub completed: IdMap<String, Vec<(u64, u128)>>,
     pub next_seq: u64,
+    /// Judge quality's items with votes and with waiting judge scores, as read from their
+    /// buckets: put back in order of place once every bucket is read, whatever order the
+    /// buckets came in. An item a flush forgot and took again at a new place is in two buckets
+    /// until the next flush deletes its old place; put back in place order, the new place
+    /// replaces the old, which the record of the places forgotten then drops.
+    pub items: Vec<(u64, String, String, ItemVotes)>,
+    pub waits: Vec<(u64, String, String, Vec<Waiting>)>,
     /// The places of items the restored flush forgot, still in their buckets.
     pub items_forgotten: Vec<u64>,
     /// Places in item buckets written by a flush cut short, to be written again.
@@ -41,6 +48,8 @@ impl Restored {
             counted: IdMap::default(),
             completed: IdMap::default(),
             next_seq: 0,
+            items: Vec::new(),
+            waits: Vec::new(),
             items_forgotten: Vec::new(),
             rerender: Vec::new(),
             retired: Vec::new(),
@@ -64,6 +73,8 @@ impl Restored {
             counted,
             completed,
             next_seq,
+            mut items,
+            mut waits,
             items_forgotten,
             rerender,
             mut retired,
@@ -71,6 +82,18 @@ impl Restored {
         // Buckets that hold what the restored state does not are written again by the next
         // flush (see `ItemBucket`).
         state.journal = Some(Vec::new());
+        items.sort_unstable_by_key(|(seq, ..)| *seq);
+        for (seq, project, item, votes) in items {
+            let projects = &mut state.projects;
+            let at = (project.as_str(), item.as_str());
+            state.quality.restore_item(projects, at, seq, votes);
+        }
+        waits.sort_unstable_by_key(|(seq, ..)| *seq);
+        for (seq, project, item, waiting) in waits {
+            let projects = &mut state.projects;
+            let at = (project.as_str(), item.as_str());
+            state.quality.restore_waiting(projects, at, seq, waiting);
+        }
         for &seq in &items_forgotten {
             state.quality.drop_restored(&mut state.projects, seq);
         }

@@ -108,13 +108,7 @@ impl Store for ItemsStore {
             }
             StoredItems::Bucket(b) => placed(b.items),
         };
-        let state = &mut into.state;
-        for (seq, project, item, votes) in items {
-            let projects = &mut state.projects;
-            state
-                .quality
-                .restore_item(projects, (&project, &item), seq, votes);
-        }
+        into.items.extend(items);
         Ok(())
     }
 }
@@ -183,13 +177,7 @@ impl Store for WaitsStore {
     }
     fn restore(into: &mut Restored, _: u64, read: &Read<'_>) -> Result<(), ChangelogError> {
         let waits: Vec<(u64, String, String, Vec<Waiting>)> = read.value()?;
-        let state = &mut into.state;
-        for (seq, project, item, waiting) in waits {
-            let projects = &mut state.projects;
-            state
-                .quality
-                .restore_waiting(projects, (&project, &item), seq, waiting);
-        }
+        into.waits.extend(waits);
         Ok(())
     }
 }

@@ -281,3 +281,38 @@ fn renderer_and_buffers_keep_their_memory() {
     records.clear();
     assert!(records.bytes.capacity() < bytes / 8);
 }
+
+/// An item forgotten and voted on again in one flush is held at its new place, while the bucket
+/// of its old place, which that flush leaves to the next, still holds it (the flush's record of
+/// the places it forgot names the old one): the two buckets come back in any order, and the
+/// restore keeps the item at its new place, as the run that wrote them did.
+#[test]
+fn an_item_forgotten_and_voted_again_in_one_flush_restores_at_its_new_place() {
+    // Twenty items a task; buckets of 16 places; a flush of 32 records (places 0-31), then one
+    // whose items 32-36 forget places 12-16 (the item "X" at 16 among them) and whose vote on
+    // "X" gives it place 37.
+    let item = |k: usize| {
+        if k == 16 {
+            "X".to_owned()
+        } else {
+            format!("I{k}")
+        }
+    };
+    let mut payloads: Vec<String> = (0..37)
+        .map(|k| item_vote(k, 0, &item(k), k as i64))
+        .collect();
+    payloads.push(item_vote(37, 0, "X", 37));
+    payloads.extend((38..40).map(|k| item_vote(k, 0, &item(k), k as i64)));
+    let engine = engine_with_items(5, 20);
+    let (clean, _) = clean_run(&engine, PROJECTS, &payloads, 32);
+    let held = |s: &PartitionState| {
+        s.quality("p/0")
+            .and_then(|q| q.items.get_with_seq("X"))
+            .map(|(seq, _)| seq)
+    };
+    assert_eq!(held(&clean), Some(37));
+    // The restore reads the buckets in the order of a hash map: a few times over.
+    for _ in 0..8 {
+        check_round_trip_with(&engine, PROJECTS, &payloads, 38, 32);
+    }
+}
