@@ -16,11 +16,13 @@ use jurystream::changelog::{self, Unit};
 use jurystream::config::Config;
 use jurystream::engine::contract::judge::{BallotEvent, CandidateMeta, Status};
 use jurystream::engine::contract::time::EventTime;
+use jurystream::engine::ids::ProjectKey;
 use jurystream::engine::model::bias::{audit_session, session_alerts};
 use jurystream::engine::model::consensus::{analyze, interpretation};
 use jurystream::engine::model::effective_judges::{CandidateScores, effective_judges};
-use jurystream::engine::model::judge_quality::ProjectQuality;
+use jurystream::engine::model::judge_quality::{ItemVotes, ProjectQuality};
 use jurystream::engine::model::leaderboard::{BlockId, Ranking};
+use jurystream::engine::model::reviewers::{Review, Verdict};
 use jurystream::engine::model::session::Session;
 use jurystream::engine::output::Output;
 use jurystream::engine::reputation::ReputationTable;
@@ -441,8 +443,62 @@ fn bench_effective_judges(c: &mut Criterion) {
     group.finish();
 }
 
+/// A project's item store with `items` items, each with verdicts of `per_item` of `reviewers`
+/// reviewers: all passes when `agreeing`, else a deterministic mix of passes and fails.
+fn reviewed_project(
+    items: usize,
+    per_item: usize,
+    reviewers: usize,
+    agreeing: bool,
+) -> ProjectQuality {
+    let mut q = ProjectQuality::default();
+    let at = EventTime::from_epoch_millis(1_795_168_800_000).expect("a valid time");
+    for i in 0..items {
+        let mut review = Review::default();
+        for k in 0..per_item {
+            let j = (i * 7 + k * 3) % reviewers;
+            let reviewer = ProjectKey::from(format!("u-{j:04}"));
+            if review.verdicts.iter().any(|v| v.reviewer == reviewer) {
+                continue;
+            }
+            review.verdicts.push(Verdict {
+                reviewer,
+                pass: agreeing || (i * 31 + j * 17) % 10 < 7,
+                weight: 1.0,
+                at,
+            });
+        }
+        review.verdicts.sort_by(|a, b| a.reviewer.cmp(&b.reviewer));
+        let votes = ItemVotes {
+            review,
+            ..ItemVotes::default()
+        };
+        q.items.insert(&format!("item-{i}"), i as u64, votes);
+    }
+    q
+}
+
+/// The reviewer model's fit of one project's held verdicts, as a checkpoint or a release runs
+/// it: a project of the peers benchmark (30 items, the same two reviewers passing each), two
+/// reviewers who disagree on some items (the EM then runs to its iteration bound), and a crowd
+/// (500 items, three verdicts each of 20 reviewers).
+fn bench_reviewer_fit(c: &mut Criterion) {
+    let mut group = c.benchmark_group("reviewers");
+    let projects = [
+        ("fit_30_items_2_reviewers_agreeing", 30, 2, 2, true),
+        ("fit_30_items_2_reviewers", 30, 2, 2, false),
+        ("fit_500_items_20_reviewers", 500, 3, 20, false),
+    ];
+    for (name, items, per_item, reviewers, agreeing) in projects {
+        let q = reviewed_project(items, per_item, reviewers, agreeing);
+        group.bench_function(name, |b| b.iter(|| black_box(q.fit_reviewers())));
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
+    bench_reviewer_fit,
     bench_prepare_votes,
     bench_apply_prepared,
     bench_parse_validate_apply,

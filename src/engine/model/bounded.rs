@@ -131,6 +131,11 @@ impl<V> Bounded<V> {
         self.values.is_empty()
     }
 
+    /// The values in no order: cheaper than [`Bounded::iter`], for what does not depend on it.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.values.values().map(|(_, v)| v)
+    }
+
     /// The values by key, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
         self.order

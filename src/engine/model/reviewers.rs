@@ -430,28 +430,35 @@ impl Fit {
 /// Fits the model to `reviews` (the items of one project, in any order): EM from each item's
 /// weighted share of pass verdicts, until no reliability moves by more than [`TOLERANCE`] or
 /// [`MAX_ITERATIONS`]. `O(verdicts)` per iteration, of items not alike.
+///
+/// The result is the same to the last bit whatever the order of `reviews`: a reviewer's index
+/// below is only where its sums are kept, the sums are fixed point, each item's verdicts are in
+/// reviewer order, and the figures are counts and sums of halves.
 pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
-    let reviews: Vec<&Review> = reviews.filter(|r| !r.verdicts.is_empty()).collect();
-    let mut ids: Vec<&ProjectKey> = reviews
-        .iter()
-        .flat_map(|r| r.verdicts.iter().map(|v| &v.reviewer))
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
     // Every verdict as (reviewer index, pass), item after item: item `i`'s are
-    // `verdicts[ends[i - 1]..ends[i]]`.
+    // `verdicts[ends[i - 1]..ends[i]]`, and `shares[i]` its start. A reviewer's index is its
+    // place among `ids`, in order of first appearance.
+    let mut index: IdMap<&ProjectKey, usize> = IdMap::default();
+    let mut ids: Vec<&ProjectKey> = Vec::new();
+    let mut figures: Vec<Figures> = Vec::new();
     let mut verdicts: Vec<(usize, bool)> = Vec::new();
-    let mut ends: Vec<usize> = Vec::with_capacity(reviews.len());
-    let mut figures = vec![Figures::default(); ids.len()];
-    for review in &reviews {
+    let mut ends: Vec<usize> = Vec::new();
+    let mut shares: Vec<f64> = Vec::new();
+    for review in reviews.filter(|r| !r.verdicts.is_empty()) {
         let start = verdicts.len();
-        verdicts.extend(review.verdicts.iter().map(|v| {
-            let j = ids.binary_search(&&v.reviewer).unwrap_or_default();
-            (j, v.pass)
-        }));
+        for v in &review.verdicts {
+            let j = *index.entry(&v.reviewer).or_insert_with(|| {
+                ids.push(&v.reviewer);
+                figures.push(Figures::default());
+                ids.len() - 1
+            });
+            verdicts.push((j, v.pass));
+        }
         count(review, &verdicts[start..], &mut figures);
         ends.push(verdicts.len());
+        shares.push(pass_share(review));
     }
+    let items = ends.len();
     // The items by kind: items alike (the same verdicts of the same reviewers, and the same
     // start, each item's weighted share of pass verdicts) have the same posterior at every
     // iteration, so the EM runs over each kind once, with its count. With a few reviewers per
@@ -460,8 +467,7 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
     let mut kinds: Vec<Kind> = Vec::new();
     let mut kind_of: IdMap<KindKey<'_>, usize> = IdMap::default();
     let starts = std::iter::once(0).chain(ends.iter().copied());
-    for ((a, b), review) in starts.zip(ends.iter().copied()).zip(&reviews) {
-        let q = pass_share(review);
+    for ((a, b), q) in starts.zip(ends.iter().copied()).zip(shares) {
         let at = *kind_of
             .entry((&verdicts[a..b], q.to_bits()))
             .or_insert_with(|| {
@@ -476,6 +482,7 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
     }
     let mut coins = vec![Coins::default(); ids.len()];
     let mut sums = vec![Sums::default(); ids.len()];
+    let mut ratios: Vec<(f64, f64)> = Vec::with_capacity(ids.len());
     let mut iterations = 0;
     let prior = loop {
         // M-step, in fixed point so that the sums do not depend on the items' order.
@@ -505,14 +512,15 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
             f.expected_true = float(s.true_passes) + float(s.true_fails);
             f.coins = new;
         }
-        let prior = (1.0 + float(posteriors)) / (2.0 + reviews.len() as f64);
+        let prior = (1.0 + float(posteriors)) / (2.0 + items as f64);
         iterations += 1;
         if moved <= TOLERANCE || iterations >= MAX_ITERATIONS {
             break prior;
         }
         // E-step: each verdict's log-likelihood ratio of pass against fail.
         let base = logit(prior.clamp(CLIP, 1.0 - CLIP));
-        let ratios: Vec<(f64, f64)> = coins.iter().map(Coins::log_ratios).collect();
+        ratios.clear();
+        ratios.extend(coins.iter().map(Coins::log_ratios));
         for kind in &mut kinds {
             let odds = verdicts[kind.verdicts.clone()]
                 .iter()
@@ -525,7 +533,7 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
     Fit {
         reviewers: ids.into_iter().cloned().zip(figures).collect(),
         class_prior: prior,
-        items: reviews.len(),
+        items,
         iterations,
     }
 }

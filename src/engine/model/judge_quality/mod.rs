@@ -397,7 +397,7 @@ impl ProjectQuality {
 
     /// The reviewer model fitted on the verdicts of the items held now.
     pub fn fit_reviewers(&self) -> Fit {
-        fit(self.items.iter().map(|(_, votes)| &votes.review))
+        fit(self.items.values().map(|votes| &votes.review))
     }
 
     /// The effective number of `judges` over the recent candidates (see

@@ -450,6 +450,15 @@ proptest! {
         prop_assert_eq!(&a.reviewers, &b.reviewers);
     }
 
+    /// A fit numbers the reviewers as it meets them: the items in reverse order (every reviewer
+    /// numbered otherwise) give the same fit, to the last bit.
+    #[test]
+    fn the_fit_does_not_depend_on_the_order_it_reads_the_items_in(verdicts in arb_verdicts()) {
+        let crowd = applied(&verdicts, LIMITS);
+        let reviews: Vec<&Review> = crowd.items.iter().map(|(_, r)| r).collect();
+        prop_assert_eq!(fit(reviews.iter().copied()), fit(reviews.iter().rev().copied()));
+    }
+
     /// A restore from the items, the findings and the counters written equals the live
     /// reviewers, and keeps the same checkpoints from then on, however verdicts come and go.
     #[test]
