@@ -178,6 +178,10 @@ pub fn reader_config(cfg: &Config, purpose: &str) -> Result<ClientConfig, Servic
     Ok(c)
 }
 
+/// Records the producer queues before a send waits for the broker's acknowledgements (see
+/// [`producer_config`]); the configuration's `kafka.producer` can set another.
+const QUEUE_BUFFERING_MAX_MESSAGES: &str = "20000";
+
 /// The idempotent producer of outputs and changelog. Delivery never times out: during a broker
 /// outage librdkafka keeps retrying, and the cycle that waits for it does not commit.
 pub fn producer_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
@@ -187,6 +191,12 @@ pub fn producer_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
         .set("linger.ms", "2")
         .set("message.timeout.ms", "0")
         .set("message.max.bytes", message_max(cfg))
+        // librdkafka queues up to 100,000 records by default (its byte bound, 1 GB, does not
+        // count a record's own bookkeeping). The forwarding stage has nothing else to do, so
+        // with a backlog it fills that queue and holds it, at about 500 bytes a record: tens of
+        // MB that only make the repartition topic run further ahead of the tasks. With fewer
+        // the stage waits (the collector retries a full queue), and the tasks keep pace.
+        .set("queue.buffering.max.messages", QUEUE_BUFFERING_MAX_MESSAGES)
         .set("statistics.interval.ms", "5000");
     for (k, v) in &cfg.kafka.producer {
         c.set(k, v);
@@ -344,4 +354,26 @@ fn futures_block<F: std::future::Future>(f: F) -> Result<F::Output, ServiceError
         .enable_all()
         .build()?;
     Ok(rt.block_on(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The producer's queue is bounded by default, and `kafka.producer` sets another bound.
+    #[test]
+    fn the_producer_queue_is_bounded_unless_configured_otherwise() {
+        let mut cfg = Config::default();
+        let bound = |cfg: &Config| {
+            producer_config(cfg)
+                .expect("a valid configuration")
+                .get("queue.buffering.max.messages")
+                .map(str::to_owned)
+        };
+        assert_eq!(bound(&cfg).as_deref(), Some(QUEUE_BUFFERING_MAX_MESSAGES));
+        cfg.kafka
+            .producer
+            .insert("queue.buffering.max.messages".into(), "50000".into());
+        assert_eq!(bound(&cfg).as_deref(), Some("50000"));
+    }
 }
