@@ -820,7 +820,7 @@ impl Reviewers {
     pub fn recount<V: Reviewed>(&mut self, items: &Bounded<V>) {
         self.held.clear();
         self.held_verdicts = 0;
-        for (_, entry) in items.iter() {
+        for entry in items.values() {
             for v in &entry.review().verdicts {
                 *self.held.entry(v.reviewer.clone()).or_default() += 1;
                 self.held_verdicts += 1;
