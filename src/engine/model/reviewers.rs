@@ -40,6 +40,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use super::bounded::Bounded;
 use crate::engine::contract::time::EventTime;
@@ -699,7 +700,9 @@ impl PartialEq for Reviewers {
 impl Reviewers {
     /// A vote batch's verdicts on `item` (held in `items`), each replacing any earlier one of
     /// the same reviewer on it (of one reviewer in the batch, the last counts), within
-    /// `limits`.
+    /// `limits`. A batch's verdicts are admitted in reviewer order, not in the order its votes
+    /// are listed: where the bounds leave some out, which ones is a function of the batch, not
+    /// of how a frontend happened to list its votes.
     pub fn add<V: Reviewed>(
         &mut self,
         items: &mut Bounded<V>,
@@ -717,7 +720,10 @@ impl Reviewers {
         if review.verdicts.is_empty() {
             review.verdicts.reserve_exact(verdicts.len());
         }
-        for verdict in verdicts {
+        let mut in_order: SmallVec<[&Verdict; 4]> = verdicts.iter().collect();
+        // Stable: of one reviewer's verdicts in the batch, the last listed still counts.
+        in_order.sort_by(|a, b| a.reviewer.as_str().cmp(b.reviewer.as_str()));
+        for verdict in in_order {
             let at = review
                 .verdicts
                 .binary_search_by(|v| v.reviewer.as_str().cmp(verdict.reviewer.as_str()));

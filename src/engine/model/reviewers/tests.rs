@@ -505,6 +505,35 @@ proptest! {
         prop_assert_eq!(&live.restored(), &live.reviewers);
     }
 
+    /// The order in which a batch lists its votes changes nothing, with bounds small enough
+    /// that batches reach them (two reviewers a project, two verdicts an item): the same
+    /// verdicts are admitted and left out, and the fit is the same to the last bit. (Of one
+    /// reviewer's verdicts in a batch the last listed counts, by design: each batch here names
+    /// a reviewer once.)
+    #[test]
+    fn the_order_within_a_batch_changes_nothing_at_the_bounds(
+        batches in prop::collection::vec((0u8..6, prop::collection::btree_map(0u8..5, any::<bool>(), 1..5)), 1..30),
+        seed in any::<u64>(),
+    ) {
+        let limits = ReviewerLimits { max_reviewers: 2, max_verdicts: 2, min_items: 1 };
+        let (mut listed, mut shuffled) = (Crowd::new(4, limits), Crowd::new(4, limits));
+        let mut mix = Mix(seed);
+        for (t, (item, votes)) in batches.iter().enumerate() {
+            let verdicts: Vec<Verdict> =
+                votes.iter().map(|(&who, &pass)| v(&format!("r{who}"), pass)).collect();
+            let mut reordered = verdicts.clone();
+            for k in (1..reordered.len()).rev() {
+                reordered.swap(k, (mix.next() % (k as u64 + 1)) as usize);
+            }
+            let item = format!("i{item}");
+            listed.add((&item, &verdicts), at(t as i64));
+            shuffled.add((&item, &reordered), at(t as i64));
+        }
+        prop_assert_eq!(listed.reviewers.left_out, shuffled.reviewers.left_out);
+        prop_assert_eq!(&listed.reviewers, &shuffled.reviewers);
+        prop_assert_eq!(listed.fit(), shuffled.fit());
+    }
+
     /// However verdicts come, with small bounds that they reach, every figure is finite and in
     /// bounds, and the items, reviewers and verdicts per item stay within their bounds.
     #[test]
