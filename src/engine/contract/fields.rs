@@ -169,7 +169,7 @@ impl<'d, 'a, 'p> Fields<'d, 'a, 'p> {
         // The path is built only for a message: every vote event has a time.
         let parsed = match value {
             Json::Str(s) => EventTime::parse_rfc3339(s),
-            Json::Int(ms) => EventTime::from_epoch_millis(*ms),
+            Json::Int(ms) => EventTime::from_contract_millis(*ms),
             Json::UInt(_) => Err(TimeError::OutOfRange),
             other => {
                 return Err(wrong_type(
@@ -180,16 +180,30 @@ impl<'d, 'a, 'p> Fields<'d, 'a, 'p> {
             }
         };
         parsed.map(Some).map_err(|e| {
-            let path = self.path(name);
-            match e {
-                TimeError::OutOfRange => {
-                    Rejection::new(ErrorCode::ValueOutOfRange, format!("`{path}` {e}"))
+            let code = match e {
+                TimeError::OutOfRange => ErrorCode::ValueOutOfRange,
+                TimeError::Syntax(_) | TimeError::NoOffset | TimeError::Unit { .. } => {
+                    ErrorCode::InvalidTimestamp
                 }
-                TimeError::Syntax(_) => {
-                    Rejection::new(ErrorCode::InvalidTimestamp, format!("`{path}`: {e}"))
-                }
-            }
+            };
+            let shown = match value {
+                Json::Str(s) => format!("{:?}", excerpt(s)),
+                Json::Int(n) => n.to_string(),
+                Json::UInt(n) => n.to_string(),
+                _ => String::new(),
+            };
+            Rejection::new(code, format!("`{}` {shown} {e}", self.path(name)))
         })
+    }
+}
+
+/// At most the first 64 characters of a value shown in a rejection: a dead letter's reason
+/// stays short however long the value.
+fn excerpt(text: &str) -> String {
+    const SHOWN: usize = 64;
+    match text.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
     }
 }
 

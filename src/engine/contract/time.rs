@@ -30,11 +30,44 @@ const MAX_SECS: i64 = 253_402_300_799;
 /// Why a timestamp could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TimeError {
-    #[error("not an RFC 3339 timestamp: {0}")]
+    #[error("is not an RFC 3339 timestamp such as `2026-11-20T10:00:07Z` ({0})")]
     Syntax(String),
-    #[error("outside the years 0000..=9999")]
+    /// A date and time with no offset (Python's `datetime.utcnow().isoformat()`): local time
+    /// or UTC, no one can tell.
+    #[error("has no UTC offset: add `Z` for UTC, or the offset it was taken in, such as `+02:00`")]
+    NoOffset,
+    #[error("is outside the years 0000..=9999")]
     OutOfRange,
+    /// An integer that, read as epoch milliseconds, is a date no event has, and in `unit` a
+    /// date within the plausible years: sent in the wrong unit.
+    #[error(
+        "looks like epoch {unit} ({meant}), not milliseconds: send epoch milliseconds ({millis}) or an RFC 3339 string"
+    )]
+    Unit {
+        unit: &'static str,
+        meant: String,
+        millis: i64,
+    },
 }
+
+/// Epoch times in other units that are dates within 2001-09-09..2286-11-20 (10^9 to 10^10
+/// seconds): an integer `occurred_at` in one of these ranges is in that unit, not
+/// milliseconds, and `1000 × its milliseconds` is the divisor that reads it. Read as
+/// milliseconds, seconds in that range are dates within the first four months of 1970, and
+/// microseconds and nanoseconds dates after the year 9999.
+const OTHER_UNITS: [(&str, std::ops::Range<i64>, i64); 3] = [
+    ("seconds", 1_000_000_000..10_000_000_000, 0),
+    (
+        "microseconds",
+        1_000_000_000_000_000..10_000_000_000_000_000,
+        1_000,
+    ),
+    (
+        "nanoseconds",
+        1_000_000_000_000_000_000..i64::MAX,
+        1_000_000,
+    ),
+];
 
 impl EventTime {
     /// The earliest representable instant.
@@ -57,6 +90,27 @@ impl EventTime {
         EventTime::new(ms.div_euclid(1000), nanos)
     }
 
+    /// An integer `occurred_at`: epoch milliseconds, unless the number is a plausible date only
+    /// in another unit (see [`OTHER_UNITS`]), which is refused with the unit it looks like and
+    /// the milliseconds to send instead. Numbers below 10^9 are read as milliseconds (times
+    /// near the epoch are what tests and examples use).
+    pub fn from_contract_millis(n: i64) -> Result<Self, TimeError> {
+        let Some((unit, _, divisor)) = OTHER_UNITS.iter().find(|(_, r, _)| r.contains(&n)) else {
+            return EventTime::from_epoch_millis(n);
+        };
+        let millis = if *divisor == 0 {
+            n.saturating_mul(1000)
+        } else {
+            n / divisor
+        };
+        Err(TimeError::Unit {
+            unit,
+            meant: EventTime::from_epoch_millis(millis)
+                .map_or_else(|_| "?".to_owned(), |t| t.to_string()),
+            millis,
+        })
+    }
+
     /// RFC 3339 with any offset and any number of fraction digits. Digits beyond the ninth are
     /// below a nanosecond and are dropped; everything up to the nanosecond is kept.
     ///
@@ -64,8 +118,13 @@ impl EventTime {
     /// it, `23:59:59.999999999`, whatever its fraction: the time line has no room for it, and
     /// this keeps it after every instant before it and before every one after it.
     pub fn parse_rfc3339(text: &str) -> Result<Self, TimeError> {
-        let parsed =
-            DateTime::parse_from_rfc3339(text).map_err(|e| TimeError::Syntax(e.to_string()))?;
+        let parsed = DateTime::parse_from_rfc3339(text).map_err(|e| {
+            if naive(text) {
+                TimeError::NoOffset
+            } else {
+                TimeError::Syntax(e.to_string())
+            }
+        })?;
         // chrono gives a leap second as the second before it with 1e9 or more nanoseconds.
         let nanos = parsed.timestamp_subsec_nanos().min(999_999_999);
         EventTime::new(parsed.timestamp(), nanos)
@@ -142,6 +201,14 @@ impl<'de> Deserialize<'de> for EventTime {
         };
         time.map_err(D::Error::custom)
     }
+}
+
+/// Whether `text` is a date and time without an offset, as ISO 8601 allows and RFC 3339 does
+/// not (`2026-11-20T10:00:07`, with any fraction, `T` or a space).
+fn naive(text: &str) -> bool {
+    ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
+        .iter()
+        .any(|format| chrono::NaiveDateTime::parse_from_str(text, format).is_ok())
 }
 
 /// Serializes an [`EventTime`] as its RFC 3339 spelling (see its `Display`), for output records.
@@ -306,18 +373,73 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in [
-            "",
-            "yesterday",
-            "2026-11-20",
-            "2026-11-20T10:00:07",
-            "2026-13-01T00:00:00Z",
-        ] {
+        for bad in ["", "yesterday", "2026-11-20", "2026-13-01T00:00:00Z"] {
             assert!(
                 matches!(EventTime::parse_rfc3339(bad), Err(TimeError::Syntax(_))),
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_time_without_an_offset_says_so() {
+        for naive in [
+            "2026-11-20T10:00:07",
+            "2026-11-20T10:00:07.123456",
+            "2026-11-20 10:00:07",
+        ] {
+            assert_eq!(
+                EventTime::parse_rfc3339(naive),
+                Err(TimeError::NoOffset),
+                "{naive}"
+            );
+        }
+        let message = TimeError::NoOffset.to_string();
+        assert!(
+            message.contains("no UTC offset") && message.contains('Z'),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn an_integer_in_another_unit_is_refused_with_the_unit_and_what_to_send() {
+        let meant = "2026-11-26T13:33:20Z";
+        for (n, unit) in [
+            (1_795_700_000, "seconds"),
+            (1_795_700_000_000_000, "microseconds"),
+            (1_795_700_000_000_000_000, "nanoseconds"),
+        ] {
+            assert_eq!(
+                EventTime::from_contract_millis(n),
+                Err(TimeError::Unit {
+                    unit,
+                    meant: meant.to_owned(),
+                    millis: 1_795_700_000_000
+                })
+            );
+        }
+        let message = EventTime::from_contract_millis(1_795_700_000)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            message,
+            "looks like epoch seconds (2026-11-26T13:33:20Z), not milliseconds: send epoch milliseconds (1795700000000) or an RFC 3339 string"
+        );
+        // Milliseconds, and the small numbers near the epoch that tests use, read as before;
+        // the edges of each range are exact.
+        for ms in [0, 1_000, 999_999_999, 10_000_000_000, 1_795_700_000_000, -5] {
+            assert_eq!(
+                EventTime::from_contract_millis(ms),
+                EventTime::from_epoch_millis(ms),
+                "{ms}"
+            );
+        }
+        assert!(EventTime::from_contract_millis(1_000_000_000).is_err());
+        assert!(EventTime::from_contract_millis(9_999_999_999).is_err());
+        assert_eq!(
+            EventTime::from_contract_millis(999_999_999_999_999),
+            Err(TimeError::OutOfRange)
+        );
     }
 
     #[test]

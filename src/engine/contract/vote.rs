@@ -367,6 +367,46 @@ mod tests {
         );
     }
 
+    /// Every timestamp rejection names the field and the value, and says what is wrong with it
+    /// in words a producer can act on; the fast reader declines the same payloads.
+    #[test]
+    fn timestamp_rejections_name_the_field_the_value_and_the_fix() {
+        let payload = |at: &str| {
+            format!(
+                r#"{{"event_id": "e", "project_id": "p", "occurred_at": {at}, "votes": [{{"voter_id": "u", "value": 1}}]}}"#
+            )
+        };
+        for (at, message) in [
+            (
+                "1795700000",
+                "`occurred_at` 1795700000 looks like epoch seconds (2026-11-26T13:33:20Z), not milliseconds: send epoch milliseconds (1795700000000) or an RFC 3339 string",
+            ),
+            (
+                "1795700000000000",
+                "`occurred_at` 1795700000000000 looks like epoch microseconds (2026-11-26T13:33:20Z), not milliseconds: send epoch milliseconds (1795700000000) or an RFC 3339 string",
+            ),
+            (
+                r#""2026-11-27T10:00:00.123456""#,
+                "`occurred_at` \"2026-11-27T10:00:00.123456\" has no UTC offset: add `Z` for UTC, or the offset it was taken in, such as `+02:00`",
+            ),
+            (
+                r#""noon""#,
+                "`occurred_at` \"noon\" is not an RFC 3339 timestamp such as `2026-11-20T10:00:07Z` (premature end of input)",
+            ),
+        ] {
+            let text = payload(at);
+            let e = read(&text).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidTimestamp, "{at}");
+            assert_eq!(e.message, message);
+            assert!(
+                plain::valid_batch(text.as_bytes(), LIMITS).is_none(),
+                "{at}"
+            );
+        }
+        // Milliseconds read as before.
+        assert_eq!(read(&payload("1795700000000")), Ok(1));
+    }
+
     #[test]
     fn messages_name_the_vote() {
         let e = read(r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": 1}, {"voter_id": "v", "value": 2}]}"#)

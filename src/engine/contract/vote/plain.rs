@@ -70,7 +70,7 @@ impl Visitor<'_> for TimeVisitor {
     }
 
     fn visit_i64<E: de::Error>(self, ms: i64) -> Result<Time, E> {
-        EventTime::from_epoch_millis(ms)
+        EventTime::from_contract_millis(ms)
             .map(Time)
             .map_err(|e| E::custom(e.to_string()))
     }
