@@ -189,11 +189,31 @@ fn run_replay(config: Config, input: &str, output: &str) -> Result<()> {
     };
     let engine = Engine::new(config.engine_settings().one_task());
     let started = Instant::now();
-    let summary = replay::replay(
+    // A long replay says how far it is, at most once a second, on stderr beside the summary.
+    let mut reported = started;
+    let report = |p: replay::Progress<'_>| {
+        let now = Instant::now();
+        if now.duration_since(reported) < Duration::from_secs(1) {
+            return;
+        }
+        reported = now;
+        let secs = now.duration_since(started).as_secs_f64();
+        eprintln!(
+            "replay: line {}, {} records ({} dead-lettered), {:.0} records/s",
+            p.lines,
+            p.summary.records,
+            p.summary.dead_lettered,
+            p.summary.records as f64 / secs.max(1e-9)
+        );
+    };
+    let summary = replay::replay_reporting(
         &engine,
         &TopicTable::new(&config.topics, &config.kafka.group_id),
-        BufReader::with_capacity(1 << 16, reader),
-        BufWriter::with_capacity(1 << 16, writer),
+        (
+            BufReader::with_capacity(1 << 16, reader),
+            BufWriter::with_capacity(1 << 16, writer),
+        ),
+        report,
     )?;
     let secs = started.elapsed().as_secs_f64();
     eprintln!(

@@ -2,13 +2,18 @@
 //!
 //! Each input line is one record, `{"topic", "partition"?, "offset"?, "key"?, "timestamp_ms"?,
 //! "value"?}`, where `value` is an object (its JSON text is the payload), a string (its contents
-//! are the payload: how malformed payloads are fed) or null/absent (a tombstone). Each output line
-//! is `{"topic", "key", "value"}` in processing order. The file is streamed, never loaded whole.
+//! are the payload: how malformed payloads are fed) or null/absent (a tombstone). A line of
+//! `kcat -J` (`payload` for `value`, `ts` for `timestamp_ms`, its `tstype`, `broker` and
+//! `headers` ignored) is read the same way, so a topic dumped with kcat replays as it is. Any
+//! other field is refused: the line is dead-lettered naming it and the fields a line may have,
+//! rather than read as something it is not. Each output line is `{"topic", "key", "value"}` in
+//! processing order. The file is streamed, never loaded whole.
 
 use std::borrow::Cow;
 use std::io::{BufRead, Read, Write};
 
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
 use crate::engine::contract::rejection::{ErrorCode, Rejection};
@@ -69,7 +74,9 @@ impl Summary {
     }
 }
 
+/// One input line. The aliases and the ignored fields are kcat's `-J` format.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Envelope<'a> {
     #[serde(borrow)]
     topic: Cow<'a, str>,
@@ -77,10 +84,29 @@ struct Envelope<'a> {
     offset: Option<i64>,
     #[serde(borrow)]
     key: Option<Cow<'a, str>>,
+    #[serde(alias = "ts")]
     timestamp_ms: Option<i64>,
-    #[serde(borrow)]
+    #[serde(borrow, alias = "payload")]
     value: Option<&'a RawValue>,
+    #[serde(default, rename = "tstype")]
+    _tstype: IgnoredAny,
+    #[serde(default, rename = "broker")]
+    _broker: IgnoredAny,
+    #[serde(default, rename = "headers")]
+    _headers: IgnoredAny,
 }
+
+/// How far a replay has come, for a progress report: the input lines read and the summary so
+/// far.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress<'a> {
+    pub lines: i64,
+    pub summary: &'a Summary,
+}
+
+/// How many lines a replay reads between two calls of its progress callback: often enough for
+/// a report a second, rarely enough to cost nothing.
+const PROGRESS_LINES: i64 = 4096;
 
 /// The payload bytes an envelope's `value` stands for: a string's contents, or the JSON text.
 fn payload_of<'a>(value: &'a RawValue) -> Result<Cow<'a, [u8]>, serde_json::Error> {
@@ -100,8 +126,19 @@ fn payload_of<'a>(value: &'a RawValue) -> Result<Cow<'a, [u8]>, serde_json::Erro
 pub fn replay(
     engine: &Engine,
     topics: &TopicTable,
-    mut input: impl BufRead,
-    mut output: impl Write,
+    input: impl BufRead,
+    output: impl Write,
+) -> Result<Summary, ReplayError> {
+    replay_reporting(engine, topics, (input, output), |_| {})
+}
+
+/// [`replay`], calling `progress` every few thousand lines (the caller decides what to report,
+/// and how often: the replay itself reads no clock).
+pub fn replay_reporting(
+    engine: &Engine,
+    topics: &TopicTable,
+    (mut input, mut output): (impl BufRead, impl Write),
+    mut progress: impl FnMut(Progress<'_>),
 ) -> Result<Summary, ReplayError> {
     // One state for the whole file: a project's records are applied in file order wherever
     // their partitions say they were, which is the order the Kafka service applies them in
@@ -123,6 +160,12 @@ pub fn replay(
             break;
         }
         line_no += 1;
+        if line_no % PROGRESS_LINES == 0 {
+            progress(Progress {
+                lines: line_no,
+                summary: &summary,
+            });
+        }
         if line.strip_suffix(b"\n").unwrap_or(&line).len() > max_line {
             return Err(ReplayError::LineTooLong {
                 line: line_no,
@@ -269,6 +312,65 @@ mod tests {
         assert!(lines[1].contains(r#""evaluations":2"#));
         assert!(lines[2].starts_with(r#"{"topic":"jury.dead-letters","key":"p","value":{"source_topic":"jury.votes","partition":1,"offset":6,"key":"p","key_bytes":1,"error":"invalid_json""#), "{}", lines[2]);
         assert!(lines[3].contains(r#""source_topic":"replay","partition":null,"offset":5,"key":null,"key_bytes":0,"error":"invalid_envelope""#), "{}", lines[3]);
+    }
+
+    /// A field a line may not have is dead-lettered naming the line, the field and the fields a
+    /// line may have; the rest of the file goes on.
+    #[test]
+    fn an_unknown_envelope_field_is_dead_lettered_naming_the_line_and_the_field() {
+        let input = concat!(
+            r#"{"topic": "jury.votes", "vaule": {"event_id": "e1", "project_id": "p", "occurred_at": 0, "votes": [{"voter_id": "u", "value": 1}]}}"#,
+            "\n",
+            r#"{"topic": "jury.votes", "value": {"event_id": "e2", "project_id": "p", "occurred_at": 0, "votes": [{"voter_id": "u", "value": 1}]}}"#,
+            "\n",
+        );
+        let (summary, out) = run(input);
+        assert_eq!(
+            (summary.records, summary.applied, summary.dead_lettered),
+            (2, 1, 1)
+        );
+        let letter: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        assert_eq!(letter["value"]["error"], "invalid_envelope");
+        let reason = letter["value"]["message"].as_str().unwrap();
+        assert!(
+            reason.starts_with(
+                "line 1 is not a replay record: unknown field `vaule`, expected one of `topic`"
+            ),
+            "{reason}"
+        );
+        assert!(reason.contains("`value`"), "{reason}");
+    }
+
+    /// A topic dumped with `kcat -J` replays as the same records written natively.
+    #[test]
+    fn a_kcat_dump_replays_as_its_records() {
+        let payload = r#"{\"event_id\": \"e1\", \"project_id\": \"p\", \"votes\": [{\"voter_id\": \"u\", \"value\": 1}]}"#;
+        let kcat = format!(
+            r#"{{"topic":"jury.votes","partition":0,"offset":7,"tstype":"create","ts":1795700000000,"broker":1,"headers":["h","v"],"key":"p","payload":"{payload}"}}"#
+        );
+        let native = format!(
+            r#"{{"topic":"jury.votes","partition":0,"offset":7,"timestamp_ms":1795700000000,"key":"p","value":"{payload}"}}"#
+        );
+        let (kcat_summary, kcat_out) = run(&kcat);
+        let (native_summary, native_out) = run(&native);
+        assert_eq!(kcat_summary.applied, 1, "{kcat_out}");
+        assert_eq!((kcat_summary, kcat_out), (native_summary, native_out));
+    }
+
+    /// The progress callback sees the lines read and the records counted so far.
+    #[test]
+    fn progress_is_reported_every_few_thousand_lines() {
+        let line = r#"{"topic": "jury.votes", "value": {"event_id": "e", "project_id": "p", "occurred_at": 0, "votes": [{"voter_id": "u", "value": 1}]}}"#;
+        let input = format!("{line}\n").repeat(2 * PROGRESS_LINES as usize + 1);
+        let (engine, topics) = (Engine::new(Settings::default()), TopicTable::default());
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        replay_reporting(&engine, &topics, (input.as_bytes(), &mut out), |p| {
+            seen.push((p.lines, p.summary.records))
+        })
+        .unwrap();
+        let n = PROGRESS_LINES;
+        assert_eq!(seen, vec![(n, (n - 1) as u64), (2 * n, (2 * n - 1) as u64)]);
     }
 
     #[test]
