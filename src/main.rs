@@ -11,7 +11,6 @@
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,20 +61,42 @@ enum Command {
     },
     /// Runs the Kafka service until SIGTERM or SIGINT.
     Run,
+    /// Checks the configuration as `run` would load it (the file, every `JURYSTREAM_` variable,
+    /// `RUST_LOG`) and prints the effective one, each value with where it came from and
+    /// secrets redacted; exits non-zero on any error.
+    CheckConfig,
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if let Command::CheckConfig = cli.command {
+        let (config, shown) = Config::load_shown(cli.config.as_deref())?;
+        log_filter(&config)?;
+        print!("{shown}");
+        return Ok(());
+    }
     let config = Config::load(cli.config.as_deref())?;
     match cli.command {
         Command::Replay { input, output } => run_replay(config, &input, &output),
         Command::Run => run_service(config),
+        Command::CheckConfig => Ok(()),
     }
 }
 
-fn init_logging(config: &Config) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+/// The log filter: `RUST_LOG` when set (checked as `log.level` is: a filter that would log
+/// nothing of what was meant fails the start), else `log.level`.
+fn log_filter(config: &Config) -> Result<String> {
+    match std::env::var("RUST_LOG") {
+        Ok(filter) => match jurystream::config::log_filter_error(&filter) {
+            Some(error) => anyhow::bail!("environment variable RUST_LOG: {error}"),
+            None => Ok(filter),
+        },
+        Err(_) => Ok(config.log.level.clone()),
+    }
+}
+
+fn init_logging(config: &Config) -> Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(config)?)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr);
@@ -84,12 +105,13 @@ fn init_logging(config: &Config) {
     } else {
         builder.init();
     }
+    Ok(())
 }
 
 /// The service: the HTTP endpoints and signal handling on a small tokio runtime, the processing
 /// loop on this thread.
 fn run_service(mut config: Config) -> Result<()> {
-    init_logging(&config);
+    init_logging(&config)?;
     config.http.advertised_url = advertise::advertised_url(
         &config.http.bind,
         &config.http.advertised_url,
@@ -143,11 +165,11 @@ fn run_service(mut config: Config) -> Result<()> {
         max_connections: config.http.max_connections,
         header_timeout: Duration::from_millis(config.http.header_timeout_ms),
     };
+    // An address or a host name and port (resolved here; the first address that binds is used).
     let listen = |setting: &str, at: &str| -> Result<tokio::net::TcpListener> {
-        let addr: SocketAddr = at.parse().with_context(|| setting.to_owned())?;
         runtime
-            .block_on(tokio::net::TcpListener::bind(addr))
-            .with_context(|| format!("{setting} {addr}"))
+            .block_on(tokio::net::TcpListener::bind(at))
+            .with_context(|| format!("{setting} = {at:?}"))
     };
     let listeners = Listeners {
         main: listen("http.bind", &config.http.bind)?,

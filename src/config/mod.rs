@@ -9,6 +9,7 @@
 //! each group's checks sit beside it (`engine`, `service`).
 
 mod engine;
+mod keys;
 mod service;
 
 use std::path::Path;
@@ -17,7 +18,10 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-pub use self::service::{Http, Input, Kafka, Log, Metrics, OutputSettings, Partitioning, Topics};
+pub use self::service::{
+    Http, Input, Kafka, Log, Metrics, OutputSettings, Partitioning, Topics, is_host_and_port,
+    log_filter_error,
+};
 pub use crate::engine::model::dedupe::MAX_WINDOW as MAX_DEDUPE_WINDOW;
 pub use crate::engine::settings::{
     Bias, JudgeQuality, Leaderboard, Limits, Method, ReputationSource, Reviewers, Scoring,
@@ -31,6 +35,11 @@ pub enum ConfigError {
     Load(Box<figment::Error>),
     #[error("configuration key `{key}`: {message}")]
     Invalid { key: String, message: String },
+    /// A `JURYSTREAM_` variable that names no setting.
+    #[error(
+        "environment variable {name} names no setting (a setting is JURYSTREAM_<SECTION>__<KEY>, two underscores between them); the nearest is {nearest}"
+    )]
+    Variable { name: String, nearest: String },
 }
 
 pub(super) fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
@@ -94,6 +103,27 @@ impl Config {
 
     /// Loads `path` (if given) over the defaults, then the `JURYSTREAM_*` environment, then validates.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        Config::from_figment(Config::sources(path)?)
+    }
+
+    /// [`Config::load`], and the configuration it gives as text: one `key = value` line per
+    /// key with where its value came from (`jurystream check-config`), secrets redacted.
+    pub fn load_shown(path: Option<&Path>) -> Result<(Config, String), ConfigError> {
+        let figment = Config::sources(path)?;
+        let config = Config::from_figment(figment.clone())?;
+        let shown = keys::effective(&figment, &config);
+        Ok((config, shown))
+    }
+
+    /// The defaults, `path` over them and the environment over both; every `JURYSTREAM_`
+    /// variable must name a setting.
+    fn sources(path: Option<&Path>) -> Result<Figment, ConfigError> {
+        keys::check_environment(std::env::vars_os().map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        }))?;
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         if let Some(path) = path {
             if !path.exists() {
@@ -104,7 +134,7 @@ impl Config {
             }
             figment = figment.merge(Toml::file(path));
         }
-        Config::from_figment(figment.merge(env_overrides()))
+        Ok(figment.merge(env_overrides()))
     }
 
     /// Parses a TOML document over the defaults (no environment); for tests and embedded configs.

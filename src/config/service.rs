@@ -369,18 +369,21 @@ impl Http {
             "http.header_timeout_ms",
             usize::try_from(self.header_timeout_ms).unwrap_or(usize::MAX),
         )?;
-        if self.bind.parse::<std::net::SocketAddr>().is_err() {
+        if !is_host_and_port(&self.bind) {
             return Err(invalid(
                 "http.bind",
-                format!("{:?} is not an address like 127.0.0.1:9464", self.bind),
+                format!(
+                    "{:?} is not a host and port like 127.0.0.1:9464 or localhost:9464",
+                    self.bind
+                ),
             ));
         }
         if !self.admin_bind.is_empty() {
-            if self.admin_bind.parse::<std::net::SocketAddr>().is_err() {
+            if !is_host_and_port(&self.admin_bind) {
                 return Err(invalid(
                     "http.admin_bind",
                     format!(
-                        "{:?} is not an address like 127.0.0.1:9465",
+                        "{:?} is not a host and port like 127.0.0.1:9465 or localhost:9465",
                         self.admin_bind
                     ),
                 ));
@@ -396,10 +399,62 @@ impl Http {
     }
 }
 
+/// Whether `text` is an address to listen on: an IP address and port (`127.0.0.1:9464`,
+/// `[::]:9464`) or a host name and port (`localhost:9464`), which is resolved when the
+/// listener binds.
+pub fn is_host_and_port(text: &str) -> bool {
+    if text.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return false;
+    };
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    port.parse::<u16>().is_ok() && host.len() <= 253 && host.split('.').all(label)
+}
+
+/// Why `filter` is not a log filter that says what it means, if it is not: a comma-separated
+/// list of levels (`trace`, `debug`, `info`, `warn`, `error`, `off`) and `target=level`
+/// directives. A bare word that is not a level is refused although tracing would read it as a
+/// target to log everything of: `verbose` is a mistyped level far more often than a target,
+/// and as a target it silences every other line.
+pub fn log_filter_error(filter: &str) -> Option<String> {
+    use std::str::FromStr;
+    use tracing::level_filters::LevelFilter;
+    const LEVELS: &str = "trace, debug, info, warn, error or off";
+    for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let level = match directive.rsplit_once('=') {
+            // A span or field filter (`target[span{field=value}]=level`): tracing's own syntax.
+            _ if directive.contains('[') => continue,
+            Some((target, level)) if !target.is_empty() => level,
+            _ => directive,
+        };
+        if LevelFilter::from_str(level).is_err() {
+            return Some(if level == directive {
+                format!("{directive:?} is neither a level ({LEVELS}) nor `target=level`")
+            } else {
+                format!("{directive:?}: {level:?} is not a level ({LEVELS})")
+            });
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(filter)
+        .err()
+        .map(|e| format!("{filter:?} is not a log filter: {e}"))
+}
+
 impl Log {
     fn validate(&self) -> Result<(), ConfigError> {
         if !["text", "json"].contains(&self.format.as_str()) {
             return Err(invalid("log.format", "must be \"text\" or \"json\""));
+        }
+        if let Some(error) = log_filter_error(&self.level) {
+            return Err(invalid("log.level", error));
         }
         Ok(())
     }

@@ -110,3 +110,56 @@ fn project_lambda_overrides() {
     assert_eq!(c.scoring.lambda_for("p-1"), 0.5);
     assert_eq!(c.scoring.lambda_for("p-2"), 0.01);
 }
+
+#[test]
+fn a_log_filter_that_would_log_nothing_meant_is_refused() {
+    for good in [
+        "info",
+        "WARN",
+        "info,librdkafka=warn,rdkafka=warn",
+        "jurystream=debug",
+        "off",
+        "",
+    ] {
+        let toml = format!("[log]\nlevel = {good:?}");
+        assert!(Config::from_toml(&toml).is_ok(), "{good}");
+    }
+    for (bad, why) in [
+        ("verbose", "\"verbose\" is neither a level"),
+        ("info,jurystream", "\"jurystream\" is neither a level"),
+        ("jurystream=loud", "\"loud\" is not a level"),
+    ] {
+        let e = Config::from_toml(&format!("[log]\nlevel = {bad:?}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("log.level") && e.contains(why), "{e}");
+    }
+}
+
+#[test]
+fn http_bind_takes_an_address_or_a_host_name_with_a_port() {
+    for good in [
+        "127.0.0.1:9464",
+        "[::]:9464",
+        "localhost:9464",
+        "jurystream-0.jurystream:80",
+    ] {
+        let toml = format!("[http]\nbind = {good:?}");
+        assert!(Config::from_toml(&toml).is_ok(), "{good}");
+    }
+    for bad in [
+        "localhost",
+        "localhost:99999",
+        ":9464",
+        "bad host:9464",
+        "-a:1",
+    ] {
+        let e = Config::from_toml(&format!("[http]\nbind = {bad:?}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("http.bind") && e.contains("localhost:9464"),
+            "{e}"
+        );
+    }
+}

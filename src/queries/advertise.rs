@@ -1,7 +1,8 @@
 //! The URL an instance advertises to the others for the partitions it owns, decided once at
 //! start: other instances send clients there, so it must be an address they can reach.
 //!
-//! `http.advertised_url` when set. Otherwise `http://<bind>`, unless the bind address is
+//! `http.advertised_url` when set. Otherwise `http://<bind>` (a host name and port as given: the
+//! others resolve it themselves), unless the bind address is
 //! unspecified (`0.0.0.0` or `[::]`, as in a container), which no other instance can reach: then
 //! the machine's host name is resolved (Docker and Kubernetes map it to the container's or pod's
 //! address in `/etc/hosts`) and the first address that is neither unspecified nor loopback is
@@ -34,9 +35,15 @@ pub fn advertised_url(
     if !advertised_url.is_empty() {
         return Ok(advertised_url.trim_end_matches('/').to_owned());
     }
-    let addr: SocketAddr = bind
-        .parse()
-        .map_err(|_| AdvertiseError::Bind(bind.to_owned()))?;
+    let Ok(addr) = bind.parse::<SocketAddr>() else {
+        // A host name and port: the others reach it by that name.
+        return match bind.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(format!("http://{bind}"))
+            }
+            _ => Err(AdvertiseError::Bind(bind.to_owned())),
+        };
+    };
     if !addr.ip().is_unspecified() {
         return Ok(format!("http://{addr}"));
     }
@@ -95,6 +102,10 @@ mod tests {
         assert_eq!(
             advertised_url("10.1.2.3:9464", "", "h", none).unwrap(),
             "http://10.1.2.3:9464"
+        );
+        assert_eq!(
+            advertised_url("jurystream-0.jurystream:9464", "", "h", none).unwrap(),
+            "http://jurystream-0.jurystream:9464"
         );
         assert!(matches!(
             advertised_url("nonsense", "", "h", none),

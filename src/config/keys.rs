@@ -1,0 +1,270 @@
+//! The keys of the configuration, for what names them from outside a file: the `JURYSTREAM_`
+//! variables, each of which must name a key (or the start fails naming the nearest one), and
+//! `jurystream check-config`, which lists every key's effective value with where it came from.
+
+use figment::{Figment, Source};
+use serde_json::Value;
+
+use super::{Config, ConfigError};
+
+/// The prefix of every variable jurystream reads.
+const PREFIX: &str = "JURYSTREAM_";
+
+/// The `JURYSTREAM_` variables that are not settings.
+fn other_variables() -> Vec<&'static str> {
+    #[allow(unused_mut)]
+    let mut names = vec!["JURYSTREAM_CONFIG", "JURYSTREAM_API_TOKENS"];
+    #[cfg(feature = "fault-injection")]
+    names.extend(FAULT_VARIABLES);
+    names
+}
+
+/// The crash-injection variables of a build with `fault-injection` (`crate::kafka::faults`);
+/// a build without it refuses them like any other variable that names nothing.
+#[cfg(feature = "fault-injection")]
+pub const FAULT_VARIABLES: [&str; 3] = [
+    "JURYSTREAM_CRASH_AFTER_CHANGELOG",
+    "JURYSTREAM_CRASH_MID_CHANGELOG",
+    "JURYSTREAM_REFUSE_FORWARD",
+];
+
+/// A key of the configuration: its dotted path, and whether it is a map whose own keys are
+/// free (`kafka.producer`, `sessions.judge_weights`).
+struct Key {
+    path: String,
+    map: bool,
+}
+
+/// Every key of the configuration, from its defaults: a section is an object with keys, a map
+/// an object empty by default.
+fn keys() -> Vec<Key> {
+    fn walk(prefix: &str, value: &Value, out: &mut Vec<Key>) {
+        match value {
+            Value::Object(fields) if !fields.is_empty() => {
+                for (name, value) in fields {
+                    walk(&join(prefix, name), value, out);
+                }
+            }
+            Value::Object(_) => out.push(Key {
+                path: prefix.to_owned(),
+                map: true,
+            }),
+            _ => out.push(Key {
+                path: prefix.to_owned(),
+                map: false,
+            }),
+        }
+    }
+    let mut out = Vec::new();
+    walk(
+        "",
+        &serde_json::to_value(Config::default()).unwrap_or(Value::Null),
+        &mut out,
+    );
+    out
+}
+
+fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
+/// The variable that sets `key`: `scoring.lambda` is `JURYSTREAM_SCORING__LAMBDA`.
+pub fn variable(key: &str) -> String {
+    format!("{PREFIX}{}", key.to_ascii_uppercase().replace('.', "__"))
+}
+
+/// Checks that every `JURYSTREAM_` variable of `vars` names a key (`JURYSTREAM_SECTION__KEY`)
+/// or is one of the few that are not settings. One that names nothing fails the start, naming
+/// the nearest variable that would: a mistyped variable must never leave a default in force.
+pub fn check_environment(
+    vars: impl IntoIterator<Item = (String, String)>,
+) -> Result<(), ConfigError> {
+    let keys = keys();
+    let others = other_variables();
+    for (name, _) in vars {
+        if !name.starts_with(PREFIX) || others.contains(&name.as_str()) {
+            continue;
+        }
+        let key = name[PREFIX.len()..].to_ascii_lowercase().replace("__", ".");
+        let names_a_key = name.contains("__")
+            && keys.iter().any(|k| {
+                k.path == key
+                    || (k.map
+                        && key
+                            .strip_prefix(k.path.as_str())
+                            .is_some_and(|rest| rest.starts_with('.')))
+            });
+        if !names_a_key {
+            return Err(ConfigError::Variable {
+                nearest: nearest(&name, &keys, &others),
+                name,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The variable nearest to `name` by edit distance, underscores and dots alike (so that
+/// `JURYSTREAM_SCORING_LAMBDA` finds `JURYSTREAM_SCORING__LAMBDA`), with its key if a setting.
+fn nearest(name: &str, keys: &[Key], others: &[&str]) -> String {
+    let plain = |text: &str| text.to_ascii_lowercase().replace(['.', '_'], "");
+    let wanted = plain(&name[PREFIX.len()..]);
+    let settings = keys.iter().map(|k| {
+        (
+            plain(&k.path),
+            format!("{} ({})", variable(&k.path), k.path),
+        )
+    });
+    let rest = others
+        .iter()
+        .map(|o| (plain(&o[PREFIX.len()..]), (*o).to_owned()));
+    settings
+        .chain(rest)
+        .min_by_key(|(candidate, _)| strsim::levenshtein(candidate, &wanted))
+        .map(|(_, shown)| shown)
+        .unwrap_or_default()
+}
+
+/// The effective configuration of `figment` (extracted and valid), one `key = value` line per
+/// key in order, each with where its value came from: `default`, the file, or the variable.
+/// The values of keys that hold secrets (passwords, tokens, private keys) are shown as
+/// `"<redacted>"`.
+pub fn effective(figment: &Figment, config: &Config) -> String {
+    let mut lines = Vec::new();
+    let value = serde_json::to_value(config).unwrap_or(Value::Null);
+    let mut leaves = Vec::new();
+    leaves_of("", &value, &mut leaves);
+    for (key, value) in leaves {
+        let shown = if secret(&key) {
+            "\"<redacted>\"".to_owned()
+        } else {
+            value.to_string()
+        };
+        let source = match figment.find_metadata(&key) {
+            Some(m) => match &m.source {
+                Some(Source::File(path)) => format!("file {}", path.display()),
+                _ if m.name.contains("environment") => variable(&key),
+                _ => "default".to_owned(),
+            },
+            None => "default".to_owned(),
+        };
+        lines.push(format!("{key} = {shown}  # {source}"));
+    }
+    lines.join("\n") + "\n"
+}
+
+/// Every leaf of `value` with its dotted key; a map's entries are leaves of their own, and an
+/// empty map is one leaf (`{}`).
+fn leaves_of(prefix: &str, value: &Value, out: &mut Vec<(String, Value)>) {
+    match value {
+        Value::Object(fields) if !fields.is_empty() => {
+            for (name, value) in fields {
+                leaves_of(&join(prefix, name), value, out);
+            }
+        }
+        _ => out.push((prefix.to_owned(), value.clone())),
+    }
+}
+
+/// Whether a key holds a secret: a password, token, private key or credentials (librdkafka's
+/// `sasl.password`, `ssl.key.password`, `ssl.key.pem`, `sasl.oauthbearer.client.secret`...).
+fn secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["password", "secret", "private", "key.pem", "credentials"]
+        .iter()
+        .any(|s| key.contains(s))
+        || (key.contains("token") && !key.ends_with("tokens_file"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(names: &[&str]) -> Vec<(String, String)> {
+        names
+            .iter()
+            .map(|n| (n.to_string(), "1".to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_variable_that_names_no_key_fails_naming_the_nearest() {
+        for (name, nearest) in [
+            (
+                "JURYSTREAM_SCORING_LAMBDA",
+                "JURYSTREAM_SCORING__LAMBDA (scoring.lambda)",
+            ),
+            ("JURYSTREAM_HTTP_BIND", "JURYSTREAM_HTTP__BIND (http.bind)"),
+            (
+                "JURYSTREAM_SCORING__LAMBADA",
+                "JURYSTREAM_SCORING__LAMBDA (scoring.lambda)",
+            ),
+            ("JURYSTREAM_CONFIG_FILE", "JURYSTREAM_CONFIG"),
+        ] {
+            match check_environment(vars(&[name])) {
+                Err(ConfigError::Variable {
+                    name: n,
+                    nearest: found,
+                }) => {
+                    assert_eq!((n.as_str(), found.as_str()), (name, nearest));
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+        let message = check_environment(vars(&["JURYSTREAM_HTTP_BIND"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("JURYSTREAM_HTTP_BIND") && message.contains("JURYSTREAM_HTTP__BIND"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn keys_maps_and_the_variables_that_are_not_settings_pass() {
+        check_environment(vars(&[
+            "JURYSTREAM_SCORING__LAMBDA",
+            "JURYSTREAM_KAFKA__BOOTSTRAP_SERVERS",
+            "JURYSTREAM_KAFKA__PRODUCER__LINGER_MS",
+            "JURYSTREAM_SESSIONS__JUDGE_WEIGHTS__GPT",
+            "JURYSTREAM_CONFIG",
+            "JURYSTREAM_API_TOKENS",
+            "PATH",
+            "RUST_LOG",
+        ]))
+        .unwrap();
+        // A section is not a key, nor is a key below a value.
+        assert!(check_environment(vars(&["JURYSTREAM_SCORING__LAMBDA__X"])).is_err());
+        assert!(check_environment(vars(&["JURYSTREAM_SCORING"])).is_err());
+    }
+
+    #[test]
+    fn a_variable_is_its_key_in_capitals_with_two_underscores() {
+        assert_eq!(
+            variable("kafka.bootstrap_servers"),
+            "JURYSTREAM_KAFKA__BOOTSTRAP_SERVERS"
+        );
+    }
+
+    #[test]
+    fn secrets_are_recognised_and_a_tokens_file_is_not_one() {
+        for key in [
+            "kafka.producer.sasl.password",
+            "kafka.consumer.ssl.key.pem",
+            "kafka.consumer.sasl.oauthbearer.client.secret",
+        ] {
+            assert!(secret(key), "{key}");
+        }
+        for key in [
+            "http.tokens_file",
+            "kafka.bootstrap_servers",
+            "scoring.lambda",
+        ] {
+            assert!(!secret(key), "{key}");
+        }
+    }
+}

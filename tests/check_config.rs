@@ -1,0 +1,101 @@
+//! `jurystream check-config` end to end: the effective configuration with each value's source,
+//! and a start that fails, naming what to fix, on a variable that names no setting or a log
+//! filter that would log nothing meant.
+
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_jurystream");
+
+/// `check-config` with only `vars` of jurystream's own (the rest of the environment kept).
+fn check(args: &[&str], vars: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(BIN);
+    command.arg("check-config").args(args);
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy().into_owned();
+        if name.starts_with("JURYSTREAM_") || name == "RUST_LOG" {
+            command.env_remove(name);
+        }
+    }
+    command
+        .envs(vars.iter().copied())
+        .output()
+        .expect("run jurystream")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn every_value_is_shown_with_where_it_came_from() {
+    let dir = std::env::temp_dir().join(format!("check-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("jurystream.toml");
+    std::fs::write(
+        &file,
+        "[kafka]\nbootstrap_servers = \"broker:9092\"\n[kafka.producer]\n\"sasl.password\" = \"hunter2\"\n",
+    )
+    .unwrap();
+    let out = check(
+        &["--config", file.to_str().unwrap()],
+        &[("JURYSTREAM_SCORING__LAMBDA", "0.02")],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let line = |key: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("no {key} in {stdout}"))
+            .to_owned()
+    };
+    assert_eq!(
+        line("scoring.lambda"),
+        "scoring.lambda = 0.02  # JURYSTREAM_SCORING__LAMBDA"
+    );
+    assert_eq!(
+        line("kafka.bootstrap_servers"),
+        format!(
+            "kafka.bootstrap_servers = \"broker:9092\"  # file {}",
+            file.display()
+        )
+    );
+    assert_eq!(
+        line("sessions.timeout_secs"),
+        "sessions.timeout_secs = 300  # default"
+    );
+    assert!(line("kafka.producer.sasl.password").contains("\"<redacted>\""));
+    assert!(!stdout.contains("hunter2"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn mistakes_fail_naming_what_to_fix() {
+    for (vars, said) in [
+        (
+            [("JURYSTREAM_SCORING_LAMBDA", "0.02")],
+            "JURYSTREAM_SCORING_LAMBDA names no setting",
+        ),
+        (
+            [("JURYSTREAM_HTTP_BIND", "0.0.0.0:9464")],
+            "the nearest is JURYSTREAM_HTTP__BIND (http.bind)",
+        ),
+        (
+            [("JURYSTREAM_LOG__LEVEL", "verbose")],
+            "configuration key `log.level`: \"verbose\" is neither a level",
+        ),
+        (
+            [("RUST_LOG", "verbose")],
+            "environment variable RUST_LOG: \"verbose\" is neither a level",
+        ),
+    ] {
+        let out = check(&[], &vars);
+        assert!(!out.status.success(), "{vars:?}");
+        assert!(
+            text(&out.stderr).contains(said),
+            "{vars:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(out.stdout.is_empty(), "{vars:?}");
+    }
+}
