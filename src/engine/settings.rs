@@ -68,7 +68,10 @@ pub struct Limits {
     pub reject_unknown_fields: bool,
     /// How far an event's `occurred_at` may lie after its record's timestamp, in seconds:
     /// beyond, it is dead-lettered (`occurred_at_in_future`) rather than pushing its project's
-    /// last event time, and with it every later batch's decay, into the future.
+    /// last event time, and with it every later batch's decay, into the future. It is also the
+    /// longest an accepted record can make its project's honest records `late` (they change
+    /// nothing until their time passes the project's), so the default is a minute: clocks kept
+    /// by NTP are within a second, and a producer whose clock is wrong by more is told so.
     pub max_future_skew_secs: u64,
     /// Most projects one instance holds, over all its partitions (a project with both votes and
     /// judge sessions counts once; with `by_key` its two parts are two partitions' and count
@@ -96,7 +99,7 @@ impl Default for Limits {
             dead_letter_payload_bytes: 64 << 10,
             dedupe_window: 100_000,
             reject_unknown_fields: false,
-            max_future_skew_secs: 3600,
+            max_future_skew_secs: 60,
             max_projects: 1_000_000,
         }
     }

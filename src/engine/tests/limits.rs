@@ -19,7 +19,7 @@ fn an_occurred_at_far_after_its_record_timestamp_is_dead_lettered_and_moves_noth
     );
     assert_eq!(stamped(&ok, at(0), &mut h), Outcome::Applied);
     let before = h.state.clone();
-    // Dated 2099 in a record stamped in 2026: beyond the default hour of skew.
+    // Dated 2099 in a record stamped in 2026: beyond the default minute of skew.
     let future = votes(
         "e2",
         "2099-01-01T00:00:00Z",
@@ -33,14 +33,14 @@ fn an_occurred_at_far_after_its_record_timestamp_is_dead_lettered_and_moves_noth
     assert!(
         h.last()["message"]
             .as_str()
-            .is_some_and(|m| m.contains("3600 s after the record timestamp")),
+            .is_some_and(|m| m.contains("60 s after the record timestamp")),
         "{}",
         h.last()
     );
     // Within the skew it is applied, and a record without a timestamp is not checked.
     let soon = votes(
         "e3",
-        "2026-11-20T10:59:00Z",
+        "2026-11-20T10:00:59Z",
         r#"{"voter_id": "u", "value": 1}"#,
     );
     assert_eq!(stamped(&soon, at(0), &mut h), Outcome::Applied);
@@ -50,6 +50,47 @@ fn an_occurred_at_far_after_its_record_timestamp_is_dead_lettered_and_moves_noth
         r#"{"voter_id": "u", "value": 1}"#,
     );
     assert_eq!(h.send("jury.votes", &unstamped), Outcome::Applied);
+}
+
+/// One producer with a wrong clock cannot silence a project: a vote dated 50 minutes after its
+/// record (the case that froze a project for an hour when an hour of skew was the default) is
+/// dead-lettered naming both times, and one just within the default minute makes the honest
+/// votes after it `late` for less than that minute; from then on they move the score again.
+#[test]
+fn a_bad_clock_makes_honest_votes_late_for_at_most_the_skew() {
+    let mut h = Harness::new();
+    let stamped = |event: &str, at: i64, stamp: i64, h: &mut Harness| {
+        let at = EventTime::from_epoch_millis(at).unwrap().to_string();
+        let payload = votes(event, &at, r#"{"voter_id": "u", "value": 1}"#);
+        let mut r = rec("jury.votes", None);
+        r.payload = Some(payload.as_bytes());
+        r.timestamp_ms = Some(stamp);
+        h.send_record(r)
+    };
+    let t0 = 1_795_168_800_000;
+    assert_eq!(stamped("e0", t0, t0, &mut h), Outcome::Applied);
+    let fifty_minutes = t0 + 1000 + 50 * 60_000;
+    assert_eq!(
+        stamped("e1", fifty_minutes, t0 + 1000, &mut h),
+        Outcome::Rejected(ErrorCode::OccurredAtInFuture)
+    );
+    let message = h.last()["message"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        message.contains("2026-11-20T10:50:01Z") && message.contains("2026-11-20T10:00:01Z"),
+        "{message}"
+    );
+    // 59 s ahead is accepted; honest votes a second apart are late until their time passes it.
+    assert_eq!(
+        stamped("e2", t0 + 61_000, t0 + 2000, &mut h),
+        Outcome::Applied
+    );
+    let late: Vec<i64> = (3..70)
+        .filter(|s| {
+            let at = t0 + s * 1000;
+            stamped(&format!("e{s}"), at, at, &mut h) == Outcome::Late
+        })
+        .collect();
+    assert_eq!(late, (3..61).collect::<Vec<i64>>());
 }
 
 /// One rule for every input topic: the same hostile member, at the top of the event or inside a

@@ -503,8 +503,16 @@ proptest! {
             prop_assert_eq!(render(&split), render(&plain));
             prop_assert_eq!(&split.state, &plain.state);
         }
-        // The generator's valid, unescaped batches take the prepared path.
-        let valid = payloads.iter().filter(|(p, _)| !p.contains('\\') && plain.engine.prepare_votes(&rec("jury.votes", Some(p.as_bytes()))).is_some()).count();
+        // The generator's valid, unescaped batches (with their record timestamps: an
+        // occurred_at beyond the skew is no valid batch) take the prepared path.
+        let valid = payloads
+            .iter()
+            .filter(|(p, secs)| {
+                let mut record = rec("jury.votes", Some(p.as_bytes()));
+                record.timestamp_ms = secs.map(|s| 1_700_000_000_000 + s * 1000);
+                !p.contains('\\') && plain.engine.prepare_votes(&record).is_some()
+            })
+            .count();
         prop_assert!(prepared >= valid);
     }
 
