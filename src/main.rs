@@ -10,7 +10,7 @@
 #![forbid(unsafe_code)]
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,8 +97,11 @@ fn log_filter(config: &Config) -> Result<String> {
 
 fn init_logging(config: &Config) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(log_filter(config)?)?;
+    // Colours only for a person at a terminal: escape codes in a log file or a collector are
+    // noise.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(io::stderr().is_terminal())
         .with_writer(io::stderr);
     if config.log.format == "json" {
         builder.json().init();
@@ -112,6 +115,7 @@ fn init_logging(config: &Config) -> Result<()> {
 /// loop on this thread.
 fn run_service(mut config: Config) -> Result<()> {
     init_logging(&config)?;
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "jurystream starting");
     config.http.advertised_url = advertise::advertised_url(
         &config.http.bind,
         &config.http.advertised_url,

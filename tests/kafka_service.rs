@@ -48,6 +48,24 @@ fn end_to_end_outputs_equal_replay() {
     let service = Service::start_ready(&config, dir.path().join("service.log"));
     let handled = service.wait_handled(inputs(&records), Duration::from_secs(120));
     assert_eq!(handled, inputs(&records), "{}", service.metrics());
+    // The records are dated days ago (their timestamps and event times): the publication
+    // latency runs from their arrival and stays within the run, the event-time lag says their
+    // age.
+    let metrics = service.metrics();
+    let mean = |name: &str| {
+        let sum = support::metric_sum(&metrics, &format!("{name}_sum"));
+        let count = support::metric_sum(&metrics, &format!("{name}_count"));
+        assert!(count > 0, "{name}: {metrics}");
+        sum as f64 / count as f64
+    };
+    assert!(
+        mean("jurystream_publish_latency_seconds") < 60.0,
+        "{metrics}"
+    );
+    assert!(
+        mean("jurystream_event_time_lag_seconds") > 86_400.0,
+        "{metrics}"
+    );
     let log = service.log.clone();
     let status = service.terminate();
     assert!(

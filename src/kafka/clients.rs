@@ -6,7 +6,7 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
@@ -14,17 +14,21 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::ServiceError;
 use crate::config::{Config, Partitioning};
+use crate::telemetry::events;
 use crate::topics::TopicTable;
 
 /// Readers poll to the end of partitions, so end-of-partition is expected, not an error.
 pub struct QuietReader;
 
 impl ClientContext for QuietReader {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        events::librdkafka_line(level, facility, message);
+    }
     fn error(&self, error: KafkaError, reason: &str) {
         let eof = matches!(error, KafkaError::PartitionEOF(_))
             || matches!(error, KafkaError::Global(RDKafkaErrorCode::PartitionEOF));
         if !eof {
-            tracing::warn!(%error, reason, "reader");
+            events::client_error("reader", &error, reason);
         }
     }
 }
@@ -235,19 +239,43 @@ pub fn drop_aside<T: Send + 'static>(client: T) {
     std::thread::spawn(move || drop(client));
 }
 
+/// How long the first attempt to reach the brokers waits before saying it is waiting, and
+/// then how often it says so again.
+const FIRST_REACH: Duration = Duration::from_secs(1);
+const REACH_REPORT: Duration = Duration::from_secs(5);
+
 /// A client for the cluster's metadata, once a broker answered: fails within
 /// `kafka.connect_timeout_secs` with an error naming the brokers if none of them does (without
-/// this the admin client waits a minute and names neither setting nor address).
-pub fn reach(cfg: &Config) -> Result<BaseConsumer, ServiceError> {
+/// this the admin client waits a minute and names neither setting nor address). Meanwhile one
+/// line says, within a second, which address it is waiting for, and another every few
+/// seconds, so a wrong address is seen at once, not after the whole wait.
+pub fn reach(cfg: &Config) -> Result<BaseConsumer<QuietReader>, ServiceError> {
     let secs = cfg.kafka.connect_timeout_secs;
-    let probe: BaseConsumer = reader_config(cfg, "probe")?.create()?;
-    match probe.fetch_metadata(None, Duration::from_secs(secs)) {
-        Ok(_) => Ok(probe),
-        Err(error) => Err(ServiceError::Unreachable {
-            servers: cfg.kafka.bootstrap_servers.clone(),
-            secs,
-            error,
-        }),
+    let servers = &cfg.kafka.bootstrap_servers;
+    let probe: BaseConsumer<QuietReader> =
+        reader_config(cfg, "probe")?.create_with_context(QuietReader)?;
+    let started = std::time::Instant::now();
+    let give_up = Duration::from_secs(secs);
+    let mut wait = FIRST_REACH;
+    loop {
+        let left = give_up.saturating_sub(started.elapsed());
+        match probe.fetch_metadata(None, wait.min(left)) {
+            Ok(_) => return Ok(probe),
+            Err(error) if started.elapsed() >= give_up => {
+                return Err(ServiceError::Unreachable {
+                    servers: servers.clone(),
+                    secs,
+                    error,
+                });
+            }
+            Err(error) => tracing::warn!(
+                %error,
+                waited_secs = started.elapsed().as_secs(),
+                gives_up_after_secs = secs,
+                "no answer yet from Kafka at kafka.bootstrap_servers = {servers:?}; still trying"
+            ),
+        }
+        wait = REACH_REPORT;
     }
 }
 
@@ -257,11 +285,11 @@ pub fn reach(cfg: &Config) -> Result<BaseConsumer, ServiceError> {
 pub fn ensure_topics(
     cfg: &Config,
     names: &TopicTable,
-    probe: &BaseConsumer,
+    probe: &BaseConsumer<QuietReader>,
 ) -> Result<HashMap<String, usize>, ServiceError> {
     let wanted = topics(cfg, names);
     if cfg.kafka.create_topics {
-        let admin: AdminClient<DefaultClientContext> = base_config(cfg)?.create()?;
+        let admin: AdminClient<QuietReader> = base_config(cfg)?.create_with_context(QuietReader)?;
         let new: Vec<NewTopic> = wanted
             .iter()
             .map(|(name, compact)| {

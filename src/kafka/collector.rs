@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rdkafka::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
@@ -21,7 +22,7 @@ use super::repartition::Refused;
 use crate::config::Config;
 use crate::engine::output::{Counted, Output, OutputTopic, OutputValue};
 use crate::telemetry::events::{
-    AlertPublished, DeliveryFailed, InternalEvent, OutputRefused, WeightsFellBack,
+    self, AlertPublished, DeliveryFailed, InternalEvent, OutputRefused, WeightsFellBack,
 };
 use crate::telemetry::metrics::Metrics;
 
@@ -74,9 +75,13 @@ impl Destination {
     }
 }
 
-/// Which output a delivery report is for, and the event time it carries.
+/// Which output a delivery report is for, and the times its latencies run from.
 pub(super) struct Tag {
     pub destination: Destination,
+    /// The timestamp of the input record that caused it (wall-clock milliseconds), when it was
+    /// published while that record was processed.
+    pub since_ms: Option<i64>,
+    /// A score's event time, for the event-time lag.
     pub event_ms: Option<i64>,
     /// The epoch the record belongs to (see [`Epoch`]).
     pub epoch: u64,
@@ -141,8 +146,11 @@ impl ClientContext for Delivery {
         let retries: u64 = stats.brokers.values().map(|b| b.txretries).sum();
         self.metrics.producer_retries.set(retries as i64);
     }
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        events::librdkafka_line(level, facility, message);
+    }
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(%error, reason, "producer");
+        events::client_error("producer", &error, reason);
     }
 }
 
@@ -171,8 +179,13 @@ impl ProducerContext for Delivery {
                 if let Some((outputs, latency)) = self.per_destination.get(tag.destination.index())
                 {
                     outputs.inc();
+                    let now = now_ms();
+                    let seconds = |since: i64| (now - since).max(0) as f64 / 1000.0;
+                    if let Some(ms) = tag.since_ms {
+                        latency.observe(seconds(ms));
+                    }
                     if let Some(ms) = tag.event_ms {
-                        latency.observe((now_ms() - ms).max(0) as f64 / 1000.0);
+                        self.metrics.event_time_lag.observe(seconds(ms));
                     }
                 }
             }
@@ -222,7 +235,7 @@ impl Collector {
                 .map(|d| {
                     (
                         metrics.outputs.with_label_values(&[d.label()]),
-                        metrics.event_to_publish.with_label_values(&[d.label()]),
+                        metrics.publish_latency.with_label_values(&[d.label()]),
                     )
                 })
                 .collect(),
@@ -284,8 +297,15 @@ impl Collector {
         }
     }
 
-    /// Produces `out` to `topic`, its configured name, in the current epoch.
-    pub fn publish(&mut self, topic: &str, out: &Output) -> Result<(), ServiceError> {
+    /// Produces `out` to `topic`, its configured name, in the current epoch; `since_ms` is the
+    /// timestamp of the input record that caused it, if published while that record was
+    /// processed.
+    pub fn publish(
+        &mut self,
+        topic: &str,
+        out: &Output,
+        since_ms: Option<i64>,
+    ) -> Result<(), ServiceError> {
         let event_ms = match &out.value {
             OutputValue::Score(v) => Some(v.last_event_at.epoch_millis()),
             OutputValue::Json(_) => None,
@@ -306,6 +326,7 @@ impl Collector {
             ),
             Tag {
                 destination: Destination::Output(out.topic),
+                since_ms,
                 event_ms,
                 epoch: self.epoch,
             },
@@ -370,6 +391,7 @@ impl Collector {
     ) -> Result<(), ServiceError> {
         let tag = Tag {
             destination,
+            since_ms: None,
             event_ms: None,
             epoch: self.epoch,
         };

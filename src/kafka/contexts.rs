@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
@@ -19,7 +20,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::ServiceError;
 use super::core::{Core, lock};
 use super::stage::Stage;
-use crate::telemetry::events::{InternalEvent, PartitionsAssigned, PartitionsRevoked};
+use crate::telemetry::events::{self, InternalEvent, PartitionsAssigned, PartitionsRevoked};
 use crate::telemetry::metrics::Metrics;
 
 /// A stage consumer's context: lag from statistics, and the rebalance callbacks.
@@ -57,8 +58,11 @@ impl ClientContext for GroupContext {
             }
         }
     }
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        events::librdkafka_line(level, facility, message);
+    }
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(%error, reason, "consumer");
+        events::client_error("consumer", &error, reason);
     }
 }
 

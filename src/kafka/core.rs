@@ -191,13 +191,14 @@ impl Core {
         }
     }
 
-    /// Publishes the records in the output buffer (`out`) in order; the buffer keeps its
+    /// Publishes the records in the output buffer (`out`) in order, caused by an input record
+    /// of timestamp `since_ms` if any (see [`Collector::publish`]); the buffer keeps its
     /// allocation for the next record.
-    pub(super) fn publish_out(&mut self) -> Result<(), ServiceError> {
+    pub(super) fn publish_out(&mut self, since_ms: Option<i64>) -> Result<(), ServiceError> {
         let outs = std::mem::take(&mut self.out);
         let result = outs.iter().try_for_each(|o| {
             let topic = self.topics.output_name(o.topic);
-            self.collector.publish(topic, o)
+            self.collector.publish(topic, o, since_ms)
         });
         self.out = outs;
         result
@@ -234,7 +235,7 @@ impl Core {
                 self.view.published(*key, &owned.state, &self.out[from..]);
             }
         }
-        self.publish_out()
+        self.publish_out(None)
     }
 
     /// Publishes the scores held back by coalescing (see [`crate::engine::Coalescing`]) in the
@@ -250,7 +251,7 @@ impl Core {
                 self.view.published(*key, &owned.state, &self.out[from..]);
             }
         }
-        self.publish_out()
+        self.publish_out(None)
     }
 
     /// Adds the outcomes counted since the last call to the metrics.
@@ -416,7 +417,7 @@ impl Core {
 }
 
 /// Now, in milliseconds since the epoch.
-fn wall_ms() -> i64 {
+pub(super) fn wall_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

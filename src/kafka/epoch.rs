@@ -141,6 +141,7 @@ impl Core {
                         (Some(r.key), r.value, None),
                         Tag {
                             destination: Destination::State,
+                            since_ms: None,
                             event_ms: None,
                             epoch: id,
                         },
@@ -238,6 +239,7 @@ impl Core {
                 ),
                 Tag {
                     destination: Destination::Output(OutputTopic::DeadLetters),
+                    since_ms: None,
                     event_ms: None,
                     epoch: refused.epoch,
                 },

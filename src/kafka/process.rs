@@ -16,7 +16,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use super::ServiceError;
 use super::clients::QuietReader;
 use super::contexts::Committers;
-use super::core::{Core, MAX_EPOCHS_IN_FLIGHT, lock};
+use super::core::{Core, MAX_EPOCHS_IN_FLIGHT, lock, wall_ms};
 use super::poll::{Batch, Polled, Recycle, Source, own_record};
 use super::repartition::{self, headers};
 use crate::changelog::Unit;
@@ -89,7 +89,7 @@ impl Core {
             outcome
         };
         self.tally.count(topic, outcome);
-        self.publish_out()
+        self.publish_out(arrived_ms(polled))
     }
 
     /// Fails if `polled`, a record of a partition still owned (its caller dropped any polled
@@ -211,7 +211,7 @@ impl Core {
         }
         .emit(&self.metrics);
         self.metrics.reputations.set(self.reputations.len() as i64);
-        self.publish_out()
+        self.publish_out(Some(wall_ms()))
     }
 }
 
@@ -263,7 +263,7 @@ impl Core {
                 self.out.clear();
                 let outcome = self.engine.reject(&record, &rejection, &mut self.out);
                 self.tally.count(polled.topic, outcome);
-                self.publish_out()
+                self.publish_out(arrived_ms(polled))
             }
         }
     }
@@ -409,6 +409,22 @@ pub(super) fn process_records<'c>(
         }
     }
     Ok(())
+}
+
+/// When `polled` reached jurystream, in wall-clock milliseconds, for the publication latency:
+/// a repartition-topic record's own timestamp is when the forwarding stage wrote it (within
+/// milliseconds of reading its input record); any other record arrives now. Not the input
+/// record's timestamp: reading a topic from an old offset, or a backfill, would count the data's
+/// age as the service's latency.
+fn arrived_ms(polled: &Polled<'_>) -> Option<i64> {
+    match polled.source {
+        Source::Repartitioned(_) => polled
+            .msg
+            .timestamp()
+            .to_millis()
+            .or_else(|| Some(wall_ms())),
+        Source::Input | Source::Forward => Some(wall_ms()),
+    }
 }
 
 #[cfg(test)]

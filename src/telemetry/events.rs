@@ -6,6 +6,11 @@
 //! Per-record outcomes are counted, never logged: at hundreds of thousands of records a second a
 //! log line each would cost more than the record.
 
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 
 use super::metrics::Metrics;
@@ -251,9 +256,84 @@ impl InternalEvent for PartitionsRevoked<'_> {
     }
 }
 
+/// How often one kind of client line is logged at most: a broker down makes every librdkafka
+/// client say the same thing many times a second, and hundreds of identical lines bury the one
+/// that says what to do.
+const CLIENT_LINE_PERIOD: Duration = Duration::from_secs(5);
+
+/// When each kind of client line was last logged and how many were held back since. The kinds
+/// are librdkafka's facilities at a level and the client errors by kind: a few dozen at most.
+static CLIENT_LINES: Mutex<BTreeMap<String, (Instant, u64)>> = Mutex::new(BTreeMap::new());
+
+/// Whether a client line of `kind` is logged now (the first of its kind, then one every
+/// [`CLIENT_LINE_PERIOD`]), with how many of its kind were held back since the last.
+fn client_line(kind: &str, now: Instant) -> Option<u64> {
+    let mut lines = CLIENT_LINES.lock().unwrap_or_else(PoisonError::into_inner);
+    match lines.get_mut(kind) {
+        Some((last, held)) if now.duration_since(*last) < CLIENT_LINE_PERIOD => {
+            *held += 1;
+            None
+        }
+        Some((last, held)) => {
+            *last = now;
+            Some(std::mem::take(held))
+        }
+        None => {
+            lines.insert(kind.to_owned(), (now, 0));
+            Some(0)
+        }
+    }
+}
+
+/// A line librdkafka logs (`facility` at `level`), rate-limited by kind.
+pub fn librdkafka_line(level: RDKafkaLogLevel, facility: &str, message: &str) {
+    let Some(held) = client_line(&format!("{level:?} {facility}"), Instant::now()) else {
+        return;
+    };
+    match level {
+        RDKafkaLogLevel::Emerg
+        | RDKafkaLogLevel::Alert
+        | RDKafkaLogLevel::Critical
+        | RDKafkaLogLevel::Error => {
+            tracing::error!(target: "librdkafka", facility, held_back = held, "{message}");
+        }
+        RDKafkaLogLevel::Warning => {
+            tracing::warn!(target: "librdkafka", facility, held_back = held, "{message}");
+        }
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+            tracing::info!(target: "librdkafka", facility, held_back = held, "{message}");
+        }
+        RDKafkaLogLevel::Debug => {
+            tracing::debug!(target: "librdkafka", facility, held_back = held, "{message}");
+        }
+    }
+}
+
+/// An error a Kafka client (`client`: consumer, producer, reader) reports, rate-limited by
+/// kind.
+pub fn client_error(client: &str, error: &KafkaError, reason: &str) {
+    if let Some(held) = client_line(&format!("{client} {error}"), Instant::now()) {
+        tracing::warn!(%error, reason, held_back = held, "{client}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kind_of_client_line_is_logged_at_most_once_a_period_counting_the_rest() {
+        let t0 = Instant::now();
+        let kind = "test a_kind_of_client_line";
+        assert_eq!(client_line(kind, t0), Some(0));
+        for ms in [1, 100, 4_999] {
+            assert_eq!(client_line(kind, t0 + Duration::from_millis(ms)), None);
+        }
+        // Another kind is not held back by this one.
+        assert_eq!(client_line("test another kind", t0), Some(0));
+        assert_eq!(client_line(kind, t0 + CLIENT_LINE_PERIOD), Some(3));
+        assert_eq!(client_line(kind, t0 + CLIENT_LINE_PERIOD * 2), Some(0));
+    }
 
     #[test]
     fn processed_records_are_counted_by_result_and_code() {

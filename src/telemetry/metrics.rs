@@ -25,7 +25,10 @@ pub struct Metrics {
     /// validated before, on the polling thread).
     pub processing: Histogram,
     /// Event time of a published score or consensus to the broker's acknowledgement.
-    pub event_to_publish: HistogramVec,
+    /// From the input record's timestamp to its output's acknowledgement, by topic.
+    pub publish_latency: HistogramVec,
+    /// From a score's event time to its acknowledgement.
+    pub event_time_lag: Histogram,
     pub consumer_lag: IntGaugeVec,
     /// The next input offset to process per partition, as of the last sealed epoch.
     pub input_position: IntGaugeVec,
@@ -115,6 +118,11 @@ fn slow_buckets() -> Vec<f64> {
     prometheus::exponential_buckets(0.001, 2.0, 17).unwrap_or_default()
 }
 
+/// 100 ms .. ~78 days, by fours: live data and a backfill of months both fall in a bucket.
+fn lag_buckets() -> Vec<f64> {
+    prometheus::exponential_buckets(0.1, 4.0, 14).unwrap_or_default()
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
@@ -124,17 +132,38 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let r = Registry::new();
-        let event_to_publish = HistogramVec::new(
+        let publish_latency = HistogramVec::new(
             HistogramOpts::new(
-                "jurystream_event_to_publish_seconds",
-                "From an output's event time to the broker acknowledging it",
+                "jurystream_publish_latency_seconds",
+                "From the timestamp of the input record that caused an output to the broker \
+                 acknowledging the output",
             )
             .buckets(slow_buckets()),
             &["topic"],
         )
         .expect("valid metric definition");
-        r.register(Box::new(event_to_publish.clone()))
+        r.register(Box::new(publish_latency.clone()))
             .expect("unique metric name");
+        let event_time_lag = histogram(
+            &r,
+            "jurystream_event_time_lag_seconds",
+            "From a published score's event time to the broker acknowledging it: the data's \
+             age, large while a backfill or a replayed topic is read",
+            lag_buckets(),
+        );
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "jurystream_build_info",
+                "Always 1; the version of the running build is its label",
+            ),
+            &["version"],
+        )
+        .expect("valid metric definition");
+        r.register(Box::new(build_info.clone()))
+            .expect("unique metric name");
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
         let consumer_lag = IntGaugeVec::new(
             Opts::new(
                 "jurystream_consumer_lag_records",
@@ -234,7 +263,8 @@ impl Metrics {
                 "Time to apply one input record on the processing thread (sampled)",
                 fast_buckets(),
             ),
-            event_to_publish,
+            publish_latency,
+            event_time_lag,
             consumer_lag,
             input_position,
             cycles: counter(
@@ -411,5 +441,38 @@ impl Metrics {
             return format!("# encoding failed: {e}\n");
         }
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_build_is_exported_with_its_version() {
+        let text = Metrics::new().render();
+        let line = format!(
+            "jurystream_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.contains(&line), "{text}");
+    }
+
+    #[test]
+    fn the_event_time_lag_has_buckets_for_a_backfill() {
+        let m = Metrics::new();
+        m.event_time_lag.observe(90.0 * 86_400.0);
+        m.event_time_lag.observe(0.05);
+        let text = m.render();
+        // A lag of 90 days is above the largest finite bucket (about 78 days), a live one in the
+        // smallest (100 ms).
+        assert!(
+            text.contains(r#"jurystream_event_time_lag_seconds_bucket{le="0.1"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"jurystream_event_time_lag_seconds_bucket{le="+Inf"} 2"#),
+            "{text}"
+        );
     }
 }
