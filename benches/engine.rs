@@ -261,6 +261,7 @@ pub fn five_by_five() -> Session {
         candidates: BTreeMap::new(),
         expected_judges: Some(5),
         category: Some("coding".into()),
+        idle_since: None,
     };
     let candidates: BTreeMap<String, CandidateMeta> = (0..5)
         .map(|c| {

@@ -357,6 +357,25 @@ mod tests {
         assert_eq!((kcat_summary, kcat_out), (native_summary, native_out));
     }
 
+    /// Ticks in a replay file complete an idle session as the service's ticks do.
+    #[test]
+    fn tick_lines_complete_idle_sessions() {
+        let ballot = r#"{"topic": "jury.judge-scores", "value": {"event_id": "b1", "project_id": "p", "session_id": "s1", "occurred_at": 0, "judge": "j", "scores": {"A": 8}}}"#;
+        let tick = |ms: i64| format!(r#"{{"topic": "jurystream.tick", "timestamp_ms": {ms}}}"#);
+        let input = [ballot.to_owned(), tick(0), tick(599_999), tick(600_000)].join("\n");
+        let (summary, out) = run(&input);
+        assert_eq!(
+            (summary.records, summary.applied, summary.dead_lettered),
+            (4, 4, 0)
+        );
+        let consensus: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("jury.consensus"))
+            .collect();
+        assert_eq!(consensus.len(), 1, "{out}");
+        assert!(consensus[0].contains(r#""completed_by":"idle""#), "{out}");
+    }
+
     /// The progress callback sees the lines read and the records counted so far.
     #[test]
     fn progress_is_reported_every_few_thousand_lines() {

@@ -1173,3 +1173,54 @@ fn poison_records_never_wedge_the_service() {
     assert!(status.success(), "exit {status:?}");
     assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
 }
+
+/// A session whose judges never all report, in a project that then receives nothing, completes
+/// by the service's ticks (`idle`) once `sessions.idle_timeout_secs` of wall clock passed,
+/// where before it stayed open for as long as its project was quiet.
+#[test]
+fn a_session_in_a_quiet_project_completes_by_the_idle_timeout() {
+    let broker = Broker::shared();
+    let prefix = "idle";
+    let shape = Shape {
+        partitions: 3,
+        projects: 1,
+        batches_per_project: 1,
+        sessions_per_project: 1,
+    };
+    let Setup { dir, config, .. } = setup(
+        &broker.bootstrap,
+        prefix,
+        &shape,
+        free_port(),
+        "[sessions]\nidle_timeout_secs = 2\n",
+    );
+    let mut records = Vec::new();
+    append(
+        &mut records,
+        &format!("{prefix}.judge-scores"),
+        0,
+        Some("p-idle".into()),
+        r#"{"event_id": "b1", "project_id": "p-idle", "session_id": "s-idle", "occurred_at": 1795168800000, "judge": "j", "scores": {"A": 8, "B": 3}}"#,
+    );
+    produce(&broker.bootstrap, &records);
+    let started = std::time::Instant::now();
+    let service = Service::start_ready(&config, dir.path().join("service.log"));
+    let consensus = support::read_all(
+        &broker.bootstrap,
+        &format!("{prefix}.consensus"),
+        1,
+        Duration::from_secs(30),
+    );
+    let elapsed = started.elapsed();
+    let values: Vec<serde_json::Value> = consensus
+        .iter()
+        .filter_map(|(_, v)| serde_json::from_str(v.as_deref()?).ok())
+        .collect();
+    assert_eq!(values.len(), 1, "{consensus:?}\n{}", service.metrics());
+    assert_eq!(values[0]["session_id"], "s-idle");
+    assert_eq!(values[0]["completed_by"], "idle");
+    // Ready, then the ballot, then two seconds of ticks a second apart.
+    assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
+    // Ticks are the service's own records: no input is counted for them.
+    assert_eq!(service.records_handled(), 1, "{}", service.metrics());
+}

@@ -122,6 +122,42 @@ impl Engine {
         Ok(Outcome::Applied)
     }
 
+    /// Applies a tick of the service's clock (a [`super::TICK_TOPIC`] record, its time its
+    /// timestamp): sessions with no ballot since the last tick become idle, and those idle for
+    /// `sessions.idle_timeout_secs` complete (`idle`; see [`SessionBook::tick`]).
+    pub(super) fn apply_tick(
+        &self,
+        state: &mut PartitionState,
+        record: &Record<'_>,
+        out: &mut Vec<Output>,
+    ) -> Result<Outcome, Rejection> {
+        let now_ms = record.timestamp_ms.ok_or_else(|| {
+            Rejection::new(ErrorCode::MissingTimestamp, "a tick without a timestamp")
+        })?;
+        let idle_secs = self.settings.sessions.idle_timeout_secs;
+        if idle_secs == 0 {
+            return Ok(Outcome::Applied);
+        }
+        let idle_ms = i64::try_from(idle_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let (mut idled, mut done) = (Vec::new(), Vec::new());
+        state.sessions.tick(
+            &mut state.projects,
+            (now_ms, idle_ms),
+            self.book_limits(),
+            (&mut idled, &mut done),
+        );
+        for (project, session) in idled {
+            state.note(|| Change::Session { project, session });
+        }
+        if !done.is_empty() {
+            state.note(|| Change::Book);
+        }
+        for completed in done {
+            self.finish_session(state, completed, out);
+        }
+        Ok(Outcome::Applied)
+    }
+
     /// Refuses a ballot that would bring its session beyond `sessions.max_judges` judges or
     /// `sessions.max_candidates` candidates: a session's memory and its consensus record grow
     /// with both.

@@ -31,7 +31,7 @@ pub use ids::{IdMap, ProjectKey};
 pub use journal::{Change, JournalHint};
 pub use judging::leaderboard_record;
 pub use origins::Origins;
-pub use record::{InputTopic, Outcome, Receipt, Record};
+pub use record::{InputTopic, Outcome, Receipt, Record, TICK_TOPIC};
 pub use reviewers::reviewer_record;
 pub use settings::Settings;
 pub use state::{Coalescing, JudgeProject, Kept, KeptConsensus, PartitionState, VoteProject};
@@ -158,6 +158,9 @@ impl Engine {
     ) -> Result<Outcome, Rejection> {
         if let Some(prepared) = prepared {
             return self.apply_votes(state, reputations, record, prepared, out);
+        }
+        if record.is_tick() {
+            return self.apply_tick(state, record, out);
         }
         let topic = record.input.ok_or_else(|| {
             Rejection::new(

@@ -93,6 +93,11 @@ impl<'a> Record<'a> {
         }
     }
 
+    /// Whether it is a tick (see [`TICK_TOPIC`]).
+    pub fn is_tick(&self) -> bool {
+        self.input.is_none() && self.topic == TICK_TOPIC
+    }
+
     /// The record as received at `clock_ms` by an instance holding `held_projects` projects
     /// (see [`Record::clock_ms`], [`Record::held_projects`]).
     pub fn received(self, clock_ms: Option<u64>, held_projects: usize) -> Self {
@@ -139,6 +144,13 @@ pub enum Outcome {
     /// Dead-lettered with this code; state is unchanged.
     Rejected(ErrorCode),
 }
+
+/// The topic name of a tick: a record of the passage of wall-clock time, written by the
+/// service to every partition of its project log (its timestamp is the time) and read in order
+/// with the records there, so that what waits for time (a session's idle timeout) depends on
+/// the log alone and replay reproduces it. In a replay file, a line
+/// `{"topic": "jurystream.tick", "timestamp_ms": T}`.
+pub const TICK_TOPIC: &str = "jurystream.tick";
 
 /// The engine's inputs; a runtime maps topic names to them (see `crate::topics`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

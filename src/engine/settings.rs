@@ -173,6 +173,10 @@ pub struct Sessions {
     /// A session completes ("timeout") once its project's event-time watermark passes its last
     /// activity by this many seconds.
     pub timeout_secs: u64,
+    /// A session completes ("idle") once it had no ballot for this many seconds of the
+    /// service's wall clock, as the ticks it writes to the project log carry it, even while its
+    /// project receives nothing; 0: never. See `SessionBook::tick`.
+    pub idle_timeout_secs: u64,
     /// Most open sessions per project and per partition's state; beyond, the oldest is
     /// "evicted".
     pub max_open_per_project: usize,
@@ -213,6 +217,7 @@ impl Default for Sessions {
             default_scale_min: 1.0,
             default_scale_max: 10.0,
             timeout_secs: 300,
+            idle_timeout_secs: 600,
             max_open_per_project: 1_000,
             max_open_total: 100_000,
             completed_window: 100_000,

@@ -11,6 +11,7 @@ use std::time::Instant;
 use super::ServiceError;
 use super::collector::{ACKED_EPOCHS, Collector};
 use super::faults::Faults;
+use super::repartition;
 use super::tasks::Tasks;
 use crate::changelog::{self, Unit, UnitKind};
 use crate::config::Config;
@@ -236,6 +237,24 @@ impl Core {
             }
         }
         self.publish_out(None)
+    }
+
+    /// Writes a tick (see [`crate::engine::TICK_TOPIC`]) to every partition of the project log
+    /// this instance owns, in the current epoch: the sessions there learn that time passed even
+    /// while their projects receive nothing.
+    pub(super) fn write_ticks(&mut self) -> Result<(), ServiceError> {
+        let now = wall_ms();
+        for key in self.tasks.owned_keys() {
+            if key.kind == UnitKind::Projects {
+                self.collector.forward(
+                    (self.topics.repartition(), key.partition),
+                    "",
+                    b"",
+                    repartition::tick_headers(now),
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Publishes the scores held back by coalescing (see [`crate::engine::Coalescing`]) in the

@@ -88,7 +88,10 @@ impl Core {
             }
             outcome
         };
-        self.tally.count(topic, outcome);
+        // A tick is the service's own record, not an input's.
+        if !record.is_tick() {
+            self.tally.count(topic, outcome);
+        }
         self.publish_out(arrived_ms(polled))
     }
 
@@ -283,6 +286,10 @@ struct Clocks {
     /// `output.reviewers_coalesce_ms`: held reviewer records are published this often; `None`
     /// (0) at the end of every epoch.
     reviewers: Option<Duration>,
+    /// How often a tick goes to each owned partition of the project log: a tenth of
+    /// `sessions.idle_timeout_secs`, within 1..=60 s; `None` when that is 0 or there is no
+    /// project log (`by_key`).
+    tick: Option<Duration>,
 }
 
 impl Clocks {
@@ -299,6 +306,11 @@ impl Clocks {
             reviewers: match config.output.reviewers_coalesce_ms {
                 0 => None,
                 r => Some(ms(r)),
+            },
+            tick: match config.sessions.idle_timeout_secs {
+                0 => None,
+                _ if !config.input.repartitions() => None,
+                idle => Some(ms(idle.saturating_mul(100)).clamp(ms(1000), ms(60_000))),
             },
         }
     }
@@ -332,6 +344,7 @@ pub(super) fn process_records<'c>(
     let mut cycle_started = Instant::now();
     let mut coalesced = Instant::now();
     let mut reviewers_released = Instant::now();
+    let mut ticked = Instant::now();
     let mut last_batch = Instant::now();
     let mut last_reputations = Instant::now();
     while !stop.load(Ordering::Relaxed) {
@@ -392,6 +405,10 @@ pub(super) fn process_records<'c>(
             let keys = c.tasks.owned_keys();
             c.release_reviewers(&keys)?;
             reviewers_released = Instant::now();
+        }
+        if clocks.tick.is_some_and(|every| ticked.elapsed() >= every) {
+            c.write_ticks()?;
+            ticked = Instant::now();
         }
         if sealing {
             c.seal()?;

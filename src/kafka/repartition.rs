@@ -22,7 +22,7 @@ use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 
 use crate::engine::contract::rejection::{ErrorCode, Rejection};
 use crate::engine::output::{DeadLetter, Output, Source};
-use crate::engine::{InputTopic, ProjectKey, Record};
+use crate::engine::{InputTopic, ProjectKey, Record, TICK_TOPIC};
 use crate::topics::TopicTable;
 
 /// The headers of a forwarded record: `jurystream.origin`, the JSON array `[topic, partition,
@@ -42,6 +42,8 @@ const FORWARD_OVERHEAD: usize = 512;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Origin {
     pub input: Option<InputTopic>,
+    /// A tick this service wrote (see [`TICK_TOPIC`]), not a forwarded record.
+    pub tick: bool,
     pub partition: Option<i32>,
     pub offset: Option<i64>,
     pub timestamp_ms: Option<i64>,
@@ -56,14 +58,23 @@ impl Origin {
         let header =
             header(msg, ORIGIN).and_then(|v| serde_json::from_slice::<OriginHeader<'_>>(v).ok());
         match header {
+            Some((topic, _, _, timestamp_ms)) if topic == TICK_TOPIC => Origin {
+                input: None,
+                tick: true,
+                partition: None,
+                offset: None,
+                timestamp_ms,
+            },
             Some((topic, partition, offset, timestamp_ms)) => Origin {
                 input: topics.input(topic),
+                tick: false,
                 partition: Some(partition),
                 offset: Some(offset),
                 timestamp_ms,
             },
             None => Origin {
                 input: None,
+                tick: false,
                 partition: None,
                 offset: None,
                 timestamp_ms: None,
@@ -74,9 +85,11 @@ impl Origin {
     /// The engine's view of `msg`, a repartition-topic record from this origin: the input
     /// record it copies, at `msg`'s position in the repartition topic.
     pub fn record<'m>(&self, msg: &'m BorrowedMessage<'_>, topics: &'m TopicTable) -> Record<'m> {
-        let topic = self
-            .input
-            .map_or(topics.repartition(), |t| topics.input_name(t));
+        let topic = match self.input {
+            Some(t) => topics.input_name(t),
+            None if self.tick => TICK_TOPIC,
+            None => topics.repartition(),
+        };
         Record::new(topic, self.input, msg.payload())
             .at(self.partition, self.offset)
             .positioned(Some(msg.offset()))
@@ -93,6 +106,17 @@ fn header<'m>(msg: &'m BorrowedMessage<'_>, name: &str) -> Option<&'m [u8]> {
         .filter(|h| h.key == name)
         .last()
         .map(|h| h.value.unwrap_or_default())
+}
+
+/// The headers of a tick written at wall-clock time `now_ms` to a partition of the project
+/// log: an origin naming [`TICK_TOPIC`], with the time as its timestamp.
+pub(super) fn tick_headers(now_ms: i64) -> OwnedHeaders {
+    let origin: OriginHeader<'_> = (TICK_TOPIC, 0, 0, Some(now_ms));
+    let origin = serde_json::to_vec(&origin).unwrap_or_default();
+    OwnedHeaders::new_with_capacity(1).insert(Header {
+        key: ORIGIN,
+        value: Some(&origin),
+    })
 }
 
 /// The headers that name `record`'s origin.

@@ -189,6 +189,34 @@ proptest! {
         check_cut_flush(PROJECTS, &payloads, 5 + flush, flush, cut, keep);
     }
 
+    /// Ticks among the ballots (sessions going idle, and completing as `idle` once ticks pass
+    /// the default ten minutes): whatever is cut, the restored sessions are the clean run's.
+    #[test]
+    fn any_cut_flush_with_ticks_restores_the_idle_sessions(
+        events in prop::collection::vec((0usize..5, 0usize..4, 0i64..60, 0u8..3), 1..60),
+        flush in 1usize..12,
+        cut_flushes in 0usize..6,
+        keep in 0usize..40,
+    ) {
+        // One event in three is a tick, a minute of wall clock after the one before it (the
+        // first is a ballot: the harness expects the unit's origins in every flush).
+        let mut ticks = 0i64;
+        let payloads: Vec<String> = events
+            .iter()
+            .enumerate()
+            .map(|(i, &(s, j, t, kind))| {
+                if kind == 0 && i > 0 {
+                    ticks += 1;
+                    format!("{TICK}{}", 1_800_000_000_000 + ticks * 60_000)
+                } else {
+                    ballot(i, s, j, t)
+                }
+            })
+            .collect();
+        let cut = (cut_flushes * flush).min(payloads.len());
+        check_cut_flush(PROJECTS, &payloads, 5 + flush, flush, cut, keep);
+    }
+
     #[test]
     fn any_cut_flush_restores_votes_exactly_once(
         projects in prop::collection::vec(0usize..3, 1..150),

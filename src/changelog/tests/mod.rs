@@ -22,6 +22,9 @@ fn vote(i: usize, project: usize, secs: i64) -> String {
     )
 }
 
+/// A payload of [`run`] that stands for a tick: `tick:` and its time in milliseconds.
+const TICK: &str = "tick:";
+
 fn ballot(i: usize, session: usize, judge: usize, secs: i64) -> String {
     format!(
         r#"{{"event_id": "b{i}", "project_id": "p/{}", "session_id": "s{session}", "occurred_at": {}, "judge": "openai/j{judge}", "scores": {{"A": {}, "B": {}}}, "candidates": {{"A": {{"author": "m/a", "words": {}, "position": 0}}, "B": {{"author": "openai/j0", "position": 1}}}}, "expected_judges": 3, "category": "c"}}"#,
@@ -85,8 +88,14 @@ fn run(
             InputTopic::Votes => "jury.votes",
             _ => "jury.judge-scores",
         };
-        let r = Record::new(topic, Some(input), Some(p.as_bytes()))
-            .at(Some(unit.partition), Some(offset));
+        let r = match p.strip_prefix(TICK) {
+            // A tick of the service's clock at the milliseconds that follow.
+            Some(ms) => Record::new(crate::engine::TICK_TOPIC, None, None)
+                .keyed(None, ms.parse().ok())
+                .at(Some(unit.partition), Some(offset)),
+            None => Record::new(topic, Some(input), Some(p.as_bytes()))
+                .at(Some(unit.partition), Some(offset)),
+        };
         out.clear();
         engine.process(state, &mut reps, &r, &mut out);
         rendered.push(out.iter().map(|o| o.render().into_owned()).collect());

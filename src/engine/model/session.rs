@@ -41,6 +41,11 @@ pub struct Session {
     pub candidates: BTreeMap<String, CandidateMeta>,
     pub expected_judges: Option<u32>,
     pub category: Option<String>,
+    /// The time of the first tick after its last ballot (wall-clock milliseconds, as the tick
+    /// carries it; see [`SessionBook::tick`]): `None` while no tick came since. Absent from
+    /// changelogs written before ticks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_since: Option<i64>,
 }
 
 impl Session {
@@ -52,11 +57,14 @@ impl Session {
             candidates: BTreeMap::new(),
             expected_judges: None,
             category: None,
+            idle_since: None,
         }
     }
 
-    /// Records a ballot; the session's last activity becomes the latest event time seen.
+    /// Records a ballot; the session's last activity becomes the latest event time seen, and
+    /// it is no longer idle.
     pub fn add(&mut self, ballot: &BallotEvent<'_>, at: EventTime) {
+        self.idle_since = None;
         self.last_activity = self.last_activity.max(at);
         for (id, meta) in &ballot.candidates {
             self.candidates.entry(id.clone()).or_default().merge(meta);
@@ -119,6 +127,8 @@ pub enum CompletedBy {
     SessionClose,
     Timeout,
     Evicted,
+    /// No ballot for `sessions.idle_timeout_secs` of the service's ticks.
+    Idle,
 }
 
 impl CompletedBy {
@@ -128,6 +138,7 @@ impl CompletedBy {
             CompletedBy::SessionClose => "session_close",
             CompletedBy::Timeout => "timeout",
             CompletedBy::Evicted => "evicted",
+            CompletedBy::Idle => "idle",
         }
     }
 }
@@ -411,6 +422,39 @@ impl SessionBook {
             let s = s.clone();
             let by = (CompletedBy::Timeout, wm);
             self.complete(projects, (project, &s), by, limits, done);
+        }
+    }
+
+    /// A tick at wall-clock time `now_ms` (see `crate::engine::TICK_TOPIC`): every open session
+    /// of the state, oldest first, that had a ballot since the last tick is idle from now on
+    /// (its `(project, session)` appended to `idled`, for the changelog), and every one idle
+    /// since a tick at least `idle_ms` before this one completes (`idle`, at its last activity's
+    /// event time), appended to `done`. A function of the records and ticks in the order the
+    /// log holds them, so replay of the same log completes the same sessions.
+    pub fn tick<P: HoldsSessions>(
+        &mut self,
+        projects: &mut Projects<P>,
+        (now_ms, idle_ms): (i64, i64),
+        limits: BookLimits,
+        (idled, done): (&mut Vec<(String, String)>, &mut Vec<Completed>),
+    ) {
+        let open: Vec<(String, String)> = self.by_age.values().cloned().collect();
+        for (project, session_id) in open {
+            let Some(s) = of_mut(projects, &project).and_then(|p| p.open.get_mut(&session_id))
+            else {
+                continue;
+            };
+            match s.idle_since {
+                None => {
+                    s.idle_since = Some(now_ms);
+                    idled.push((project, session_id));
+                }
+                Some(since) if now_ms.saturating_sub(since) >= idle_ms => {
+                    let by = (CompletedBy::Idle, s.last_activity);
+                    self.complete(projects, (&project, &session_id), by, limits, done);
+                }
+                Some(_) => {}
+            }
         }
     }
 

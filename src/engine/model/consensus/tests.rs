@@ -35,6 +35,7 @@ fn session(ballots: &[B<'_>], authors: &[(&str, &str)]) -> Session {
         candidates: BTreeMap::new(),
         expected_judges: None,
         category: None,
+        idle_since: None,
     };
     let candidates: BTreeMap<String, CandidateMeta> = authors
         .iter()
