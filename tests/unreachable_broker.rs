@@ -30,7 +30,8 @@ fn an_unreachable_broker_is_named_at_once_then_rarely() {
         .env_remove("RUST_LOG")
         .env("JURYSTREAM_KAFKA__BOOTSTRAP_SERVERS", &address)
         .env("JURYSTREAM_KAFKA__CONNECT_TIMEOUT_SECS", "8")
-        .env("JURYSTREAM_HTTP__BIND", format!("127.0.0.1:{http}"))
+        // A host name and port: resolved when the listener binds.
+        .env("JURYSTREAM_HTTP__BIND", format!("localhost:{http}"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -70,6 +71,11 @@ fn an_unreachable_broker_is_named_at_once_then_rarely() {
             .iter()
             .any(|(_, l)| l.contains("cannot reach Kafka at kafka.bootstrap_servers")),
         "{}",
+        shown()
+    );
+    assert!(
+        lines.iter().any(|(_, l)| l.contains("serving /metrics") && l.contains(&format!(":{http}"))),
+        "http.bind by host name:\n{}",
         shown()
     );
     // No colours where no one reads them at a terminal.
