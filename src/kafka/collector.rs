@@ -179,13 +179,17 @@ impl ProducerContext for Delivery {
                 if let Some((outputs, latency)) = self.per_destination.get(tag.destination.index())
                 {
                     outputs.inc();
-                    let now = now_ms();
-                    let seconds = |since: i64| (now - since).max(0) as f64 / 1000.0;
-                    if let Some(ms) = tag.since_ms {
-                        latency.observe(seconds(ms));
-                    }
-                    if let Some(ms) = tag.event_ms {
-                        self.metrics.event_time_lag.observe(seconds(ms));
+                    // The clock is read only for an output that has a latency to measure: most
+                    // reports are of forwards and changelog records.
+                    if tag.since_ms.is_some() || tag.event_ms.is_some() {
+                        let now = now_ms();
+                        let seconds = |since: i64| (now - since).max(0) as f64 / 1000.0;
+                        if let Some(ms) = tag.since_ms {
+                            latency.observe(seconds(ms));
+                        }
+                        if let Some(ms) = tag.event_ms {
+                            self.metrics.event_time_lag.observe(seconds(ms));
+                        }
                     }
                 }
             }

@@ -92,7 +92,13 @@ impl Core {
         if !record.is_tick() {
             self.tally.count(topic, outcome);
         }
-        self.publish_out(arrived_ms(polled))
+        // Most records publish nothing at once (scores are coalesced): no time to read then.
+        let arrived = if self.out.is_empty() {
+            None
+        } else {
+            arrived_ms(polled)
+        };
+        self.publish_out(arrived)
     }
 
     /// Fails if `polled`, a record of a partition still owned (its caller dropped any polled
