@@ -74,7 +74,9 @@ fn an_unreachable_broker_is_named_at_once_then_rarely() {
         shown()
     );
     assert!(
-        lines.iter().any(|(_, l)| l.contains("serving /metrics") && l.contains(&format!(":{http}"))),
+        lines
+            .iter()
+            .any(|(_, l)| l.contains("serving /metrics") && l.contains(&format!(":{http}"))),
         "http.bind by host name:\n{}",
         shown()
     );
