@@ -91,7 +91,7 @@ impl EventTime {
     }
 
     /// An integer `occurred_at`: epoch milliseconds, unless the number is a plausible date only
-    /// in another unit (see [`OTHER_UNITS`]), which is refused with the unit it looks like and
+    /// in another unit (see `OTHER_UNITS`), which is refused with the unit it looks like and
     /// the milliseconds to send instead. Numbers below 10^9 are read as milliseconds (times
     /// near the epoch are what tests and examples use).
     pub fn from_contract_millis(n: i64) -> Result<Self, TimeError> {
