@@ -35,33 +35,19 @@ struct Key {
     map: bool,
 }
 
-/// Every key of the configuration, from its defaults: a section is an object with keys, a map
-/// an object empty by default.
+/// Every key of the configuration, from its defaults' leaves: a map is empty by default, so
+/// it is a leaf whose value is an object.
 fn keys() -> Vec<Key> {
-    fn walk(prefix: &str, value: &Value, out: &mut Vec<Key>) {
-        match value {
-            Value::Object(fields) if !fields.is_empty() => {
-                for (name, value) in fields {
-                    walk(&join(prefix, name), value, out);
-                }
-            }
-            Value::Object(_) => out.push(Key {
-                path: prefix.to_owned(),
-                map: true,
-            }),
-            _ => out.push(Key {
-                path: prefix.to_owned(),
-                map: false,
-            }),
-        }
-    }
-    let mut out = Vec::new();
-    walk(
-        "",
-        &serde_json::to_value(Config::default()).unwrap_or(Value::Null),
-        &mut out,
-    );
-    out
+    let mut leaves = Vec::new();
+    let defaults = serde_json::to_value(Config::default()).unwrap_or(Value::Null);
+    leaves_of("", &defaults, &mut leaves);
+    leaves
+        .into_iter()
+        .map(|(path, value)| Key {
+            map: value.is_object(),
+            path,
+        })
+        .collect()
 }
 
 fn join(prefix: &str, name: &str) -> String {
@@ -77,15 +63,14 @@ pub fn variable(key: &str) -> String {
     format!("{PREFIX}{}", key.to_ascii_uppercase().replace('.', "__"))
 }
 
-/// Checks that every `JURYSTREAM_` variable of `vars` names a key (`JURYSTREAM_SECTION__KEY`)
-/// or is one of the few that are not settings. One that names nothing fails the start, naming
-/// the nearest variable that would: a mistyped variable must never leave a default in force.
-pub fn check_environment(
-    vars: impl IntoIterator<Item = (String, String)>,
-) -> Result<(), ConfigError> {
+/// Checks that every `JURYSTREAM_` variable among `names` names a key
+/// (`JURYSTREAM_SECTION__KEY`) or is one of the few that are not settings. One that names
+/// nothing fails the start, naming the nearest variable that would: a mistyped variable must
+/// never leave a default in force.
+pub fn check_environment(names: impl IntoIterator<Item = String>) -> Result<(), ConfigError> {
     let keys = keys();
     let others = other_variables();
-    for (name, _) in vars {
+    for name in names {
         if !name.starts_with(PREFIX) || others.contains(&name.as_str()) {
             continue;
         }
@@ -184,11 +169,8 @@ fn secret(key: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn vars(names: &[&str]) -> Vec<(String, String)> {
-        names
-            .iter()
-            .map(|n| (n.to_string(), "1".to_owned()))
-            .collect()
+    fn vars(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
     }
 
     #[test]

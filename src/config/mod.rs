@@ -118,12 +118,9 @@ impl Config {
     /// The defaults, `path` over them and the environment over both; every `JURYSTREAM_`
     /// variable must name a setting.
     fn sources(path: Option<&Path>) -> Result<Figment, ConfigError> {
-        keys::check_environment(std::env::vars_os().map(|(k, v)| {
-            (
-                k.to_string_lossy().into_owned(),
-                v.to_string_lossy().into_owned(),
-            )
-        }))?;
+        keys::check_environment(
+            std::env::vars_os().map(|(name, _)| name.to_string_lossy().into_owned()),
+        )?;
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         if let Some(path) = path {
             if !path.exists() {
