@@ -11,6 +11,8 @@
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 
+use crate::config::is_host_and_port;
+
 /// Why no advertised URL could be decided.
 #[derive(Debug, thiserror::Error)]
 pub enum AdvertiseError {
@@ -37,11 +39,10 @@ pub fn advertised_url(
     }
     let Ok(addr) = bind.parse::<SocketAddr>() else {
         // A host name and port: the others reach it by that name.
-        return match bind.rsplit_once(':') {
-            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
-                Ok(format!("http://{bind}"))
-            }
-            _ => Err(AdvertiseError::Bind(bind.to_owned())),
+        return if is_host_and_port(bind) {
+            Ok(format!("http://{bind}"))
+        } else {
+            Err(AdvertiseError::Bind(bind.to_owned()))
         };
     };
     if !addr.ip().is_unspecified() {
