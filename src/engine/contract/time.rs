@@ -51,22 +51,20 @@ pub enum TimeError {
 }
 
 /// Epoch times in other units that are dates within 2001-09-09..2286-11-20 (10^9 to 10^10
-/// seconds): an integer `occurred_at` in one of these ranges is in that unit, not
-/// milliseconds, and `1000 × its milliseconds` is the divisor that reads it. Read as
-/// milliseconds, seconds in that range are dates within the first four months of 1970, and
-/// microseconds and nanoseconds dates after the year 9999.
-const OTHER_UNITS: [(&str, std::ops::Range<i64>, i64); 3] = [
-    ("seconds", 1_000_000_000..10_000_000_000, 0),
+/// seconds), each with what gives its milliseconds: an integer `occurred_at` in one of these
+/// ranges is in that unit. Read as milliseconds, seconds in that range are dates within the
+/// first four months of 1970, and microseconds and nanoseconds dates after the year 9999.
+type OtherUnit = (&'static str, std::ops::Range<i64>, fn(i64) -> i64);
+const OTHER_UNITS: [OtherUnit; 3] = [
+    ("seconds", 1_000_000_000..10_000_000_000, |n| n * 1000),
     (
         "microseconds",
         1_000_000_000_000_000..10_000_000_000_000_000,
-        1_000,
+        |n| n / 1000,
     ),
-    (
-        "nanoseconds",
-        1_000_000_000_000_000_000..i64::MAX,
-        1_000_000,
-    ),
+    ("nanoseconds", 1_000_000_000_000_000_000..i64::MAX, |n| {
+        n / 1_000_000
+    }),
 ];
 
 impl EventTime {
@@ -95,14 +93,10 @@ impl EventTime {
     /// the milliseconds to send instead. Numbers below 10^9 are read as milliseconds (times
     /// near the epoch are what tests and examples use).
     pub fn from_contract_millis(n: i64) -> Result<Self, TimeError> {
-        let Some((unit, _, divisor)) = OTHER_UNITS.iter().find(|(_, r, _)| r.contains(&n)) else {
+        let Some((unit, _, to_millis)) = OTHER_UNITS.iter().find(|(_, r, _)| r.contains(&n)) else {
             return EventTime::from_epoch_millis(n);
         };
-        let millis = if *divisor == 0 {
-            n.saturating_mul(1000)
-        } else {
-            n / divisor
-        };
+        let millis = to_millis(n);
         Err(TimeError::Unit {
             unit,
             meant: EventTime::from_epoch_millis(millis)
