@@ -158,6 +158,31 @@ fn assert_answers(services: &[&Service], projects: &[String], expect: &Published
     redirects
 }
 
+/// Every page of `GET /v1/projects?limit=<limit>` asked of the instance on `port` (with the
+/// header lines `extra`), following `next`: the ids listed, in order, and the last page.
+fn list(port: u16, limit: usize, extra: &str) -> (Vec<String>, Value) {
+    let mut ids = Vec::new();
+    let mut after = String::new();
+    for _ in 0..100 {
+        let path = format!("/v1/projects?limit={limit}{after}");
+        let answer = http_answer_with(port, &path, extra).expect("an answer");
+        assert_eq!(answer.status, 200, "{path}: {answer:?}");
+        let page = json(&answer);
+        let listed = page["projects"].as_array().expect("projects");
+        assert!(listed.len() <= limit, "{page}");
+        ids.extend(
+            listed
+                .iter()
+                .map(|p| p["project_id"].as_str().expect("an id").to_owned()),
+        );
+        match page["next"].as_str() {
+            Some(next) => after = format!("&after={next}"),
+            None => return (ids, page),
+        }
+    }
+    panic!("no last page");
+}
+
 #[test]
 fn two_instances_answer_for_every_project_as_the_topics_say_and_after_a_handover() {
     let broker = Broker::shared();
@@ -187,6 +212,20 @@ fn two_instances_answer_for_every_project_as_the_topics_say_and_after_a_handover
     assert_eq!(projects.len(), shape.projects);
     let redirects = assert_answers(&[&a, &b], &projects, &expect);
     assert!(redirects > 0, "both instances own projects");
+
+    // Each instance lists its own projects and names the other for the rest: together, every
+    // project once, each listing in order.
+    let (listed_a, last_a) = list(a.http_port, 3, "");
+    let (listed_b, last_b) = list(b.http_port, 3, "");
+    for (listed, last, other) in [(&listed_a, &last_a, &b), (&listed_b, &last_b, &a)] {
+        assert!(listed.is_sorted(), "{listed:?}");
+        assert_eq!(last["complete"], false, "{last}");
+        let url = format!("http://127.0.0.1:{}", other.http_port);
+        assert_eq!(last["elsewhere"][0]["url"], url.as_str(), "{last}");
+    }
+    let mut together: Vec<String> = listed_a.iter().chain(&listed_b).cloned().collect();
+    together.sort();
+    assert_eq!(together, projects);
 
     // Malformed and unknown ids.
     let long = "p".repeat(300);
@@ -317,6 +356,12 @@ fn instances_bound_to_every_interface_answer_for_each_other_through_their_advert
             assert_eq!(denied.status, 401, "{denied:?}");
             assert!(json(&denied)["error"].is_string());
         }
+    }
+    // Each gathers the other's pages: the whole group's projects, in order, a page at a time.
+    for service in [&a, &b] {
+        let (listed, last) = list(service.http_port, 4, token);
+        assert_eq!(listed, expect.scores.keys().cloned().collect::<Vec<_>>());
+        assert_eq!(last["complete"], true, "{last}");
     }
     // Every instance advertised a distinct, reachable URL: no conflict was seen.
     for service in [&a, &b] {

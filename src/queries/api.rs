@@ -126,6 +126,7 @@ async fn authorize(State(q): State<Arc<Queries>>, request: Request, next: Next) 
 pub fn routes(queries: Queries) -> Router {
     let queries = Arc::new(queries);
     Router::new()
+        .route("/v1/projects", get(list::projects))
         .route("/v1/projects/{project_id}", get(project))
         .route(
             "/v1/projects/{project_id}/sessions/{session_id}",
@@ -583,6 +584,9 @@ async fn leaderboard(
     })
     .into_response()
 }
+
+mod list;
+pub use list::{Elsewhere, ListAnswer, Listed};
 
 #[cfg(test)]
 mod tests;

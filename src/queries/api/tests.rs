@@ -81,6 +81,7 @@ fn the_openapi_description_names_the_routes() {
     assert_eq!(
         described,
         [
+            "v1/projects",
             "v1/projects/{project_id}",
             "v1/projects/{project_id}/sessions/{session_id}",
             "v1/projects/{project_id}/judges",
@@ -302,4 +303,121 @@ async fn a_proxy_asks_the_owner_once() {
         .await
         .unwrap();
     assert_eq!(answer.status(), StatusCode::TEMPORARY_REDIRECT);
+}
+
+#[tokio::test]
+async fn a_listing_gives_the_projects_held_here_and_names_who_holds_the_rest() {
+    let (status, _, body) = get(queries(false), "/v1/projects").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let ids: Vec<&str> = body["projects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["project_id"].as_str())
+        .collect();
+    assert_eq!(ids, [project_in(0).as_str()]);
+    assert_eq!(body["projects"][0]["partition"], 0);
+    assert_eq!(body["next"], serde_json::Value::Null);
+    // Partition 1 is restoring, 2 is another's, 3 nobody's: the listing is not complete.
+    assert_eq!(
+        (&body["restoring"], &body["complete"]),
+        (&true.into(), &false.into())
+    );
+    assert_eq!(
+        body["elsewhere"],
+        serde_json::json!([{"url": "http://other:9464", "partitions": [2]}])
+    );
+    assert_eq!(body["unannounced"], serde_json::json!([3]));
+    for (bad, says) in [
+        ("/v1/projects?limit=0", "a page holds 1 to 1000"),
+        ("/v1/projects?limit=1001", "a page holds 1 to 1000"),
+        ("/v1/projects?limit=x", "limit"),
+    ] {
+        let (status, _, body) = get(queries(false), bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{bad}: {body}");
+    }
+}
+
+/// Pages of `path`'s listing, following `next`, with the ids each held.
+async fn pages(q: impl Fn() -> Queries, limit: usize) -> (Vec<Vec<String>>, serde_json::Value) {
+    let mut pages = Vec::new();
+    let mut after = String::new();
+    loop {
+        let path = format!("/v1/projects?limit={limit}{after}");
+        let (status, _, body) = get(q(), &path).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+        pages.push(
+            body["projects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p["project_id"].as_str().map(str::to_owned))
+                .collect(),
+        );
+        match body["next"].as_str() {
+            Some(next) => after = format!("&after={next}"),
+            None => return (pages, body),
+        }
+        assert!(pages.len() < 20, "{pages:?}");
+    }
+}
+
+#[tokio::test]
+async fn with_proxy_queries_a_listing_gathers_every_instance_a_page_at_a_time() {
+    // The owner of partition 2, on a real socket, holding three projects there.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let owner_url = format!("http://{}", listener.local_addr().unwrap());
+    let owner = queries(false);
+    owner.view.owned.insert(2, Owned { restoring: false });
+    let away: Vec<String> = (0..)
+        .map(|i| format!("q{i}"))
+        .filter(|p| partition_of(p, PARTITIONS) == 2)
+        .take(3)
+        .collect();
+    for p in &away {
+        owner.view.projects.insert(
+            p.clone(),
+            ProjectView {
+                partition: 2,
+                ..ProjectView::default()
+            },
+        );
+    }
+    tokio::spawn(axum::serve(listener, routes(owner)).into_future());
+    let proxying = || {
+        let q = queries(true);
+        q.view.owned.insert(1, Owned { restoring: false });
+        q.view.owned.insert(3, Owned { restoring: false });
+        q.view.directory.insert(2, owner_url.clone());
+        q
+    };
+    let mut every: Vec<String> = away.clone();
+    every.push(project_in(0));
+    every.sort();
+    let (pages, last) = pages(proxying, 2).await;
+    assert_eq!(pages.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2]);
+    assert_eq!(pages.concat(), every);
+    assert_eq!(
+        (&last["complete"], &last["elsewhere"]),
+        (&true.into(), &serde_json::json!([]))
+    );
+    // An instance that does not answer is named, with why, and the listing is not complete.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("http://{}", silent.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let q = proxying();
+    q.view.directory.insert(2, silent_url.clone());
+    let (status, _, body) = get(q, "/v1/projects").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["complete"], false);
+    assert_eq!(body["elsewhere"][0]["url"], silent_url.as_str());
+    let why = body["elsewhere"][0]["error"].as_str().unwrap_or_default();
+    assert!(why.contains("http.proxy_timeout_ms"), "{body}");
 }

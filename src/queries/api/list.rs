@@ -1,0 +1,419 @@
+//! `GET /v1/projects`: the projects the group holds, a page at a time, in the byte order of
+//! their ids. A page starts after a cursor (`after`, the last id of the page before), so a
+//! listing is stable while projects come and go: each id is listed once, in order, and a
+//! project created behind the cursor is not seen by that listing. Each instance lists the
+//! projects of the partitions it owns; with `http.proxy_queries` it asks every other instance
+//! of the directory for the same page and merges the answers (as Kafka Streams' interactive
+//! queries combine every instance's metadata), without it the answer names the instances that
+//! hold the rest, to be asked the same way.
+
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, Empty};
+use serde::{Deserialize, Serialize};
+
+use super::{PROXIED, Queries, error, wall_clock};
+use crate::queries::view::ProjectView;
+
+/// The page size without `limit`.
+const DEFAULT_LIMIT: usize = 100;
+/// The largest `limit`: a page is a bounded answer, however many projects there are.
+pub const MAX_LIMIT: usize = 1000;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct ListQuery {
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+/// One project in a listing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Listed {
+    pub project_id: String,
+    pub partition: i32,
+    /// Its score as last published, if it has one.
+    pub score: Option<f64>,
+    /// The votes its score counts.
+    pub votes: u64,
+    pub open_sessions: usize,
+    /// When its instance last changed it (wall clock).
+    pub updated_at: Option<String>,
+}
+
+impl Listed {
+    fn of(project_id: &str, p: &ProjectView) -> Listed {
+        Listed {
+            project_id: project_id.to_owned(),
+            partition: p.partition,
+            score: p.score.as_ref().map(|s| s.score),
+            votes: p.score.as_ref().map_or(0, |s| s.votes),
+            open_sessions: p.open.len(),
+            updated_at: wall_clock(p.updated_ms),
+        }
+    }
+}
+
+/// Instances whose projects an answer does not include, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Elsewhere {
+    /// Its advertised URL: ask it `GET /v1/projects` with the same `after` and `limit`.
+    pub url: String,
+    /// The partitions it announced.
+    pub partitions: Vec<i32>,
+    /// Why its projects are missing although it was asked (`http.proxy_queries`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The answer of `GET /v1/projects`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListAnswer {
+    /// At most `limit` projects, in the byte order of their ids, each after `after`.
+    pub projects: Vec<Listed>,
+    /// The cursor of the next page (`after=<next>`), while there may be more.
+    pub next: Option<String>,
+    /// Every partition's projects are in this listing: none is held by an instance not asked,
+    /// unannounced or restoring.
+    pub complete: bool,
+    /// A partition listed here is still being read from the changelog.
+    pub restoring: bool,
+    /// The instances holding the partitions this answer does not include.
+    pub elsewhere: Vec<Elsewhere>,
+    /// The partitions no instance has announced yet (known only with `repartition`).
+    pub unannounced: Vec<i32>,
+}
+
+/// The `limit` smallest of the ids offered, and whether more were offered: a max-heap of the
+/// `limit + 1` smallest, so a page takes one pass and `limit + 1` ids of memory however many
+/// projects an instance holds, and an id is copied only when it enters the heap.
+struct Smallest {
+    heap: BinaryHeap<String>,
+    limit: usize,
+}
+
+impl Smallest {
+    fn new(limit: usize) -> Smallest {
+        Smallest {
+            heap: BinaryHeap::with_capacity(limit + 1),
+            limit,
+        }
+    }
+
+    fn offer(&mut self, id: &str) {
+        if self.heap.len() <= self.limit {
+            self.heap.push(id.to_owned());
+        } else if self.heap.peek().is_some_and(|top| id < top.as_str()) {
+            self.heap.pop();
+            self.heap.push(id.to_owned());
+        }
+    }
+
+    /// The page, in order, and whether there were more.
+    fn page(self) -> (Vec<String>, bool) {
+        let more = self.heap.len() > self.limit;
+        let mut page = self.heap.into_sorted_vec();
+        page.truncate(self.limit);
+        (page, more)
+    }
+}
+
+/// Merges pages of the same listing (each sorted, each after the same cursor, each with
+/// whether its source has more) into one page of at most `limit`: a project held by two
+/// sources (during a handover) once, as the first source gives it.
+fn merge(pages: Vec<(Vec<Listed>, bool)>, limit: usize) -> (Vec<Listed>, Option<String>) {
+    let any_more = pages.iter().any(|(_, more)| *more);
+    let mut merged: BTreeMap<String, Listed> = BTreeMap::new();
+    for (page, _) in pages {
+        for listed in page {
+            merged.entry(listed.project_id.clone()).or_insert(listed);
+        }
+    }
+    let more = any_more || merged.len() > limit;
+    let page: Vec<Listed> = merged.into_values().take(limit).collect();
+    let next = page
+        .last()
+        .filter(|_| more)
+        .map(|last| last.project_id.clone());
+    (page, next)
+}
+
+impl Queries {
+    /// This instance's page: the projects of the partitions it owns, and whether it has more.
+    fn local_page(&self, after: Option<&str>, limit: usize) -> (Vec<Listed>, bool) {
+        let mut smallest = Smallest::new(limit);
+        for entry in self.view.projects.iter() {
+            let id = entry.key().as_str();
+            if after.is_none_or(|a| id > a) && self.view.owned.contains_key(&entry.partition) {
+                smallest.offer(id);
+            }
+        }
+        let (ids, more) = smallest.page();
+        // Each project is read again, one shard lock at a time: one that went meanwhile is
+        // left out.
+        let page = ids
+            .iter()
+            .filter_map(|id| Some(Listed::of(id, &*self.view.projects.get(id)?)))
+            .collect();
+        (page, more)
+    }
+
+    /// The other instances of the directory, each with the partitions it announced that this
+    /// one does not own; and the partitions nobody announced.
+    fn others(&self) -> (Vec<Elsewhere>, Vec<i32>) {
+        let mut by_url: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+        for entry in self.view.directory.iter() {
+            let partition = *entry.key();
+            if *entry.value() != self.advertised && !self.view.owned.contains_key(&partition) {
+                by_url
+                    .entry(entry.value().clone())
+                    .or_default()
+                    .insert(partition);
+            }
+        }
+        let unannounced = self.partitions.map_or_else(Vec::new, |n| {
+            (0..n)
+                .filter(|p| {
+                    !self.view.owned.contains_key(p)
+                        && self
+                            .view
+                            .directory
+                            .get(p)
+                            .is_none_or(|u| *u == self.advertised)
+                })
+                .collect()
+        });
+        let elsewhere = by_url
+            .into_iter()
+            .map(|(url, partitions)| Elsewhere {
+                url,
+                partitions: partitions.into_iter().collect(),
+                error: None,
+            })
+            .collect();
+        (elsewhere, unannounced)
+    }
+
+    /// `url`'s own page of the listing, asked once with the client's bearer token `token`,
+    /// within `http.proxy_timeout_ms`.
+    async fn page_of(
+        &self,
+        url: &str,
+        (after, limit): (Option<&str>, usize),
+        token: Option<&HeaderValue>,
+    ) -> Result<ListAnswer, String> {
+        let query = serde_urlencoded::to_string(ListQuery {
+            after: after.map(str::to_owned),
+            limit: Some(limit),
+        })
+        .map_err(|e| e.to_string())?;
+        let mut request =
+            axum::http::Request::get(format!("{url}/v1/projects?{query}")).header(PROXIED, "1");
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, token);
+        }
+        let request = request.body(Empty::new()).map_err(|e| e.to_string())?;
+        let asked = async {
+            let answer = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = answer.status();
+            let body = answer
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| e.to_string())?;
+            if status != StatusCode::OK {
+                return Err(format!("answered {status}"));
+            }
+            serde_json::from_slice::<ListAnswer>(&body.to_bytes()).map_err(|e| e.to_string())
+        };
+        tokio::time::timeout(self.proxy_timeout, asked)
+            .await
+            .map_err(|_| {
+                format!(
+                    "no answer within http.proxy_timeout_ms ({} ms)",
+                    self.proxy_timeout.as_millis()
+                )
+            })?
+    }
+}
+
+pub(super) async fn projects(
+    State(q): State<Arc<Queries>>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
+    };
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("limit is {limit}: a page holds 1 to {MAX_LIMIT} projects"),
+        );
+    }
+    let after = query.after.as_deref();
+    let restoring = q.view.owned.iter().any(|o| o.restoring);
+    let (mut elsewhere, unannounced) = q.others();
+    let mut pages = vec![q.local_page(after, limit)];
+    // A request that is itself a gathering instance's question is answered from here only.
+    if q.proxy && !headers.contains_key(PROXIED) {
+        // The instances are asked at once: a page takes as long as the slowest of them.
+        let mut asked = tokio::task::JoinSet::new();
+        for (i, other) in elsewhere.iter().enumerate() {
+            let (q, url) = (Arc::clone(&q), other.url.clone());
+            let (after, token) = (
+                query.after.clone(),
+                headers.get(header::AUTHORIZATION).cloned(),
+            );
+            asked.spawn(async move {
+                let answer = q.page_of(&url, (after.as_deref(), limit), token.as_ref());
+                (i, answer.await)
+            });
+        }
+        // Each instance is missing until its answer arrives.
+        let mut errors: BTreeMap<usize, String> = (0..elsewhere.len())
+            .map(|i| (i, "the question failed".to_owned()))
+            .collect();
+        while let Some(joined) = asked.join_next().await {
+            match joined {
+                Ok((i, Ok(answer))) => {
+                    errors.remove(&i);
+                    pages.push((answer.projects, answer.next.is_some()));
+                }
+                Ok((i, Err(e))) => {
+                    errors.insert(i, e);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "a listing's question to another instance failed")
+                }
+            }
+        }
+        elsewhere = elsewhere
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, other)| {
+                let error = errors.remove(&i)?;
+                Some(Elsewhere {
+                    error: Some(error),
+                    ..other
+                })
+            })
+            .collect();
+    }
+    let (projects, next) = merge(pages, limit);
+    Json(ListAnswer {
+        projects,
+        next,
+        complete: elsewhere.is_empty() && unannounced.is_empty() && !restoring,
+        restoring,
+        elsewhere,
+        unannounced,
+    })
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn listed(id: &str) -> Listed {
+        Listed {
+            project_id: id.to_owned(),
+            partition: 0,
+            score: None,
+            votes: 0,
+            open_sessions: 0,
+            updated_at: None,
+        }
+    }
+
+    /// The `limit` smallest of `ids` after `after`, as an instance pages its own.
+    fn smallest<'a>(
+        ids: impl IntoIterator<Item = &'a str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> (Vec<String>, bool) {
+        let mut smallest = Smallest::new(limit);
+        for id in ids.into_iter().filter(|id| after.is_none_or(|a| *id > a)) {
+            smallest.offer(id);
+        }
+        smallest.page()
+    }
+
+    #[test]
+    fn the_smallest_after_the_cursor_in_order() {
+        let ids = ["d", "a", "c", "b", "e"];
+        assert_eq!(smallest(ids, None, 2), (vec!["a".into(), "b".into()], true));
+        assert_eq!(
+            smallest(ids, Some("b"), 3),
+            (vec!["c".into(), "d".into(), "e".into()], false)
+        );
+        assert_eq!(smallest(ids, Some("e"), 3), (vec![], false));
+        assert!(!smallest(ids, None, 5).1);
+    }
+
+    #[test]
+    fn merged_pages_keep_the_order_and_say_when_there_is_more() {
+        let page = |ids: &[&str], more| (ids.iter().map(|i| listed(i)).collect(), more);
+        let ids = |l: &[Listed]| {
+            l.iter()
+                .map(|l| l.project_id.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        // Three projects over two sources, a page of two: the cursor is the second.
+        let (got, next) = merge(vec![page(&["a", "c"], false), page(&["b"], false)], 2);
+        assert_eq!((ids(&got).as_str(), next.as_deref()), ("a,b", Some("b")));
+        // A source with more, though the merged page is not full, leaves a cursor.
+        let (got, next) = merge(vec![page(&["a"], true), page(&[], false)], 2);
+        assert_eq!((ids(&got).as_str(), next.as_deref()), ("a", Some("a")));
+        // The last page has none; a project in two sources (a handover) is listed once.
+        let (got, next) = merge(vec![page(&["a", "b"], false), page(&["b"], false)], 5);
+        assert_eq!((ids(&got).as_str(), next), ("a,b", None));
+    }
+
+    proptest! {
+        /// Paging through any split of a set of ids over sources, a page of any size, lists
+        /// every id once, in order.
+        #[test]
+        fn paging_through_the_sources_lists_every_project_once_in_order(
+            ids in proptest::collection::btree_set("[a-d]{1,3}", 0..40),
+            sources in 1usize..4,
+            limit in 1usize..7,
+        ) {
+            let held: Vec<Vec<String>> = (0..sources)
+                .map(|s| ids.iter().enumerate().filter(|(i, _)| i % sources == s)
+                    .map(|(_, id)| id.clone()).collect())
+                .collect();
+            let mut seen = Vec::new();
+            let mut after: Option<String> = None;
+            for _ in 0..=ids.len() {
+                let pages = held.iter().map(|h| {
+                    let (page, more) = smallest(h.iter().map(String::as_str), after.as_deref(), limit);
+                    (page.iter().map(|id| listed(id)).collect(), more)
+                }).collect();
+                let (page, next) = merge(pages, limit);
+                prop_assert!(page.len() <= limit);
+                seen.extend(page.into_iter().map(|l| l.project_id));
+                match next {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+            prop_assert_eq!(seen, ids.into_iter().collect::<Vec<_>>());
+        }
+    }
+}
