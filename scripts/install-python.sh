@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import pytest, jsonschema, confluent_kafka, choix, scipy, krippendorff, pandas, sklearn" 2>/dev/null; then
+if ! .venv/bin/python -c "import pytest, jsonschema, yaml, confluent_kafka, choix, scipy, krippendorff, pandas, sklearn" 2>/dev/null; then
   .venv/bin/pip install --quiet -r tests/python/requirements.txt
 fi
 if ! .venv/bin/python -c "from crowdkit.aggregation import OneCoinDawidSkene" 2>/dev/null; then

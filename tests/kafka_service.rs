@@ -924,11 +924,38 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
     std::thread::sleep(Duration::from_secs(2));
     let dashboard: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string("grafana/jurystream.json").unwrap()).unwrap();
+    // The dashboard's job and instance variables, as Grafana fills them (label_values of
+    // jurystream_build_info) when this service is the one chosen.
+    let instance = format!("127.0.0.1:{http_port}");
+    let body = support::http_get(
+        prom_port,
+        "/api/v1/series?match[]=jurystream_build_info",
+    )
+    .unwrap_or_default();
+    let series: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(series["data"][0]["job"], "jurystream", "{body}");
+    assert_eq!(series["data"][0]["instance"], instance.as_str(), "{body}");
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(variables, ["datasource", "job", "instance"]);
     let mut checked = 0;
     let mut empty = Vec::new();
     for panel in dashboard["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {
             let expr = target["expr"].as_str().unwrap();
+            // Every query is of the chosen job and instances.
+            assert!(
+                expr.matches("jurystream_").count()
+                    == expr.matches("job=~\"$job\", instance=~\"$instance\"").count(),
+                "{expr}"
+            );
+            let expr = &expr
+                .replace("$job", "jurystream")
+                .replace("$instance", &instance);
             let body =
                 support::http_get(prom_port, &format!("/api/v1/query?query={}", encode(expr)))
                     .unwrap_or_default();
