@@ -223,7 +223,7 @@ impl Input {
     }
 }
 
-/// Where a project's state lives in the Kafka service (see the README, "Partitioning").
+/// Where a project's state lives in the Kafka service (docs/operations.md, "Partitioning").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Partitioning {
