@@ -31,11 +31,7 @@ fn anchor(heading: &str, seen: &mut BTreeMap<String, usize>) -> String {
         .map(|c| if c == ' ' { '-' } else { c })
         .collect();
     let n = seen.entry(slug.clone()).or_insert(0);
-    let anchor = if *n == 0 {
-        slug
-    } else {
-        format!("{slug}-{n}")
-    };
+    let anchor = if *n == 0 { slug } else { format!("{slug}-{n}") };
     *n += 1;
     anchor
 }
@@ -76,7 +72,10 @@ fn github_anchors_are_made_as_github_makes_them() {
         "restart-after-kill--9"
     );
     assert_eq!(
-        anchor("Judge quality: on by default (2026-11-26, night)", &mut seen),
+        anchor(
+            "Judge quality: on by default (2026-11-26, night)",
+            &mut seen
+        ),
         "judge-quality-on-by-default-2026-11-26-night"
     );
     assert_eq!(anchor("Usage", &mut seen), "usage");

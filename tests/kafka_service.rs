@@ -927,11 +927,8 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
     // The dashboard's job and instance variables, as Grafana fills them (label_values of
     // jurystream_build_info) when this service is the one chosen.
     let instance = format!("127.0.0.1:{http_port}");
-    let body = support::http_get(
-        prom_port,
-        "/api/v1/series?match[]=jurystream_build_info",
-    )
-    .unwrap_or_default();
+    let body = support::http_get(prom_port, "/api/v1/series?match[]=jurystream_build_info")
+        .unwrap_or_default();
     let series: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     assert_eq!(series["data"][0]["job"], "jurystream", "{body}");
     assert_eq!(series["data"][0]["instance"], instance.as_str(), "{body}");
@@ -950,7 +947,9 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
             // Every query is of the chosen job and instances.
             assert!(
                 expr.matches("jurystream_").count()
-                    == expr.matches("job=~\"$job\", instance=~\"$instance\"").count(),
+                    == expr
+                        .matches("job=~\"$job\", instance=~\"$instance\"")
+                        .count(),
                 "{expr}"
             );
             let expr = &expr
