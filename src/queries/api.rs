@@ -267,19 +267,29 @@ impl Queries {
     }
 }
 
+/// Why another instance's answer is missing.
+enum Unanswered {
+    /// It could not be asked, or its answer not read.
+    Failed(String),
+    /// It did not answer within `http.proxy_timeout_ms`.
+    TimedOut,
+}
+
 impl Queries {
-    /// The answer of `target`, asked once on the client's behalf (with its bearer token), within
-    /// `http.proxy_timeout_ms`: `502` if the owner cannot be asked, `504` if it does not answer
-    /// in time.
-    async fn ask(&self, target: &str, headers: &HeaderMap) -> Response {
+    /// `target`'s answer, asked once on a client's behalf (with its bearer token `token`, and
+    /// marked proxied so that it is not proxied again), within `http.proxy_timeout_ms`.
+    async fn fetch(
+        &self,
+        target: &str,
+        token: Option<&header::HeaderValue>,
+    ) -> Result<(axum::http::response::Parts, Bytes), Unanswered> {
         let mut request = axum::http::Request::get(target).header(PROXIED, "1");
-        if let Some(token) = headers.get(header::AUTHORIZATION) {
+        if let Some(token) = token {
             request = request.header(header::AUTHORIZATION, token);
         }
-        let request = match request.body(Empty::new()) {
-            Ok(r) => r,
-            Err(e) => return error(StatusCode::BAD_GATEWAY, format!("{target}: {e}")),
-        };
+        let request = request
+            .body(Empty::new())
+            .map_err(|e| Unanswered::Failed(e.to_string()))?;
         let asked = async {
             let answer = self
                 .client
@@ -288,15 +298,23 @@ impl Queries {
                 .map_err(|e| e.to_string())?;
             let (parts, body) = answer.into_parts();
             let body = body.collect().await.map_err(|e| e.to_string())?;
-            Ok::<_, String>(Response::from_parts(
-                parts,
-                axum::body::Body::from(body.to_bytes()),
-            ))
+            Ok::<_, String>((parts, body.to_bytes()))
         };
         match tokio::time::timeout(self.proxy_timeout, asked).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => error(StatusCode::BAD_GATEWAY, format!("asking {target}: {e}")),
-            Err(_) => error(
+            Ok(answer) => answer.map_err(Unanswered::Failed),
+            Err(_) => Err(Unanswered::TimedOut),
+        }
+    }
+
+    /// The answer of `target` for the client: `502` if the owner cannot be asked, `504` if it
+    /// does not answer in time.
+    async fn ask(&self, target: &str, headers: &HeaderMap) -> Response {
+        match self.fetch(target, headers.get(header::AUTHORIZATION)).await {
+            Ok((parts, body)) => Response::from_parts(parts, axum::body::Body::from(body)),
+            Err(Unanswered::Failed(e)) => {
+                error(StatusCode::BAD_GATEWAY, format!("asking {target}: {e}"))
+            }
+            Err(Unanswered::TimedOut) => error(
                 StatusCode::GATEWAY_TIMEOUT,
                 format!(
                     "{target} did not answer within http.proxy_timeout_ms ({} ms)",

@@ -15,10 +15,9 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use http_body_util::{BodyExt, Empty};
 use serde::{Deserialize, Serialize};
 
-use super::{PROXIED, Queries, error, wall_clock};
+use super::{PROXIED, Queries, Unanswered, error, wall_clock};
 use crate::queries::view::ProjectView;
 
 /// The page size without `limit`.
@@ -212,37 +211,18 @@ impl Queries {
             limit: Some(limit),
         })
         .map_err(|e| e.to_string())?;
-        let mut request =
-            axum::http::Request::get(format!("{url}/v1/projects?{query}")).header(PROXIED, "1");
-        if let Some(token) = token {
-            request = request.header(header::AUTHORIZATION, token);
-        }
-        let request = request.body(Empty::new()).map_err(|e| e.to_string())?;
-        let asked = async {
-            let answer = self
-                .client
-                .request(request)
-                .await
-                .map_err(|e| e.to_string())?;
-            let status = answer.status();
-            let body = answer
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| e.to_string())?;
-            if status != StatusCode::OK {
-                return Err(format!("answered {status}"));
+        let target = format!("{url}/v1/projects?{query}");
+        match self.fetch(&target, token).await {
+            Ok((parts, body)) if parts.status == StatusCode::OK => {
+                serde_json::from_slice::<ListAnswer>(&body).map_err(|e| e.to_string())
             }
-            serde_json::from_slice::<ListAnswer>(&body.to_bytes()).map_err(|e| e.to_string())
-        };
-        tokio::time::timeout(self.proxy_timeout, asked)
-            .await
-            .map_err(|_| {
-                format!(
-                    "no answer within http.proxy_timeout_ms ({} ms)",
-                    self.proxy_timeout.as_millis()
-                )
-            })?
+            Ok((parts, _)) => Err(format!("answered {}", parts.status)),
+            Err(Unanswered::Failed(e)) => Err(e),
+            Err(Unanswered::TimedOut) => Err(format!(
+                "no answer within http.proxy_timeout_ms ({} ms)",
+                self.proxy_timeout.as_millis()
+            )),
+        }
     }
 }
 

@@ -251,19 +251,23 @@ async fn v1_needs_a_known_bearer_token_when_tokens_are_configured() {
     assert!(tokens("/no/such/file", None).is_err());
 }
 
-#[tokio::test]
-async fn a_proxy_gives_up_after_its_timeout() {
-    // An owner that accepts the connection and never answers.
+/// The URL of an owner that accepts connections and never answers.
+async fn silent_owner() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let owner_url = format!("http://{}", listener.local_addr().unwrap());
+    let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
         let mut held = Vec::new();
         while let Ok((socket, _)) = listener.accept().await {
             held.push(socket);
         }
     });
+    url
+}
+
+#[tokio::test]
+async fn a_proxy_gives_up_after_its_timeout() {
     let proxying = queries(true);
-    proxying.view.directory.insert(2, owner_url);
+    proxying.view.directory.insert(2, silent_owner().await);
     let started = std::time::Instant::now();
     let (status, _, body) = get(proxying, &format!("/v1/projects/{}", project_in(2))).await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
@@ -404,14 +408,7 @@ async fn with_proxy_queries_a_listing_gathers_every_instance_a_page_at_a_time() 
         (&true.into(), &serde_json::json!([]))
     );
     // An instance that does not answer is named, with why, and the listing is not complete.
-    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let silent_url = format!("http://{}", silent.local_addr().unwrap());
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = silent.accept().await {
-            held.push(socket);
-        }
-    });
+    let silent_url = silent_owner().await;
     let q = proxying();
     q.view.directory.insert(2, silent_url.clone());
     let (status, _, body) = get(q, "/v1/projects").await;
