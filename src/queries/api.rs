@@ -2,6 +2,7 @@
 //! the [`View`], a `307` to the instance that owns a project held elsewhere, `400` for a
 //! malformed id and `404` for an unknown one. docs/queries.openapi.yaml describes them.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use std::time::Duration;
@@ -9,8 +10,9 @@ use std::time::Duration;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -21,6 +23,9 @@ use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use self::list::{
+    DEFAULT_LIMIT, Elsewhere, ListAnswer, ListQuery, Listed, MAX_LIMIT, Smallest, merge,
+};
 use super::view::{Owned, ProjectView, ScoreView, SessionView, View};
 use crate::config::Config;
 use crate::engine::contract::time::{EventTime, rfc3339};
@@ -126,7 +131,7 @@ async fn authorize(State(q): State<Arc<Queries>>, request: Request, next: Next) 
 pub fn routes(queries: Queries) -> Router {
     let queries = Arc::new(queries);
     Router::new()
-        .route("/v1/projects", get(list::projects))
+        .route("/v1/projects", get(projects))
         .route("/v1/projects/{project_id}", get(project))
         .route(
             "/v1/projects/{project_id}/sessions/{session_id}",
@@ -281,7 +286,7 @@ impl Queries {
     async fn fetch(
         &self,
         target: &str,
-        token: Option<&header::HeaderValue>,
+        token: Option<&HeaderValue>,
     ) -> Result<(axum::http::response::Parts, Bytes), Unanswered> {
         let mut request = axum::http::Request::get(target).header(PROXIED, "1");
         if let Some(token) = token {
@@ -323,6 +328,181 @@ impl Queries {
             ),
         }
     }
+}
+
+impl Queries {
+    /// This instance's page: the projects of the partitions it owns, and whether it has more.
+    fn local_page(&self, after: Option<&str>, limit: usize) -> (Vec<Listed>, bool) {
+        let mut smallest = Smallest::new(limit);
+        for entry in self.view.projects.iter() {
+            let id = entry.key().as_str();
+            if after.is_none_or(|a| id > a) && self.view.owned.contains_key(&entry.partition) {
+                smallest.offer(id);
+            }
+        }
+        let (ids, more) = smallest.page();
+        // Each project is read again, one shard lock at a time: one that went meanwhile is
+        // left out.
+        let page = ids
+            .iter()
+            .filter_map(|id| {
+                let p = self.view.projects.get(id)?;
+                Some(Listed {
+                    project_id: id.clone(),
+                    partition: p.partition,
+                    score: p.score.as_ref().map(|s| s.score),
+                    votes: p.score.as_ref().map_or(0, |s| s.votes),
+                    open_sessions: p.open.len(),
+                    updated_at: wall_clock(p.updated_ms),
+                })
+            })
+            .collect();
+        (page, more)
+    }
+
+    /// The other instances of the directory, each with the partitions it announced that this
+    /// one does not own; and the partitions nobody announced.
+    fn others(&self) -> (Vec<Elsewhere>, Vec<i32>) {
+        let mut by_url: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+        for entry in self.view.directory.iter() {
+            let partition = *entry.key();
+            if *entry.value() != self.advertised && !self.view.owned.contains_key(&partition) {
+                by_url
+                    .entry(entry.value().clone())
+                    .or_default()
+                    .insert(partition);
+            }
+        }
+        let unannounced = self.partitions.map_or_else(Vec::new, |n| {
+            (0..n)
+                .filter(|p| {
+                    !self.view.owned.contains_key(p)
+                        && self
+                            .view
+                            .directory
+                            .get(p)
+                            .is_none_or(|u| *u == self.advertised)
+                })
+                .collect()
+        });
+        let elsewhere = by_url
+            .into_iter()
+            .map(|(url, partitions)| Elsewhere {
+                url,
+                partitions: partitions.into_iter().collect(),
+                error: None,
+            })
+            .collect();
+        (elsewhere, unannounced)
+    }
+
+    /// `url`'s own page of the listing, asked once with the client's bearer token `token`,
+    /// within `http.proxy_timeout_ms`.
+    async fn page_of(
+        &self,
+        url: &str,
+        (after, limit): (Option<&str>, usize),
+        token: Option<&HeaderValue>,
+    ) -> Result<ListAnswer, String> {
+        let query = serde_urlencoded::to_string(ListQuery {
+            after: after.map(str::to_owned),
+            limit: Some(limit),
+        })
+        .map_err(|e| e.to_string())?;
+        let target = format!("{url}/v1/projects?{query}");
+        match self.fetch(&target, token).await {
+            Ok((parts, body)) if parts.status == StatusCode::OK => {
+                serde_json::from_slice::<ListAnswer>(&body).map_err(|e| e.to_string())
+            }
+            Ok((parts, _)) => Err(format!("answered {}", parts.status)),
+            Err(Unanswered::Failed(e)) => Err(e),
+            Err(Unanswered::TimedOut) => Err(format!(
+                "no answer within http.proxy_timeout_ms ({} ms)",
+                self.proxy_timeout.as_millis()
+            )),
+        }
+    }
+}
+
+/// `GET /v1/projects`: each instance lists the projects of the partitions it owns; with
+/// `http.proxy_queries` it asks every other instance of the directory for the same page and
+/// merges the answers, without it the answer names the instances that hold the rest, to be
+/// asked the same way.
+async fn projects(
+    State(q): State<Arc<Queries>>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
+    };
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("limit is {limit}: a page holds 1 to {MAX_LIMIT} projects"),
+        );
+    }
+    let after = query.after.as_deref();
+    let restoring = q.view.owned.iter().any(|o| o.restoring);
+    let (mut elsewhere, unannounced) = q.others();
+    let mut pages = vec![q.local_page(after, limit)];
+    // A request that is itself a gathering instance's question is answered from here only.
+    if q.proxy && !headers.contains_key(PROXIED) {
+        // The instances are asked at once: a page takes as long as the slowest of them.
+        let mut asked = tokio::task::JoinSet::new();
+        for (i, other) in elsewhere.iter().enumerate() {
+            let (q, url) = (Arc::clone(&q), other.url.clone());
+            let (after, token) = (
+                query.after.clone(),
+                headers.get(header::AUTHORIZATION).cloned(),
+            );
+            asked.spawn(async move {
+                let answer = q.page_of(&url, (after.as_deref(), limit), token.as_ref());
+                (i, answer.await)
+            });
+        }
+        // Each instance is missing until its answer arrives.
+        let mut errors: BTreeMap<usize, String> = (0..elsewhere.len())
+            .map(|i| (i, "the question failed".to_owned()))
+            .collect();
+        while let Some(joined) = asked.join_next().await {
+            match joined {
+                Ok((i, Ok(answer))) => {
+                    errors.remove(&i);
+                    pages.push((answer.projects, answer.next.is_some()));
+                }
+                Ok((i, Err(e))) => {
+                    errors.insert(i, e);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "a listing's question to another instance failed")
+                }
+            }
+        }
+        elsewhere = elsewhere
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, other)| {
+                let error = errors.remove(&i)?;
+                Some(Elsewhere {
+                    error: Some(error),
+                    ..other
+                })
+            })
+            .collect();
+    }
+    let (projects, next) = merge(pages, limit);
+    Json(ListAnswer {
+        projects,
+        next,
+        complete: elsewhere.is_empty() && unannounced.is_empty() && !restoring,
+        restoring,
+        elsewhere,
+        unannounced,
+    })
+    .into_response()
 }
 
 fn unknown(project: &str) -> Response {
@@ -604,7 +784,6 @@ async fn leaderboard(
 }
 
 mod list;
-pub use list::{Elsewhere, ListAnswer, Listed};
 
 #[cfg(test)]
 mod tests;

@@ -1,34 +1,24 @@
-//! `GET /v1/projects`: the projects the group holds, a page at a time, in the byte order of
-//! their ids. A page starts after a cursor (`after`, the last id of the page before), so a
-//! listing is stable while projects come and go: each id is listed once, in order, and a
-//! project created behind the cursor is not seen by that listing. Each instance lists the
-//! projects of the partitions it owns; with `http.proxy_queries` it asks every other instance
-//! of the directory for the same page and merges the answers (as Kafka Streams' interactive
-//! queries combine every instance's metadata), without it the answer names the instances that
-//! hold the rest, to be asked the same way.
+//! The pages of `GET /v1/projects`: the projects the group holds, a page at a time, in the
+//! byte order of their ids. A page starts after a cursor (`after`, the last id of the page
+//! before), so a listing is stable while projects come and go: each id is listed once, in
+//! order, and a project created behind the cursor is not seen by that listing. Each instance
+//! pages its own projects ([`Smallest`]); pages of several instances merge into one
+//! ([`merge`]), as Kafka Streams' interactive queries combine every instance's metadata.
 
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BinaryHeap};
 
-use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use super::{PROXIED, Queries, Unanswered, error, wall_clock};
-use crate::queries::view::ProjectView;
-
 /// The page size without `limit`.
-const DEFAULT_LIMIT: usize = 100;
+pub const DEFAULT_LIMIT: usize = 100;
 /// The largest `limit`: a page is a bounded answer, however many projects there are.
 pub const MAX_LIMIT: usize = 1000;
 
+/// `?after=&limit=`.
 #[derive(Debug, Serialize, Deserialize)]
-pub(super) struct ListQuery {
-    after: Option<String>,
-    limit: Option<usize>,
+pub struct ListQuery {
+    pub after: Option<String>,
+    pub limit: Option<usize>,
 }
 
 /// One project in a listing.
@@ -43,19 +33,6 @@ pub struct Listed {
     pub open_sessions: usize,
     /// When its instance last changed it (wall clock).
     pub updated_at: Option<String>,
-}
-
-impl Listed {
-    fn of(project_id: &str, p: &ProjectView) -> Listed {
-        Listed {
-            project_id: project_id.to_owned(),
-            partition: p.partition,
-            score: p.score.as_ref().map(|s| s.score),
-            votes: p.score.as_ref().map_or(0, |s| s.votes),
-            open_sessions: p.open.len(),
-            updated_at: wall_clock(p.updated_ms),
-        }
-    }
 }
 
 /// Instances whose projects an answer does not include, and why.
@@ -91,20 +68,20 @@ pub struct ListAnswer {
 /// The `limit` smallest of the ids offered, and whether more were offered: a max-heap of the
 /// `limit + 1` smallest, so a page takes one pass and `limit + 1` ids of memory however many
 /// projects an instance holds, and an id is copied only when it enters the heap.
-struct Smallest {
+pub(super) struct Smallest {
     heap: BinaryHeap<String>,
     limit: usize,
 }
 
 impl Smallest {
-    fn new(limit: usize) -> Smallest {
+    pub(super) fn new(limit: usize) -> Smallest {
         Smallest {
             heap: BinaryHeap::with_capacity(limit + 1),
             limit,
         }
     }
 
-    fn offer(&mut self, id: &str) {
+    pub(super) fn offer(&mut self, id: &str) {
         if self.heap.len() <= self.limit {
             self.heap.push(id.to_owned());
         } else if self.heap.peek().is_some_and(|top| id < top.as_str()) {
@@ -114,7 +91,7 @@ impl Smallest {
     }
 
     /// The page, in order, and whether there were more.
-    fn page(self) -> (Vec<String>, bool) {
+    pub(super) fn page(self) -> (Vec<String>, bool) {
         let more = self.heap.len() > self.limit;
         let mut page = self.heap.into_sorted_vec();
         page.truncate(self.limit);
@@ -125,7 +102,10 @@ impl Smallest {
 /// Merges pages of the same listing (each sorted, each after the same cursor, each with
 /// whether its source has more) into one page of at most `limit`: a project held by two
 /// sources (during a handover) once, as the first source gives it.
-fn merge(pages: Vec<(Vec<Listed>, bool)>, limit: usize) -> (Vec<Listed>, Option<String>) {
+pub(super) fn merge(
+    pages: Vec<(Vec<Listed>, bool)>,
+    limit: usize,
+) -> (Vec<Listed>, Option<String>) {
     let any_more = pages.iter().any(|(_, more)| *more);
     let mut merged: BTreeMap<String, Listed> = BTreeMap::new();
     for (page, _) in pages {
@@ -140,167 +120,6 @@ fn merge(pages: Vec<(Vec<Listed>, bool)>, limit: usize) -> (Vec<Listed>, Option<
         .filter(|_| more)
         .map(|last| last.project_id.clone());
     (page, next)
-}
-
-impl Queries {
-    /// This instance's page: the projects of the partitions it owns, and whether it has more.
-    fn local_page(&self, after: Option<&str>, limit: usize) -> (Vec<Listed>, bool) {
-        let mut smallest = Smallest::new(limit);
-        for entry in self.view.projects.iter() {
-            let id = entry.key().as_str();
-            if after.is_none_or(|a| id > a) && self.view.owned.contains_key(&entry.partition) {
-                smallest.offer(id);
-            }
-        }
-        let (ids, more) = smallest.page();
-        // Each project is read again, one shard lock at a time: one that went meanwhile is
-        // left out.
-        let page = ids
-            .iter()
-            .filter_map(|id| Some(Listed::of(id, &*self.view.projects.get(id)?)))
-            .collect();
-        (page, more)
-    }
-
-    /// The other instances of the directory, each with the partitions it announced that this
-    /// one does not own; and the partitions nobody announced.
-    fn others(&self) -> (Vec<Elsewhere>, Vec<i32>) {
-        let mut by_url: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
-        for entry in self.view.directory.iter() {
-            let partition = *entry.key();
-            if *entry.value() != self.advertised && !self.view.owned.contains_key(&partition) {
-                by_url
-                    .entry(entry.value().clone())
-                    .or_default()
-                    .insert(partition);
-            }
-        }
-        let unannounced = self.partitions.map_or_else(Vec::new, |n| {
-            (0..n)
-                .filter(|p| {
-                    !self.view.owned.contains_key(p)
-                        && self
-                            .view
-                            .directory
-                            .get(p)
-                            .is_none_or(|u| *u == self.advertised)
-                })
-                .collect()
-        });
-        let elsewhere = by_url
-            .into_iter()
-            .map(|(url, partitions)| Elsewhere {
-                url,
-                partitions: partitions.into_iter().collect(),
-                error: None,
-            })
-            .collect();
-        (elsewhere, unannounced)
-    }
-
-    /// `url`'s own page of the listing, asked once with the client's bearer token `token`,
-    /// within `http.proxy_timeout_ms`.
-    async fn page_of(
-        &self,
-        url: &str,
-        (after, limit): (Option<&str>, usize),
-        token: Option<&HeaderValue>,
-    ) -> Result<ListAnswer, String> {
-        let query = serde_urlencoded::to_string(ListQuery {
-            after: after.map(str::to_owned),
-            limit: Some(limit),
-        })
-        .map_err(|e| e.to_string())?;
-        let target = format!("{url}/v1/projects?{query}");
-        match self.fetch(&target, token).await {
-            Ok((parts, body)) if parts.status == StatusCode::OK => {
-                serde_json::from_slice::<ListAnswer>(&body).map_err(|e| e.to_string())
-            }
-            Ok((parts, _)) => Err(format!("answered {}", parts.status)),
-            Err(Unanswered::Failed(e)) => Err(e),
-            Err(Unanswered::TimedOut) => Err(format!(
-                "no answer within http.proxy_timeout_ms ({} ms)",
-                self.proxy_timeout.as_millis()
-            )),
-        }
-    }
-}
-
-pub(super) async fn projects(
-    State(q): State<Arc<Queries>>,
-    query: Result<Query<ListQuery>, QueryRejection>,
-    headers: HeaderMap,
-) -> Response {
-    let query = match query {
-        Ok(Query(query)) => query,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
-    };
-    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("limit is {limit}: a page holds 1 to {MAX_LIMIT} projects"),
-        );
-    }
-    let after = query.after.as_deref();
-    let restoring = q.view.owned.iter().any(|o| o.restoring);
-    let (mut elsewhere, unannounced) = q.others();
-    let mut pages = vec![q.local_page(after, limit)];
-    // A request that is itself a gathering instance's question is answered from here only.
-    if q.proxy && !headers.contains_key(PROXIED) {
-        // The instances are asked at once: a page takes as long as the slowest of them.
-        let mut asked = tokio::task::JoinSet::new();
-        for (i, other) in elsewhere.iter().enumerate() {
-            let (q, url) = (Arc::clone(&q), other.url.clone());
-            let (after, token) = (
-                query.after.clone(),
-                headers.get(header::AUTHORIZATION).cloned(),
-            );
-            asked.spawn(async move {
-                let answer = q.page_of(&url, (after.as_deref(), limit), token.as_ref());
-                (i, answer.await)
-            });
-        }
-        // Each instance is missing until its answer arrives.
-        let mut errors: BTreeMap<usize, String> = (0..elsewhere.len())
-            .map(|i| (i, "the question failed".to_owned()))
-            .collect();
-        while let Some(joined) = asked.join_next().await {
-            match joined {
-                Ok((i, Ok(answer))) => {
-                    errors.remove(&i);
-                    pages.push((answer.projects, answer.next.is_some()));
-                }
-                Ok((i, Err(e))) => {
-                    errors.insert(i, e);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "a listing's question to another instance failed")
-                }
-            }
-        }
-        elsewhere = elsewhere
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, other)| {
-                let error = errors.remove(&i)?;
-                Some(Elsewhere {
-                    error: Some(error),
-                    ..other
-                })
-            })
-            .collect();
-    }
-    let (projects, next) = merge(pages, limit);
-    Json(ListAnswer {
-        projects,
-        next,
-        complete: elsewhere.is_empty() && unannounced.is_empty() && !restoring,
-        restoring,
-        elsewhere,
-        unannounced,
-    })
-    .into_response()
 }
 
 #[cfg(test)]
