@@ -27,6 +27,7 @@ use jurystream::engine::model::session::Session;
 use jurystream::engine::output::Output;
 use jurystream::engine::reputation::ReputationTable;
 use jurystream::engine::{Engine, InputTopic, PartitionState, Record, Settings};
+use jurystream::queries::view::View;
 
 /// The service's allocator, so the benchmarks allocate as the service does (with glibc's, its
 /// bookkeeping was a tenth of the `epoch` benchmarks' time).
@@ -497,8 +498,37 @@ fn bench_reviewer_fit(c: &mut Criterion) {
     group.finish();
 }
 
+/// A page of `GET /v1/projects` on an instance holding a million projects (the default
+/// `limits.max_projects`): a range of the view's ordered index, whatever the cursor.
+fn bench_list_page(c: &mut Criterion) {
+    const HELD: usize = 1_000_000;
+    let engine = engine_with_window(10, false, false);
+    let (mut state, mut reps, mut out) = (
+        PartitionState::default(),
+        ReputationTable::default(),
+        Vec::new(),
+    );
+    for i in 0..HELD {
+        let payload = load_event(i, HELD);
+        let record = vote_record(&payload).at(None, Some(i as i64));
+        engine.process(&mut state, &mut reps, &record, &mut out);
+        out.clear();
+    }
+    let view = View::default();
+    view.restored(Unit::projects(0), &state, engine.settings());
+    drop(state);
+    let mut group = c.benchmark_group("queries");
+    for (name, after) in [("first", None), ("middle", Some("proj-500000"))] {
+        group.bench_function(format!("list_page_1000_of_a_million_{name}"), |b| {
+            b.iter(|| view.page(after, 1000, |id, p| Some((id.len(), p.partition))))
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
+    bench_list_page,
     bench_reviewer_fit,
     bench_prepare_votes,
     bench_apply_prepared,

@@ -23,9 +23,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use self::list::{
-    DEFAULT_LIMIT, Elsewhere, ListAnswer, ListQuery, Listed, MAX_LIMIT, Smallest, merge,
-};
+use self::list::{DEFAULT_LIMIT, Elsewhere, ListAnswer, ListQuery, Listed, MAX_LIMIT, merge};
 use super::view::{Owned, ProjectView, ScoreView, SessionView, View};
 use crate::config::Config;
 use crate::engine::contract::time::{EventTime, rfc3339};
@@ -153,7 +151,7 @@ pub fn routes(queries: Queries) -> Router {
 type Held<'q> = (
     i32,
     Owned,
-    Option<dashmap::mapref::one::Ref<'q, String, ProjectView>>,
+    Option<dashmap::mapref::one::Ref<'q, Arc<str>, ProjectView>>,
 );
 
 impl Queries {
@@ -333,31 +331,19 @@ impl Queries {
 impl Queries {
     /// This instance's page: the projects of the partitions it owns, and whether it has more.
     fn local_page(&self, after: Option<&str>, limit: usize) -> (Vec<Listed>, bool) {
-        let mut smallest = Smallest::new(limit);
-        for entry in self.view.projects.iter() {
-            let id = entry.key().as_str();
-            if after.is_none_or(|a| id > a) && self.view.owned.contains_key(&entry.partition) {
-                smallest.offer(id);
-            }
-        }
-        let (ids, more) = smallest.page();
-        // Each project is read again, one shard lock at a time: one that went meanwhile is
-        // left out.
-        let page = ids
-            .iter()
-            .filter_map(|id| {
-                let p = self.view.projects.get(id)?;
-                Some(Listed {
-                    project_id: id.clone(),
-                    partition: p.partition,
-                    score: p.score.as_ref().map(|s| s.score),
-                    votes: p.score.as_ref().map_or(0, |s| s.votes),
-                    open_sessions: p.open.len(),
-                    updated_at: wall_clock(p.updated_ms),
-                })
+        // The partitions owned, read once: a lookup in the concurrent map per project would
+        // take a shard lock each.
+        let owned: BTreeSet<i32> = self.view.owned.iter().map(|o| *o.key()).collect();
+        self.view.page(after, limit, |id, p| {
+            owned.contains(&p.partition).then(|| Listed {
+                project_id: id.to_owned(),
+                partition: p.partition,
+                score: p.score.as_ref().map(|s| s.score),
+                votes: p.score.as_ref().map_or(0, |s| s.votes),
+                open_sessions: p.open.len(),
+                updated_at: wall_clock(p.updated_ms),
             })
-            .collect();
-        (page, more)
+        })
     }
 
     /// The other instances of the directory, each with the partitions it announced that this
@@ -610,7 +596,7 @@ async fn session(
         Located::Here(_, owned) => owned,
         Located::Away(response) => return response,
     };
-    let view = q.view.projects.get(&project_id);
+    let view = q.view.projects.get(project_id.as_str());
     let p: Option<&ProjectView> = view.as_deref();
     let open = p.and_then(|p| p.open.get(&session_id));
     let completed = p
@@ -761,7 +747,7 @@ async fn leaderboard(
         Located::Here(_, owned) => owned,
         Located::Away(response) => return response,
     };
-    let view = q.view.projects.get(&project_id);
+    let view = q.view.projects.get(project_id.as_str());
     let rows: Vec<&RawValue> = view
         .as_deref()
         .map(|p| {

@@ -7,7 +7,8 @@
 //! than the state does, and shares its ballots and consensus records with it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::ops::Bound;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use dashmap::DashMap;
@@ -108,7 +109,12 @@ pub struct Owned {
 /// instances that own the rest.
 #[derive(Debug, Default)]
 pub struct View {
-    pub projects: DashMap<String, ProjectView>,
+    pub projects: DashMap<Arc<str>, ProjectView>,
+    /// The ids of `projects` (the same allocations), in order: a listing's page is a range of
+    /// it, so a page costs its own length, not a pass over every project. An id enters before its snapshot and leaves
+    /// after it, and is never taken while a snapshot is held (a listing holds the index while
+    /// it reads snapshots).
+    ids: RwLock<BTreeSet<Arc<str>>>,
     /// The partitions with at least one unit owned here, restoring while any of them is.
     pub owned: DashMap<i32, Owned>,
     /// The units owned here, and whether each is restoring.
@@ -151,7 +157,8 @@ impl View {
     pub fn revoked(&self, unit: Unit) {
         self.units.remove(&unit);
         self.own(unit.partition);
-        self.projects.retain(|_, p| {
+        let mut gone = Vec::new();
+        self.projects.retain(|id, p| {
             if !p.units.remove(&unit) {
                 return true;
             }
@@ -164,8 +171,52 @@ impl View {
                 p.leaderboard.clear();
                 p.judges.clear();
             }
+            if p.units.is_empty() {
+                gone.push(Arc::clone(id));
+            }
             !p.units.is_empty()
         });
+        let mut ids = self.ids.write().unwrap_or_else(PoisonError::into_inner);
+        for id in gone {
+            ids.remove(&id);
+        }
+    }
+
+    /// Up to `limit` of `read(id, snapshot)` over the projects whose ids come after `after`,
+    /// in the order of their ids, skipping those it gives `None` for; and whether there are
+    /// more.
+    pub fn page<T>(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        mut read: impl FnMut(&str, &ProjectView) -> Option<T>,
+    ) -> (Vec<T>, bool) {
+        let ids = self.ids.read().unwrap_or_else(PoisonError::into_inner);
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut page = Vec::with_capacity(limit);
+        for id in ids.range::<str, _>((from, Bound::Unbounded)) {
+            let Some(project) = self.projects.get(id.as_ref()) else {
+                continue;
+            };
+            if let Some(t) = read(id, &project) {
+                if page.len() == limit {
+                    return (page, true);
+                }
+                page.push(t);
+            }
+        }
+        (page, false)
+    }
+
+    /// Holds `snapshot` as project `id`'s, as the processing thread's updates would.
+    #[cfg(test)]
+    pub fn hold(&self, id: &str, snapshot: ProjectView) {
+        let id: Arc<str> = Arc::from(id);
+        self.ids
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(Arc::clone(&id));
+        self.projects.insert(id, snapshot);
     }
 
     /// `unit`'s state was restored as `state`: its projects enter the view as the state holds
@@ -317,10 +368,17 @@ impl View {
         project: &str,
         unit: Unit,
         now: i64,
-    ) -> dashmap::mapref::one::RefMut<'_, String, ProjectView> {
+    ) -> dashmap::mapref::one::RefMut<'_, Arc<str>, ProjectView> {
         let mut p = match self.projects.get_mut(project) {
             Some(p) => p,
-            None => self.projects.entry(project.to_owned()).or_default(),
+            None => {
+                let id: Arc<str> = Arc::from(project);
+                self.ids
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(Arc::clone(&id));
+                self.projects.entry(id).or_default()
+            }
         };
         p.partition = unit.partition;
         p.units.insert(unit);

@@ -2,10 +2,10 @@
 //! byte order of their ids. A page starts after a cursor (`after`, the last id of the page
 //! before), so a listing is stable while projects come and go: each id is listed once, in
 //! order, and a project created behind the cursor is not seen by that listing. Each instance
-//! pages its own projects ([`Smallest`]); pages of several instances merge into one
+//! pages its own projects (`View::page`); pages of several instances merge into one
 //! ([`merge`]), as Kafka Streams' interactive queries combine every instance's metadata.
 
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -65,40 +65,6 @@ pub struct ListAnswer {
     pub unannounced: Vec<i32>,
 }
 
-/// The `limit` smallest of the ids offered, and whether more were offered: a max-heap of the
-/// `limit + 1` smallest, so a page takes one pass and `limit + 1` ids of memory however many
-/// projects an instance holds, and an id is copied only when it enters the heap.
-pub(super) struct Smallest {
-    heap: BinaryHeap<String>,
-    limit: usize,
-}
-
-impl Smallest {
-    pub(super) fn new(limit: usize) -> Smallest {
-        Smallest {
-            heap: BinaryHeap::with_capacity(limit + 1),
-            limit,
-        }
-    }
-
-    pub(super) fn offer(&mut self, id: &str) {
-        if self.heap.len() <= self.limit {
-            self.heap.push(id.to_owned());
-        } else if self.heap.peek().is_some_and(|top| id < top.as_str()) {
-            self.heap.pop();
-            self.heap.push(id.to_owned());
-        }
-    }
-
-    /// The page, in order, and whether there were more.
-    pub(super) fn page(self) -> (Vec<String>, bool) {
-        let more = self.heap.len() > self.limit;
-        let mut page = self.heap.into_sorted_vec();
-        page.truncate(self.limit);
-        (page, more)
-    }
-}
-
 /// Merges pages of the same listing (each sorted, each after the same cursor, each with
 /// whether its source has more) into one page of at most `limit`: a project held by two
 /// sources (during a handover) once, as the first source gives it.
@@ -127,6 +93,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::queries::view::{ProjectView, View};
 
     fn listed(id: &str) -> Listed {
         Listed {
@@ -137,31 +104,6 @@ mod tests {
             open_sessions: 0,
             updated_at: None,
         }
-    }
-
-    /// The `limit` smallest of `ids` after `after`, as an instance pages its own.
-    fn smallest<'a>(
-        ids: impl IntoIterator<Item = &'a str>,
-        after: Option<&str>,
-        limit: usize,
-    ) -> (Vec<String>, bool) {
-        let mut smallest = Smallest::new(limit);
-        for id in ids.into_iter().filter(|id| after.is_none_or(|a| *id > a)) {
-            smallest.offer(id);
-        }
-        smallest.page()
-    }
-
-    #[test]
-    fn the_smallest_after_the_cursor_in_order() {
-        let ids = ["d", "a", "c", "b", "e"];
-        assert_eq!(smallest(ids, None, 2), (vec!["a".into(), "b".into()], true));
-        assert_eq!(
-            smallest(ids, Some("b"), 3),
-            (vec!["c".into(), "d".into(), "e".into()], false)
-        );
-        assert_eq!(smallest(ids, Some("e"), 3), (vec![], false));
-        assert!(!smallest(ids, None, 5).1);
     }
 
     #[test]
@@ -193,17 +135,23 @@ mod tests {
             sources in 1usize..4,
             limit in 1usize..7,
         ) {
-            let held: Vec<Vec<String>> = (0..sources)
-                .map(|s| ids.iter().enumerate().filter(|(i, _)| i % sources == s)
-                    .map(|(_, id)| id.clone()).collect())
+            // Each source an instance's view, its ids held in reverse order.
+            let held: Vec<View> = (0..sources)
+                .map(|s| {
+                    let view = View::default();
+                    for (_, id) in ids.iter().enumerate().rev().filter(|(i, _)| i % sources == s) {
+                        view.hold(id, ProjectView::default());
+                    }
+                    view
+                })
                 .collect();
             let mut seen = Vec::new();
             let mut after: Option<String> = None;
             for _ in 0..=ids.len() {
-                let pages = held.iter().map(|h| {
-                    let (page, more) = smallest(h.iter().map(String::as_str), after.as_deref(), limit);
-                    (page.iter().map(|id| listed(id)).collect(), more)
-                }).collect();
+                let pages = held
+                    .iter()
+                    .map(|view| view.page(after.as_deref(), limit, |id, _| Some(listed(id))))
+                    .collect();
                 let (page, next) = merge(pages, limit);
                 prop_assert!(page.len() <= limit);
                 seen.extend(page.into_iter().map(|l| l.project_id));

@@ -26,8 +26,8 @@ fn queries(proxy: bool) -> Queries {
     view.directory.insert(2, "http://other:9464".into());
     view.directory.insert(0, "http://me:9464".into());
     let here = project_in(0);
-    view.projects.insert(
-        here.clone(),
+    view.hold(
+        &here,
         ProjectView {
             partition: 0,
             completed: [("s1".to_owned(), Arc::from(r#"{"session_id":"s1"}"#))].into(),
@@ -282,8 +282,8 @@ async fn a_proxy_asks_the_owner_once() {
     let owner = queries(false);
     let away = project_in(2);
     owner.view.owned.insert(2, Owned { restoring: false });
-    owner.view.projects.insert(
-        away.clone(),
+    owner.view.hold(
+        &away,
         ProjectView {
             partition: 2,
             ..ProjectView::default()
@@ -381,8 +381,8 @@ async fn with_proxy_queries_a_listing_gathers_every_instance_a_page_at_a_time() 
         .take(3)
         .collect();
     for p in &away {
-        owner.view.projects.insert(
-            p.clone(),
+        owner.view.hold(
+            p,
             ProjectView {
                 partition: 2,
                 ..ProjectView::default()

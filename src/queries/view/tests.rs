@@ -317,3 +317,50 @@ proptest! {
         prop_assert!(!restored.owned.get(&0).unwrap().restoring);
     }
 }
+
+#[test]
+fn a_page_is_the_next_ids_after_the_cursor_in_order() {
+    let view = View::default();
+    for id in ["d", "a", "c", "b", "e"] {
+        view.hold(id, ProjectView::default());
+    }
+    let ids = |after, limit| {
+        let (page, more) = view.page(after, limit, |id, _| Some(id.to_owned()));
+        (page.join(","), more)
+    };
+    assert_eq!(ids(None, 2), ("a,b".to_owned(), true));
+    assert_eq!(ids(Some("b"), 3), ("c,d,e".to_owned(), false));
+    assert_eq!(ids(Some("bb"), 1), ("c".to_owned(), true));
+    assert_eq!(ids(Some("e"), 3), (String::new(), false));
+    assert_eq!(ids(None, 5), ("a,b,c,d,e".to_owned(), false));
+    // Those the reader skips do not count towards the page.
+    let (page, more) = view.page(None, 2, |id, _| (id != "b").then(|| id.to_owned()));
+    assert_eq!((page.join(","), more), ("a,c".to_owned(), true));
+}
+
+#[test]
+fn a_revoked_partitions_projects_leave_the_listing() {
+    let view = View::default();
+    let unit = Unit::projects(0);
+    view.assigned(unit);
+    for id in ["p1", "p2"] {
+        view.hold(
+            id,
+            ProjectView {
+                units: [unit].into(),
+                ..ProjectView::default()
+            },
+        );
+    }
+    assert_eq!(
+        view.page(None, 10, |id, _| Some(id.to_owned())).0,
+        ["p1", "p2"]
+    );
+    view.revoked(unit);
+    assert!(
+        view.page(None, 10, |id, _| Some(id.to_owned()))
+            .0
+            .is_empty()
+    );
+    assert!(view.ids.read().unwrap().is_empty());
+}
