@@ -402,3 +402,59 @@ fn instances_bound_to_every_interface_answer_for_each_other_through_their_advert
     assert!(c.terminate().success());
     assert!(a.terminate().success());
 }
+
+/// The demo stack's producer (`deploy/compose/producer.py`, as `deploy/compose.yaml` runs it)
+/// feeds a service reading the default topics: a few rounds of the demo later, the listing
+/// names both of the demo's projects with a score counting votes of more than one round, and
+/// the demo's malformed records are dead letters.
+#[test]
+fn the_demo_stacks_producer_feeds_a_service_whose_listing_shows_its_projects() {
+    let broker = Broker::shared();
+    let dir = tempfile::tempdir().expect("dir");
+    let port = free_port();
+    // The prefix "jury" gives the default topic names, which the demo's records name.
+    let config = support::write_test_config(dir.path(), "jury", &broker.bootstrap, port, "");
+    let service = Service::start_ready(&config, dir.path().join("s.log"));
+    let mut producer = std::process::Command::new(".venv/bin/python")
+        .args(["-u", "deploy/compose/producer.py"])
+        .env("BOOTSTRAP_SERVERS", &broker.bootstrap)
+        .env("DEMO_FILE", "examples/demo.jsonl")
+        .env("PRODUCER_INTERVAL", "0.02")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect(".venv/bin/python (scripts/install-python.sh)");
+    // One round of the demo gives proj-42 seven votes and proj-7 four (examples/demo.expected.jsonl):
+    // more means a later round counted too.
+    let shows_rounds = |page: &Value| {
+        let listed = page["projects"].as_array().cloned().unwrap_or_default();
+        let votes = |id: &str| {
+            listed
+                .iter()
+                .find(|p| p["project_id"] == id && p["score"].is_number())
+                .and_then(|p| p["votes"].as_u64())
+                .unwrap_or(0)
+        };
+        votes("proj-42") > 7 && votes("proj-7") > 4
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut page = Value::Null;
+    while Instant::now() < deadline && !shows_rounds(&page) {
+        std::thread::sleep(Duration::from_millis(500));
+        page = support::http_get(port, "/v1/projects")
+            .and_then(|body| serde_json::from_str(&body).ok())
+            .unwrap_or(Value::Null);
+    }
+    let _ = producer.kill();
+    let _ = producer.wait();
+    assert!(shows_rounds(&page), "{page}\n{}", service.log_text());
+    assert_eq!(page["complete"], true, "{page}");
+    let metrics = service.metrics();
+    assert!(
+        support::metric_sum(
+            &metrics,
+            "jurystream_dead_letters_total{error=\"invalid_json\",topic=\"jury.votes\"}"
+        ) > 0,
+        "{metrics}"
+    );
+    assert!(service.terminate().success());
+}
