@@ -111,9 +111,9 @@ pub struct Owned {
 pub struct View {
     pub projects: DashMap<Arc<str>, ProjectView>,
     /// The ids of `projects` (the same allocations), in order: a listing's page is a range of
-    /// it, so a page costs its own length, not a pass over every project. An id enters before its snapshot and leaves
-    /// after it, and is never taken while a snapshot is held (a listing holds the index while
-    /// it reads snapshots).
+    /// it, so a page costs its own length, not a pass over every project. An id enters before
+    /// its snapshot and leaves after it, and the index is never locked while a snapshot is
+    /// held (a listing holds the index while it reads snapshots).
     ids: RwLock<BTreeSet<Arc<str>>>,
     /// The partitions with at least one unit owned here, restoring while any of them is.
     pub owned: DashMap<i32, Owned>,
@@ -193,7 +193,7 @@ impl View {
     ) -> (Vec<T>, bool) {
         let ids = self.ids.read().unwrap_or_else(PoisonError::into_inner);
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let mut page = Vec::with_capacity(limit);
+        let mut page = Vec::with_capacity(limit.min(1024));
         for id in ids.range::<str, _>((from, Bound::Unbounded)) {
             let Some(project) = self.projects.get(id.as_ref()) else {
                 continue;
