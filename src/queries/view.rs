@@ -208,15 +208,21 @@ impl View {
         (page, false)
     }
 
-    /// Holds `snapshot` as project `id`'s, as the processing thread's updates would.
-    #[cfg(test)]
-    pub fn hold(&self, id: &str, snapshot: ProjectView) {
+    /// Project `id` as the key of a new snapshot, in the ordered index already (so it is
+    /// indexed before its snapshot exists, and without a snapshot held).
+    fn index(&self, id: &str) -> Arc<str> {
         let id: Arc<str> = Arc::from(id);
         self.ids
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(Arc::clone(&id));
-        self.projects.insert(id, snapshot);
+        id
+    }
+
+    /// Holds `snapshot` as project `id`'s, as the processing thread's updates would.
+    #[cfg(test)]
+    pub fn hold(&self, id: &str, snapshot: ProjectView) {
+        self.projects.insert(self.index(id), snapshot);
     }
 
     /// `unit`'s state was restored as `state`: its projects enter the view as the state holds
@@ -371,14 +377,7 @@ impl View {
     ) -> dashmap::mapref::one::RefMut<'_, Arc<str>, ProjectView> {
         let mut p = match self.projects.get_mut(project) {
             Some(p) => p,
-            None => {
-                let id: Arc<str> = Arc::from(project);
-                self.ids
-                    .write()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(Arc::clone(&id));
-                self.projects.entry(id).or_default()
-            }
+            None => self.projects.entry(self.index(project)).or_default(),
         };
         p.partition = unit.partition;
         p.units.insert(unit);
