@@ -59,6 +59,12 @@ fn queries(proxy: bool) -> Queries {
     }
 }
 
+/// `field` of each object of the JSON array `array`, where it is a string.
+fn fields<'v>(array: &'v serde_json::Value, field: &str) -> Vec<&'v str> {
+    let objects = array.as_array().into_iter().flatten();
+    objects.filter_map(|o| o[field].as_str()).collect()
+}
+
 async fn get(q: Queries, path: &str) -> (StatusCode, HeaderMap, serde_json::Value) {
     let answer = routes(q)
         .oneshot(Request::get(path).body(Body::empty()).unwrap())
@@ -128,13 +134,7 @@ async fn a_project_held_here_is_answered_as_json() {
     // Least reliable first, equal ones by voter id.
     let (status, _, body) = get(queries(false), &format!("/v1/projects/{here}/reviewers")).await;
     assert_eq!(status, StatusCode::OK);
-    let order: Vec<&str> = body["reviewers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r["voter_id"].as_str())
-        .collect();
-    assert_eq!(order, ["bo", "ann", "cy"]);
+    assert_eq!(fields(&body["reviewers"], "voter_id"), ["bo", "ann", "cy"]);
 }
 
 #[tokio::test]
@@ -313,13 +313,10 @@ async fn a_proxy_asks_the_owner_once() {
 async fn a_listing_gives_the_projects_held_here_and_names_who_holds_the_rest() {
     let (status, _, body) = get(queries(false), "/v1/projects").await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let ids: Vec<&str> = body["projects"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| p["project_id"].as_str())
-        .collect();
-    assert_eq!(ids, [project_in(0).as_str()]);
+    assert_eq!(
+        fields(&body["projects"], "project_id"),
+        [project_in(0).as_str()]
+    );
     assert_eq!(body["projects"][0]["partition"], 0);
     assert_eq!(body["next"], serde_json::Value::Null);
     // Partition 1 is restoring, 2 is another's, 3 nobody's: the listing is not complete.
@@ -344,7 +341,8 @@ async fn a_listing_gives_the_projects_held_here_and_names_who_holds_the_rest() {
     }
 }
 
-/// Pages of `path`'s listing, following `next`, with the ids each held.
+/// Every page of the listing of the instance `q` makes, `limit` a page, following `next`: the
+/// ids of each, and the last page.
 async fn pages(q: impl Fn() -> Queries, limit: usize) -> (Vec<Vec<String>>, serde_json::Value) {
     let mut pages = Vec::new();
     let mut after = String::new();
@@ -353,11 +351,9 @@ async fn pages(q: impl Fn() -> Queries, limit: usize) -> (Vec<Vec<String>>, serd
         let (status, _, body) = get(q(), &path).await;
         assert_eq!(status, StatusCode::OK, "{path}: {body}");
         pages.push(
-            body["projects"]
-                .as_array()
+            fields(&body["projects"], "project_id")
                 .into_iter()
-                .flatten()
-                .filter_map(|p| p["project_id"].as_str().map(str::to_owned))
+                .map(str::to_owned)
                 .collect(),
         );
         match body["next"].as_str() {
