@@ -770,18 +770,25 @@ impl Reviewers {
     }
 
     /// Whether adding `admitted` verdicts (just done) passed a checkpoint: with `h` verdicts
-    /// held, one every `max(1, 2^⌊log2 h⌋ / 4)` verdicts ever admitted, so a fit at each costs
-    /// `O(4 · iterations)` per verdict, amortised, and a project's alerts and learned weights
-    /// are at most a quarter of its verdicts behind; none before the project holds
-    /// `2 · min_items` verdicts, as no reviewer can share `min_items` items before (a shared
-    /// item has two verdicts), and both need that many. A function of the verdicts admitted
-    /// and held, both restored exactly, so a restored project keeps the same checkpoints.
+    /// held, one every `max(2^⌊log2 h⌋ / 4, 2 · min_items)` verdicts ever admitted; none before
+    /// the project holds `2 · min_items` verdicts, as no reviewer can share `min_items` items
+    /// before (a shared item has two verdicts), and both need that many.
+    ///
+    /// A quarter of the verdicts held bounds how far a large project's alerts and learned
+    /// weights lag, and makes a fit cost `O(4 · iterations)` per verdict, amortised. The floor
+    /// is for the many small projects whose items the task's bound keeps forgetting: their `h`
+    /// stays small while their verdicts keep coming, and a fit every few verdicts would cost
+    /// more than everything else a vote does. It is the evidence the first checkpoint waits
+    /// for: a project is fitted again once it has that much new.
+    ///
+    /// A function of the verdicts admitted and held, both restored exactly, so a restored
+    /// project keeps the same checkpoints.
     pub fn checkpoint_due(&self, admitted: u64, min_items: u64) -> bool {
         let held = self.held_verdicts;
         if admitted == 0 || held < 2 * min_items.max(1) {
             return false;
         }
-        let step = (1u64 << held.ilog2()).div_ceil(4).max(1);
+        let step = (1u64 << held.ilog2()).div_ceil(4).max(2 * min_items).max(1);
         let ever = self.held_verdicts + self.forgotten_verdicts;
         ever / step != (ever - admitted) / step
     }

@@ -258,9 +258,9 @@ fn agreement_with_the_judges() {
 }
 
 /// Checkpoints: none before the project holds `2 · min_items` verdicts, then one every
-/// `2^⌊log2 h⌋ / 4` verdicts admitted. With `min_items` 4 and one verdict per batch: held 8
-/// (step 2) is the first, then 10, 12, 14; from 16 (step 4) 16, 20, 24, 28; from 32 (step 8)
-/// 32, 40, ...
+/// `max(2^⌊log2 h⌋ / 4, 2 · min_items)` verdicts admitted. With `min_items` 4 and one verdict
+/// per batch: held 8 is the first, then every 8 (a quarter of what is held stays at or below
+/// the floor of 8 until 64 are held): 16, 24, 32, 40, 48; from 64 (step 16) 64, 80, ...
 #[test]
 fn checkpoints_by_hand() {
     let limits = ReviewerLimits {
@@ -268,12 +268,12 @@ fn checkpoints_by_hand() {
         ..LIMITS
     };
     let mut r = Crowd::new(10_000, limits);
-    let due: Vec<i64> = (1..=48)
+    let due: Vec<i64> = (1..=80)
         .filter(|&i| r.add((&format!("i{i}"), &[v("ann", true)]), at(i)))
         .collect();
-    assert_eq!(due, [8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48]);
+    assert_eq!(due, [8, 16, 24, 32, 40, 48, 56, 64, 80]);
     // A replaced verdict admits none: no checkpoint.
-    assert!(!r.add(("i1", &[v("ann", false)]), at(49)));
+    assert!(!r.add(("i1", &[v("ann", false)]), at(81)));
 }
 
 /// A small deterministic generator (splitmix64), so the crowd below is the same every run.
