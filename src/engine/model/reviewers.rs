@@ -772,7 +772,8 @@ impl Reviewers {
     /// Whether adding `admitted` verdicts (just done) passed a checkpoint: with `h` verdicts
     /// held, one every `max(2^⌊log2 h⌋ / 4, 2 · min_items)` verdicts ever admitted; none before
     /// the project holds `2 · min_items` verdicts, as no reviewer can share `min_items` items
-    /// before (a shared item has two verdicts), and both need that many.
+    /// before (a shared item has two verdicts), and both need that many (`min_items` counts as
+    /// at least 1 here, as in the findings).
     ///
     /// A quarter of the verdicts held bounds how far a large project's alerts and learned
     /// weights lag, and makes a fit cost `O(4 · iterations)` per verdict, amortised. The floor
@@ -784,11 +785,11 @@ impl Reviewers {
     /// A function of the verdicts admitted and held, both restored exactly, so a restored
     /// project keeps the same checkpoints.
     pub fn checkpoint_due(&self, admitted: u64, min_items: u64) -> bool {
-        let held = self.held_verdicts;
-        if admitted == 0 || held < 2 * min_items.max(1) {
+        let (held, first) = (self.held_verdicts, 2 * min_items.max(1));
+        if admitted == 0 || held < first {
             return false;
         }
-        let step = (1u64 << held.ilog2()).div_ceil(4).max(2 * min_items).max(1);
+        let step = (1u64 << held.ilog2()).div_ceil(4).max(first);
         let ever = self.held_verdicts + self.forgotten_verdicts;
         ever / step != (ever - admitted) / step
     }
