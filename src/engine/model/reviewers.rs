@@ -727,18 +727,22 @@ impl Reviewers {
             let at = review
                 .verdicts
                 .binary_search_by(|v| v.reviewer.as_str().cmp(verdict.reviewer.as_str()));
-            let known = self.held.contains_key(&verdict.reviewer);
             match at {
                 Ok(i) => {
                     added.changed |= review.verdicts[i] != *verdict;
                     review.verdicts[i] = verdict.clone();
                 }
-                Err(i)
-                    if review.verdicts.len() < limits.max_verdicts
-                        && (known || self.held.len() < limits.max_reviewers) =>
-                {
+                Err(i) if review.verdicts.len() < limits.max_verdicts => {
+                    // One probe for a reviewer already held, the common case.
+                    if let Some(n) = self.held.get_mut(&verdict.reviewer) {
+                        *n += 1;
+                    } else if self.held.len() < limits.max_reviewers {
+                        self.held.insert(verdict.reviewer.clone(), 1);
+                    } else {
+                        self.left_out += 1;
+                        continue;
+                    }
                     review.verdicts.insert(i, verdict.clone());
-                    *self.held.entry(verdict.reviewer.clone()).or_default() += 1;
                     self.held_verdicts += 1;
                     added.admitted += 1;
                     added.changed = true;
