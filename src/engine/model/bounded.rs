@@ -1,9 +1,9 @@
 //! The two orders a project's item store (judge quality, reviewer reliability) keeps its
 //! state in: a project's values by key, oldest first ([`Bounded`]), and the places of every
 //! item a task holds, whatever its project ([`Places`]), so that a task, not only a project,
-//! stays within a bound. Both keep their order as an [`Order`] of places.
+//! stays within a bound.
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 use crate::engine::ids::{IdMap, ProjectKey};
@@ -19,7 +19,7 @@ const MIN_ROOM: usize = 16;
 #[derive(Debug, Clone, Default)]
 pub struct Bounded<V> {
     values: IdMap<ProjectKey, (u64, V)>,
-    order: Order,
+    order: BTreeMap<u64, ProjectKey>,
     next: u64,
 }
 
@@ -27,8 +27,8 @@ pub struct Bounded<V> {
 /// only relative (a restore cannot know the places of values already forgotten).
 impl<V: PartialEq> PartialEq for Bounded<V> {
     fn eq(&self, other: &Self) -> bool {
-        self.order.keys().eq(other.order.keys())
-            && self.order.keys().all(|k| self.get(k) == other.get(k))
+        self.order.values().eq(other.order.values())
+            && self.order.values().all(|k| self.get(k) == other.get(k))
     }
 }
 
@@ -67,7 +67,7 @@ impl<V> Bounded<V> {
 
     /// The key and value at place `seq`.
     pub fn at(&self, seq: u64) -> Option<(&str, &V)> {
-        let key = self.order.get(seq)?;
+        let key = self.order.get(&seq)?;
         Some((key.as_str(), self.get(key)?))
     }
 
@@ -89,6 +89,7 @@ impl<V> Bounded<V> {
     /// later places of its own follow it. A restore puts values back this way.
     pub fn insert(&mut self, key: &str, seq: u64, value: V) -> Option<u64> {
         let key = ProjectKey::from(key);
+        // One probe: a new key (the common case) has no place to give up.
         let held = self
             .values
             .insert(key.clone(), (seq, value))
@@ -96,7 +97,7 @@ impl<V> Bounded<V> {
         if let Some(held) = held
             && held != seq
         {
-            self.order.remove(held);
+            self.order.remove(&held);
         }
         self.order.insert(seq, key);
         self.next = self.next.max(seq + 1);
@@ -106,14 +107,14 @@ impl<V> Bounded<V> {
     /// Removes `key`, returning its place and value.
     pub fn remove(&mut self, key: &str) -> Option<(u64, V)> {
         let (seq, v) = self.values.remove(key)?;
-        self.order.remove(seq);
+        self.order.remove(&seq);
         self.fit();
         Some((seq, v))
     }
 
     /// Removes the value at place `seq`, returning its key and value.
     pub fn remove_at(&mut self, seq: u64) -> Option<(ProjectKey, V)> {
-        let key = self.order.remove(seq)?;
+        let key = self.order.remove(&seq)?;
         let (_, v) = self.values.remove(&key)?;
         self.fit();
         Some((key, v))
@@ -129,7 +130,6 @@ impl<V> Bounded<V> {
         if room > MIN_ROOM && len * 4 < room {
             self.values.shrink_to(len * 2);
         }
-        self.order.fit();
     }
 
     pub fn len(&self) -> usize {
@@ -148,7 +148,7 @@ impl<V> Bounded<V> {
     /// The values by key, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
         self.order
-            .keys()
+            .values()
             .filter_map(|k| Some((k.as_str(), self.get(k)?)))
     }
 
@@ -158,7 +158,7 @@ impl<V> Bounded<V> {
             && self
                 .order
                 .iter()
-                .all(|(seq, k)| self.values.get(k).is_some_and(|(s, _)| *s == seq))
+                .all(|(seq, k)| self.values.get(k).is_some_and(|(s, _)| s == seq))
     }
 }
 
@@ -167,7 +167,7 @@ impl<V> Bounded<V> {
 /// project's [`Bounded`] too, and the changelog writes items in buckets of places.
 #[derive(Debug, Clone, Default)]
 pub struct Places {
-    order: Order,
+    order: BTreeMap<u64, ProjectKey>,
     next: u64,
 }
 
@@ -175,7 +175,7 @@ pub struct Places {
 /// [`Bounded`]).
 impl PartialEq for Places {
     fn eq(&self, other: &Self) -> bool {
-        self.order.keys().eq(other.order.keys())
+        self.order.values().eq(other.order.values())
     }
 }
 
@@ -194,13 +194,12 @@ impl Places {
     }
 
     pub fn remove(&mut self, seq: u64) {
-        self.order.remove(seq);
-        self.order.fit();
+        self.order.remove(&seq);
     }
 
     /// The project of the item at place `seq`.
     pub fn project_at(&self, seq: u64) -> Option<&ProjectKey> {
-        self.order.get(seq)
+        self.order.get(&seq)
     }
 
     /// The place the next item takes.
@@ -215,7 +214,7 @@ impl Places {
 
     /// The places in `places` and their projects, in order: a changelog bucket.
     pub fn range(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &str)> {
-        self.order.range(places).map(|(seq, p)| (seq, p.as_str()))
+        self.order.range(places).map(|(&seq, p)| (seq, p.as_str()))
     }
 
     pub fn len(&self) -> usize {
@@ -224,123 +223,6 @@ impl Places {
 
     pub fn is_empty(&self) -> bool {
         self.order.is_empty()
-    }
-}
-
-/// Keys by place, oldest first: the order [`Bounded`] and [`Places`] keep. Places are taken in
-/// increasing order, so a new one goes to the back and the oldest leaves from the front, each
-/// `O(1)` in one contiguous buffer; in a B-tree each was a descent through nodes of their own,
-/// cold when a task's bound forgets another project's item. A place removed from the middle
-/// (an item paired, or restored elsewhere) is found by binary search and leaves a hole; holes
-/// go once they reach the front, and all at once when they outnumber the places held, so the
-/// buffer stays within twice the places held (plus a few) and a removal `O(log n)` amortised.
-#[derive(Debug, Clone, Default)]
-pub struct Order {
-    slots: VecDeque<(u64, Option<ProjectKey>)>,
-    holes: usize,
-}
-
-impl Order {
-    /// Where place `seq` is, or would go.
-    fn find(&self, seq: u64) -> Result<usize, usize> {
-        match self.slots.front() {
-            Some((first, _)) if *first == seq => Ok(0),
-            _ => self.slots.binary_search_by_key(&seq, |(s, _)| *s),
-        }
-    }
-
-    /// Puts `key` at place `seq`: at the back when it is the newest, as a new place always is
-    /// (a restore may put any place back). Returns the key it replaced there, if any.
-    pub fn insert(&mut self, seq: u64, key: ProjectKey) -> Option<ProjectKey> {
-        if self.slots.back().is_none_or(|(last, _)| *last < seq) {
-            self.slots.push_back((seq, Some(key)));
-            return None;
-        }
-        match self.find(seq) {
-            Ok(i) => {
-                let held = self.slots[i].1.replace(key);
-                if held.is_none() {
-                    self.holes -= 1;
-                }
-                held
-            }
-            Err(i) => {
-                self.slots.insert(i, (seq, Some(key)));
-                None
-            }
-        }
-    }
-
-    /// The key at place `seq`.
-    pub fn get(&self, seq: u64) -> Option<&ProjectKey> {
-        let i = self.find(seq).ok()?;
-        self.slots[i].1.as_ref()
-    }
-
-    /// Removes place `seq`, returning its key.
-    pub fn remove(&mut self, seq: u64) -> Option<ProjectKey> {
-        let i = self.find(seq).ok()?;
-        let key = self.slots[i].1.take()?;
-        self.holes += 1;
-        while self.slots.front().is_some_and(|(_, k)| k.is_none()) {
-            self.slots.pop_front();
-            self.holes -= 1;
-        }
-        if self.holes > self.len() + MIN_ROOM {
-            self.slots.retain(|(_, k)| k.is_some());
-            self.holes = 0;
-        }
-        Some(key)
-    }
-
-    /// The oldest place and its key, removed.
-    pub fn pop_first(&mut self) -> Option<(u64, ProjectKey)> {
-        while let Some((seq, key)) = self.slots.pop_front() {
-            match key {
-                Some(key) => return Some((seq, key)),
-                None => self.holes -= 1,
-            }
-        }
-        None
-    }
-
-    /// Gives back the buffer's room once it holds less than a quarter of it (see
-    /// [`Bounded::fit`]).
-    fn fit(&mut self) {
-        let (len, room) = (self.slots.len(), self.slots.capacity());
-        if room > MIN_ROOM && len * 4 < room {
-            self.slots.shrink_to(len * 2);
-        }
-    }
-
-    /// Places held.
-    pub fn len(&self) -> usize {
-        self.slots.len() - self.holes
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The places held and their keys, oldest first.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, &ProjectKey)> {
-        self.slots
-            .iter()
-            .filter_map(|(seq, k)| Some((*seq, k.as_ref()?)))
-    }
-
-    /// The keys held, oldest first.
-    pub fn keys(&self) -> impl Iterator<Item = &ProjectKey> {
-        self.slots.iter().filter_map(|(_, k)| k.as_ref())
-    }
-
-    /// The places held in `places` and their keys, in order.
-    pub fn range(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &ProjectKey)> {
-        let start = self.slots.partition_point(|(seq, _)| *seq < places.start);
-        self.slots
-            .range(start..)
-            .take_while(move |(seq, _)| *seq < places.end)
-            .filter_map(|(seq, k)| Some((*seq, k.as_ref()?)))
     }
 }
 
@@ -380,81 +262,11 @@ mod tests {
         }
         while b.len() > 1 {
             let room = b.values.capacity();
-            let (oldest, _) = b.order.iter().next().expect("held");
+            let oldest = b.order.keys().next().copied().expect("held");
             b.remove_at(oldest);
             assert!(room <= MIN_ROOM || b.len() * 4 >= room || b.values.capacity() < room);
         }
         assert!(b.values.capacity() <= MIN_ROOM);
         assert_eq!(b.iter().count(), 1);
-    }
-
-    /// An operation on an [`Order`], for the property test against a B-tree.
-    #[derive(Debug, Clone)]
-    enum Op {
-        /// A new place (the next one), as items arrive.
-        Push,
-        /// A place put back, as a restore does, anywhere below the next.
-        Restore(u64),
-        /// A place removed, as an item paired or forgotten by its project's bound.
-        Remove(u64),
-        PopFirst,
-    }
-
-    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
-        use proptest::prelude::*;
-        prop_oneof![
-            4 => Just(Op::Push),
-            1 => (0u64..80).prop_map(Op::Restore),
-            3 => (0u64..80).prop_map(Op::Remove),
-            1 => Just(Op::PopFirst),
-        ]
-    }
-
-    proptest::proptest! {
-        /// An order with holes holds what a B-tree of the same places holds, in the same order,
-        /// whatever was removed from where, and its buffer stays within twice what it holds.
-        #[test]
-        fn an_order_holds_what_a_btree_holds(ops in proptest::collection::vec(op(), 0..200)) {
-            let mut order = Order::default();
-            let mut model: std::collections::BTreeMap<u64, ProjectKey> = Default::default();
-            let mut next = 0u64;
-            for op in ops {
-                match op {
-                    Op::Push => {
-                        let key = ProjectKey::from(format!("k{next}").as_str());
-                        proptest::prop_assert_eq!(order.insert(next, key.clone()), None);
-                        model.insert(next, key);
-                        next += 1;
-                    }
-                    Op::Restore(seq) if seq < next => {
-                        let key = ProjectKey::from(format!("r{seq}").as_str());
-                        proptest::prop_assert_eq!(
-                            order.insert(seq, key.clone()),
-                            model.insert(seq, key)
-                        );
-                    }
-                    Op::Restore(_) => {}
-                    Op::Remove(seq) => {
-                        proptest::prop_assert_eq!(order.remove(seq), model.remove(&seq));
-                    }
-                    Op::PopFirst => {
-                        proptest::prop_assert_eq!(order.pop_first(), model.pop_first());
-                    }
-                }
-                let held: Vec<(u64, &ProjectKey)> = order.iter().collect();
-                let expected: Vec<(u64, &ProjectKey)> = model.iter().map(|(s, k)| (*s, k)).collect();
-                proptest::prop_assert_eq!(&held, &expected);
-                proptest::prop_assert_eq!(order.len(), model.len());
-                proptest::prop_assert!(order.slots.len() <= 2 * order.len() + MIN_ROOM + 1);
-                for seq in 0..next {
-                    proptest::prop_assert_eq!(order.get(seq), model.get(&seq));
-                }
-                let (a, b) = (next / 3, next / 3 * 2);
-                let ranged: Vec<(u64, &ProjectKey)> = order.range(a..b).collect();
-                let expected: Vec<(u64, &ProjectKey)> =
-                    model.range(a..b).map(|(s, k)| (*s, k)).collect();
-                proptest::prop_assert_eq!(ranged, expected);
-            }
-        }
     }
 }
