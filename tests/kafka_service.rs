@@ -50,8 +50,13 @@ fn end_to_end_outputs_equal_replay() {
     assert_eq!(handled, inputs(&records), "{}", service.metrics());
     // The records are dated days ago (their timestamps and event times): the publication
     // latency runs from their arrival and stays within the run, the event-time lag says their
-    // age.
-    let metrics = service.metrics();
+    // age. Both are observed when the broker acknowledges a score, which can come after the
+    // last record was handled.
+    let metrics = service.wait_metric(
+        "jurystream_event_time_lag_seconds_count",
+        1,
+        Duration::from_secs(60),
+    );
     let mean = |name: &str| {
         let sum = support::metric_sum(&metrics, &format!("{name}_sum"));
         let count = support::metric_sum(&metrics, &format!("{name}_count"));

@@ -445,6 +445,20 @@ impl Service {
         }
     }
 
+    /// Waits until the metric `name` (summed over its labels) reaches `n`, returning the
+    /// metrics text last scraped. Handling a record and the broker acknowledging its outputs are
+    /// separate moments: a metric observed on acknowledgement lags `wait_handled`.
+    pub fn wait_metric(&self, name: &str, n: u64, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let metrics = self.metrics();
+            if metric_sum(&metrics, name) >= n || Instant::now() > deadline {
+                return metrics;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// SIGTERM, then wait for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")
