@@ -13,13 +13,19 @@ use crate::engine::ids::{IdMap, ProjectKey};
 const MIN_ROOM: usize = 16;
 
 /// Values by key, in order of arrival, at most a bound of them: the oldest goes first. Each
-/// value carries its place in that order, so a restore puts it back where it was. The places
-/// are the bounded's own ([`Bounded::entry`]) or given to it ([`Bounded::insert`]): an item's
-/// place is its place in its task's [`Places`].
+/// value has a place in that order, so a restore puts it back where it was. The places are the
+/// bounded's own ([`Bounded::entry`]) or given to it ([`Bounded::insert`]): an item's place is
+/// its place in its task's [`Places`].
+///
+/// The values live in the order, the map holds only each key's place. A hash map keeps room for
+/// up to twice the values it holds, and the many small maps of a task's projects, whose items
+/// the task's bound keeps replacing, settle there (their removals leave tombstones, and the map
+/// grows rather than rehash in place while more than half full): in the map, that room cost a
+/// whole item per empty slot.
 #[derive(Debug, Clone, Default)]
 pub struct Bounded<V> {
-    values: IdMap<ProjectKey, (u64, V)>,
-    order: BTreeMap<u64, ProjectKey>,
+    places: IdMap<ProjectKey, u64>,
+    order: BTreeMap<u64, (ProjectKey, V)>,
     next: u64,
 }
 
@@ -28,7 +34,6 @@ pub struct Bounded<V> {
 impl<V: PartialEq> PartialEq for Bounded<V> {
     fn eq(&self, other: &Self) -> bool {
         self.order.values().eq(other.order.values())
-            && self.order.values().all(|k| self.get(k) == other.get(k))
     }
 }
 
@@ -42,7 +47,7 @@ impl<V: Default> Bounded<V> {
         max: usize,
         forgotten: &mut Vec<(u64, ProjectKey, V)>,
     ) -> (u64, &mut V) {
-        if !self.values.contains_key(key) {
+        if !self.places.contains_key(key) {
             self.make_room(max, forgotten);
             self.insert(key, self.next, V::default());
         }
@@ -52,35 +57,35 @@ impl<V: Default> Bounded<V> {
 
 impl<V> Bounded<V> {
     pub fn get(&self, key: &str) -> Option<&V> {
-        self.values.get(key).map(|(_, v)| v)
+        self.get_with_seq(key).map(|(_, v)| v)
     }
 
     /// The value of `key` and its place.
     pub fn get_mut(&mut self, key: &str) -> Option<(u64, &mut V)> {
-        self.values.get_mut(key).map(|(seq, v)| (*seq, v))
+        let seq = *self.places.get(key)?;
+        self.order.get_mut(&seq).map(|(_, v)| (seq, v))
     }
 
     /// The value of `key` with its place in the order, for the changelog.
     pub fn get_with_seq(&self, key: &str) -> Option<(u64, &V)> {
-        self.values.get(key).map(|(seq, v)| (*seq, v))
+        let seq = *self.places.get(key)?;
+        self.order.get(&seq).map(|(_, v)| (seq, v))
     }
 
     /// The key and value at place `seq`.
     pub fn at(&self, seq: u64) -> Option<(&str, &V)> {
-        let key = self.order.get(&seq)?;
-        Some((key.as_str(), self.get(key)?))
+        self.order.get(&seq).map(|(k, v)| (k.as_str(), v))
     }
 
     /// Forgets the oldest values until there is room for one more within `max`, appending
     /// their places, keys and values to `forgotten`.
     pub fn make_room(&mut self, max: usize, forgotten: &mut Vec<(u64, ProjectKey, V)>) {
-        while self.values.len() >= max.max(1) {
-            let Some((seq, oldest)) = self.order.pop_first() else {
+        while self.places.len() >= max.max(1) {
+            let Some((seq, (oldest, value))) = self.order.pop_first() else {
                 break;
             };
-            if let Some((_, value)) = self.values.remove(&oldest) {
-                forgotten.push((seq, oldest, value));
-            }
+            self.places.remove(&oldest);
+            forgotten.push((seq, oldest, value));
         }
         self.fit();
     }
@@ -90,75 +95,69 @@ impl<V> Bounded<V> {
     pub fn insert(&mut self, key: &str, seq: u64, value: V) -> Option<u64> {
         let key = ProjectKey::from(key);
         // One probe: a new key (the common case) has no place to give up.
-        let held = self
-            .values
-            .insert(key.clone(), (seq, value))
-            .map(|(held, _)| held);
+        let held = self.places.insert(key.clone(), seq);
         if let Some(held) = held
             && held != seq
         {
             self.order.remove(&held);
         }
-        self.order.insert(seq, key);
+        self.order.insert(seq, (key, value));
         self.next = self.next.max(seq + 1);
         held
     }
 
     /// Removes `key`, returning its place and value.
     pub fn remove(&mut self, key: &str) -> Option<(u64, V)> {
-        let (seq, v) = self.values.remove(key)?;
-        self.order.remove(&seq);
+        let seq = self.places.remove(key)?;
+        let (_, v) = self.order.remove(&seq)?;
         self.fit();
         Some((seq, v))
     }
 
     /// Removes the value at place `seq`, returning its key and value.
     pub fn remove_at(&mut self, seq: u64) -> Option<(ProjectKey, V)> {
-        let key = self.order.remove(&seq)?;
-        let (_, v) = self.values.remove(&key)?;
+        let (key, v) = self.order.remove(&seq)?;
+        self.places.remove(&key);
         self.fit();
         Some((key, v))
     }
 
     /// Gives back the map's room once it holds less than a quarter of it. A hash map keeps the
     /// room of the most values it ever held, and a project holds many for a while when its
-    /// records arrive in a run (the task's bound then forgets them); with 10,000 projects that
-    /// room, not the values, was most of the memory of their items. Halving at a quarter keeps
+    /// records arrive in a run (the task's bound then forgets them). Halving at a quarter keeps
     /// the cost amortised: a map grows back only after as many insertions as it shrank by.
     fn fit(&mut self) {
-        let (len, room) = (self.values.len(), self.values.capacity());
+        let (len, room) = (self.places.len(), self.places.capacity());
         if room > MIN_ROOM && len * 4 < room {
-            self.values.shrink_to(len * 2);
+            self.places.shrink_to(len * 2);
         }
     }
 
     pub fn len(&self) -> usize {
-        self.values.len()
+        self.places.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.places.is_empty()
     }
 
-    /// The values in no order: cheaper than [`Bounded::iter`], for what does not depend on it.
+    /// The values, oldest first.
     pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.values.values().map(|(_, v)| v)
+        self.order.values().map(|(_, v)| v)
     }
 
     /// The values by key, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
-        self.order
-            .values()
-            .filter_map(|k| Some((k.as_str(), self.get(k)?)))
+        self.order.values().map(|(k, v)| (k.as_str(), v))
     }
 
-    /// Whether its order and its values agree (for tests of the invariants).
+    /// Whether its order and its places agree (for tests of the invariants).
     pub fn consistent(&self) -> bool {
-        self.order.len() == self.values.len()
+        self.order.len() == self.places.len()
             && self
                 .order
                 .iter()
-                .all(|(seq, k)| self.values.get(k).is_some_and(|(s, _)| s == seq))
+                .all(|(seq, (k, _))| self.places.get(k) == Some(seq))
     }
 }
 
@@ -238,12 +237,12 @@ mod tests {
         for i in 0..200 {
             b.insert(&format!("k{i}"), i, i);
         }
-        assert!(b.values.capacity() >= 200);
+        assert!(b.places.capacity() >= 200);
         let mut forgotten = Vec::new();
         b.make_room(6, &mut forgotten);
         assert_eq!(forgotten.len(), 195);
         assert_eq!(b.len(), 5);
-        assert!(b.values.capacity() <= MIN_ROOM, "{}", b.values.capacity());
+        assert!(b.places.capacity() <= MIN_ROOM, "{}", b.places.capacity());
         let kept: Vec<(&str, &u64)> = b.iter().collect();
         assert_eq!(
             kept,
@@ -261,12 +260,12 @@ mod tests {
             b.insert(&format!("n{i}"), 200 + i, i);
         }
         while b.len() > 1 {
-            let room = b.values.capacity();
+            let room = b.places.capacity();
             let oldest = b.order.keys().next().copied().expect("held");
             b.remove_at(oldest);
-            assert!(room <= MIN_ROOM || b.len() * 4 >= room || b.values.capacity() < room);
+            assert!(room <= MIN_ROOM || b.len() * 4 >= room || b.places.capacity() < room);
         }
-        assert!(b.values.capacity() <= MIN_ROOM);
+        assert!(b.places.capacity() <= MIN_ROOM);
         assert_eq!(b.iter().count(), 1);
     }
 }
