@@ -102,7 +102,7 @@ impl Engine {
         let learned: SmallVec<[f64; 4]> = voters
             .zip(weights.iter())
             .map(|(voter, &(table, value))| {
-                let r = fitted.reviewers.get(voter);
+                let r = fitted.get(voter);
                 let pass = value >= 0.5;
                 match r.filter(|r| r.shared >= min_items) {
                     Some(r) if source == ReputationSource::Both => table * r.learned_weight(pass),

@@ -412,12 +412,33 @@ pub struct Fit {
     pub iterations: usize,
 }
 
-impl Fit {
+/// The figures of a checkpoint's fit, by reviewer id: what the learned weights and the metrics
+/// follow until the next checkpoint. Kept in every project, so in a sorted vector rather than the
+/// fit's B-tree, whose node has room for eleven reviewers where most projects have a few.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Checkpoint(Vec<(ProjectKey, Figures)>);
+
+impl From<Fit> for Checkpoint {
+    fn from(fit: Fit) -> Self {
+        Checkpoint(fit.reviewers.into_iter().collect())
+    }
+}
+
+impl Checkpoint {
+    /// A reviewer's figures.
+    pub fn get(&self, reviewer: &str) -> Option<&Figures> {
+        let at = self
+            .0
+            .binary_search_by(|(id, _)| id.as_str().cmp(reviewer))
+            .ok()?;
+        Some(&self.0[at].1)
+    }
+
     /// The `n` least reliable reviewers with at least `min_items` shared items, least
     /// reliable first (ties by id).
     pub fn least_reliable(&self, min_items: u64, n: usize) -> Vec<(&str, f64)> {
         let mut held: Vec<(&str, f64)> = self
-            .reviewers
+            .0
             .iter()
             .filter(|(_, r)| r.shared >= min_items)
             .map(|(k, r)| (k.as_str(), r.reliability()))
@@ -682,7 +703,7 @@ pub struct Reviewers {
     /// Verdicts left out to stay within the bounds.
     pub left_out: u64,
     /// The fit at the last checkpoint (or restore): derived, not state.
-    checkpoint: Option<Fit>,
+    checkpoint: Option<Checkpoint>,
 }
 
 /// Two are equal when they hold the same verdict counts, findings and counters: the fit is
@@ -800,11 +821,11 @@ impl Reviewers {
 
     /// Keeps `fit` as the one the alerts and learned weights follow.
     pub fn keep_checkpoint(&mut self, fit: Fit) {
-        self.checkpoint = Some(fit);
+        self.checkpoint = Some(Checkpoint::from(fit));
     }
 
     /// The fit of the last checkpoint (or restore).
-    pub fn checkpoint(&self) -> Option<&Fit> {
+    pub fn checkpoint(&self) -> Option<&Checkpoint> {
         self.checkpoint.as_ref()
     }
 

@@ -306,7 +306,7 @@ fn learned_weights_follow_the_reliabilities() {
         }
         run.state
             .quality("p")
-            .and_then(|q| q.reviewers.checkpoint()?.reviewers.get("h1").cloned())
+            .and_then(|q| q.reviewers.checkpoint()?.get("h1").cloned())
     };
     let h1 = h1.expect("held");
     let (a, b) = (h1.coins.sensitivity, h1.coins.specificity);
