@@ -260,7 +260,7 @@ fn start_service(
             ("MIMALLOC_ALLOW_THP", "0"),
             (
                 "GLIBC_TUNABLES",
-                "glibc.malloc.trim_threshold=1073741824:glibc.malloc.top_pad=67108864",
+                "glibc.malloc.mmap_threshold=1048576:glibc.malloc.trim_threshold=131072",
             ),
         ],
     );

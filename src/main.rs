@@ -3,9 +3,10 @@
 //! Two allocator settings that the service is measured with are environment variables, set by
 //! the deploy files (`deploy/`) rather than by code: `MIMALLOC_ALLOW_THP=0` (mimalloc's fresh
 //! pages otherwise fault in 2 MiB at a time, each zeroed by the kernel) and
-//! `GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824:glibc.malloc.top_pad=67108864`
-//! (librdkafka allocates from glibc, and trimming the heap after each epoch's changelog burst
-//! made the next burst fault every page in again); docs/performance.md gives the measurements.
+//! `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=1048576:glibc.malloc.trim_threshold=131072`
+//! (librdkafka allocates from glibc, whose dynamic thresholds otherwise keep the heap its
+//! buffers peaked at); docs/architecture.md says why, docs/performance.md gives the
+//! measurements.
 
 #![forbid(unsafe_code)]
 
