@@ -258,10 +258,13 @@ pub fn reach(cfg: &Config) -> Result<BaseConsumer<QuietReader>, ServiceError> {
     let give_up = Duration::from_secs(secs);
     let mut wait = FIRST_REACH;
     loop {
-        let left = give_up.saturating_sub(started.elapsed());
-        match probe.fetch_metadata(None, wait.min(left)) {
+        let attempt = wait.min(give_up.saturating_sub(started.elapsed()));
+        match probe.fetch_metadata(None, attempt) {
             Ok(_) => return Ok(probe),
-            Err(error) if started.elapsed() >= give_up => {
+            // The attempt that waited out the rest of the time. Not a check of the clock:
+            // librdkafka counts its timeout in whole milliseconds, so attempts in the last one
+            // return at once, and each would have said again that it was still trying.
+            Err(error) if attempt < wait => {
                 return Err(ServiceError::Unreachable {
                     servers: servers.clone(),
                     secs,
