@@ -433,16 +433,10 @@ impl Service {
         false
     }
 
-    /// Waits until at least `n` input records were handled.
+    /// Waits until at least `n` input records were handled; returns how many were.
     pub fn wait_handled(&self, n: u64, timeout: Duration) -> u64 {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let got = self.records_handled();
-            if got >= n || Instant::now() > deadline {
-                return got;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        const HANDLED: &str = "jurystream_records_total";
+        metric_sum(&self.wait_metric(HANDLED, n, timeout), HANDLED)
     }
 
     /// Waits until the metric `name` (summed over its labels) reaches `n`, returning the
