@@ -1,29 +1,32 @@
 //! Reviewer reliability: how far each human reviewer's pass/fail verdicts can be trusted,
-//! learned from how reviewers agree on the same items, without gold answers: the one-coin
-//! Dawid-Skene model, fitted in batch over the verdicts held.
+//! learned from how reviewers agree on the same items, without gold answers: the two-coin
+//! Dawid-Skene model, fitted in batch over the verdicts held (docs/reviewers.md has the model
+//! with a worked example).
 //!
-//! The model. An item's true verdict is pass with probability `π`; reviewer `j` gives the true
-//! verdict with probability `p_j`, its reliability, whichever the truth. Given the reliabilities,
-//! an item's posterior odds of being a pass are
+//! The model. An item's true verdict is pass with probability `π`; reviewer `j` says pass on a
+//! pass with probability `a_j` (its sensitivity) and fail on a fail with probability `b_j` (its
+//! specificity). Given the coins, an item's posterior odds of being a pass are
 //!
 //! ```text
-//! logit P(pass | verdicts) = logit π + Σ_{j said pass} logit p_j − Σ_{j said fail} logit p_j
+//! logit q_i = logit π + Σ_{j said pass} ln(a_j / (1 − b_j)) + Σ_{j said fail} ln((1 − a_j) / b_j)
 //! ```
 //!
-//! and given every item's posterior `q_i`, a reliability is the expected share of the reviewer's
-//! verdicts that are true, under a Beta(`PRIOR_TRUE`, `PRIOR_FALSE`) prior, and `π` the mean
-//! posterior under a Beta(1, 1) one:
+//! and given every item's posterior, each coin is the expected share of the reviewer's verdicts
+//! on items of its class that are right, under a Beta(`PRIOR_TRUE`, `PRIOR_FALSE`) prior, and
+//! `π` the mean posterior under a Beta(1, 1) one:
 //!
 //! ```text
-//! p_j = (PRIOR_TRUE + Σ_i P(z_i = v_ij)) / (PRIOR_TRUE + PRIOR_FALSE + n_j)
+//! a_j = (PRIOR_TRUE + Σ_{i: j said pass} q_i) / (PRIOR_TRUE + PRIOR_FALSE + Σ_{i of j} q_i)
+//! b_j = (PRIOR_TRUE + Σ_{i: j said fail} (1 − q_i)) / (PRIOR_TRUE + PRIOR_FALSE + Σ_{i of j} (1 − q_i))
 //! π   = (1 + Σ_i q_i) / (2 + items)
 //! ```
 //!
-//! [`fit`] alternates the two over every held item (EM, as crowd-kit's `OneCoinDawidSkene`
-//! does, with the prior) from where the evidence points: each item's posterior starts at the
-//! weighted share of its verdicts that say pass. Its sums are fixed point and each item's
-//! verdicts are kept in reviewer order, so the fit is a function of the verdicts held, not of
-//! the order they arrived in, to the last bit.
+//! A reviewer's reliability is its expected share of true verdicts under the same prior. [`fit`]
+//! alternates the two steps over every held item (EM, as crowd-kit's `DawidSkene` does, with the
+//! prior) from where the evidence points: each item's posterior starts at the weighted share of
+//! its verdicts that say pass. Its sums are fixed point and each item's verdicts are kept in
+//! reviewer order, so the fit is a function of the verdicts held, not of the order they arrived
+//! in, to the last bit.
 //!
 //! What is state is only the facts: each item's verdicts (in its entry of the project's item
 //! store, a [`Review`]) and each reviewer's active findings ([`Findings`], the hysteresis of its
