@@ -114,6 +114,31 @@ def test_ports_agree_between_the_image_the_stack_prometheus_and_kubernetes():
     assert f"-t {container['image']}" in (DEPLOY / "Dockerfile").read_text()
 
 
+def test_the_allocator_settings_agree_between_the_deploy_files_and_the_benchmarks():
+    """The allocator settings are environment variables copied into every deploy file and both
+    benchmark harnesses (docs/architecture.md, "Memory and the allocators"): the figures are
+    measured with what is deployed only while the copies are the same."""
+    names = ("MIMALLOC_ALLOW_THP", "GLIBC_TUNABLES")
+    docker = (DEPLOY / "Dockerfile").read_text()
+    service = (DEPLOY / "jurystream.service").read_text()
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "kubernetes.yaml").read_text()) if d]
+    pod = next(d for d in docs if d["kind"] == "StatefulSet")["spec"]["template"]
+    k8s = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    peers = (ROOT / "benches" / "peers" / "run.py").read_text()
+    load = (ROOT / "benches" / "load.rs").read_text()
+    for name in names:
+        copies = {
+            "Dockerfile": re.findall(rf"{name}=(\S+)", docker),
+            "jurystream.service": re.findall(rf"Environment={name}=(\S+)", service),
+            "kubernetes.yaml": [k8s.get(name)],
+            "peers/run.py": re.findall(rf'{name}="([^"]+)"', peers),
+            "load.rs": re.findall(rf'"{name}",\s*"([^"]+)"', load),
+        }
+        values = {v for found in copies.values() for v in found}
+        assert all(len(found) == 1 for found in copies.values()), (name, copies)
+        assert len(values) == 1, (name, copies)
+
+
 def test_grafana_reads_the_stacks_prometheus_and_the_dashboard():
     services = compose()["services"]
     grafana = {c: h for h, c in mounts(services["grafana"])}
