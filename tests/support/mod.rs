@@ -28,6 +28,9 @@ use jurystream::kafka::clients;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_jurystream");
 
+/// The counter of input records handled (every result), summed over its labels.
+const HANDLED: &str = "jurystream_records_total";
+
 /// A running broker.
 pub struct Broker {
     pub bootstrap: String,
@@ -419,7 +422,7 @@ impl Service {
 
     /// Sum of `jurystream_records_total` (every result), i.e. input records handled.
     pub fn records_handled(&self) -> u64 {
-        metric_sum(&self.metrics(), "jurystream_records_total")
+        metric_sum(&self.metrics(), HANDLED)
     }
 
     pub fn wait_ready(&self, timeout: Duration) -> bool {
@@ -435,7 +438,6 @@ impl Service {
 
     /// Waits until at least `n` input records were handled; returns how many were.
     pub fn wait_handled(&self, n: u64, timeout: Duration) -> u64 {
-        const HANDLED: &str = "jurystream_records_total";
         metric_sum(&self.wait_metric(HANDLED, n, timeout), HANDLED)
     }
 
