@@ -16,7 +16,7 @@ use super::ids::ProjectKey;
 use super::journal::Change;
 use super::model::bias::{BiasAlert, risk_level};
 use super::model::judge_quality::Observed;
-use super::model::reviewers::{Figures, Findings};
+use super::model::reviewers::{Figures, Findings, LearnedWeights};
 use super::output::{Output, OutputTopic, Shows};
 use super::settings::{ReputationSource, Reviewers};
 use super::state::PartitionState;
@@ -102,11 +102,11 @@ impl Engine {
         let learned: SmallVec<[f64; 4]> = voters
             .zip(weights.iter())
             .map(|(voter, &(table, value))| {
-                let r = fitted.get(voter);
-                let pass = value >= 0.5;
-                match r.filter(|r| r.shared >= min_items) {
-                    Some(r) if source == ReputationSource::Both => table * r.learned_weight(pass),
-                    Some(r) => r.learned_weight(pass),
+                let learned = fitted.get(voter).and_then(|r| r.learned_weights(min_items));
+                let pick = |w: LearnedWeights| if value >= 0.5 { w.pass } else { w.fail };
+                match learned {
+                    Some(w) if source == ReputationSource::Both => table * pick(w),
+                    Some(w) => pick(w),
                     None => table,
                 }
             })
@@ -137,6 +137,7 @@ impl Engine {
     /// published for its reviewer is not published again. The service calls it every
     /// `output.reviewers_coalesce_ms`, replay at the end of its input.
     pub fn release_reviewers(&self, state: &mut PartitionState, out: &mut Vec<Output>) {
+        let settings = &self.settings.reviewers;
         let held = &mut state.held_reviewers;
         let mut dirty: Vec<ProjectKey> = held.dirty.drain().collect();
         dirty.sort_unstable();
@@ -150,7 +151,8 @@ impl Engine {
             published.retain(|r, _| fitted.reviewers.contains_key(r));
             for (reviewer, figures) in &fitted.reviewers {
                 let findings = q.reviewers.findings(reviewer);
-                let record = reviewer_record(&project, reviewer, figures, findings);
+                let kept = (findings, settings.min_items);
+                let record = reviewer_record(&project, reviewer, figures, kept);
                 let hash = xxhash_rust::xxh3::xxh3_64(record.render().as_bytes());
                 if published.insert(reviewer.clone(), hash) != Some(hash) {
                     out.push(record);
@@ -229,9 +231,15 @@ fn alerts(
     alerts
 }
 
-/// The `jury.reviewer-quality` record of `reviewer` in `project`, with its figures `r` and its
-/// active findings `f`. Also how the interactive queries' view is seeded from restored state.
-pub fn reviewer_record(project: &str, reviewer: &str, r: &Figures, f: Findings) -> Output {
+/// The `jury.reviewer-quality` record of `reviewer` in `project`, with its figures `r`, its
+/// active findings `f` and `reviewers.min_items` (before which its learned weights are
+/// withheld). Also how the interactive queries' view is seeded from restored state.
+pub fn reviewer_record(
+    project: &str,
+    reviewer: &str,
+    r: &Figures,
+    (f, min_items): (Findings, u64),
+) -> Output {
     let p = r.reliability();
     let se = r.standard_error();
     let findings = [
@@ -253,6 +261,7 @@ pub fn reviewer_record(project: &str, reviewer: &str, r: &Figures, f: Findings) 
         pass_rate: r.pass_rate(),
         judge_agreement: r.judge_agreement(),
         judged_items: r.judged,
+        learned_weights: r.learned_weights(min_items),
         findings: findings
             .into_iter()
             .filter_map(|(on, name)| on.then_some(name))
@@ -290,6 +299,9 @@ struct ReviewerQualityRecord<'a> {
     pass_rate: Option<f64>,
     judge_agreement: Option<f64>,
     judged_items: u64,
+    /// The weights its pass and its fail verdicts get with `scoring.reputation_source =
+    /// "learned"` (see [`Figures::learned_weights`]); `null` while withheld.
+    learned_weights: Option<LearnedWeights>,
     findings: Vec<&'static str>,
     last_event_at: Option<String>,
 }

@@ -293,7 +293,8 @@ impl View {
             let fitted = q.fit_reviewers();
             for (reviewer, r) in &fitted.reviewers {
                 let findings = q.reviewers.findings(reviewer);
-                let record = reviewer_record(project, reviewer, r, findings);
+                let kept = (findings, settings.reviewers.min_items);
+                let record = reviewer_record(project, reviewer, r, kept);
                 p.reviewers
                     .insert(reviewer.to_string(), record.render().into());
             }

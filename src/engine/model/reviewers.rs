@@ -401,6 +401,23 @@ impl Figures {
         let (for_pass, for_fail) = self.coins.log_ratios();
         if pass { for_pass } else { -for_fail }.max(0.0)
     }
+
+    /// Its learned weights on a pass and on a fail, once it shares `min_items` items with
+    /// other reviewers; `None` while they are withheld: fewer shared items are too little
+    /// evidence for a weight, and its votes keep the table's.
+    pub fn learned_weights(&self, min_items: u64) -> Option<LearnedWeights> {
+        (self.shared >= min_items).then(|| LearnedWeights {
+            pass: self.learned_weight(true),
+            fail: self.learned_weight(false),
+        })
+    }
+}
+
+/// A reviewer's learned weights on each verdict (see [`Figures::learned_weights`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LearnedWeights {
+    pub pass: f64,
+    pub fail: f64,
 }
 
 /// A fit of a project's held verdicts: every reviewer's figures, by id.

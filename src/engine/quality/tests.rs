@@ -409,7 +409,8 @@ fn results(
         let fitted = q.fit_reviewers();
         for (reviewer, r) in &fitted.reviewers {
             let findings = q.reviewers.findings(reviewer);
-            let record = crate::engine::reviewer_record("p", reviewer, r, findings);
+            let min_items = run.engine.settings.reviewers.min_items;
+            let record = crate::engine::reviewer_record("p", reviewer, r, (findings, min_items));
             table.insert(format!("reviewer {reviewer}"), record.render().into_owned());
         }
     }

@@ -263,12 +263,12 @@ fn step_mean(before: f64, record: &Value) -> f64 {
 }
 
 /// With `scoring.reputation_source = "learned"`, once the reviewers have `reviewers.min_items`
-/// shared items a vote weighs the log-odds of its voter's reliability, clipped at 0: after the
-/// crowd of the hand case, an honest reviewer's pass (reliability ≈ 82/83, weight ≈
-/// ln 82 ≈ 4.4) against the contrarian's fail (≈ 2/83, weight 0) is a batch mean of 1, where
-/// the table's equal weights make it ½. `both` multiplies by the table (an explicit
-/// reputation of 2 for the honest reviewer changes nothing here: the other weight is 0). A
-/// batch whose learned weights are all 0 keeps the table's rather than be dropped.
+/// shared items a vote weighs the log-likelihood ratio its verdict carries, clipped at 0: after
+/// the crowd of the hand case, an honest reviewer's pass (each coin ≈ 42/43, weight ≈
+/// ln 42 ≈ 3.7) against the contrarian's fail (worse than chance, weight 0) is a batch mean
+/// of 1, where the table's equal weights make it ½. `both` multiplies by the table (an
+/// explicit reputation of 2 for the honest reviewer changes nothing here: the other weight is
+/// 0). A batch whose learned weights are all 0 keeps the table's rather than be dropped.
 #[test]
 fn learned_weights_follow_the_reliabilities() {
     for (source, expected) in [("table", 0.5), ("learned", 1.0), ("both", 1.0)] {
@@ -313,6 +313,43 @@ fn learned_weights_follow_the_reliabilities() {
     assert!(a > 0.9 && b > 0.9, "{h1:?}");
     assert!((h1.learned_weight(true) - (a / (1.0 - b)).ln()).abs() < 1e-12);
     assert!((h1.learned_weight(false) - (b / (1.0 - a)).ln()).abs() < 1e-12);
+}
+
+/// A record says which weights a reviewer's verdicts get with learned reputations: `null`
+/// while withheld (fewer than `reviewers.min_items` = 20 shared items: after 19 items of the
+/// hand case each reviewer shares 19), then the log-likelihood ratios of its own published
+/// coins, clipped at 0: an honest reviewer's near `ln 42` both ways (each coin near 42/43: 40
+/// items of each class under the Beta(2, 1) prior), the contrarian's 0 both ways (worse than
+/// chance), and the yes-sayer's pass, which says nothing, near 0.
+#[test]
+fn a_record_publishes_its_learned_weights_once_they_are_no_longer_withheld() {
+    let mut run = Run::new(&Config::default());
+    six_reviewers(&mut run, 19);
+    for voter in ["h1", "contrarian", "yes", "coin"] {
+        let record = run.record(voter);
+        assert_eq!(record["items"], 19, "{record}");
+        assert!(record["learned_weights"].is_null(), "{record}");
+    }
+    let mut run = Run::new(&Config::default());
+    six_reviewers(&mut run, 80);
+    let weights = |voter: &str| {
+        let r = run.record(voter);
+        let (a, b) = (
+            r["sensitivity"].as_f64().unwrap_or(f64::NAN),
+            r["specificity"].as_f64().unwrap_or(f64::NAN),
+        );
+        let by_hand = ((a / (1.0 - b)).ln().max(0.0), (b / (1.0 - a)).ln().max(0.0));
+        let w = &r["learned_weights"];
+        assert!(close(&w["pass"], by_hand.0, 1e-9), "{voter}: {r}");
+        assert!(close(&w["fail"], by_hand.1, 1e-9), "{voter}: {r}");
+        by_hand
+    };
+    let (pass, fail) = weights("h1");
+    assert!(((pass - 42f64.ln()).abs() < 0.01) && (fail - 42f64.ln()).abs() < 0.01);
+    assert_eq!(weights("contrarian"), (0.0, 0.0));
+    let (pass, _) = weights("yes");
+    assert!(pass < 0.1, "{pass}");
+    weights("coin");
 }
 
 #[test]
