@@ -232,6 +232,38 @@ def test_learned_weights_on_varied_crowds_help_on_average_not_everywhere():
     assert nearer >= 0.7 * len(seeds), nearer
 
 
+def test_learned_weights_are_published_once_no_longer_withheld():
+    """On 30 of the varied crowds, whole and cut after their first 40 items, every record says
+    which weights its reviewer's verdicts get with learned reputations: none (`null`) before 20
+    shared items (reviewers.min_items), then the log-likelihood ratios of its own published
+    coins, clipped at 0; and on the whole crowds a reviewer who always passes or always fails
+    gets about 0 for the verdict it always gives, and an adversary's verdicts weigh 0 both
+    ways."""
+    import math
+    withheld, held = 0, 0
+    for seed, cut in [(seed, cut) for seed in range(30) for cut in (None, 40)]:
+        batches, _, kinds = varied_crowd(seed)
+        for r, record in reviewer_records(replay(records(batches[:cut]))).items():
+            weights = record["learned_weights"]
+            if record["items"] < 20:
+                assert weights is None, (seed, r, record)
+                withheld += 1
+                continue
+            held += 1
+            a, b = (min(max(record[c], 1e-3), 1 - 1e-3) for c in ("sensitivity", "specificity"))
+            assert abs(weights["pass"] - max(0.0, math.log(a / (1 - b)))) < 1e-9, (seed, r, record)
+            assert abs(weights["fail"] - max(0.0, math.log(b / (1 - a)))) < 1e-9, (seed, r, record)
+            if cut:
+                continue
+            if kinds[r] == "yes":
+                assert weights["pass"] < 0.2, (seed, r, record)
+            if kinds[r] == "no":
+                assert weights["fail"] < 0.2, (seed, r, record)
+            if kinds[r] == "adversary":
+                assert weights == {"pass": 0.0, "fail": 0.0}, (seed, r, record)
+    assert held >= 100 and withheld >= 50, (held, withheld)
+
+
 def varied_crowd(seed):
     """A crowd as the issue of record describes it: 300-600 items, 3-5 votes each, a pass
     rate of 0.3-0.7, honest reviewers of accuracy 0.6-0.97, and among the others spammers (a
