@@ -1,9 +1,9 @@
 //! The two orders a project's item store (judge quality, reviewer reliability) keeps its
 //! state in: a project's values by key, oldest first ([`Bounded`]), and the places of every
 //! item a task holds, whatever its project ([`Places`]), so that a task, not only a project,
-//! stays within a bound.
+//! stays within a bound. Both keep their values in an [`Ordered`] run of places.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::ops::Range;
 
 use crate::engine::ids::{IdMap, ProjectKey};
@@ -11,6 +11,139 @@ use crate::engine::ids::{IdMap, ProjectKey};
 /// The room below which [`Bounded`] never shrinks its map: a few values' worth, which a map
 /// would allocate again at once.
 const MIN_ROOM: usize = 16;
+
+/// Values by place, oldest first: the order [`Bounded`] and [`Places`] keep. Places only grow
+/// as values arrive, so a new value joins at the back and the oldest leaves from the front,
+/// and a project's values lie side by side, so that a fit or a bucket of the changelog reads
+/// them in one sweep. (The B-trees this replaced shifted a leaf's values on every removal from
+/// its front, and spread a project's few items over nodes of their own.) A value taken from the
+/// middle leaves a gap, dropped once it reaches either end or once the gaps are half the run;
+/// finding a place is a binary search.
+#[derive(Debug, Clone)]
+pub struct Ordered<T> {
+    slots: VecDeque<(u64, Option<T>)>,
+    held: usize,
+}
+
+impl<T> Default for Ordered<T> {
+    fn default() -> Self {
+        Ordered {
+            slots: VecDeque::new(),
+            held: 0,
+        }
+    }
+}
+
+impl<T> Ordered<T> {
+    /// Where place `seq` is, or would go, among the slots.
+    fn find(&self, seq: u64) -> Result<usize, usize> {
+        self.slots.binary_search_by_key(&seq, |(s, _)| *s)
+    }
+
+    pub fn get(&self, seq: u64) -> Option<&T> {
+        let i = self.find(seq).ok()?;
+        self.slots[i].1.as_ref()
+    }
+
+    pub fn get_mut(&mut self, seq: u64) -> Option<&mut T> {
+        let i = self.find(seq).ok()?;
+        self.slots[i].1.as_mut()
+    }
+
+    /// Puts `value` at place `seq`, returning what was there.
+    pub fn insert(&mut self, seq: u64, value: T) -> Option<T> {
+        if self.slots.back().is_none_or(|(last, _)| *last < seq) {
+            self.slots.push_back((seq, Some(value)));
+            self.held += 1;
+            return None;
+        }
+        match self.find(seq) {
+            Ok(i) => {
+                let was = self.slots[i].1.replace(value);
+                self.held += usize::from(was.is_none());
+                was
+            }
+            Err(i) => {
+                self.slots.insert(i, (seq, Some(value)));
+                self.held += 1;
+                None
+            }
+        }
+    }
+
+    /// Takes the value at place `seq`.
+    pub fn remove(&mut self, seq: u64) -> Option<T> {
+        let i = self.find(seq).ok()?;
+        let value = self.slots[i].1.take()?;
+        self.held -= 1;
+        self.tidy();
+        Some(value)
+    }
+
+    /// Takes the oldest value and its place.
+    pub fn pop_first(&mut self) -> Option<(u64, T)> {
+        while let Some((seq, slot)) = self.slots.pop_front() {
+            if let Some(value) = slot {
+                self.held -= 1;
+                self.tidy();
+                return Some((seq, value));
+            }
+        }
+        None
+    }
+
+    /// Drops the gaps at either end, and all of them once they are half the slots; gives back
+    /// the room of a run that shrank to a quarter of it.
+    fn tidy(&mut self) {
+        while self.slots.front().is_some_and(|(_, v)| v.is_none()) {
+            self.slots.pop_front();
+        }
+        while self.slots.back().is_some_and(|(_, v)| v.is_none()) {
+            self.slots.pop_back();
+        }
+        if self.slots.len() > 2 * self.held {
+            self.slots.retain(|(_, v)| v.is_some());
+        }
+        let (len, room) = (self.slots.len(), self.slots.capacity());
+        if room > MIN_ROOM && len * 4 < room {
+            self.slots.shrink_to(len * 2);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.held
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held == 0
+    }
+
+    /// The values and their places, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
+        self.slots
+            .iter()
+            .filter_map(|(seq, v)| v.as_ref().map(|v| (*seq, v)))
+    }
+
+    /// The values at `places` and their places, in order.
+    pub fn range(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &T)> {
+        let from = self.find(places.start).unwrap_or_else(|i| i);
+        self.slots
+            .range(from..)
+            .take_while(move |(seq, _)| *seq < places.end)
+            .filter_map(|(seq, v)| v.as_ref().map(|v| (*seq, v)))
+    }
+
+    /// Whether the places ascend and the count of values is right (for tests).
+    fn consistent(&self) -> bool {
+        let ascending = self
+            .slots
+            .iter()
+            .zip(self.slots.iter().skip(1))
+            .all(|(a, b)| a.0 < b.0);
+        ascending && self.held == self.slots.iter().filter(|(_, v)| v.is_some()).count()
+    }
+}
 
 /// Values by key, in order of arrival, at most a bound of them: the oldest goes first. Each
 /// value has a place in that order, so a restore puts it back where it was. The places are the
@@ -25,7 +158,7 @@ const MIN_ROOM: usize = 16;
 #[derive(Debug, Clone, Default)]
 pub struct Bounded<V> {
     places: IdMap<ProjectKey, u64>,
-    order: BTreeMap<u64, (ProjectKey, V)>,
+    order: Ordered<(ProjectKey, V)>,
     next: u64,
 }
 
@@ -33,7 +166,10 @@ pub struct Bounded<V> {
 /// only relative (a restore cannot know the places of values already forgotten).
 impl<V: PartialEq> PartialEq for Bounded<V> {
     fn eq(&self, other: &Self) -> bool {
-        self.order.values().eq(other.order.values())
+        self.order
+            .iter()
+            .map(|(_, v)| v)
+            .eq(other.order.iter().map(|(_, v)| v))
     }
 }
 
@@ -63,18 +199,18 @@ impl<V> Bounded<V> {
     /// The value of `key` and its place.
     pub fn get_mut(&mut self, key: &str) -> Option<(u64, &mut V)> {
         let seq = *self.places.get(key)?;
-        self.order.get_mut(&seq).map(|(_, v)| (seq, v))
+        self.order.get_mut(seq).map(|(_, v)| (seq, v))
     }
 
     /// The value of `key` with its place in the order, for the changelog.
     pub fn get_with_seq(&self, key: &str) -> Option<(u64, &V)> {
         let seq = *self.places.get(key)?;
-        self.order.get(&seq).map(|(_, v)| (seq, v))
+        self.order.get(seq).map(|(_, v)| (seq, v))
     }
 
     /// The key and value at place `seq`.
     pub fn at(&self, seq: u64) -> Option<(&str, &V)> {
-        self.order.get(&seq).map(|(k, v)| (k.as_str(), v))
+        self.order.get(seq).map(|(k, v)| (k.as_str(), v))
     }
 
     /// Forgets the oldest values until there is room for one more within `max`, appending
@@ -99,9 +235,14 @@ impl<V> Bounded<V> {
         if let Some(held) = held
             && held != seq
         {
-            self.order.remove(&held);
+            self.order.remove(held);
         }
-        self.order.insert(seq, (key, value));
+        if let Some((other, _)) = self.order.insert(seq, (key.clone(), value))
+            && other != key
+            && self.places.get(&other) == Some(&seq)
+        {
+            self.places.remove(&other);
+        }
         self.next = self.next.max(seq + 1);
         held
     }
@@ -109,14 +250,14 @@ impl<V> Bounded<V> {
     /// Removes `key`, returning its place and value.
     pub fn remove(&mut self, key: &str) -> Option<(u64, V)> {
         let seq = self.places.remove(key)?;
-        let (_, v) = self.order.remove(&seq)?;
+        let (_, v) = self.order.remove(seq)?;
         self.fit();
         Some((seq, v))
     }
 
     /// Removes the value at place `seq`, returning its key and value.
     pub fn remove_at(&mut self, seq: u64) -> Option<(ProjectKey, V)> {
-        let (key, v) = self.order.remove(&seq)?;
+        let (key, v) = self.order.remove(seq)?;
         self.places.remove(&key);
         self.fit();
         Some((key, v))
@@ -143,21 +284,22 @@ impl<V> Bounded<V> {
 
     /// The values, oldest first.
     pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.order.values().map(|(_, v)| v)
+        self.order.iter().map(|(_, (_, v))| v)
     }
 
     /// The values by key, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
-        self.order.values().map(|(k, v)| (k.as_str(), v))
+        self.order.iter().map(|(_, (k, v))| (k.as_str(), v))
     }
 
     /// Whether its order and its places agree (for tests of the invariants).
     pub fn consistent(&self) -> bool {
-        self.order.len() == self.places.len()
+        self.order.consistent()
+            && self.order.len() == self.places.len()
             && self
                 .order
                 .iter()
-                .all(|(seq, (k, _))| self.places.get(k) == Some(seq))
+                .all(|(seq, (k, _))| self.places.get(k) == Some(&seq))
     }
 }
 
@@ -166,7 +308,7 @@ impl<V> Bounded<V> {
 /// project's [`Bounded`] too, and the changelog writes items in buckets of places.
 #[derive(Debug, Clone, Default)]
 pub struct Places {
-    order: BTreeMap<u64, ProjectKey>,
+    order: Ordered<ProjectKey>,
     next: u64,
 }
 
@@ -174,7 +316,10 @@ pub struct Places {
 /// [`Bounded`]).
 impl PartialEq for Places {
     fn eq(&self, other: &Self) -> bool {
-        self.order.values().eq(other.order.values())
+        self.order
+            .iter()
+            .map(|(_, p)| p)
+            .eq(other.order.iter().map(|(_, p)| p))
     }
 }
 
@@ -193,12 +338,12 @@ impl Places {
     }
 
     pub fn remove(&mut self, seq: u64) {
-        self.order.remove(&seq);
+        self.order.remove(seq);
     }
 
     /// The project of the item at place `seq`.
     pub fn project_at(&self, seq: u64) -> Option<&ProjectKey> {
-        self.order.get(&seq)
+        self.order.get(seq)
     }
 
     /// The place the next item takes.
@@ -213,7 +358,7 @@ impl Places {
 
     /// The places in `places` and their projects, in order: a changelog bucket.
     pub fn range(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &str)> {
-        self.order.range(places).map(|(&seq, p)| (seq, p.as_str()))
+        self.order.range(places).map(|(seq, p)| (seq, p.as_str()))
     }
 
     pub fn len(&self) -> usize {
@@ -261,11 +406,102 @@ mod tests {
         }
         while b.len() > 1 {
             let room = b.places.capacity();
-            let oldest = b.order.keys().next().copied().expect("held");
+            let oldest = b.order.iter().next().map(|(seq, _)| seq).expect("held");
             b.remove_at(oldest);
             assert!(room <= MIN_ROOM || b.len() * 4 >= room || b.places.capacity() < room);
         }
         assert!(b.places.capacity() <= MIN_ROOM);
         assert_eq!(b.iter().count(), 1);
+    }
+
+    /// Values taken from the middle leave gaps that are dropped once they are half the run,
+    /// and the run gives back the room of values it no longer holds.
+    #[test]
+    fn an_ordered_run_drops_its_gaps_and_gives_back_its_room() {
+        let mut run: Ordered<u64> = Ordered::default();
+        for seq in 0..256 {
+            run.insert(seq, seq);
+        }
+        for seq in (1..255).filter(|s| s % 16 != 0) {
+            assert_eq!(run.remove(seq), Some(seq));
+            assert!(
+                run.slots.len() <= 2 * run.len(),
+                "{} slots",
+                run.slots.len()
+            );
+        }
+        let held: Vec<u64> = run.iter().map(|(seq, _)| seq).collect();
+        let expected: Vec<u64> = (0..256).filter(|s| s % 16 == 0).chain([255]).collect();
+        assert_eq!(held, expected);
+        assert!(run.slots.capacity() <= 4 * run.len().max(MIN_ROOM));
+        assert_eq!(run.get(16), Some(&16));
+        assert_eq!(run.get(17), None);
+    }
+
+    /// One step of [`an_ordered_run_holds_what_a_sorted_map_holds`].
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A new value at the next place.
+        Push,
+        /// A value at any place, as a restore puts one back.
+        Insert(u64),
+        Remove(u64),
+        PopFirst,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => Just(Step::Push),
+            1 => (0u64..80).prop_map(Step::Insert),
+            3 => (0u64..80).prop_map(Step::Remove),
+            2 => Just(Step::PopFirst),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever is pushed, put back at any place, taken from the middle or forgotten from
+        /// the front, the run holds what a sorted map holds, in its order, by place and in
+        /// every range, and never more than twice its values in slots (the gaps are dropped).
+        #[test]
+        fn an_ordered_run_holds_what_a_sorted_map_holds(
+            steps in proptest::collection::vec(step(), 0..300),
+        ) {
+            let mut run: Ordered<u64> = Ordered::default();
+            let mut model: std::collections::BTreeMap<u64, u64> = Default::default();
+            let mut next = 0;
+            for (i, step) in steps.into_iter().enumerate() {
+                let i = i as u64;
+                match step {
+                    Step::Push => {
+                        proptest::prop_assert_eq!(run.insert(next, i), model.insert(next, i));
+                        next += 1;
+                    }
+                    Step::Insert(seq) => {
+                        proptest::prop_assert_eq!(run.insert(seq, i), model.insert(seq, i));
+                        next = next.max(seq + 1);
+                    }
+                    Step::Remove(seq) => {
+                        proptest::prop_assert_eq!(run.remove(seq), model.remove(&seq));
+                    }
+                    Step::PopFirst => {
+                        proptest::prop_assert_eq!(run.pop_first(), model.pop_first());
+                    }
+                }
+                proptest::prop_assert!(run.consistent());
+                proptest::prop_assert_eq!(run.len(), model.len());
+                proptest::prop_assert!(run.slots.len() <= 2 * run.len().max(1));
+                let held: Vec<(u64, u64)> = run.iter().map(|(s, v)| (s, *v)).collect();
+                let expected: Vec<(u64, u64)> = model.iter().map(|(s, v)| (*s, *v)).collect();
+                proptest::prop_assert_eq!(held, expected);
+                for seq in 0..next + 1 {
+                    proptest::prop_assert_eq!(run.get(seq), model.get(&seq));
+                }
+                let (a, b) = (next / 3, next / 3 + 10);
+                let ranged: Vec<u64> = run.range(a..b).map(|(s, _)| s).collect();
+                let expected: Vec<u64> = model.range(a..b).map(|(s, _)| *s).collect();
+                proptest::prop_assert_eq!(ranged, expected);
+            }
+        }
     }
 }
