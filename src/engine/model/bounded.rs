@@ -50,7 +50,10 @@ impl<T> Ordered<T> {
         self.slots[i].1.as_mut()
     }
 
-    /// Puts `value` at place `seq`, returning what was there.
+    /// Puts `value` at place `seq`, returning what was there. A place after the last is a
+    /// push, `O(1)`; one before it shifts the later values, `O(n)`: a restore puts items back
+    /// in order of place, and only a project's judges (at most `judge_quality.max_judges`) come
+    /// back in any order.
     pub fn insert(&mut self, seq: u64, value: T) -> Option<T> {
         if self.slots.back().is_none_or(|(last, _)| *last < seq) {
             self.slots.push_back((seq, Some(value)));
