@@ -128,6 +128,11 @@ impl<T> Ordered<T> {
             .filter_map(|(seq, v)| v.as_ref().map(|v| (*seq, v)))
     }
 
+    /// The values, oldest first.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.slots.iter().filter_map(|(_, v)| v.as_ref())
+    }
+
     /// The values at `places` and their places, in order.
     pub fn range(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &T)> {
         let from = self.find(places.start).unwrap_or_else(|i| i);
@@ -169,10 +174,7 @@ pub struct Bounded<V> {
 /// only relative (a restore cannot know the places of values already forgotten).
 impl<V: PartialEq> PartialEq for Bounded<V> {
     fn eq(&self, other: &Self) -> bool {
-        self.order
-            .iter()
-            .map(|(_, v)| v)
-            .eq(other.order.iter().map(|(_, v)| v))
+        self.order.values().eq(other.order.values())
     }
 }
 
@@ -240,12 +242,7 @@ impl<V> Bounded<V> {
         {
             self.order.remove(held);
         }
-        if let Some((other, _)) = self.order.insert(seq, (key.clone(), value))
-            && other != key
-            && self.places.get(&other) == Some(&seq)
-        {
-            self.places.remove(&other);
-        }
+        self.order.insert(seq, (key, value));
         self.next = self.next.max(seq + 1);
         held
     }
@@ -287,12 +284,12 @@ impl<V> Bounded<V> {
 
     /// The values, oldest first.
     pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.order.iter().map(|(_, (_, v))| v)
+        self.order.values().map(|(_, v)| v)
     }
 
     /// The values by key, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
-        self.order.iter().map(|(_, (k, v))| (k.as_str(), v))
+        self.order.values().map(|(k, v)| (k.as_str(), v))
     }
 
     /// Whether its order and its places agree (for tests of the invariants).
@@ -319,10 +316,7 @@ pub struct Places {
 /// [`Bounded`]).
 impl PartialEq for Places {
     fn eq(&self, other: &Self) -> bool {
-        self.order
-            .iter()
-            .map(|(_, p)| p)
-            .eq(other.order.iter().map(|(_, p)| p))
+        self.order.values().eq(other.order.values())
     }
 }
 
