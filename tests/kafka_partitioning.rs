@@ -88,7 +88,7 @@ const HOSTILE: [(Option<&str>, Option<&str>, &str); 3] = [
 ];
 
 /// The records of each partition of the group's repartition topic as a replay file, in offset
-/// order, each as the input record it copies (the coordinates its headers name), after the
+/// order, each as the input record it copies (the coordinates its key names), after the
 /// reputation table of `records`; and how many records the topic holds. A partition holds all
 /// of each of its projects' records, and its state their whole state, so replaying each
 /// partition on its own gives each project's outputs.
@@ -102,9 +102,17 @@ fn repartition_replays(bootstrap: &str, group: &str, records: &[Rec]) -> Forward
             .iter()
             .filter(|r| r.topic.ends_with(".reputations"))
             .cloned();
-        let (topic, partition, offset, timestamp): (String, i32, i64, Option<i64>) =
-            serde_json::from_slice(r.header("jurystream.origin").expect("an origin"))
-                .expect("[topic, partition, offset, timestamp]");
+        // The key: `[topic, partition, offset, timestamp, keyed]`, then the record's own key.
+        let key = r.key.as_deref().expect("a forward key");
+        let mut values =
+            serde_json::Deserializer::from_slice(key)
+                .into_iter::<(String, i32, i64, Option<i64>, bool)>();
+        let (topic, partition, offset, timestamp, keyed) = values
+            .next()
+            .expect("an origin")
+            .expect("[topic, partition, offset, timestamp, keyed]");
+        let own_key = keyed.then(|| &key[values.byte_offset()..]);
+        assert!(r.headers.is_empty(), "{:?}", r.headers);
         partitions
             .entry(r.partition)
             .or_insert_with(|| reps.collect())
@@ -112,7 +120,7 @@ fn repartition_replays(bootstrap: &str, group: &str, records: &[Rec]) -> Forward
                 topic,
                 partition,
                 offset,
-                key: text(r.header("jurystream.key")),
+                key: text(own_key),
                 timestamp_ms: timestamp.expect("a timestamp"),
                 value: text(r.value.as_deref()),
             });

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Message, OwnedHeaders};
+use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::statistics::Statistics;
 
@@ -194,7 +194,7 @@ impl ProducerContext for Delivery {
                 }
             }
             Err((e, msg)) if tag.destination == Destination::Repartition && refused_for_good(e) => {
-                self.refuse(Refused::of(tag.epoch, msg.headers(), msg.payload(), e));
+                self.refuse(Refused::of(tag.epoch, msg.key(), msg.payload(), e));
             }
             Err((e, _)) if output_refused(tag.destination, e) => {
                 // Settled: the epoch waits for no report of it any more.
@@ -266,7 +266,7 @@ impl Collector {
         &self,
         topic: &str,
         partition: Option<i32>,
-        (key, payload, headers): (Option<&[u8]>, Option<&[u8]>, Option<OwnedHeaders>),
+        (key, payload): (Option<&[u8]>, Option<&[u8]>),
         tag: Tag,
     ) -> Result<bool, ServiceError> {
         let destination = tag.destination;
@@ -274,7 +274,6 @@ impl Collector {
         record.partition = partition;
         record.key = key;
         record.payload = payload;
-        record.headers = headers;
         loop {
             match self.producer.send(record) {
                 Ok(()) => return Ok(true),
@@ -284,7 +283,7 @@ impl Collector {
                 }
                 Err((e, r)) if destination == Destination::Repartition && refused_for_good(&e) => {
                     let epoch = r.delivery_opaque.epoch;
-                    let refused = Refused::of(epoch, r.headers.as_ref(), r.payload, &e);
+                    let refused = Refused::of(epoch, r.key, r.payload, &e);
                     self.producer.context().refuse(refused);
                     return Ok(true);
                 }
@@ -326,7 +325,6 @@ impl Collector {
             (
                 out.key.as_deref().map(str::as_bytes),
                 Some(out.value_bytes(&mut buffer)),
-                None,
             ),
             Tag {
                 destination: Destination::Output(out.topic),
@@ -343,18 +341,17 @@ impl Collector {
     }
 
     /// Produces a forwarded input record to partition `partition` of the repartition topic
-    /// `topic`, keyed by its project, in the current epoch: the epoch's input offsets are
-    /// committed only once it is acknowledged.
+    /// `topic`, with the key that names its origin (see `super::repartition::ForwardKey`), in
+    /// the current epoch: the epoch's input offsets are committed only once it is acknowledged.
     pub fn forward(
         &mut self,
         (topic, partition): (&str, i32),
-        project: &str,
+        key: &[u8],
         payload: &[u8],
-        headers: OwnedHeaders,
     ) -> Result<(), ServiceError> {
         self.send_in_epoch(
             (topic, Some(partition)),
-            (Some(project.as_bytes()), Some(payload), Some(headers)),
+            (Some(key), Some(payload)),
             Destination::Repartition,
         )
     }
@@ -362,8 +359,8 @@ impl Collector {
     /// Notes a forward as refused for good by the broker with `error` without producing it (the
     /// delivery report a broker would send, for fault injection): it counts in the current
     /// epoch until its dead letter stands in for it.
-    pub fn refuse_forward(&mut self, headers: &OwnedHeaders, payload: &[u8], error: &KafkaError) {
-        let refused = Refused::of(self.epoch, Some(headers), Some(payload), error);
+    pub fn refuse_forward(&mut self, key: &[u8], payload: &[u8], error: &KafkaError) {
+        let refused = Refused::of(self.epoch, Some(key), Some(payload), error);
         self.producer.context().refuse(refused);
         self.epoch_outputs += 1;
     }
@@ -381,7 +378,7 @@ impl Collector {
         let value = serde_json::json!({ "url": url, "instance": instance }).to_string();
         self.send_in_epoch(
             (topic, None),
-            (Some(key.as_bytes()), Some(value.as_bytes()), None),
+            (Some(key.as_bytes()), Some(value.as_bytes())),
             Destination::Instances,
         )
     }
@@ -390,7 +387,7 @@ impl Collector {
     fn send_in_epoch(
         &mut self,
         (topic, partition): (&str, Option<i32>),
-        record: (Option<&[u8]>, Option<&[u8]>, Option<OwnedHeaders>),
+        record: (Option<&[u8]>, Option<&[u8]>),
         destination: Destination,
     ) -> Result<(), ServiceError> {
         let tag = Tag {

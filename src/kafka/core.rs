@@ -248,9 +248,8 @@ impl Core {
             if key.kind == UnitKind::Projects {
                 self.collector.forward(
                     (self.topics.repartition(), key.partition),
-                    "",
+                    &repartition::tick_key(now),
                     b"",
-                    repartition::tick_headers(now),
                 )?;
             }
         }

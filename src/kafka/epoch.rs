@@ -138,7 +138,7 @@ impl Core {
                     self.collector.send(
                         self.topics.state(),
                         Some(r.partition),
-                        (Some(r.key), r.value, None),
+                        (Some(r.key), r.value),
                         Tag {
                             destination: Destination::State,
                             since_ms: None,
@@ -235,7 +235,6 @@ impl Core {
                 (
                     letter.key.as_deref().map(str::as_bytes),
                     Some(letter.render().as_bytes()),
-                    None,
                 ),
                 Tag {
                     destination: Destination::Output(OutputTopic::DeadLetters),

@@ -18,7 +18,7 @@ use super::clients::QuietReader;
 use super::contexts::Committers;
 use super::core::{Core, MAX_EPOCHS_IN_FLIGHT, lock, wall_ms};
 use super::poll::{Batch, Polled, Recycle, Source, own_record};
-use super::repartition::{self, headers};
+use super::repartition::{self, forward_key};
 use crate::changelog::Unit;
 use crate::config::Config;
 use crate::engine::{InputTopic, Outcome, PartitionState, Record};
@@ -255,15 +255,14 @@ impl Core {
                         rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge,
                     );
                     self.collector
-                        .refuse_forward(&headers(&record), payload, &error);
+                        .refuse_forward(&forward_key(&record), payload, &error);
                     self.tally.forwarded(polled.topic);
                     return Ok(());
                 }
                 self.collector.forward(
                     (self.topics.repartition(), partition),
-                    &project,
+                    &forward_key(&record),
                     payload,
-                    headers(&record),
                 )?;
                 self.tally.forwarded(polled.topic);
                 Ok(())
