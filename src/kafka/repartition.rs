@@ -320,10 +320,11 @@ mod tests {
     #[test]
     fn a_forward_key_names_the_origin_and_carries_the_key_byte_for_byte() {
         let topics = topics();
-        let keys: [Option<&'static [u8]>; 5] = [
+        let keys: [Option<&'static [u8]>; 6] = [
             Some(b"producer-key"),
             Some(b""),
             None,
+            Some(b" spaced, \n"),
             Some(b"[\"jury.votes\",1,2,null,false]"),
             Some(&[0xff, 0x00, b']', b'"']),
         ];
