@@ -28,9 +28,10 @@ use crate::topics::TopicTable;
 /// The key of a forwarded record: the JSON array `[topic, partition, offset, timestamp,
 /// keyed]` (the timestamp in milliseconds, `null` if the record had none; `keyed` whether it had
 /// a key), followed by the record's own key byte for byte if it had one. The origin travels in
-/// the key, not in headers: librdkafka allocates, copies and frees every header of every record
-/// on both sides, and two headers were a tenth of the processing thread and a fifth of the
-/// polling thread. (The partition is chosen by the project, so the key is free to carry this.)
+/// the key, not in headers: librdkafka parses, allocates, copies and frees every header of every
+/// record on both sides, which cost more than anything else the polling thread did but read the
+/// votes (docs/performance-history.md). The partition is chosen by the project, so the key is
+/// free to carry this.
 pub(super) type ForwardKey<'a> = (&'a str, i32, i64, Option<i64>, bool);
 
 /// The headers that named a forwarded record's origin before it travelled in the key, read from
