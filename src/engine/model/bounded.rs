@@ -18,7 +18,7 @@ const MIN_ROOM: usize = 16;
 /// them in one sweep. (The B-trees this replaced shifted a leaf's values on every removal from
 /// its front, and spread a project's few items over nodes of their own.) A value taken from the
 /// middle leaves a gap, dropped once it reaches either end or once the gaps are half the run;
-/// finding a place is a binary search.
+/// a place is found at an end or, between them, by a binary search.
 #[derive(Debug, Clone)]
 pub struct Ordered<T> {
     slots: VecDeque<(u64, Option<T>)>,
@@ -70,16 +70,11 @@ impl<T> Ordered<T> {
         self.slots[i].1.as_mut()
     }
 
-    /// Puts `value` at place `seq`, returning what was there. A place after the last is a
-    /// push, `O(1)`; one before it shifts the later values, `O(n)`: a restore puts items back
-    /// in order of place, and only a project's judges (at most `judge_quality.max_judges`) come
-    /// back in any order.
+    /// Puts `value` at place `seq`, returning what was there. A place after the last goes in
+    /// at the back, `O(1)` (`find` reads it there); one before it shifts the later values,
+    /// `O(n)`: a restore puts items back in order of place, and only a project's judges (at
+    /// most `judge_quality.max_judges`) come back in any order.
     pub fn insert(&mut self, seq: u64, value: T) -> Option<T> {
-        if self.slots.back().is_none_or(|(last, _)| *last < seq) {
-            self.slots.push_back((seq, Some(value)));
-            self.held += 1;
-            return None;
-        }
         match self.find(seq) {
             Ok(i) => {
                 let was = self.slots[i].1.replace(value);
