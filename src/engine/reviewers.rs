@@ -40,9 +40,7 @@ impl Engine {
         observed: &mut Observed,
         out: &mut Vec<Output>,
     ) {
-        for p in observed.reviewed.drain(..) {
-            state.held_reviewers.dirty.insert(p);
-        }
+        state.held_reviewers.dirty.append(&mut observed.reviewed);
         let mut noted = std::mem::take(&mut observed.reviewers_gone);
         if std::mem::take(&mut observed.checkpoint)
             && let Some(q) = state.projects.get_mut(project).map(|p| &mut p.quality)
@@ -125,9 +123,10 @@ impl Engine {
     pub fn republish_reviewers(&self, state: &mut PartitionState) {
         let held = &mut state.held_reviewers;
         held.published.clear();
-        for (project, p) in &state.projects {
-            if !p.quality.reviewers.is_empty() {
-                held.dirty.insert(project.clone());
+        for (project, p) in &mut state.projects {
+            let reviewers = &mut p.quality.reviewers;
+            if !reviewers.is_empty() && reviewers.hold() {
+                held.dirty.push(project.clone());
             }
         }
     }
@@ -139,13 +138,15 @@ impl Engine {
     pub fn release_reviewers(&self, state: &mut PartitionState, out: &mut Vec<Output>) {
         let settings = &self.settings.reviewers;
         let held = &mut state.held_reviewers;
-        let mut dirty: Vec<ProjectKey> = held.dirty.drain().collect();
+        let mut dirty = std::mem::take(&mut held.dirty);
         dirty.sort_unstable();
+        dirty.dedup();
         for project in dirty {
-            let Some(q) = state.projects.get(&project).map(|p| &p.quality) else {
+            let Some(q) = state.projects.get_mut(&project).map(|p| &mut p.quality) else {
                 held.published.remove(&project);
                 continue;
             };
+            q.reviewers.release();
             let fitted = q.fit_reviewers();
             let published = held.published.entry(project.clone()).or_default();
             published.retain(|r, _| fitted.reviewers.contains_key(r));

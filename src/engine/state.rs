@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::ids::{IdMap, IdSet, ProjectKey};
+use super::ids::{IdMap, ProjectKey};
 use super::journal::{Change, JournalHint};
 use super::model::bias::ProjectAudit;
 use super::model::dedupe::{RecentIds, Remembered};
@@ -199,13 +199,14 @@ impl PartialEq for Carried {
     }
 }
 
-/// The projects whose reviewers' records are held, in no order (they are published in order),
-/// and what was last published of each reviewer (a hash of its record), so that a record
-/// equal to the last one is not published again. Like [`Coalescing`] it is not state: never
-/// written or restored, and every two compare equal.
+/// The projects whose reviewers' records are held, in the order they were first held (they
+/// are published in id order; each is listed once, as its reviewers mark it, see
+/// [`super::model::reviewers::Reviewers::hold`]), and what was last published of each reviewer
+/// (a hash of its record), so that a record equal to the last one is not published again.
+/// Like [`Coalescing`] it is not state: never written or restored, and every two compare equal.
 #[derive(Debug, Clone, Default)]
 pub struct HeldReviewers {
-    pub dirty: IdSet<ProjectKey>,
+    pub dirty: Vec<ProjectKey>,
     pub published: IdMap<ProjectKey, IdMap<ProjectKey, u64>>,
 }
 

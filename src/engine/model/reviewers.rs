@@ -724,10 +724,13 @@ pub struct Reviewers {
     pub left_out: u64,
     /// The fit at the last checkpoint (or restore): derived, not state.
     checkpoint: Option<Checkpoint>,
+    /// Whether the project waits for the next publication of its reviewers' records (see
+    /// [`Reviewers::hold`]): the runtime's, not state.
+    held_for_release: bool,
 }
 
 /// Two are equal when they hold the same verdict counts, findings and counters: the fit is
-/// derived from the items.
+/// derived from the items, and whether the project waits for publication is the runtime's.
 impl PartialEq for Reviewers {
     fn eq(&self, other: &Self) -> bool {
         self.held == other.held
@@ -888,6 +891,19 @@ impl Reviewers {
         let held = &self.held;
         self.findings.retain(|k, _| held.contains_key(k));
         self.checkpoint = None;
+    }
+
+    /// Marks the project as waiting for the next publication of its reviewers' records;
+    /// `true` if it was not already, when the caller adds it to the state's list of them. A
+    /// mark in the project, found with it, rather than a set of the projects: with many busy
+    /// projects every insert into that set was a cache miss.
+    pub fn hold(&mut self) -> bool {
+        !std::mem::replace(&mut self.held_for_release, true)
+    }
+
+    /// Clears the mark of [`Reviewers::hold`], once the records are published.
+    pub fn release(&mut self) {
+        self.held_for_release = false;
     }
 
     /// Whether `reviewer` has verdicts held.

@@ -270,16 +270,19 @@ pub struct JudgeStanding {
 pub struct Observed {
     /// The pairs formed, in order.
     pub pairs: Vec<Pair>,
-    /// The places of items whose votes changed or were forgotten.
-    pub items: Vec<u64>,
+    /// The places of items whose votes changed or were forgotten. This and `forgotten` hold
+    /// what a vote usually changes (its item; the item forgotten to make room for it) inline:
+    /// a vote allocates nothing for them.
+    pub items: SmallVec<[u64; 2]>,
     /// The places of items whose waiting judge scores changed, paired or were forgotten.
     pub waiting: Vec<u64>,
     /// The project of each item (votes or waiting scores), or waiting score of an item,
     /// forgotten to stay in bounds (a task's bound may forget another project's item), and of
     /// each batch with verdicts the reviewer model left out.
-    pub forgotten: Vec<ProjectKey>,
+    pub forgotten: SmallVec<[ProjectKey; 1]>,
     /// The projects whose items' verdicts or judges' verdicts changed (a task's bound may
-    /// forget another project's item, and with it change that project's reviewers' figures).
+    /// forget another project's item, and with it change that project's reviewers' figures)
+    /// and that were not already waiting for their reviewers' records to be published.
     pub reviewed: Vec<ProjectKey>,
     /// Reviewers with findings that were forgotten with their last verdict: their changelog
     /// record goes.
@@ -293,9 +296,11 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// Notes that `project`'s reviews changed, and that the reviewers `gone` went.
-    fn reviewed(&mut self, project: &str, gone: Vec<ProjectKey>) {
-        if self.reviewed.last().is_none_or(|p| p.as_str() != project) {
+    /// Notes that the reviews of `project` (its judge quality `q`) changed, and that the
+    /// reviewers `gone` went: the project is listed once until its records are published
+    /// ([`Reviewers::hold`]).
+    fn reviewed(&mut self, (project, q): (&str, &mut ProjectQuality), gone: Vec<ProjectKey>) {
+        if q.reviewers.hold() {
             self.reviewed.push(ProjectKey::from(project));
         }
         for reviewer in gone {
@@ -573,7 +578,7 @@ impl TaskQuality {
         limits: &QualityLimits,
     ) -> Observed {
         let mut observed = Observed::default();
-        let mut gone = Vec::new();
+        let mut gone = SmallVec::new();
         let seq = place(
             (projects, &mut self.items),
             ITEMS,
@@ -626,7 +631,7 @@ impl TaskQuality {
                 .reviewers
                 .checkpoint_due(added.admitted, reviewer_limits.min_items);
             if added.changed {
-                observed.reviewed(project, Vec::new());
+                observed.reviewed((project, q), Vec::new());
             }
         }
         if let Some((h, ready_at)) = ready
@@ -662,8 +667,10 @@ impl TaskQuality {
         scores: &[f64],
         observed: &mut Observed,
     ) {
-        let held = projects.get_mut(project).map(P::quality_mut);
-        let Some((seq, entry)) = held.and_then(|q| q.items.get_mut(item)) else {
+        let Some(q) = projects.get_mut(project).map(P::quality_mut) else {
+            return;
+        };
+        let Some((seq, entry)) = q.items.get_mut(item) else {
             return;
         };
         if let Some(undo) = &mut self.undo.0 {
@@ -674,7 +681,7 @@ impl TaskQuality {
         }
         observed.items.push(seq);
         if !entry.review.verdicts.is_empty() {
-            observed.reviewed(project, Vec::new());
+            observed.reviewed((project, q), Vec::new());
         }
     }
 
@@ -711,7 +718,7 @@ impl TaskQuality {
                 WAITING,
                 (project, item),
                 limits,
-                (&mut observed, Slots::Waiting, &mut Vec::new()),
+                (&mut observed, Slots::Waiting, &mut SmallVec::new()),
             );
             let q = held_quality(projects, project);
             let Some((_, waiting)) = q.waiting.get_mut(item) else {
@@ -854,6 +861,9 @@ enum Slots {
 /// A value forgotten to stay within the bounds: its place, project, key and value.
 type Gone<V> = (u64, ProjectKey, ProjectKey, V);
 
+/// The values a new one forgot: usually one, held inline.
+type GoneValues<V> = SmallVec<[Gone<V>; 1]>;
+
 /// The place of `project`'s `key` in `held` (its items with votes, or with waiting scores) and
 /// in the task's `places`, taking the next place if it is new: first the task's oldest are
 /// forgotten down to `max_task_items`, then the project's down to `max_pending_items`. The
@@ -864,7 +874,7 @@ fn place<V: Default, P: HoldsQuality>(
     held: Held<V>,
     (project, key): (&str, &str),
     limits: &QualityLimits,
-    (observed, slots, gone): (&mut Observed, Slots, &mut Vec<Gone<V>>),
+    (observed, slots, gone): (&mut Observed, Slots, &mut GoneValues<V>),
 ) -> u64 {
     if let Some((seq, _)) = projects
         .get_mut(project)
@@ -881,7 +891,7 @@ fn place<V: Default, P: HoldsQuality>(
         {
             let_go(&held, q, (seq, owner, key, value), (observed, slots, gone));
         } else {
-            note_forgotten((&owner, seq), None, (observed, slots));
+            note_forgotten((&owner, seq), (observed, slots));
         }
     }
     let q = held_quality(projects, project);
@@ -903,29 +913,24 @@ fn let_go<V>(
     held: &Held<V>,
     q: &mut ProjectQuality,
     (seq, project, key, value): Gone<V>,
-    (observed, slots, gone): (&mut Observed, Slots, &mut Vec<Gone<V>>),
+    (observed, slots, gone): (&mut Observed, Slots, &mut GoneValues<V>),
 ) {
     q.forgotten += 1;
-    let reviewed = (held.forgotten)(q, &value);
-    note_forgotten((&project, seq), reviewed, (observed, slots));
+    if let Some(reviewers_gone) = (held.forgotten)(q, &value) {
+        observed.reviewed((&project, q), reviewers_gone);
+    }
+    note_forgotten((&project, seq), (observed, slots));
     gone.push((seq, project, key, value));
 }
 
-/// Notes in `observed` that the value at `seq` of `project` was forgotten, and the reviewers
-/// that changed with it, if any. A forgotten item's bucket is rewritten by the next flush
-/// (see [`ItemUndo`]), not this one; a waiting score's by this one.
-fn note_forgotten(
-    (project, seq): (&str, u64),
-    reviewed: Option<Vec<ProjectKey>>,
-    (observed, slots): (&mut Observed, Slots),
-) {
+/// Notes in `observed` that the value at `seq` of `project` was forgotten. A forgotten item's
+/// bucket is rewritten by the next flush (see [`ItemUndo`]), not this one; a waiting score's
+/// by this one.
+fn note_forgotten((project, seq): (&str, u64), (observed, slots): (&mut Observed, Slots)) {
     if let Slots::Waiting = slots {
         observed.waiting.push(seq);
     }
     observed.forgotten.push(ProjectKey::from(project));
-    if let Some(gone) = reviewed {
-        observed.reviewed(project, gone);
-    }
 }
 
 #[cfg(test)]

@@ -232,13 +232,14 @@ fn a_task_forgets_its_oldest_item_whatever_its_project() {
     // A vote on a held item takes no place.
     assert_eq!(
         q.votes(("p2", "b"), (&[(1.0, 1.0)], &[]), at(), &limits)
-            .items,
+            .items
+            .as_slice(),
         [1]
     );
     // p2's new item forgets p1's "a", the task's oldest (place 0), and takes place 3.
     let fourth = q.votes(("p2", "d"), (&[(1.0, 1.0)], &[]), at(), &limits);
-    assert_eq!(fourth.items, [0, 3]);
-    assert_eq!(fourth.forgotten, [ProjectKey::from("p1")]);
+    assert_eq!(fourth.items.as_slice(), [0, 3]);
+    assert_eq!(fourth.forgotten.as_slice(), [ProjectKey::from("p1")]);
     assert_eq!(q.held(), (3, 0));
     assert!(q.get("p1").unwrap().item("a").is_none());
     assert_eq!(q.get("p1").unwrap().forgotten, 1);
