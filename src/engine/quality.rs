@@ -254,7 +254,7 @@ impl Engine {
             if !counted.contains(&project) {
                 counted.push(project);
                 state.note(|| Change::QualityForgotten {
-                    project: project.to_string(),
+                    project: project.clone(),
                 });
             }
         }

@@ -579,7 +579,7 @@ impl TaskQuality {
     ) -> Observed {
         let mut observed = Observed::default();
         let mut gone = SmallVec::new();
-        let seq = place(
+        let (seq, q) = place(
             (projects, &mut self.items),
             ITEMS,
             (project, item),
@@ -599,7 +599,6 @@ impl TaskQuality {
                 None => observed.items.push(seq),
             }
         }
-        let q = held_quality(projects, project);
         let Some((_, agg)) = q.items.get_mut(item) else {
             return observed;
         };
@@ -713,14 +712,13 @@ impl TaskQuality {
                 }
                 continue;
             }
-            let seq = place(
+            let (seq, q) = place(
                 (projects, &mut self.waits),
                 WAITING,
                 (project, item),
                 limits,
                 (&mut observed, Slots::Waiting, &mut SmallVec::new()),
             );
-            let q = held_quality(projects, project);
             let Some((_, waiting)) = q.waiting.get_mut(item) else {
                 continue;
             };
@@ -865,22 +863,24 @@ type Gone<V> = (u64, ProjectKey, ProjectKey, V);
 type GoneValues<V> = SmallVec<[Gone<V>; 1]>;
 
 /// The place of `project`'s `key` in `held` (its items with votes, or with waiting scores) and
-/// in the task's `places`, taking the next place if it is new: first the task's oldest are
+/// in the task's `places`, with the project's judge quality, taking the next place if it is
+/// new: first the task's oldest are
 /// forgotten down to `max_task_items`, then the project's down to `max_pending_items`. The
 /// places forgotten, their projects and the reviewers they change are noted in `observed`,
 /// and the values forgotten appended to `gone`.
-fn place<V: Default, P: HoldsQuality>(
-    (projects, places): (&mut Projects<P>, &mut Places),
+fn place<'a, V: Default, P: HoldsQuality>(
+    (projects, places): (&'a mut Projects<P>, &mut Places),
     held: Held<V>,
     (project, key): (&str, &str),
     limits: &QualityLimits,
     (observed, slots, gone): (&mut Observed, Slots, &mut GoneValues<V>),
-) -> u64 {
-    if let Some((seq, _)) = projects
+) -> (u64, &'a mut ProjectQuality) {
+    let held_at = projects
         .get_mut(project)
         .and_then(|q| (held.of)(q.quality_mut()).get_mut(key))
-    {
-        return seq;
+        .map(|(seq, _)| seq);
+    if let Some(seq) = held_at {
+        return (seq, held_quality(projects, project));
     }
     while places.len() >= limits.max_task_items.max(1) {
         let Some((seq, owner)) = places.pop_oldest() else {
@@ -904,7 +904,7 @@ fn place<V: Default, P: HoldsQuality>(
     }
     let seq = places.take(project);
     (held.of)(q).insert(key, seq, V::default());
-    seq
+    (seq, q)
 }
 
 /// Takes a value its project `q` forgot to stay within the bounds: counts it, takes its
