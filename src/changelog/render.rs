@@ -266,7 +266,15 @@ impl Change {
                 category,
                 block,
             } => Slot::Block((project, category, *block)),
-            Change::QualityItem { seq } => Slot::Items(seq / ITEM_BUCKET),
+            Change::QualityItems { places } => {
+                if !places.is_empty() {
+                    let (first, last) = (places.start, places.end - 1);
+                    for bucket in first / ITEM_BUCKET..=last / ITEM_BUCKET {
+                        emit(Slot::Items(bucket));
+                    }
+                }
+                return;
+            }
             Change::ItemsForgotten => Slot::ItemsForgotten(()),
             Change::QualityWaiting { seq } => Slot::Waits(seq / ITEM_BUCKET),
             Change::QualityJudge { project, judge } => Slot::Judge((project, judge)),

@@ -59,10 +59,13 @@ pub enum Change {
     },
     /// A judge-scores project's watermark.
     Watermark { project: String },
-    /// The humans' votes on an item (judge quality), by the item's place in its task's order
-    /// (see [`super::model::judge_quality::TaskQuality`]): the changelog writes items in
-    /// buckets of places.
-    QualityItem { seq: u64 },
+    /// The humans' votes on the items at `places` (judge quality), by their places in their
+    /// task's order (see [`super::model::judge_quality::TaskQuality`]): the changelog writes
+    /// items in buckets of places. A flush's new items take consecutive places, as do the
+    /// places it forgets, so one change covers a run of them (see
+    /// [`super::state::PartitionState::note_item`]): with a new item per vote, a change per
+    /// item was two changes per vote for the changelog to sort into buckets.
+    QualityItems { places: Range<u64> },
     /// The places of the items a flush forgot (see
     /// [`super::model::judge_quality::ItemUndo`]).
     ItemsForgotten,
@@ -81,11 +84,12 @@ pub enum Change {
     Book,
 }
 
-/// The position of a vote project's change in the current journal, if it has one. With 10,000
-/// busy projects a flush interleaves their batches, and joining only a batch that follows its
-/// own project's made one change per event: the changelog then hashed six times the slots it
-/// wrote. The hint may be stale (the runtime takes the journal at every flush); it is trusted
-/// only when the change it points at is this project's. It is not state: it is never written
+/// The position of a change in the current journal that later notes extend: a vote project's
+/// (if it has one), or the last run of item places. With 10,000 busy projects a flush
+/// interleaves their batches, and joining only a batch that follows its own project's made one
+/// change per event: the changelog then hashed six times the slots it wrote. The hint may be
+/// stale (the runtime takes the journal at every flush); it is trusted only when the change it
+/// points at is one it may extend (this project's; a run its place extends). It is not state: it is never written
 /// or restored, and every two hints compare equal, so a restored project equals a running one.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JournalHint(pub(super) Option<usize>);

@@ -244,7 +244,7 @@ impl Engine {
             state.note(|| Change::ItemsForgotten);
         }
         for seq in items {
-            state.note(|| Change::QualityItem { seq });
+            state.note_item(seq);
         }
         for seq in waiting {
             state.note(|| Change::QualityWaiting { seq });

@@ -176,6 +176,8 @@ pub struct PartitionState {
     pub origins: Origins,
     /// When set, every state change is noted here for the runtime's changelog.
     pub journal: Option<Vec<Change>>,
+    /// Where the journal's last run of item places is (see [`PartitionState::note_item`]).
+    pub items_noted: JournalHint,
     /// Vote projects with a held score (see [`Coalescing`]), in the order they were first held;
     /// [`super::Engine::release_held`] empties it at every coalescing tick and at the end of every
     /// runtime epoch, and replay (no clock) never fills it.
@@ -245,13 +247,32 @@ impl PartitionState {
         }
         self.note(|| Change::ItemsForgotten);
         for seq in places {
-            self.note(|| Change::QualityItem { seq });
+            self.note_item(seq);
         }
     }
 
-    /// Notes that the item bucket holding place `seq` is written again by the next flush.
+    /// Notes that the item bucket holding place `seq` is written again by the next flush: the
+    /// run of places the last such change covers takes it if it is the run's next place (or in
+    /// it), else a change of its own starts a run.
     pub fn note_item(&mut self, seq: u64) {
-        self.note(|| Change::QualityItem { seq });
+        let Some(journal) = &mut self.journal else {
+            return;
+        };
+        if let Some(Change::QualityItems { places }) =
+            self.items_noted.0.and_then(|at| journal.get_mut(at))
+        {
+            if places.contains(&seq) {
+                return;
+            }
+            if places.end == seq {
+                places.end += 1;
+                return;
+            }
+        }
+        self.items_noted = JournalHint(Some(journal.len()));
+        journal.push(Change::QualityItems {
+            places: seq..seq + 1,
+        });
     }
 
     /// The projects this state holds (as `limits.max_projects` counts them).

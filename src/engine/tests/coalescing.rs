@@ -1,4 +1,5 @@
-//! The vote journal and the coalescing of a project's `jury.scores` updates.
+//! The journal (vote projects, runs of item places) and the coalescing of a project's
+//! `jury.scores` updates.
 
 use super::*;
 
@@ -59,6 +60,45 @@ fn vote_journal_joins_a_projects_batches() {
     // Without a journal nothing is noted.
     note_votes(None, &mut a, "a", &remembered(9, &[]));
     assert_eq!(journal.len(), 3);
+}
+
+/// Consecutive item places share one journal entry, also with other changes in between; a
+/// place already in the run adds nothing; any other place starts a run, which later places
+/// extend; a hint left from an earlier journal extends only a run its place joins.
+#[test]
+fn item_places_join_into_runs() {
+    let items = |places: Range<u64>| Change::QualityItems { places };
+    let mut state = PartitionState::journaled();
+    for seq in [10, 11, 12] {
+        state.note_item(seq);
+    }
+    state.note(|| Change::ItemsForgotten);
+    for seq in [13, 11, 3, 4, 14] {
+        state.note_item(seq);
+    }
+    assert_eq!(
+        state.journal.as_deref(),
+        Some(
+            &[
+                items(10..14),
+                Change::ItemsForgotten,
+                items(3..5),
+                items(14..15)
+            ][..]
+        )
+    );
+    // The next flush: the hint points at an entry of the new journal that is no run.
+    state.journal = Some(vec![Change::Book, Change::Book, Change::Book]);
+    state.note_item(15);
+    state.note_item(16);
+    assert_eq!(
+        state.journal.as_deref(),
+        Some(&[Change::Book, Change::Book, Change::Book, items(15..17)][..])
+    );
+    // Without a journal nothing is noted.
+    state.journal = None;
+    state.note_item(17);
+    assert!(state.journal.is_none());
 }
 
 /// A vote batch of one vote for project `p{project}`, its event `n` seconds into the stream.
