@@ -89,8 +89,9 @@ pub enum Change {
 /// interleaves their batches, and joining only a batch that follows its own project's made one
 /// change per event: the changelog then hashed six times the slots it wrote. The hint may be
 /// stale (the runtime takes the journal at every flush); it is trusted only when the change it
-/// points at is one it may extend (this project's; a run its place extends). It is not state: it is never written
-/// or restored, and every two hints compare equal, so a restored project equals a running one.
+/// points at is one it may extend (this project's; a run its place extends). It is not state:
+/// it is never written or restored, and every two hints compare equal, so a restored project
+/// equals a running one.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JournalHint(pub(super) Option<usize>);
 

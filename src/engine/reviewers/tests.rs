@@ -17,6 +17,8 @@ struct Run {
     reps: ReputationTable,
     out: Vec<Value>,
     offset: i64,
+    /// The project of the next vote batches.
+    project: &'static str,
 }
 
 impl Run {
@@ -27,6 +29,7 @@ impl Run {
             reps: ReputationTable::default(),
             out: Vec::new(),
             offset: 0,
+            project: "p",
         }
     }
 
@@ -37,9 +40,10 @@ impl Run {
             .map(|(voter, value)| format!(r#"{{"voter_id": "{voter}", "value": {value}}}"#))
             .collect();
         let payload = format!(
-            r#"{{"event_id": "e{}", "project_id": "p", "item_id": "{item}",
+            r#"{{"event_id": "e{}", "project_id": "{}", "item_id": "{item}",
                 "occurred_at": "2026-11-20T10:{:02}:{:02}Z", "votes": [{}]}}"#,
             self.offset,
+            self.project,
             secs / 60,
             secs % 60,
             votes.join(",")
@@ -228,6 +232,41 @@ fn a_finding_rearms_once_it_is_no_longer_true() {
         batch(&mut run, item, 1.0);
     }
     assert_eq!(straight(&run), 2);
+}
+
+/// A project whose items the task forgets to make room for another project's publishes its
+/// reviewers' records again, as its verdicts leave them, at every release: the mark that lists
+/// a project once until its records are published is cleared when they are.
+#[test]
+fn a_project_whose_items_another_forgets_publishes_its_reviewers_again() {
+    let config = Config::from_toml("[judge_quality]\nmax_items = 3\n[kafka]\npartitions = 1\n")
+        .expect("valid");
+    let mut run = Run::new(&config);
+    for i in 0..3 {
+        run.votes(&format!("p{i}"), i, &[("a", 1.0), ("b", 0.0)]);
+    }
+    let verdicts =
+        |run: &Run| -> Vec<(String, u64)> {
+            let mut last = std::collections::BTreeMap::new();
+            for o in run.out.iter().filter(|o| {
+                o["topic"] == "jury.reviewer-quality" && o["value"]["project_id"] == "p"
+            }) {
+                let voter = o["value"]["voter_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                last.insert(voter, o["value"]["verdicts"].as_u64().unwrap_or(0));
+            }
+            last.into_iter().collect()
+        };
+    let held = |n| vec![("a".to_owned(), n), ("b".to_owned(), n)];
+    assert_eq!(verdicts(&run), held(3));
+    // Each new item of q forgets p's oldest: p's records go out again with one verdict fewer.
+    run.project = "q";
+    run.votes("q0", 3, &[("c", 1.0)]);
+    assert_eq!(verdicts(&run), held(2));
+    run.votes("q1", 4, &[("c", 1.0)]);
+    assert_eq!(verdicts(&run), held(1));
 }
 
 /// With `reviewers.enabled = false` no record or alert is published and no verdict is kept.

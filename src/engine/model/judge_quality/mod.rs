@@ -282,7 +282,9 @@ pub struct Observed {
     pub forgotten: SmallVec<[ProjectKey; 1]>,
     /// The projects whose items' verdicts or judges' verdicts changed (a task's bound may
     /// forget another project's item, and with it change that project's reviewers' figures)
-    /// and that were not already waiting for their reviewers' records to be published.
+    /// and that were not already waiting for their reviewers' records to be published: each
+    /// is now marked as waiting ([`Reviewers::hold`]), and the engine lists it for publication
+    /// (every `Observed` goes through `Engine::review`).
     pub reviewed: Vec<ProjectKey>,
     /// Reviewers with findings that were forgotten with their last verdict: their changelog
     /// record goes.
@@ -864,10 +866,9 @@ type GoneValues<V> = SmallVec<[Gone<V>; 1]>;
 
 /// The place of `project`'s `key` in `held` (its items with votes, or with waiting scores) and
 /// in the task's `places`, with the project's judge quality, taking the next place if it is
-/// new: first the task's oldest are
-/// forgotten down to `max_task_items`, then the project's down to `max_pending_items`. The
-/// places forgotten, their projects and the reviewers they change are noted in `observed`,
-/// and the values forgotten appended to `gone`.
+/// new: first the task's oldest are forgotten down to `max_task_items`, then the project's
+/// down to `max_pending_items`. The places forgotten, their projects and the reviewers they
+/// change are noted in `observed`, and the values forgotten appended to `gone`.
 fn place<'a, V: Default, P: HoldsQuality>(
     (projects, places): (&'a mut Projects<P>, &mut Places),
     held: Held<V>,
