@@ -487,8 +487,8 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
     let mut ends: Vec<usize> = Vec::new();
     let mut shares: Vec<f64> = Vec::new();
     // The previous item and where its verdicts start: the items of a project mostly share
-    // their reviewers, and an item with the previous one's takes their indices from it, where
-    // looking each up again was most of reading the items.
+    // their reviewers, and an item with the previous one's takes their indices from it rather
+    // than looking each up again.
     let mut previous: Option<(&Review, usize)> = None;
     for review in reviews.filter(|r| !r.verdicts.is_empty()) {
         let start = verdicts.len();
