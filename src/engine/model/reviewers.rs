@@ -486,30 +486,16 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
     let mut verdicts: Vec<(usize, bool)> = Vec::new();
     let mut ends: Vec<usize> = Vec::new();
     let mut shares: Vec<f64> = Vec::new();
-    // The previous item and where its verdicts start: the items of a project mostly share
-    // their reviewers, and an item with the previous one's takes their indices from it rather
-    // than looking each up again.
-    let mut previous: Option<(&Review, usize)> = None;
     for review in reviews.filter(|r| !r.verdicts.is_empty()) {
         let start = verdicts.len();
-        match previous.filter(|(p, _)| same_reviewers(p, review)) {
-            Some((_, from)) => {
-                for (k, v) in review.verdicts.iter().enumerate() {
-                    verdicts.push((verdicts[from + k].0, v.pass));
-                }
-            }
-            None => {
-                for v in &review.verdicts {
-                    let j = *index.entry(&v.reviewer).or_insert_with(|| {
-                        ids.push(&v.reviewer);
-                        figures.push(Figures::default());
-                        ids.len() - 1
-                    });
-                    verdicts.push((j, v.pass));
-                }
-            }
+        for v in &review.verdicts {
+            let j = *index.entry(&v.reviewer).or_insert_with(|| {
+                ids.push(&v.reviewer);
+                figures.push(Figures::default());
+                ids.len() - 1
+            });
+            verdicts.push((j, v.pass));
         }
-        previous = Some((review, start));
         count(review, &verdicts[start..], &mut figures);
         ends.push(verdicts.len());
         shares.push(pass_share(review));
@@ -523,22 +509,17 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
     let mut kinds: Vec<Kind> = Vec::new();
     let mut kind_of: IdMap<KindKey<'_>, usize> = IdMap::default();
     let starts = std::iter::once(0).chain(ends.iter().copied());
-    // An item like the previous one is of its kind without a lookup, as above.
-    let mut previous: Option<(KindKey<'_>, usize)> = None;
     for ((a, b), q) in starts.zip(ends.iter().copied()).zip(shares) {
-        let key = (&verdicts[a..b], q.to_bits());
-        let at = match previous {
-            Some((p, at)) if p == key => at,
-            _ => *kind_of.entry(key).or_insert_with(|| {
+        let at = *kind_of
+            .entry((&verdicts[a..b], q.to_bits()))
+            .or_insert_with(|| {
                 kinds.push(Kind {
                     verdicts: a..b,
                     count: 0,
                     q,
                 });
                 kinds.len() - 1
-            }),
-        };
-        previous = Some((key, at));
+            });
         kinds[at].count += 1;
     }
     let mut coins = vec![Coins::default(); ids.len()];
@@ -597,15 +578,6 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
         items,
         iterations,
     }
-}
-
-/// Whether two items' verdicts are of the same reviewers, in order.
-fn same_reviewers(a: &Review, b: &Review) -> bool {
-    a.verdicts.len() == b.verdicts.len()
-        && a.verdicts
-            .iter()
-            .zip(&b.verdicts)
-            .all(|(x, y)| x.reviewer == y.reviewer)
 }
 
 /// What makes items of a fit alike: their verdicts as (reviewer index, pass), and the bits of
