@@ -798,7 +798,8 @@ impl Reviewers {
     }
 
     /// `review`, of an item the store forgot: its verdicts leave their reviewers' counts; the
-    /// reviewers left with none are forgotten (with their findings) and returned.
+    /// reviewers left with none are forgotten with their findings, and those that had findings
+    /// returned: only they have a changelog record to delete (most reviewers never have one).
     pub fn forget(&mut self, review: &Review) -> Vec<ProjectKey> {
         let mut gone = Vec::new();
         for v in &review.verdicts {
@@ -810,8 +811,9 @@ impl Reviewers {
             self.forgotten_verdicts += 1;
             if *n == 0 {
                 self.held.remove(&v.reviewer);
-                self.findings.remove(&v.reviewer);
-                gone.push(v.reviewer.clone());
+                if self.findings.remove(&v.reviewer).is_some() {
+                    gone.push(v.reviewer.clone());
+                }
             }
         }
         gone

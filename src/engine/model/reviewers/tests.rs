@@ -237,6 +237,11 @@ fn replaced_and_forgotten_verdicts() {
     assert!(!r.reviewers.holds("fay"));
     assert_eq!(r.reviewers.left_out, 2);
     assert_eq!(r.reviewers, r.restored());
+    // bob goes with "b", but without findings: he has no changelog record to delete.
+    let (_, gone) = r.add_timed(("d", &[v("dee", true)]));
+    assert!(gone.is_empty());
+    assert!(!r.reviewers.holds("bob"));
+    assert_eq!(r.reviewers, r.restored());
 }
 
 /// A judge score paired with an item sets the judges' verdict on it: its reviewers' agreement
