@@ -136,6 +136,8 @@ pub(super) struct Delivery {
     acked: [AtomicU64; ACKED_EPOCHS],
     /// Delivery reports served so far, acknowledged or failed.
     reports: AtomicU64,
+    /// Produce requests retried as of the last statistics.
+    retries: AtomicU64,
     /// Forwards refused for good, waiting to be replaced by their dead letters. Each still
     /// counts as unacknowledged in its epoch until then.
     refused: Mutex<Vec<Refused>>,
@@ -143,8 +145,11 @@ pub(super) struct Delivery {
 
 impl ClientContext for Delivery {
     fn stats(&self, stats: Statistics) {
+        // Each stage has a producer: each adds what it retried since its last statistics.
         let retries: u64 = stats.brokers.values().map(|b| b.txretries).sum();
-        self.metrics.producer_retries.set(retries as i64);
+        let before = self.retries.swap(retries, Ordering::Relaxed);
+        let more = i64::try_from(retries.saturating_sub(before)).unwrap_or(i64::MAX);
+        self.metrics.producer_retries.add(more);
     }
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         events::librdkafka_line(level, facility, message);
@@ -247,6 +252,7 @@ impl Collector {
             last_failure: Mutex::new(None),
             acked: std::array::from_fn(|_| AtomicU64::new(0)),
             reports: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
             refused: Mutex::new(Vec::new()),
         })?;
         Ok(Collector {

@@ -85,7 +85,8 @@ impl ConsumerContext for GroupContext {
         }
         PartitionsRevoked {
             partitions: &revoked,
-            owned: core.tasks.units.len(),
+            // The forwarding stage's processor holds no partitions' state.
+            owned: (self.stage == Stage::Apply).then(|| core.tasks.units.len()),
         }
         .emit(&self.metrics);
     }

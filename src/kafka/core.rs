@@ -12,6 +12,7 @@ use super::ServiceError;
 use super::collector::{ACKED_EPOCHS, Collector};
 use super::faults::Faults;
 use super::repartition;
+use super::stage::Stage;
 use super::tasks::Tasks;
 use crate::changelog::{self, Unit, UnitKind};
 use crate::config::Config;
@@ -31,6 +32,9 @@ const _: () = assert!(ACKED_EPOCHS > MAX_EPOCHS_IN_FLIGHT + 2);
 
 /// Everything the processing loop and the rebalance callback share.
 pub(super) struct Core {
+    /// The stage whose records it processes: the applying stage's holds the partitions' state,
+    /// and only it sets the gauges of that state.
+    pub stage: Stage,
     pub engine: Engine,
     /// The service's configuration (the engine has its own part of it).
     pub config: Config,
@@ -147,9 +151,10 @@ impl Epochs {
 }
 
 impl Core {
-    /// A processor with no partitions that runs `config`, whose records go out through
-    /// `collector` and whose epochs are sealed into `epochs`.
+    /// A processor of `stage` with no partitions that runs `config`, whose records go out
+    /// through `collector` and whose epochs are sealed into `epochs`.
     pub(super) fn new(
+        stage: Stage,
         config: &Config,
         (engine, topics): (Engine, TopicTable),
         collector: Collector,
@@ -168,6 +173,7 @@ impl Core {
             .reviewers_limit
             .set(i64::try_from(config.reviewers.max_reviewers).unwrap_or(i64::MAX));
         Core {
+            stage,
             engine,
             config: config.clone(),
             topics,

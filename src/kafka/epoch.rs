@@ -104,7 +104,7 @@ impl Core {
             // Nothing was processed: the (empty) buffer goes back.
             self.epochs.spare_records.push(changelog);
         }
-        if self.last_gauges.elapsed() > Duration::from_secs(1) {
+        if self.stage == Stage::Apply && self.last_gauges.elapsed() > Duration::from_secs(1) {
             self.update_gauges();
         }
         Ok(())

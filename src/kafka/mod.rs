@@ -33,13 +33,16 @@
 //!
 //! The threads: a **polling thread** per stage (`poll`) reads its consumer's records in
 //! batches, validates vote batches (parsing is a third of a record's cost) and destroys the
-//! messages of applied batches; the **processing thread** (`process`) applies them in order,
-//! publishes through the record collector (`collector`), seals and commits (`epoch`) and serves
-//! the reputation table. What they share, behind one lock, is `core`; the owned partitions'
-//! state lives in `tasks`; the rebalance callbacks (`contexts`) run on the polling threads and
-//! take that lock, so state never changes while a partition is handed over. Records polled
-//! before their partition was revoked and not applied yet are dropped: their offsets were never
-//! committed, so the next owner reads them.
+//! messages of applied batches; a **processing thread** per stage (`process`) applies them in
+//! order, publishes through its record collector (`collector`), seals and commits its epochs
+//! (`epoch`), and the applying stage's serves the reputation table. Each stage is a processor
+//! of its own, as a Kafka Streams application's sub-topologies are tasks of their own: its
+//! state, behind its own lock, is a `core` (the forwarding stage's has no partitions' state,
+//! and a producer and epochs of its own), so forwarding never waits for applying. The owned
+//! partitions' state lives in `tasks`; the rebalance callbacks (`contexts`) run on the polling
+//! threads and take their stage's lock, so state never changes while a partition is handed
+//! over. Records polled before their partition was revoked and not applied yet are dropped:
+//! their offsets were never committed, so the next owner reads them.
 
 pub mod clients;
 mod collector;
@@ -170,6 +173,14 @@ fn bootstrap_reputations(
     Ok(())
 }
 
+/// The processor of `stage`, among `cores`.
+fn core_of(cores: &[(Stage, Arc<Mutex<Core>>)], stage: Stage) -> Option<Arc<Mutex<Core>>> {
+    cores
+        .iter()
+        .find(|(s, _)| *s == stage)
+        .map(|(_, core)| Arc::clone(core))
+}
+
 /// Runs the service until `stop` is set, then finishes the cycle, commits and returns.
 pub fn run(
     config: Config,
@@ -183,25 +194,34 @@ pub fn run(
     // Every client is made before the first request: each connects to the brokers (and the
     // producer gets its idempotent producer id, a round trip librdkafka retries only after
     // 500 ms) while the topics are checked, instead of one after another. Made in turn, they
-    // put a second between the start and the first score on an empty broker.
-    let core = Arc::new(Mutex::new(Core::new(
-        &config,
-        (engine.clone(), topics.clone()),
-        Collector::new(&config, &metrics)?,
-        Epochs::new(run_id(), config.limits.max_message_bytes / 2),
-        (&metrics, &health, &stop),
-        view,
-    )));
+    // put a second between the start and the first score on an empty broker. Each stage has a
+    // processor of its own (its core, producer and epochs), as two sub-topologies of a Kafka
+    // Streams application run as tasks of their own.
+    let mut cores = Vec::new();
+    for &stage in Stage::all(&config) {
+        let core = Core::new(
+            stage,
+            &config,
+            (engine.clone(), topics.clone()),
+            Collector::new(&config, &metrics)?,
+            Epochs::new(run_id(), config.limits.max_message_bytes / 2),
+            (&metrics, &health, &stop),
+            Arc::clone(&view),
+        );
+        cores.push((stage, Arc::new(Mutex::new(core))));
+    }
+    let applier = core_of(&cores, Stage::Apply)
+        .ok_or_else(|| ServiceError::Config("no stage applies records".to_owned()))?;
     let reputations: BaseConsumer<QuietReader> =
         clients::reader_config(&config, "reputations")?.create_with_context(QuietReader)?;
     let failed = Arc::new(Mutex::new(None));
     let mut consumers = Vec::new();
-    for &stage in Stage::all(&config) {
+    for (stage, core) in &cores {
         let consumer: BaseConsumer<GroupContext> =
             clients::consumer_config(&config, stage.group(&config, &topics))?.create_with_context(
                 GroupContext {
-                    stage,
-                    core: Arc::clone(&core),
+                    stage: *stage,
+                    core: Arc::clone(core),
                     metrics: Arc::clone(&metrics),
                     failed: Arc::clone(&failed),
                     generation: AtomicU64::new(0),
@@ -212,7 +232,7 @@ pub fn run(
     let probe = clients::reach(&config)?;
     let partitions = clients::ensure_topics(&config, &topics, &probe)?;
     clients::drop_aside(probe);
-    bootstrap_reputations(&core, &reputations, (&config, &topics, &partitions))?;
+    bootstrap_reputations(&applier, &reputations, (&config, &topics, &partitions))?;
     let repartition = config.input.repartitions();
     let mut committers = Committers::default();
     for consumer in &consumers {
@@ -227,24 +247,24 @@ pub fn run(
         "consuming"
     );
     let halt = AtomicBool::new(false);
-    let queued = AtomicUsize::new(0);
+    let queued: Vec<AtomicUsize> = consumers.iter().map(|_| AtomicUsize::new(0)).collect();
     let result = std::thread::scope(|s| {
-        let (sender, receiver) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
-        // Applied batches go back to their polling thread to be emptied and filled again. A new
-        // one each pass (512 records of ~280 bytes) kept coming from fresh pages: their zeroing
-        // was 7% of the polling thread's samples with 10,000 projects, and a third of the
-        // service's page faults. Emptying them destroys their messages, memory librdkafka's
-        // broker thread allocated: ~10% of the processing thread's samples with 10,000
-        // projects, where processing is the slower thread and polling waits for queue space.
-        let mut recycle = Vec::new();
         let mut pollers = Vec::new();
-        for consumer in &consumers {
+        let mut processors = Vec::new();
+        for (consumer, queued) in consumers.iter().zip(&queued) {
+            let stage = consumer.context().stage;
+            let (sender, receiver) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
+            // Applied batches go back to their polling thread to be emptied and filled again.
+            // A new one each pass (512 records of ~280 bytes) kept coming from fresh pages:
+            // their zeroing was 7% of the polling thread's samples with 10,000 projects, and a
+            // third of the service's page faults. Emptying them destroys their messages, memory
+            // librdkafka's broker thread allocated: ~10% of the processing thread's samples
+            // with 10,000 projects, where processing is the slower thread and polling waits for
+            // queue space.
             let (back, recycled) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
-            recycle.push((consumer.context().stage, back));
-            let sender = sender.clone();
-            let (engine, topics, halt, health, metrics, queued) =
-                (&engine, &topics, &halt, &*health, &*metrics, &queued);
-            let name = match consumer.context().stage {
+            let (engine, topics, halt, health, metrics) =
+                (&engine, &topics, &halt, &*health, &*metrics);
+            let name = match stage {
                 Stage::Forward => "jurystream-poll-forward",
                 Stage::Apply => "jurystream-poll",
             };
@@ -262,27 +282,67 @@ pub fn run(
                         );
                     })?,
             );
+            // The poller holds the only sender: the channel closes when it is gone.
+            processors.push((stage, receiver, [(stage, back)], queued));
         }
-        // The pollers hold the only senders: the channel closes when they are all gone.
-        drop(sender);
-        let result = process_records(
-            &core,
-            (&committers, &failed),
-            (receiver, &recycle, &queued),
-            &reputations,
-            &stop,
-        );
+        // The forwarding stage's processor runs on a thread of its own, the applying stage's
+        // on this one: neither waits for the other's records.
+        let mut forwarding = None;
+        let mut applying = None;
+        for (stage, receiver, recycle, queued) in processors {
+            let Some(core) = core_of(&cores, stage) else {
+                continue;
+            };
+            match stage {
+                Stage::Forward => {
+                    let (committers, failed, stop, halt) = (&committers, &*failed, &*stop, &halt);
+                    let forward = move || {
+                        let result = process_records(
+                            &core,
+                            (committers, failed),
+                            (receiver, &recycle, queued),
+                            None,
+                            stop,
+                        );
+                        halt.store(true, Ordering::Relaxed);
+                        result
+                    };
+                    forwarding = Some(
+                        std::thread::Builder::new()
+                            .name("jurystream-forward".to_owned())
+                            .spawn_scoped(s, forward)?,
+                    );
+                }
+                Stage::Apply => applying = Some((core, receiver, recycle, queued)),
+            }
+        }
+        let applied = applying.map_or(Ok(()), |(core, receiver, recycle, queued)| {
+            process_records(
+                &core,
+                (&committers, &failed),
+                (receiver, &recycle, queued),
+                Some(&reputations),
+                &stop,
+            )
+        });
         halt.store(true, Ordering::Relaxed);
+        let forwarded = forwarding.map_or(Ok(()), |forwarder| {
+            forwarder
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        });
         for poller in pollers {
             if let Err(panic) = poller.join() {
                 std::panic::resume_unwind(panic);
             }
         }
-        result
+        applied.and(forwarded)
     });
     let result = result.and_then(|()| {
         tracing::info!("stopping: finishing the cycle");
-        lock(&core).drain(&committers, CommitMode::Sync)
+        cores
+            .iter()
+            .try_for_each(|(_, core)| lock(core).drain(&committers, CommitMode::Sync))
     });
     health.set_ready(false, &metrics);
     metrics.up.set(0.0);

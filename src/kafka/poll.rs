@@ -82,8 +82,8 @@ pub(super) struct Polled<'c> {
 
 /// A stage's polling thread: reads its consumer's records in batches and validates vote
 /// batches, so that the processing thread only applies them (unless it is waiting for work, see
-/// [`PREPARE_FROM_QUEUED`]). `queued` counts the batches sent (by every stage) and not yet
-/// received; `recycled` gives back this stage's applied batches, emptied here (their messages
+/// [`PREPARE_FROM_QUEUED`]). `queued` counts the batches sent and not yet received by the
+/// stage's processing thread; `recycled` gives back this stage's applied batches, emptied here (their messages
 /// destroyed) and filled again. Returns when `halt` is set or the processing thread is gone.
 pub(super) fn poll_records<'c>(
     consumer: &'c BaseConsumer<GroupContext>,

@@ -342,14 +342,15 @@ pub fn message_record<'m>(msg: &'m impl Message, input: InputTopic, topic: &'m s
         .keyed(msg.key(), msg.timestamp().to_millis())
 }
 
-/// The processing thread: applies polled batches in order, keeps the reputation table current,
-/// and seals, produces and commits cycle by cycle, until `stop` is set or polling ends. Applied
-/// batches go back to their stage's polling thread through `recycle`.
+/// A stage's processing thread: applies (or forwards) polled batches in order, keeps the
+/// reputation table current if given its reader (the applying stage), and seals, produces and
+/// commits cycle by cycle, until `stop` is set or polling ends. Applied batches go back to their
+/// stage's polling thread through `recycle`.
 pub(super) fn process_records<'c>(
     core: &Mutex<Core>,
     (consumers, failed): (&Committers<'_>, &Mutex<Option<ServiceError>>),
     (batches, recycle, queued): (Receiver<Batch<'c>>, &Recycle<'c>, &AtomicUsize),
-    reputations: &BaseConsumer<QuietReader>,
+    reputations: Option<&BaseConsumer<QuietReader>>,
     stop: &AtomicBool,
 ) -> Result<(), ServiceError> {
     let clocks = Clocks::of(&lock(core).config);
@@ -395,7 +396,9 @@ pub(super) fn process_records<'c>(
         if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
             return Err(e);
         }
-        if last_reputations.elapsed() >= Duration::from_millis(10) {
+        if let Some(reputations) = reputations
+            && last_reputations.elapsed() >= Duration::from_millis(10)
+        {
             last_reputations = Instant::now();
             for _ in 0..1024 {
                 match reputations.poll(Duration::ZERO) {

@@ -243,16 +243,19 @@ impl InternalEvent for PartitionsAssigned<'_> {
 }
 
 /// Partitions were revoked from this instance, which flushed, committed and dropped them; it
-/// now owns `owned`.
+/// now owns `owned` stateful tasks (`None`: the partitions were a stateless stage's, the
+/// inputs the forwarding stage reads).
 pub struct PartitionsRevoked<'a> {
     pub partitions: &'a [(String, i32)],
-    pub owned: usize,
+    pub owned: Option<usize>,
 }
 
 impl InternalEvent for PartitionsRevoked<'_> {
     fn emit(self, metrics: &Metrics) {
         tracing::info!(revoked = ?self.partitions, "partitions revoked: flushed and committed");
-        metrics.partitions_owned.set(self.owned as i64);
+        if let Some(owned) = self.owned {
+            metrics.partitions_owned.set(owned as i64);
+        }
     }
 }
 
