@@ -71,6 +71,20 @@ fn end_to_end_outputs_equal_replay() {
         mean("jurystream_event_time_lag_seconds") > 86_400.0,
         "{metrics}"
     );
+    // The gauges of the partitions' state are the applying stage's alone: once they are set
+    // after the last record (at most a second later), they hold, and the forwarding stage,
+    // which holds no state, never sets them to 0.
+    std::thread::sleep(Duration::from_millis(1500));
+    let held: Vec<u64> = (0..30)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            support::metric_sum(&service.metrics(), "jurystream_projects")
+        })
+        .collect();
+    assert!(
+        held[0] > 0 && held.iter().all(|h| *h == held[0]),
+        "projects held, read every 100 ms: {held:?}"
+    );
     let log = service.log.clone();
     let status = service.terminate();
     assert!(

@@ -379,7 +379,8 @@ pub fn ensure_topics(
         .collect())
 }
 
-/// Waits for a future on a small runtime of its own (the admin API is async; the service loop is not).
+/// Waits for a future on a small runtime of its own (the admin API is async; the service loop
+/// is not).
 fn futures_block<F: std::future::Future>(f: F) -> Result<F::Output, ServiceError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

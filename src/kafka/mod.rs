@@ -173,14 +173,6 @@ fn bootstrap_reputations(
     Ok(())
 }
 
-/// The processor of `stage`, among `cores`.
-fn core_of(cores: &[(Stage, Arc<Mutex<Core>>)], stage: Stage) -> Option<Arc<Mutex<Core>>> {
-    cores
-        .iter()
-        .find(|(s, _)| *s == stage)
-        .map(|(_, core)| Arc::clone(core))
-}
-
 /// Runs the service until `stop` is set, then finishes the cycle, commits and returns.
 pub fn run(
     config: Config,
@@ -197,7 +189,8 @@ pub fn run(
     // put a second between the start and the first score on an empty broker. Each stage has a
     // processor of its own (its core, producer and epochs), as two sub-topologies of a Kafka
     // Streams application run as tasks of their own.
-    let mut cores = Vec::new();
+    let failed = Arc::new(Mutex::new(None));
+    let mut consumers = Vec::new();
     for &stage in Stage::all(&config) {
         let core = Core::new(
             stage,
@@ -208,20 +201,13 @@ pub fn run(
             (&metrics, &health, &stop),
             Arc::clone(&view),
         );
-        cores.push((stage, Arc::new(Mutex::new(core))));
-    }
-    let applier = core_of(&cores, Stage::Apply)
-        .ok_or_else(|| ServiceError::Config("no stage applies records".to_owned()))?;
-    let reputations: BaseConsumer<QuietReader> =
-        clients::reader_config(&config, "reputations")?.create_with_context(QuietReader)?;
-    let failed = Arc::new(Mutex::new(None));
-    let mut consumers = Vec::new();
-    for (stage, core) in &cores {
+        // The consumer's context holds its stage's processor: the rebalance callbacks take its
+        // lock, and the processing thread finds it there.
         let consumer: BaseConsumer<GroupContext> =
             clients::consumer_config(&config, stage.group(&config, &topics))?.create_with_context(
                 GroupContext {
-                    stage: *stage,
-                    core: Arc::clone(core),
+                    stage,
+                    core: Arc::new(Mutex::new(core)),
                     metrics: Arc::clone(&metrics),
                     failed: Arc::clone(&failed),
                     generation: AtomicU64::new(0),
@@ -229,6 +215,14 @@ pub fn run(
             )?;
         consumers.push(consumer);
     }
+    let applier = consumers
+        .iter()
+        .map(BaseConsumer::context)
+        .find(|c| c.stage == Stage::Apply)
+        .map(|c| Arc::clone(&c.core))
+        .ok_or_else(|| ServiceError::Config("no stage applies records".to_owned()))?;
+    let reputations: BaseConsumer<QuietReader> =
+        clients::reader_config(&config, "reputations")?.create_with_context(QuietReader)?;
     let probe = clients::reach(&config)?;
     let partitions = clients::ensure_topics(&config, &topics, &probe)?;
     clients::drop_aside(probe);
@@ -250,7 +244,8 @@ pub fn run(
     let queued: Vec<AtomicUsize> = consumers.iter().map(|_| AtomicUsize::new(0)).collect();
     let result = std::thread::scope(|s| {
         let mut pollers = Vec::new();
-        let mut processors = Vec::new();
+        let mut forwarding = None;
+        let mut applying = None;
         for (consumer, queued) in consumers.iter().zip(&queued) {
             let stage = consumer.context().stage;
             let (sender, receiver) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
@@ -282,25 +277,18 @@ pub fn run(
                         );
                     })?,
             );
-            // The poller holds the only sender: the channel closes when it is gone.
-            processors.push((stage, receiver, [(stage, back)], queued));
-        }
-        // The forwarding stage's processor runs on a thread of its own, the applying stage's
-        // on this one: neither waits for the other's records.
-        let mut forwarding = None;
-        let mut applying = None;
-        for (stage, receiver, recycle, queued) in processors {
-            let Some(core) = core_of(&cores, stage) else {
-                continue;
-            };
+            // The poller holds the only sender: the channel closes when it is gone. The
+            // forwarding stage's processor runs on a thread of its own, the applying stage's
+            // on this one: neither waits for the other's records.
+            let core = &*consumer.context().core;
             match stage {
                 Stage::Forward => {
-                    let (committers, failed, stop, halt) = (&committers, &*failed, &*stop, &halt);
+                    let (committers, failed, stop) = (&committers, &*failed, &*stop);
                     let forward = move || {
                         let result = process_records(
-                            &core,
+                            core,
                             (committers, failed),
-                            (receiver, &recycle, queued),
+                            (receiver, &back, queued),
                             None,
                             stop,
                         );
@@ -313,14 +301,14 @@ pub fn run(
                             .spawn_scoped(s, forward)?,
                     );
                 }
-                Stage::Apply => applying = Some((core, receiver, recycle, queued)),
+                Stage::Apply => applying = Some((core, receiver, back, queued)),
             }
         }
-        let applied = applying.map_or(Ok(()), |(core, receiver, recycle, queued)| {
+        let applied = applying.map_or(Ok(()), |(core, receiver, back, queued)| {
             process_records(
-                &core,
+                core,
                 (&committers, &failed),
-                (receiver, &recycle, queued),
+                (receiver, &back, queued),
                 Some(&reputations),
                 &stop,
             )
@@ -340,9 +328,9 @@ pub fn run(
     });
     let result = result.and_then(|()| {
         tracing::info!("stopping: finishing the cycle");
-        cores
+        consumers
             .iter()
-            .try_for_each(|(_, core)| lock(core).drain(&committers, CommitMode::Sync))
+            .try_for_each(|c| lock(&c.context().core).drain(&committers, CommitMode::Sync))
     });
     health.set_ready(false, &metrics);
     metrics.up.set(0.0);

@@ -11,7 +11,6 @@ use rdkafka::message::{BorrowedMessage, Message};
 
 use super::contexts::GroupContext;
 use super::repartition::{Origin, Routed};
-use super::stage::Stage;
 use crate::engine::{Engine, InputTopic, PreparedVotes, Record};
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
@@ -57,12 +56,9 @@ pub(super) enum Source {
     Repartitioned(Origin),
 }
 
-/// A batch of records of one stage on its way to the processing thread, which gives it back to
-/// that stage's polling thread to be emptied and filled again.
-pub(super) type Batch<'c> = (Stage, Vec<Polled<'c>>);
-
-/// Where applied batches go back to: each stage's polling thread's channel.
-pub(super) type Recycle<'c> = [(Stage, SyncSender<Batch<'c>>)];
+/// A batch of records of one stage on its way to that stage's processing thread, which gives
+/// it back to the polling thread to be emptied and filled again.
+pub(super) type Batch<'c> = Vec<Polled<'c>>;
 
 /// A record on its way from the polling thread to the processing thread.
 pub(super) struct Polled<'c> {
@@ -83,8 +79,9 @@ pub(super) struct Polled<'c> {
 /// A stage's polling thread: reads its consumer's records in batches and validates vote
 /// batches, so that the processing thread only applies them (unless it is waiting for work, see
 /// [`PREPARE_FROM_QUEUED`]). `queued` counts the batches sent and not yet received by the
-/// stage's processing thread; `recycled` gives back this stage's applied batches, emptied here (their messages
-/// destroyed) and filled again. Returns when `halt` is set or the processing thread is gone.
+/// stage's processing thread; `recycled` gives back the applied batches, emptied here (their
+/// messages destroyed) and filled again. Returns when `halt` is set or the processing thread is
+/// gone.
 pub(super) fn poll_records<'c>(
     consumer: &'c BaseConsumer<GroupContext>,
     (engine, topics, repartition): (&Engine, &TopicTable, bool),
@@ -93,12 +90,11 @@ pub(super) fn poll_records<'c>(
     health: &Health,
     metrics: &Metrics,
 ) {
-    let stage = consumer.context().stage;
     while !halt.load(Ordering::Relaxed) {
         let prepare = queued.load(Ordering::Relaxed) >= PREPARE_FROM_QUEUED;
         let mut batch = recycled.try_recv().map_or_else(
             |_| Vec::with_capacity(PASS_RECORDS),
-            |(_, mut done)| {
+            |mut done| {
                 done.clear();
                 done
             },
@@ -159,7 +155,7 @@ pub(super) fn poll_records<'c>(
         }
         // Counted before it is sent, so the receiver's decrement never comes first.
         queued.fetch_add(1, Ordering::Relaxed);
-        if batches.send((stage, batch)).is_err() {
+        if batches.send(batch).is_err() {
             return;
         }
     }

@@ -6,7 +6,7 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode};
@@ -17,7 +17,7 @@ use super::ServiceError;
 use super::clients::QuietReader;
 use super::contexts::Committers;
 use super::core::{Core, MAX_EPOCHS_IN_FLIGHT, lock, wall_ms};
-use super::poll::{Batch, Polled, Recycle, Source, own_record};
+use super::poll::{Batch, Polled, Source, own_record};
 use super::repartition::{self, forward_key};
 use crate::changelog::Unit;
 use crate::config::Config;
@@ -344,12 +344,12 @@ pub fn message_record<'m>(msg: &'m impl Message, input: InputTopic, topic: &'m s
 
 /// A stage's processing thread: applies (or forwards) polled batches in order, keeps the
 /// reputation table current if given its reader (the applying stage), and seals, produces and
-/// commits cycle by cycle, until `stop` is set or polling ends. Applied batches go back to their
+/// commits cycle by cycle, until `stop` is set or polling ends. Applied batches go back to the
 /// stage's polling thread through `recycle`.
 pub(super) fn process_records<'c>(
     core: &Mutex<Core>,
     (consumers, failed): (&Committers<'_>, &Mutex<Option<ServiceError>>),
-    (batches, recycle, queued): (Receiver<Batch<'c>>, &Recycle<'c>, &AtomicUsize),
+    (batches, recycle, queued): (Receiver<Batch<'c>>, &SyncSender<Batch<'c>>, &AtomicUsize),
     reputations: Option<&BaseConsumer<QuietReader>>,
     stop: &AtomicBool,
 ) -> Result<(), ServiceError> {
@@ -378,19 +378,17 @@ pub(super) fn process_records<'c>(
         let mut c = lock(core);
         c.now = Instant::now();
         c.restore_assigned()?;
-        if let Some((_, records)) = &batch {
+        if let Some(records) = &batch {
             last_batch = c.now;
             for polled in records {
                 c.process(polled)?;
             }
             c.flush_tally();
         }
-        if let Some(batch) = batch
-            && let Some((_, back)) = recycle.iter().find(|(stage, _)| *stage == batch.0)
-        {
+        if let Some(batch) = batch {
             // Back to its polling thread, which destroys its messages as it empties it (or, if
             // it has enough batches, here on drop).
-            let _ = back.try_send(batch);
+            let _ = recycle.try_send(batch);
         }
         // The first failure outside this thread (see `contexts::GroupContext::fail`).
         if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
