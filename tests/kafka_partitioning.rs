@@ -352,6 +352,21 @@ fn tasks_owned(services: &[&Service]) -> Vec<u64> {
         .collect()
 }
 
+/// What each of `services` logged of its partitions coming and going, for a failure message.
+fn handovers(services: &[&Service]) -> String {
+    services
+        .iter()
+        .map(|s| {
+            s.log_text()
+                .lines()
+                .filter(|l| l.contains("partitions") || l.contains("restore"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect::<Vec<_>>()
+        .join("\n--- the next instance:\n")
+}
+
 /// Waits until `services` own the `tasks` between them, each ⌊tasks/n⌋ or ⌈tasks/n⌉; the
 /// counts last seen otherwise.
 fn wait_spread(services: &[&Service], tasks: u64, timeout: Duration) -> Result<(), Vec<u64>> {
@@ -401,7 +416,11 @@ fn tasks_spread_over_instances_as_they_come_and_go() {
         ));
         let refs: Vec<&Service> = running.iter().collect();
         if let Err(owned) = wait_spread(&refs, tasks, Duration::from_secs(60)) {
-            panic!("{} instances own {owned:?} of {tasks} tasks", refs.len());
+            panic!(
+                "{} instances own {owned:?} of {tasks} tasks:\n{}",
+                refs.len(),
+                handovers(&refs)
+            );
         }
         if i == 1 {
             produce(&broker.bootstrap, &records[third..2 * third]);
@@ -410,11 +429,87 @@ fn tasks_spread_over_instances_as_they_come_and_go() {
     running.remove(0).kill();
     let refs: Vec<&Service> = running.iter().collect();
     if let Err(owned) = wait_spread(&refs, tasks, Duration::from_secs(30)) {
-        panic!("the survivors own {owned:?} of {tasks} tasks");
+        panic!(
+            "the survivors own {owned:?} of {tasks} tasks:\n{}",
+            handovers(&refs)
+        );
     }
     produce(&broker.bootstrap, &records[2 * third..]);
     finish(running, &records);
     assert_repartitioned(&broker.bootstrap, prefix, &config, &keyed, &records);
+}
+
+/// Waits until the reviewer table of `prefix` is `expect`'s; the differences last seen
+/// otherwise.
+fn wait_reviewers(bootstrap: &str, prefix: &str, expect: &Published) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = published(bootstrap, prefix, expect).reviewer_quality;
+        if got == expect.reviewer_quality {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(support::published::table_diff(
+                &got,
+                &expect.reviewer_quality,
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// A member the group coordinator left out of a generation while it still ran (a zombie) can
+/// publish older reviewer records of a task after its owner's newer ones (tansu does that
+/// now and then). Once a rebalance ends, every owner publishes its tasks' reviewer records
+/// again, so the table ends with the owners' figures, also for the tasks that stay where they
+/// are. The zombie is played here by records written to the table directly.
+#[test]
+fn after_a_rebalance_the_owners_reviewer_records_replace_a_zombies() {
+    let broker = Broker::shared();
+    let prefix = "zombie";
+    let shape = shape();
+    let Setup {
+        dir,
+        config,
+        records,
+    } = setup(&broker.bootstrap, prefix, &shape, free_port(), "");
+    produce(&broker.bootstrap, &records);
+    let expect = replayed(&config, &records);
+    assert!(!expect.reviewer_quality.is_empty());
+    let a = start_instance(dir.path(), "a", prefix, &broker.bootstrap, &[]);
+    if let Err(diff) = wait_reviewers(&broker.bootstrap, prefix, &expect) {
+        panic!("one instance publishes replay's reviewer table:\n{diff}");
+    }
+    let topic = format!("{prefix}.reviewer-quality");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let zombie: Vec<Rec> = read_log(&broker.bootstrap, &topic)
+        .into_iter()
+        .filter_map(|r| {
+            Some(Rec {
+                topic: topic.clone(),
+                partition: r.partition,
+                offset: 0,
+                key: Some(String::from_utf8_lossy(r.key.as_deref()?).into_owned()),
+                timestamp_ms: now_ms,
+                value: Some(r#"{"verdicts": 0}"#.to_owned()),
+            })
+        })
+        .collect();
+    produce(&broker.bootstrap, &zombie);
+    let b = start_instance(dir.path(), "b", prefix, &broker.bootstrap, &[]);
+    let tasks = shape.partitions as u64;
+    if let Err(owned) = wait_spread(&[&a, &b], tasks, Duration::from_secs(60)) {
+        panic!("two instances own {owned:?} of {tasks} tasks");
+    }
+    if let Err(diff) = wait_reviewers(&broker.bootstrap, prefix, &expect) {
+        panic!("the zombie's records are still the last:\n{diff}");
+    }
+    for s in [a, b] {
+        let log = s.log_text();
+        assert!(s.terminate().success(), "{log}");
+    }
 }
 
 /// Two instances started at the same moment on a full input share the tasks and leave no
@@ -439,7 +534,11 @@ fn two_instances_started_together_share_the_tasks_and_apply_every_record() {
         .collect();
     let refs: Vec<&Service> = running.iter().collect();
     if let Err(owned) = wait_spread(&refs, shape.partitions as u64, Duration::from_secs(60)) {
-        panic!("two instances own {owned:?} of {} tasks", shape.partitions);
+        panic!(
+            "two instances own {owned:?} of {} tasks:\n{}",
+            shape.partitions,
+            handovers(&refs)
+        );
     }
     finish(running, &records);
     assert_repartitioned(&broker.bootstrap, prefix, &config, &keyed, &records);

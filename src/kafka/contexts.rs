@@ -119,6 +119,9 @@ impl ConsumerContext for GroupContext {
                     self.fail(e);
                 }
             }
+            if self.stage == Stage::Apply {
+                core.republish_owned_reviewers();
+            }
         }
     }
 }

@@ -229,6 +229,19 @@ impl Core {
         Ok(())
     }
 
+    /// Holds every reviewer record of the owned partitions for the next release (see
+    /// [`crate::engine::Engine::republish_reviewers`]): the applying stage calls it once a
+    /// rebalance ends. A member the group coordinator left out of a generation while it still
+    /// ran (a zombie) may have restored one of these partitions meanwhile and published its
+    /// reviewer records as they were at the last commit, after this owner's newer ones; an
+    /// owner publishes only records that changed, so without this the table would keep the
+    /// zombie's. The zombie stops before the rebalance that ends its ownership ends.
+    pub(super) fn republish_owned_reviewers(&mut self) {
+        for owned in self.tasks.units.values_mut() {
+            self.engine.republish_reviewers(&mut owned.state);
+        }
+    }
+
     /// Publishes the reviewer records held (see [`crate::engine::Engine::release_reviewers`])
     /// in the partitions `keys`. Runs every `output.reviewers_coalesce_ms`, and at the end of
     /// every epoch when that is 0.
