@@ -235,7 +235,9 @@ impl Core {
     /// ran (a zombie) may have restored one of these partitions meanwhile and published its
     /// reviewer records as they were at the last commit, after this owner's newer ones; an
     /// owner publishes only records that changed, so without this the table would keep the
-    /// zombie's. The zombie stops before the rebalance that ends its ownership ends.
+    /// zombie's. Its last writes come in its revocation callback, which waits for their
+    /// acknowledgements before it rejoins; the rebalance its rejoining starts ends with this
+    /// call on the owner, after them.
     pub(super) fn republish_owned_reviewers(&mut self) {
         for owned in self.tasks.units.values_mut() {
             self.engine.republish_reviewers(&mut owned.state);
