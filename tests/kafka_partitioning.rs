@@ -367,22 +367,32 @@ fn handovers(services: &[&Service]) -> String {
         .join("\n--- the next instance:\n")
 }
 
+/// Checks `check` every `every` until it holds; what it last saw otherwise, after `timeout`.
+fn wait_for<E>(
+    timeout: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> Result<(), E>,
+) -> Result<(), E> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check() {
+            Err(_) if Instant::now() <= deadline => std::thread::sleep(every),
+            done => return done,
+        }
+    }
+}
+
 /// Waits until `services` own the `tasks` between them, each ⌊tasks/n⌋ or ⌈tasks/n⌉; the
 /// counts last seen otherwise.
 fn wait_spread(services: &[&Service], tasks: u64, timeout: Duration) -> Result<(), Vec<u64>> {
     let n = services.len() as u64;
     let (least, most) = (tasks / n, tasks.div_ceil(n));
-    let deadline = Instant::now() + timeout;
-    loop {
+    wait_for(timeout, Duration::from_millis(200), || {
         let owned = tasks_owned(services);
-        if owned.iter().sum::<u64>() == tasks && owned.iter().all(|o| (least..=most).contains(o)) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(owned);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        let spread =
+            owned.iter().sum::<u64>() == tasks && owned.iter().all(|o| (least..=most).contains(o));
+        if spread { Ok(()) } else { Err(owned) }
+    })
 }
 
 /// Every instance of a group takes its share of the stateful tasks, whatever it owns of the
@@ -442,20 +452,11 @@ fn tasks_spread_over_instances_as_they_come_and_go() {
 /// Waits until the reviewer table of `prefix` is `expect`'s; the differences last seen
 /// otherwise.
 fn wait_reviewers(bootstrap: &str, prefix: &str, expect: &Published) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    wait_for(Duration::from_secs(60), Duration::from_millis(500), || {
         let got = published(bootstrap, prefix, expect).reviewer_quality;
-        if got == expect.reviewer_quality {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(support::published::table_diff(
-                &got,
-                &expect.reviewer_quality,
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+        let diff = support::published::table_diff(&got, &expect.reviewer_quality);
+        if diff.is_empty() { Ok(()) } else { Err(diff) }
+    })
 }
 
 /// A member the group coordinator left out of a generation while it still ran (a zombie) can
@@ -506,10 +507,7 @@ fn after_a_rebalance_the_owners_reviewer_records_replace_a_zombies() {
     if let Err(diff) = wait_reviewers(&broker.bootstrap, prefix, &expect) {
         panic!("the zombie's records are still the last:\n{diff}");
     }
-    for s in [a, b] {
-        let log = s.log_text();
-        assert!(s.terminate().success(), "{log}");
-    }
+    finish(vec![a, b], &records);
 }
 
 /// Two instances started at the same moment on a full input share the tasks and leave no
