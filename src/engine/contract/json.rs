@@ -144,6 +144,34 @@ pub enum ParseFailure {
     Invalid(String),
 }
 
+/// A serde-derived struct read from a JSON object only. serde_json also reads a struct from an
+/// array of its members' values in order (`["e1", "proj-42", ...]`), which no topic's contract
+/// allows: the readers that borrow a derived struct straight from a payload (the vote batch's,
+/// routing's) read it through this, and decline an array as the contract rejects it.
+pub struct Object<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Members<T>(std::marker::PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Members<T> {
+            type Value = T;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map))
+            }
+        }
+
+        deserializer
+            .deserialize_map(Members(std::marker::PhantomData))
+            .map(Object)
+    }
+}
+
 /// Parses a whole payload into a [`Json`] tree.
 pub fn parse(payload: &[u8]) -> Result<Json<'_>, ParseFailure> {
     // The payload is checked for UTF-8 once, as a whole (JSON text is UTF-8 by RFC 8259), which

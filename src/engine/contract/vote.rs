@@ -407,6 +407,25 @@ mod tests {
         assert_eq!(read(&payload("1795700000000")), Ok(1));
     }
 
+    /// serde reads a derived struct from an array of its members' values too; the fast reader
+    /// declines a batch or a vote written so, which the contract rejects.
+    #[test]
+    fn the_fast_reader_reads_objects_only() {
+        for payload in [
+            r#"["e", "p", null, null, [{"voter_id": "u", "value": 1}]]"#,
+            r#"{"event_id": "e", "project_id": "p", "votes": [["u", null, 1, null]]}"#,
+        ] {
+            assert!(
+                plain::valid_batch(payload.as_bytes(), LIMITS).is_none(),
+                "{payload}"
+            );
+            assert_eq!(code(payload), ErrorCode::NotObject, "{payload}");
+        }
+        let object =
+            r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": 1}]}"#;
+        assert!(plain::valid_batch(object.as_bytes(), LIMITS).is_some());
+    }
+
     #[test]
     fn messages_name_the_vote() {
         let e = read(r#"{"event_id": "e", "project_id": "p", "votes": [{"voter_id": "u", "value": 1}, {"voter_id": "v", "value": 2}]}"#)

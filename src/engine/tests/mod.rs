@@ -4,6 +4,7 @@
 mod coalescing;
 mod judging;
 mod limits;
+mod routing;
 mod votes;
 
 use std::ops::Range;

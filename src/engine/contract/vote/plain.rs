@@ -15,9 +15,11 @@ use serde::de::{self, Deserializer, Visitor};
 
 use super::{Vote, VoteBatch, VoteLimits, Votes, vote_value};
 use crate::engine::contract::fields::check_id;
+use crate::engine::contract::json::Object;
 use crate::engine::contract::time::EventTime;
 
-/// A batch as serde reads it: every member known, strings borrowed (an escaped one fails).
+/// A batch as serde reads it: every member known, strings borrowed (an escaped one fails),
+/// itself and each vote from an object only ([`Object`]).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Batch<'a> {
@@ -28,7 +30,7 @@ struct Batch<'a> {
     #[serde(default)]
     item_id: Option<&'a str>,
     #[serde(borrow)]
-    votes: Vec<PlainVote<'a>>,
+    votes: Vec<Object<PlainVote<'a>>>,
 }
 
 /// A vote as serde reads it.
@@ -85,7 +87,8 @@ impl Visitor<'_> for TimeVisitor {
 /// anything else, which the contract reader then reads and words the rejection for.
 pub(super) fn valid_batch(payload: &[u8], limits: VoteLimits) -> Option<VoteBatch<'_>> {
     // One check of the whole payload's UTF-8, rather than serde_json's of each string.
-    let batch: Batch<'_> = serde_json::from_str(std::str::from_utf8(payload).ok()?).ok()?;
+    let Object(batch): Object<Batch<'_>> =
+        serde_json::from_str(std::str::from_utf8(payload).ok()?).ok()?;
     let n = batch.votes.len();
     if n == 0 || n > limits.max_votes {
         return None;
@@ -94,7 +97,7 @@ pub(super) fn valid_batch(payload: &[u8], limits: VoteLimits) -> Option<VoteBatc
     let votes = batch
         .votes
         .iter()
-        .map(|v| {
+        .map(|Object(v)| {
             if v.reputation.is_some_and(|r| r < 0.0) {
                 return None;
             }
