@@ -5,6 +5,8 @@
 #
 # usage: scripts/bench-peers.sh [EVENTS] [PROJECTS]    (default 300000 10000)
 # The broker is KAFKA_BOOTSTRAP_SERVERS if set, else a tansu started here (scripts/broker.sh).
+# PEERS_SERVICE_CONFIG appends TOML to jurystream's configuration; PEERS_ONLY=jurystream runs it
+# alone (no restarts, no other contenders), to compare builds or configurations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv-peers/bin/python ]; then

@@ -3,7 +3,9 @@ the other, and reports each one's events/s, CPU per event and peak RSS, and the 
 
 usage: run.py BOOTSTRAP JURYSTREAM_BINARY [EVENTS] [PROJECTS]
 (PEERS_SERVICE_CONFIG: TOML appended to jurystream's configuration, e.g.
-'[kafka]\ninstance_id = "peers-0"\n' for static membership.)
+'[kafka]\ninstance_id = "peers-0"\n' for static membership. PEERS_ONLY=jurystream: jurystream
+alone, without the restarts and the other contenders, as pairs of builds or configurations are
+compared.)
 
 The corpus is EVENTS vote events (default 300,000) over PROJECTS projects (default 10,000),
 keyed by project id, in a topic of 3 partitions, produced once before the runs. Each contender
@@ -11,7 +13,8 @@ is started as a process of its own with its own consumer group and output topic.
 from its start until it has applied every event (start-up counts for everyone), and from its
 first applied event to its last (the steady rate: jurystream's `jurystream_records_total` polled
 every 20 ms, the others report the moments themselves). CPU and peak RSS are the process's own
-(wait4), start-up included."""
+(wait4), start-up included; jurystream's is also given by thread (from /proc, just before it
+is stopped): its applying thread, which holds the state, is the process's main thread."""
 
 import os
 import signal
@@ -150,10 +153,28 @@ def changelog_kinds(bootstrap, topic):
     return kinds
 
 
+def cpu_by_thread(pid):
+    """CPU seconds of process `pid` by thread name (librdkafka's threads, `rdk:*`, as one)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    threads = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        name = "librdkafka" if name.startswith("rdk:") else name
+        threads[name] = threads.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return threads
+
+
 def measure(argv, done=None):
     """Runs argv until it exits (or, with `done`, until done() reports every event applied, then
     SIGTERM) and returns (seconds from start to the last event, seconds from the first event to
-    the last, CPU seconds, peak RSS in MiB)."""
+    the last, CPU seconds, peak RSS in MiB). With `done`, `done.threads` is then the CPU
+    seconds by thread name, read just before the SIGTERM."""
     started = time.monotonic()
     env = SERVICE_ENV if done is not None else None
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -172,6 +193,7 @@ def measure(argv, done=None):
             if child.poll() is not None:
                 sys.exit(f"{argv[0]} exited early: {child.stderr.read()[-2000:]}")
             time.sleep(0.02)
+        done.threads = cpu_by_thread(child.pid)
         child.send_signal(signal.SIGTERM)
     _, status, usage = os.wait4(child.pid, 0)
     if status != 0:
@@ -192,6 +214,7 @@ def main():
     projects = int(sys.argv[4]) if len(sys.argv) > 4 else 10_000
     run = f"peers-{os.getpid()}"
     source = f"{run}.votes"
+    alone = os.environ.get("PEERS_ONLY") == "jurystream"
     outputs = {name: f"{run}.{name}.scores" for name in ("jurystream", "handwritten", "quix")}
     create_topics(bootstrap, [source, *outputs.values()])
     produce(bootstrap, source, events, projects)
@@ -220,17 +243,19 @@ def main():
 
         applied.events = events
         results["jurystream"] = measure([binary, "--config", config, "run"], done=applied)
-        ready, restoring, records, restored, after_kill = restore(
-            [binary, "--config", config, "run"], port)
-        python = sys.executable
-        results["hand-written consumer"] = measure(
-            [python, os.path.join(HERE, "handwritten.py"), bootstrap, source,
-             outputs["handwritten"], f"{run}.handwritten", str(events)],
-        )
-        results["Quix Streams"] = measure(
-            [python, os.path.join(HERE, "quix_app.py"), bootstrap, source,
-             outputs["quix"], f"{run}.quix", str(events), os.path.join(tmp, "quix-state")],
-        )
+        restored = ready = after_kill = None
+        if not alone:
+            ready, restoring, records, restored, after_kill = restore(
+                [binary, "--config", config, "run"], port)
+            python = sys.executable
+            results["hand-written consumer"] = measure(
+                [python, os.path.join(HERE, "handwritten.py"), bootstrap, source,
+                 outputs["handwritten"], f"{run}.handwritten", str(events)],
+            )
+            results["Quix Streams"] = measure(
+                [python, os.path.join(HERE, "quix_app.py"), bootstrap, source,
+                 outputs["quix"], f"{run}.quix", str(events), os.path.join(tmp, "quix-state")],
+            )
 
     print(f"{'contender':<24}{'events/s from start':>21}{'steady events/s':>17}"
           f"{'CPU µs/event':>14}{'peak RSS MiB':>14}")
@@ -241,12 +266,17 @@ def main():
     for name, (total, steady, cpu, rss) in results.items():
         print(f"{name:<24}{events / total:>21,.0f}{steady_rate(steady):>17}"
               f"{cpu / events * 1e6:>14.1f}{rss:>14.0f}")
+    binary_name = os.path.basename(binary)[:15]  # a thread's name is at most 15 bytes
+    roles = {binary_name: "applying", "jurystream-poll": "polling", "jurystream-forw": "forwarding"}
+    threads = sorted(applied.threads.items(), key=lambda kv: -kv[1])
+    print("jurystream CPU by thread: " + ", ".join(
+        f"{roles.get(name, name)} {seconds:.2f} s" for name, seconds in threads if seconds >= 0.01))
     input_bytes = sum(len(event(i, projects)) for i in range(events))
     if restored is not None and ready is not None:
         print(f"jurystream changelog: {records:,.0f} records, {restored:,.0f} bytes restored "
               f"({restored / input_bytes:.2f}x the input's {input_bytes:,} bytes); restart to "
               f"every partition restored {ready:.2f} s, of which restoring {restoring:.2f} s")
-    after_kill, restoring_after_kill = after_kill
+    after_kill, restoring_after_kill = after_kill or (None, None)
     if after_kill is not None:
         print(f"jurystream restart after kill -9 to every partition restored: {after_kill:.2f} s"
               + (f", of which restoring {restoring_after_kill:.2f} s"
