@@ -62,9 +62,9 @@ impl Store for ItemsStore {
         let before: Vec<_> = undo
             .filter(|_| from.at.is_some())
             .map(|u| {
-                let found = u.before.range(places(bucket));
+                let found = u.found(places(bucket)).into_iter();
                 found
-                    .map(|(&seq, (p, i, v))| (seq - first, p.as_str(), i.as_str(), v))
+                    .map(|(seq, (p, i, v))| (seq - first, p.as_str(), i.as_str(), v))
                     .collect()
             })
             .unwrap_or_default();

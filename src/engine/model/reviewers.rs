@@ -102,6 +102,11 @@ pub struct Verdict {
     pub at: EventTime,
 }
 
+/// An item's verdicts, in reviewer order: held in the item itself up to two (most items have
+/// one batch of a few votes), so that adding and forgetting an item touch no memory of their
+/// own and a forgotten item's room is taken again at once.
+pub type Verdicts = SmallVec<[Verdict; 2]>;
+
 /// An item's verdicts, in reviewer order, and the judges' scores paired with it: what the model
 /// keeps of an item, in its entry of the item store. (A changelog written before the figures
 /// were derived also holds a posterior and a refresh place here; they are not read.) Written
@@ -111,7 +116,7 @@ pub struct Verdict {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(try_from = "StoredReview")]
 pub struct Review {
-    pub verdicts: Vec<Verdict>,
+    pub verdicts: Verdicts,
     /// Σ and number of the judge scores paired with the item (judge quality): the judges'
     /// verdict is pass when their mean is at least ½.
     pub judged: Option<(f64, u32)>,
@@ -208,7 +213,7 @@ impl StoredReview {
     /// The review read, its first verdict at `first` if its time was left out.
     pub fn review(self, first: Option<EventTime>) -> Result<Review, &'static str> {
         let mut before = first;
-        let mut verdicts = Vec::with_capacity(self.verdicts.len());
+        let mut verdicts = Verdicts::with_capacity(self.verdicts.len());
         for v in self.verdicts {
             let at =
                 v.at.or(before)
@@ -758,9 +763,9 @@ impl Reviewers {
             return added;
         };
         let review = entry.review_mut();
-        // Most items get all their verdicts in their first batch: room for exactly those, not
-        // the doubling growth's slack, in each of the task's many items (later batches grow it
-        // by doubling, so a verdict stays O(1) amortised).
+        // Most items get all their verdicts in their first batch: room for exactly those (beyond
+        // the two held inline), not the doubling growth's slack, in each of the task's many
+        // items (later batches grow it by doubling, so a verdict stays O(1) amortised).
         if review.verdicts.is_empty() {
             review.verdicts.reserve_exact(verdicts.len());
         }

@@ -495,20 +495,70 @@ fn of<'a, P: HoldsQuality>(projects: &'a Projects<P>, project: &str) -> Option<&
 pub struct ItemUndo {
     /// The first place this flush took: items at or after it are new.
     pub from: u64,
-    /// Items held when the flush began that changed or were forgotten since, by place: their
-    /// project, id and value then.
-    pub before: BTreeMap<u64, (ProjectKey, ProjectKey, ItemVotes)>,
+    /// Items held when the flush began that changed since, by place: their project, id and
+    /// value then.
+    before: BTreeMap<u64, Found>,
+    /// Items held when the flush began that were forgotten since, as [`ItemUndo::before`], in
+    /// ascending places, in chunks of [`GONE_CHUNK`]. A task forgets its oldest first, so
+    /// nearly every forgotten item joins at the end here, where a map would take a node's room
+    /// and search for each; one that would not goes to `before`. Chunks, not one run, so that a
+    /// flush's many items never move to a run twice the size, each flush alike.
+    gone: Vec<Vec<(u64, Found)>>,
     /// The places forgotten in this flush.
     pub forgotten: Vec<u64>,
 }
 
+/// An item as a flush found it: its project, id and value.
+pub type Found = (ProjectKey, ProjectKey, ItemVotes);
+
+/// Forgotten items per chunk of [`ItemUndo`]'s `gone`.
+const GONE_CHUNK: usize = 256;
+
 impl ItemUndo {
     /// Notes what the item at `seq` was when the flush began (its project, id and value, made
     /// only if needed), the first time the flush changes it.
-    fn changed(&mut self, seq: u64, found: impl FnOnce() -> (ProjectKey, ProjectKey, ItemVotes)) {
+    fn changed(&mut self, seq: u64, found: impl FnOnce() -> Found) {
         if seq < self.from && !self.before.contains_key(&seq) {
             self.before.insert(seq, found());
         }
+    }
+
+    /// Notes that the item at `seq`, `found` now, was forgotten: what it was when the flush
+    /// began, unless the flush took it or changed it before.
+    fn forgot(&mut self, seq: u64, found: Found) {
+        self.forgotten.push(seq);
+        if seq >= self.from || self.before.contains_key(&seq) {
+            return;
+        }
+        match self.gone.last_mut() {
+            Some(chunk) if chunk.last().is_some_and(|&(last, _)| last >= seq) => {
+                self.before.insert(seq, found);
+            }
+            Some(chunk) if chunk.len() < GONE_CHUNK => chunk.push((seq, found)),
+            _ => {
+                let mut chunk = Vec::with_capacity(GONE_CHUNK);
+                chunk.push((seq, found));
+                self.gone.push(chunk);
+            }
+        }
+    }
+
+    /// The items at `places` as the flush found them, those it changed or forgot, in order.
+    pub fn found(&self, places: Range<u64>) -> Vec<(u64, &Found)> {
+        let (from, end) = (places.start, places.end);
+        let first = self
+            .gone
+            .partition_point(|chunk| chunk.last().is_some_and(|&(last, _)| last < from));
+        let gone = self.gone[first..]
+            .iter()
+            .flatten()
+            .skip_while(|(seq, _)| *seq < from)
+            .take_while(|(seq, _)| *seq < end)
+            .map(|(seq, found)| (*seq, found));
+        let mut found: Vec<_> = self.before.range(places).map(|(&s, f)| (s, f)).collect();
+        found.extend(gone);
+        found.sort_unstable_by_key(|(seq, _)| *seq);
+        found
     }
 }
 
@@ -547,6 +597,7 @@ impl TaskQuality {
         };
         undo.from = next;
         undo.before.clear();
+        undo.gone.clear();
         std::mem::take(&mut undo.forgotten)
     }
 
@@ -593,10 +644,7 @@ impl TaskQuality {
             !gone.is_empty() && undo.as_ref().is_some_and(|u| u.forgotten.is_empty());
         for (seq, owner, id, value) in gone {
             match undo {
-                Some(undo) => {
-                    undo.changed(seq, || (owner, id, value));
-                    undo.forgotten.push(seq);
-                }
+                Some(undo) => undo.forgot(seq, (owner, id, value)),
                 // Without an undo its bucket is rewritten by this flush, if anything is.
                 None => observed.items.push(seq),
             }

@@ -249,6 +249,54 @@ fn a_task_forgets_its_oldest_item_whatever_its_project() {
 }
 
 #[test]
+fn an_undo_finds_the_items_a_flush_changed_or_forgot_as_it_found_them_in_place_order() {
+    let found = |votes: u64| {
+        let value = ItemVotes {
+            votes,
+            ..ItemVotes::default()
+        };
+        (
+            ProjectKey::from("p"),
+            ProjectKey::from(format!("i{votes}")),
+            value,
+        )
+    };
+    let mut undo = ItemUndo {
+        from: 1_000,
+        ..ItemUndo::default()
+    };
+    // Changed, then forgotten: what the flush found is the value before the change.
+    undo.changed(5, || found(5));
+    undo.forgot(5, found(55));
+    // Forgotten oldest first, over several chunks; one out of order; one the flush took.
+    let oldest = 10..10 + 2 * GONE_CHUNK as u64 + 7;
+    for seq in oldest.clone() {
+        undo.forgot(seq, found(seq));
+    }
+    undo.forgot(7, found(7));
+    undo.forgot(1_000, found(1_000));
+    let kept = |places: Range<u64>| -> Vec<(u64, u64)> {
+        let found = undo.found(places).into_iter();
+        found.map(|(seq, (_, _, v))| (seq, v.votes)).collect()
+    };
+    let mut expected = vec![(5, 5), (7, 7)];
+    expected.extend(oldest.clone().map(|seq| (seq, seq)));
+    assert_eq!(kept(0..2_000), expected);
+    // A bucket across a chunk's end, and one before the first forgotten.
+    let across = 10 + GONE_CHUNK as u64 - 3..10 + GONE_CHUNK as u64 + 5;
+    assert_eq!(
+        kept(across.clone()),
+        across.map(|s| (s, s)).collect::<Vec<_>>()
+    );
+    assert_eq!(kept(0..7), [(5, 5)]);
+    assert_eq!(kept(1_000..1_016), []);
+    let mut forgotten = vec![5];
+    forgotten.extend(oldest);
+    forgotten.extend([7, 1_000]);
+    assert_eq!(undo.forgotten, forgotten);
+}
+
+#[test]
 fn a_window_written_before_pairs_had_times_reads_back_oldest_first() {
     let old = r#"{"pairs":[[0.9,0.8],[0.1,0.2]],"kappas":[null,1.0],"disagreeing":true,"drifting":false,"last_event_at":null}"#;
     let w: JudgeWindow = serde_json::from_str(old).unwrap();

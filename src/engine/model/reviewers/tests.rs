@@ -634,7 +634,7 @@ fn verdicts_reviews_and_items_are_written_as_arrays_and_read_in_both_forms() {
         ..v("cy", true)
     };
     let three = Review {
-        verdicts: vec![verdict.clone(), v("bob", false), later],
+        verdicts: smallvec::smallvec![verdict.clone(), v("bob", false), later],
         judged: None,
     };
     let text = serde_json::to_string(&three).expect("serializes");
@@ -660,10 +660,10 @@ fn verdicts_reviews_and_items_are_written_as_arrays_and_read_in_both_forms() {
     );
     let old_review = r#"{"verdicts":[{"reviewer":"ann","pass":true,"weight":0.5,"at":{"secs":1795168800,"nanos":0}}],"posterior":0.7,"refreshed":3}"#;
     let review: Review = serde_json::from_str(old_review).expect("a review written before");
-    assert_eq!(review.verdicts, std::slice::from_ref(&verdict));
+    assert_eq!(review.verdicts.as_slice(), std::slice::from_ref(&verdict));
 
     let mut review = Review {
-        verdicts: vec![verdict.clone()],
+        verdicts: smallvec::smallvec![verdict.clone()],
         judged: None,
     };
     let read = |text: &str| serde_json::from_str::<ItemVotes>(text).expect("an item");
