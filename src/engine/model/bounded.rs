@@ -4,9 +4,12 @@
 //! stays within a bound. Both keep their values in an [`Ordered`] run of places.
 
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::ops::Range;
 
-use crate::engine::ids::{IdMap, ProjectKey};
+use hashbrown::HashTable;
+
+use crate::engine::ids::ProjectKey;
 
 /// The room below which [`Bounded`] never shrinks its map: a few values' worth, which a map
 /// would allocate again at once.
@@ -173,14 +176,20 @@ impl<T> Ordered<T> {
 /// bounded's own ([`Bounded::entry`]) or given to it ([`Bounded::insert`]): an item's place is
 /// its place in its task's [`Places`].
 ///
-/// The values live in the order, the map holds only each key's place. A hash map keeps room for
-/// up to twice the values it holds, and the many small maps of a task's projects, whose items
-/// the task's bound keeps replacing, settle there (their removals leave tombstones, and the map
-/// grows rather than rehash in place while more than half full): in the map, that room cost a
-/// whole item per empty slot.
+/// The values live in the order; the table holds only each key's place, and finds a key by
+/// its hash and the key in the order at that place. A project's table is then a few cache
+/// lines of places, which adding an item, finding it and forgetting the oldest all touch,
+/// rather than a copy of every key. A table keeps room for up to twice the values it holds,
+/// and the many small tables of a task's projects, whose items the task's bound keeps
+/// replacing, settle there (their removals leave tombstones, and a table grows rather than
+/// rehash in place while more than half full): room that once held a whole item per empty slot,
+/// and then a key.
 #[derive(Debug, Clone, Default)]
 pub struct Bounded<V> {
-    places: IdMap<ProjectKey, u64>,
+    places: HashTable<u64>,
+    /// Seeded per process, as [`crate::engine::ids::IdMap`]'s: crafted keys cannot force
+    /// collisions.
+    hasher: foldhash::fast::RandomState,
     order: Ordered<(ProjectKey, V)>,
     next: u64,
 }
@@ -203,7 +212,7 @@ impl<V: Default> Bounded<V> {
         max: usize,
         forgotten: &mut Vec<(u64, ProjectKey, V)>,
     ) -> (u64, &mut V) {
-        if !self.places.contains_key(key) {
+        if self.place(key).is_none() {
             self.make_room(max, forgotten);
             self.insert(key, self.next, V::default());
         }
@@ -212,19 +221,34 @@ impl<V: Default> Bounded<V> {
 }
 
 impl<V> Bounded<V> {
+    /// The place of `key`, if held.
+    fn place(&self, key: &str) -> Option<u64> {
+        let order = &self.order;
+        let held = |seq: &u64| order.get(*seq).is_some_and(|(k, _)| k == key);
+        self.places.find(self.hasher.hash_one(key), held).copied()
+    }
+
+    /// Drops place `seq` of `key` from the table.
+    fn unplace(&mut self, key: &str, seq: u64) {
+        let hash = self.hasher.hash_one(key);
+        if let Ok(place) = self.places.find_entry(hash, |s| *s == seq) {
+            place.remove();
+        }
+    }
+
     pub fn get(&self, key: &str) -> Option<&V> {
         self.get_with_seq(key).map(|(_, v)| v)
     }
 
     /// The value of `key` and its place.
     pub fn get_mut(&mut self, key: &str) -> Option<(u64, &mut V)> {
-        let seq = *self.places.get(key)?;
+        let seq = self.place(key)?;
         self.order.get_mut(seq).map(|(_, v)| (seq, v))
     }
 
     /// The value of `key` with its place in the order, for the changelog.
     pub fn get_with_seq(&self, key: &str) -> Option<(u64, &V)> {
-        let seq = *self.places.get(key)?;
+        let seq = self.place(key)?;
         self.order.get(seq).map(|(_, v)| (seq, v))
     }
 
@@ -240,7 +264,7 @@ impl<V> Bounded<V> {
             let Some((seq, (oldest, value))) = self.order.pop_first() else {
                 break;
             };
-            self.places.remove(&oldest);
+            self.unplace(&oldest, seq);
             forgotten.push((seq, oldest, value));
         }
         self.fit();
@@ -249,43 +273,51 @@ impl<V> Bounded<V> {
     /// Puts `value` at place `seq`, replacing what `key` held, and returns the place it held;
     /// later places of its own follow it. A restore puts values back this way.
     pub fn insert(&mut self, key: &str, seq: u64, value: V) -> Option<u64> {
-        let key = ProjectKey::from(key);
-        // One probe: a new key (the common case) has no place to give up.
-        let held = self.places.insert(key.clone(), seq);
-        if let Some(held) = held
-            && held != seq
-        {
-            self.order.remove(held);
+        let hash = self.hasher.hash_one(key);
+        let held = self.place(key);
+        match held {
+            Some(held) if held != seq => {
+                if let Ok(mut place) = self.places.find_entry(hash, |s| *s == held) {
+                    *place.get_mut() = seq;
+                }
+                self.order.remove(held);
+            }
+            Some(_) => {}
+            None => {
+                let (order, hasher) = (&self.order, &self.hasher);
+                let rehash = |s: &u64| hasher.hash_one(order.get(*s).map_or("", |(k, _)| k));
+                self.places.insert_unique(hash, seq, rehash);
+            }
         }
-        self.order.insert(seq, (key, value));
+        self.order.insert(seq, (ProjectKey::from(key), value));
         self.next = self.next.max(seq + 1);
         held
     }
 
     /// Removes `key`, returning its place and value.
     pub fn remove(&mut self, key: &str) -> Option<(u64, V)> {
-        let seq = self.places.remove(key)?;
-        let (_, v) = self.order.remove(seq)?;
-        self.fit();
-        Some((seq, v))
+        let seq = self.place(key)?;
+        self.remove_at(seq).map(|(_, v)| (seq, v))
     }
 
     /// Removes the value at place `seq`, returning its key and value.
     pub fn remove_at(&mut self, seq: u64) -> Option<(ProjectKey, V)> {
         let (key, v) = self.order.remove(seq)?;
-        self.places.remove(&key);
+        self.unplace(&key, seq);
         self.fit();
         Some((key, v))
     }
 
-    /// Gives back the map's room once it holds less than a quarter of it. A hash map keeps the
+    /// Gives back the table's room once it holds less than a quarter of it. A table keeps the
     /// room of the most values it ever held, and a project holds many for a while when its
     /// records arrive in a run (the task's bound then forgets them). Halving at a quarter keeps
-    /// the cost amortised: a map grows back only after as many insertions as it shrank by.
+    /// the cost amortised: a table grows back only after as many insertions as it shrank by.
     fn fit(&mut self) {
         let (len, room) = (self.places.len(), self.places.capacity());
         if room > MIN_ROOM && len * 4 < room {
-            self.places.shrink_to(len * 2);
+            let (order, hasher) = (&self.order, &self.hasher);
+            let rehash = |s: &u64| hasher.hash_one(order.get(*s).map_or("", |(k, _)| k));
+            self.places.shrink_to(len * 2, rehash);
         }
     }
 
@@ -314,7 +346,7 @@ impl<V> Bounded<V> {
             && self
                 .order
                 .iter()
-                .all(|(seq, (k, _))| self.places.get(k) == Some(&seq))
+                .all(|(seq, (k, _))| self.place(k) == Some(seq))
     }
 }
 
@@ -513,6 +545,103 @@ mod tests {
                 let ranged: Vec<u64> = run.range(a..b).map(|(s, _)| s).collect();
                 let expected: Vec<u64> = model.range(a..b).map(|(s, _)| *s).collect();
                 proptest::prop_assert_eq!(ranged, expected);
+            }
+        }
+    }
+
+    /// What a [`Bounded`] is asked to do, over a few keys so that they come back.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Entry(u8, usize),
+        Insert(u8, u64),
+        Remove(u8),
+        RemoveAt(u64),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0u8..24, 1usize..12).prop_map(|(k, max)| Op::Entry(k, max)),
+            1 => (0u8..24, 0u64..400).prop_map(|(k, seq)| Op::Insert(k, seq)),
+            2 => (0u8..24).prop_map(Op::Remove),
+            1 => (0u64..400).prop_map(Op::RemoveAt),
+        ]
+    }
+
+    proptest::proptest! {
+        /// A bounded finds, adds, forgets and removes as a plain list of (place, key, value) in
+        /// order of place does, its table of places always agreeing with its order.
+        #[test]
+        fn a_bounded_holds_what_a_list_in_order_of_place_holds(
+            ops in proptest::collection::vec(op(), 0..300),
+        ) {
+            let mut b: Bounded<u64> = Bounded::default();
+            let mut model: Vec<(u64, String, u64)> = Vec::new();
+            let mut next = 0;
+            for (i, op) in ops.into_iter().enumerate() {
+                let i = i as u64;
+                match op {
+                    Op::Entry(k, max) => {
+                        let key = format!("key-{k}");
+                        let mut forgotten = Vec::new();
+                        let (seq, v) = b.entry(&key, max, &mut forgotten);
+                        *v += i;
+                        let mut expected = Vec::new();
+                        let held = model.iter().position(|(_, k, _)| *k == key);
+                        let at = match held {
+                            Some(at) => at,
+                            None => {
+                                while model.len() >= max {
+                                    let (s, k, v) = model.remove(0);
+                                    expected.push((s, ProjectKey::from(k), v));
+                                }
+                                model.push((next, key.clone(), 0));
+                                next += 1;
+                                model.len() - 1
+                            }
+                        };
+                        model[at].2 += i;
+                        proptest::prop_assert_eq!(seq, model[at].0);
+                        proptest::prop_assert_eq!(forgotten, expected);
+                    }
+                    Op::Insert(k, seq) => {
+                        let key = format!("key-{k}");
+                        // A place another key holds is not given again (as in a restore).
+                        if model.iter().any(|(s, other, _)| *s == seq && *other != key) {
+                            continue;
+                        }
+                        let held = model.iter().position(|(_, k, _)| *k == key);
+                        let was = held.map(|at| model.remove(at).0);
+                        proptest::prop_assert_eq!(b.insert(&key, seq, i), was);
+                        let at = model.partition_point(|(s, ..)| *s < seq);
+                        model.insert(at, (seq, key, i));
+                        next = next.max(seq + 1);
+                    }
+                    Op::Remove(k) => {
+                        let key = format!("key-{k}");
+                        let held = model.iter().position(|(_, k, _)| *k == key);
+                        let expected = held.map(|at| model.remove(at)).map(|(s, _, v)| (s, v));
+                        proptest::prop_assert_eq!(b.remove(&key), expected);
+                    }
+                    Op::RemoveAt(seq) => {
+                        let held = model.iter().position(|(s, ..)| *s == seq);
+                        let expected = held
+                            .map(|at| model.remove(at))
+                            .map(|(_, k, v)| (ProjectKey::from(k), v));
+                        proptest::prop_assert_eq!(b.remove_at(seq), expected);
+                    }
+                }
+                proptest::prop_assert!(b.consistent());
+                proptest::prop_assert_eq!(b.len(), model.len());
+                let held: Vec<(&str, u64)> = b.iter().map(|(k, v)| (k, *v)).collect();
+                let expected: Vec<(&str, u64)> =
+                    model.iter().map(|(_, k, v)| (k.as_str(), *v)).collect();
+                proptest::prop_assert_eq!(held, expected);
+                for k in 0..24 {
+                    let key = format!("key-{k}");
+                    let expected = model.iter().find(|(_, m, _)| *m == key).map(|(s, _, v)| (*s, v));
+                    proptest::prop_assert_eq!(b.get_with_seq(&key), expected);
+                }
             }
         }
     }
