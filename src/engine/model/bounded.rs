@@ -458,6 +458,22 @@ mod tests {
         assert_eq!(b.iter().count(), 1);
     }
 
+    /// Looking at the ends first finds every place, held or not, where a binary search of the
+    /// whole run does, in runs of every length from empty.
+    #[test]
+    fn finding_a_place_at_the_ends_first_agrees_with_a_binary_search() {
+        for len in 0..70u64 {
+            let mut run: Ordered<u64> = Ordered::default();
+            for i in 0..len {
+                run.insert(3 * i + 1, i);
+            }
+            for seq in 0..3 * len + 3 {
+                let expected = run.slots.binary_search_by_key(&seq, |(s, _)| *s);
+                assert_eq!(run.find(seq), expected, "{seq} in a run of {len}");
+            }
+        }
+    }
+
     /// Values taken from the middle leave gaps that are dropped once they are half the run,
     /// and the run gives back the room of values it no longer holds.
     #[test]
