@@ -11,7 +11,7 @@ use hashbrown::HashTable;
 
 use crate::engine::ids::ProjectKey;
 
-/// The room below which [`Bounded`] never shrinks its map: a few values' worth, which a map
+/// The room below which [`Bounded`] never shrinks its table: a few values' worth, which a table
 /// would allocate again at once.
 const MIN_ROOM: usize = 16;
 
@@ -284,8 +284,7 @@ impl<V> Bounded<V> {
             }
             Some(_) => {}
             None => {
-                let (order, hasher) = (&self.order, &self.hasher);
-                let rehash = |s: &u64| hasher.hash_one(order.get(*s).map_or("", |(k, _)| k));
+                let rehash = rehash(&self.order, &self.hasher);
                 self.places.insert_unique(hash, seq, rehash);
             }
         }
@@ -315,8 +314,7 @@ impl<V> Bounded<V> {
     fn fit(&mut self) {
         let (len, room) = (self.places.len(), self.places.capacity());
         if room > MIN_ROOM && len * 4 < room {
-            let (order, hasher) = (&self.order, &self.hasher);
-            let rehash = |s: &u64| hasher.hash_one(order.get(*s).map_or("", |(k, _)| k));
+            let rehash = rehash(&self.order, &self.hasher);
             self.places.shrink_to(len * 2, rehash);
         }
     }
@@ -348,6 +346,15 @@ impl<V> Bounded<V> {
                 .iter()
                 .all(|(seq, (k, _))| self.place(k) == Some(seq))
     }
+}
+
+/// The hash of the key at a place of `order`, for a [`Bounded`]'s table to move its places
+/// when it grows or shrinks (every place it holds is in the order).
+fn rehash<'a, V>(
+    order: &'a Ordered<(ProjectKey, V)>,
+    hasher: &'a foldhash::fast::RandomState,
+) -> impl Fn(&u64) -> u64 + 'a {
+    move |seq| hasher.hash_one(order.get(*seq).map_or("", |(k, _)| k.as_str()))
 }
 
 /// The places of the items a task holds, over all its projects, in order of arrival: the task
@@ -418,7 +425,7 @@ impl Places {
 mod tests {
     use super::*;
 
-    /// A map that held many values gives their room back once it holds few, and keeps its
+    /// A table that held many places gives their room back once it holds few, and keeps its
     /// values and their order.
     #[test]
     fn a_bounded_gives_back_the_room_of_values_it_no_longer_holds() {
