@@ -223,9 +223,14 @@ impl<V: Default> Bounded<V> {
 impl<V> Bounded<V> {
     /// The place of `key`, if held.
     fn place(&self, key: &str) -> Option<u64> {
+        self.place_hashed(self.hasher.hash_one(key), key)
+    }
+
+    /// [`Bounded::place`] of `key`, whose hash is `hash`.
+    fn place_hashed(&self, hash: u64, key: &str) -> Option<u64> {
         let order = &self.order;
         let held = |seq: &u64| order.get(*seq).is_some_and(|(k, _)| k == key);
-        self.places.find(self.hasher.hash_one(key), held).copied()
+        self.places.find(hash, held).copied()
     }
 
     /// Drops place `seq` of `key` from the table.
@@ -274,7 +279,7 @@ impl<V> Bounded<V> {
     /// later places of its own follow it. A restore puts values back this way.
     pub fn insert(&mut self, key: &str, seq: u64, value: V) -> Option<u64> {
         let hash = self.hasher.hash_one(key);
-        let held = self.place(key);
+        let held = self.place_hashed(hash, key);
         match held {
             Some(held) if held != seq => {
                 if let Ok(mut place) = self.places.find_entry(hash, |s| *s == held) {
