@@ -262,6 +262,12 @@ impl<V> Bounded<V> {
         self.order.get(seq).map(|(k, v)| (k.as_str(), v))
     }
 
+    /// The value at place `seq`: found by its place, at an end of the order or by a search,
+    /// with no hash of its key (the caller just placed it).
+    pub fn at_mut(&mut self, seq: u64) -> Option<&mut V> {
+        self.order.get_mut(seq).map(|(_, v)| v)
+    }
+
     /// Forgets the oldest values until there is room for one more within `max`, appending
     /// their places, keys and values to `forgotten`.
     pub fn make_room(&mut self, max: usize, forgotten: &mut Vec<(u64, ProjectKey, V)>) {

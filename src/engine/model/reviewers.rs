@@ -747,22 +747,19 @@ impl PartialEq for Reviewers {
 }
 
 impl Reviewers {
-    /// A vote batch's verdicts on `item` (held in `items`), each replacing any earlier one of
-    /// the same reviewer on it (of one reviewer in the batch, the last counts), within
-    /// `limits`. A batch's verdicts are admitted in reviewer order, not in the order its votes
-    /// are listed: where the bounds leave some out, which ones is a function of the batch, not
-    /// of how a frontend happened to list its votes.
-    pub fn add<V: Reviewed>(
+    /// A vote batch's `verdicts` on an item held in the project's store (its `review`), each
+    /// replacing any earlier one of the same reviewer on it (of one reviewer in the batch, the
+    /// last counts), within `limits`. A batch's verdicts are admitted in reviewer order, not in
+    /// the order its votes are listed: where the bounds leave some out, which ones is a function
+    /// of the batch, not of how a frontend happened to list its votes. The caller has the item
+    /// at hand, found by its place, so the item's key is not looked up again.
+    pub fn add(
         &mut self,
-        items: &mut Bounded<V>,
-        (item, verdicts): (&str, &[Verdict]),
+        review: &mut Review,
+        verdicts: &[Verdict],
         limits: ReviewerLimits,
     ) -> Added {
         let mut added = Added::default();
-        let Some((_, entry)) = items.get_mut(item) else {
-            return added;
-        };
-        let review = entry.review_mut();
         // Most items get all their verdicts in their first batch: room for exactly those (beyond
         // the two held inline), not the doubling growth's slack, in each of the task's many
         // items (later batches grow it by doubling, so a verdict stays O(1) amortised).

@@ -649,7 +649,7 @@ impl TaskQuality {
                 None => observed.items.push(seq),
             }
         }
-        let Some((_, agg)) = q.items.get_mut(item) else {
+        let Some(agg) = q.items.at_mut(seq) else {
             return observed;
         };
         if let Some(undo) = undo {
@@ -670,9 +670,7 @@ impl TaskQuality {
         observed.items.push(seq);
         if let Some(reviewer_limits) = limits.reviewers {
             let left_out = q.reviewers.left_out;
-            let added = q
-                .reviewers
-                .add(&mut q.items, (item, verdicts), reviewer_limits);
+            let added = q.reviewers.add(&mut agg.review, verdicts, reviewer_limits);
             if q.reviewers.left_out != left_out {
                 observed.forgotten.push(ProjectKey::from(project));
             }
@@ -683,7 +681,9 @@ impl TaskQuality {
                 observed.reviewed((project, q), Vec::new());
             }
         }
+        // Most projects have no judge score waiting: no hash of the item's key for them.
         if let Some((h, ready_at)) = ready
+            && !q.waiting.is_empty()
             && let Some((waited, waiting)) = q.waiting.remove(item)
         {
             self.waits.remove(waited);

@@ -64,15 +64,12 @@ impl Crowd {
     fn add_timed(&mut self, (item, verdicts): (&str, &[Verdict])) -> (Added, Vec<ProjectKey>) {
         let mut gone = Vec::new();
         let mut forgotten = Vec::new();
-        let _ = self.items.entry(item, self.max_items, &mut forgotten);
+        let (_, review) = self.items.entry(item, self.max_items, &mut forgotten);
         for (_, _, review) in forgotten {
             gone.extend(self.reviewers.forget(&review));
             self.forgotten += 1;
         }
-        let limits = self.limits;
-        let added = self
-            .reviewers
-            .add(&mut self.items, (item, verdicts), limits);
+        let added = self.reviewers.add(review, verdicts, self.limits);
         (added, gone)
     }
 
