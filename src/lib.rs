@@ -11,8 +11,8 @@
 //!     read by a serde-derived struct, the tree of any topic wording the rejections), and the
 //!     rejections;
 //!   - `engine::model`: the formulas (score, dedupe, session, consensus, bias, stats,
-//!     leaderboard, Bradley-Terry, judge quality, effective judges, reviewer reliability, and
-//!     the bounded item store they share);
+//!     leaderboard, Bradley-Terry, a judge's agreement with the humans, judge quality,
+//!     effective judges, reviewer reliability, and the bounded item store they share);
 //!   - `engine::votes`, `engine::judging`: the two pipelines; `engine::quality` joins them
 //!     (judge scores with the humans' votes on the same items); `engine::reviewers` learns
 //!     which human reviewers to trust from the verdicts it keeps, and publishes it;

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::judge_quality::agreement::judge_agreement;
+use super::agreement::judge_agreement;
 
 /// The judge scores of one candidate.
 pub type CandidateScores = Vec<(String, f64)>;

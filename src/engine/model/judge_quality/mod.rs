@@ -10,8 +10,6 @@
 //! one order, so that the task holds at most `judge_quality.max_items` split over the
 //! partitions, the oldest forgotten first whatever its project.
 
-pub mod agreement;
-
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 
@@ -19,8 +17,8 @@ use smallvec::SmallVec;
 
 use serde::{Deserialize, Serialize};
 
-use self::agreement::kappa;
-pub use self::agreement::{Agreement, judge_agreement};
+use super::agreement::kappa;
+pub use super::agreement::{Agreement, judge_agreement};
 pub use super::bounded::{Bounded, Places};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
 use super::reviewers::{

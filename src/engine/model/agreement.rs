@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::engine::model::stats;
+use super::stats;
 
 /// How a judge agrees with the humans over a window of pairs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
