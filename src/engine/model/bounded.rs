@@ -263,7 +263,7 @@ impl<V> Bounded<V> {
     }
 
     /// The value at place `seq`: found by its place, at an end of the order or by a search,
-    /// with no hash of its key (the caller just placed it).
+    /// with no hash of its key, for a caller that has just found or taken that place.
     pub fn at_mut(&mut self, seq: u64) -> Option<&mut V> {
         self.order.get_mut(seq).map(|(_, v)| v)
     }
