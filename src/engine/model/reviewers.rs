@@ -252,18 +252,13 @@ impl Review {
     }
 }
 
-/// An entry of the item store that carries a [`Review`].
+/// An entry of the item store that carries a [`Review`], for a recount of its verdicts.
 pub trait Reviewed {
     fn review(&self) -> &Review;
-    fn review_mut(&mut self) -> &mut Review;
 }
 
 impl Reviewed for Review {
     fn review(&self) -> &Review {
-        self
-    }
-
-    fn review_mut(&mut self) -> &mut Review {
         self
     }
 }

@@ -117,10 +117,6 @@ impl Reviewed for ItemVotes {
     fn review(&self) -> &Review {
         &self.review
     }
-
-    fn review_mut(&mut self) -> &mut Review {
-        &mut self.review
-    }
 }
 
 impl ItemVotes {
