@@ -675,9 +675,7 @@ impl TaskQuality {
                 observed.reviewed((project, q), Vec::new());
             }
         }
-        // Most projects have no judge score waiting: no hash of the item's key for them.
         if let Some((h, ready_at)) = ready
-            && !q.waiting.is_empty()
             && let Some((waited, waiting)) = q.waiting.remove(item)
         {
             self.waits.remove(waited);
