@@ -9,7 +9,9 @@ compared.)
 
 The corpus is EVENTS vote events (default 300,000) over PROJECTS projects (default 10,000),
 keyed by project id, in a topic of 3 partitions, produced once before the runs. Each contender
-is started as a process of its own with its own consumer group and output topic. Two rates:
+is started as a process of its own with its own consumer group and output topic; jurystream
+with its defaults (its configuration names only its topics, the broker, its group and its HTTP
+port, plus PEERS_SERVICE_CONFIG), so it keeps its state in `kafka.partitions` tasks. Two rates:
 from its start until it has applied every event (start-up counts for everyone), and from its
 first applied event to its last (the steady rate: jurystream's `jurystream_records_total` polled
 every 20 ms, the others report the moments themselves). CPU and peak RSS are the process's own
@@ -107,7 +109,14 @@ def owning(argv, port, owned):
     return child, None
 
 
-def restore(argv, port, owned=3):
+def partitions_of(bootstrap, topic):
+    """The partitions of `topic`, or None if it does not exist."""
+    # All topics: a metadata request naming a missing topic may create it.
+    found = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics.get(topic)
+    return len(found.partitions) if found is not None and found.error is None else None
+
+
+def restore(argv, port, owned):
     """Starts jurystream again on the state the measured run left and returns (seconds from its
     start until it owns the `owned` partitions of its project log, restored; seconds its
     restores took; changelog records and bytes it restored; seconds from a start after a
@@ -208,6 +217,22 @@ def measure(argv, done=None):
     return last - started, last - first, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
+def service_config(prefix, source, scores, bootstrap, port):
+    """jurystream's configuration for a run: its defaults, with only what names the run (its
+    topics, the broker, its group and its HTTP port), plus PEERS_SERVICE_CONFIG."""
+    return (
+        f'[topics]\nvotes = "{source}"\njudge_scores = "{prefix}.judge-scores"\n'
+        f'reputations = "{prefix}.reputations"\nscores = "{scores}"\n'
+        f'consensus = "{prefix}.consensus"\nbias_alerts = "{prefix}.bias-alerts"\n'
+        f'leaderboard = "{prefix}.leaderboard"\ndead_letters = "{prefix}.dead-letters"\n'
+        f'state = "{prefix}.state"\n'
+        f'[kafka]\nbootstrap_servers = "{bootstrap}"\ngroup_id = "{prefix}"\n'
+        f'[http]\nbind = "127.0.0.1:{port}"\n'
+        # More settings for jurystream, e.g. "[reviewers]\nenabled = false\n".
+        + os.environ.get("PEERS_SERVICE_CONFIG", "")
+    )
+
+
 def main():
     bootstrap, binary = sys.argv[1:3]
     events = int(sys.argv[3]) if len(sys.argv) > 3 else 300_000
@@ -226,18 +251,7 @@ def main():
         config = os.path.join(tmp, "jurystream.toml")
         prefix = f"{run}.jurystream"
         with open(config, "w") as f:
-            f.write(
-                f'[topics]\nvotes = "{source}"\njudge_scores = "{prefix}.judge-scores"\n'
-                f'reputations = "{prefix}.reputations"\nscores = "{outputs["jurystream"]}"\n'
-                f'consensus = "{prefix}.consensus"\nbias_alerts = "{prefix}.bias-alerts"\n'
-                f'leaderboard = "{prefix}.leaderboard"\ndead_letters = "{prefix}.dead-letters"\n'
-                f'state = "{prefix}.state"\n'
-                f'[kafka]\nbootstrap_servers = "{bootstrap}"\ngroup_id = "{prefix}"\n'
-                f"partitions = 3\nfetch_wait_max_ms = 10\n"
-                f'[http]\nbind = "127.0.0.1:{port}"\n'
-                # More settings for jurystream, e.g. "[reviewers]\nenabled = false\n".
-                + os.environ.get("PEERS_SERVICE_CONFIG", "")
-            )
+            f.write(service_config(prefix, source, outputs["jurystream"], bootstrap, port))
         def applied():
             return records_handled(port)
 
@@ -245,8 +259,11 @@ def main():
         results["jurystream"] = measure([binary, "--config", config, "run"], done=applied)
         restored = ready = after_kill = None
         if not alone:
+            # Its stateful tasks: the project log's partitions (`kafka.partitions`, created by
+            # the run), or with `by_key` the input's.
+            owned = partitions_of(bootstrap, f"{prefix}-repartition") or 3
             ready, restoring, records, restored, after_kill = restore(
-                [binary, "--config", config, "run"], port)
+                [binary, "--config", config, "run"], port, owned)
             python = sys.executable
             results["hand-written consumer"] = measure(
                 [python, os.path.join(HERE, "handwritten.py"), bootstrap, source,

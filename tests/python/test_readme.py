@@ -49,3 +49,23 @@ def test_the_readme_producer_sends_records_jurystream_applies(tmp_path, monkeypa
     score = next(r["value"] for r in published if r["topic"] == "jury.scores")
     assert (score["project_id"], score["votes"]) == ("proj-42", 3)
     assert score["score"] == (1.0 + 1.0 + 0.25) / 3
+
+
+def test_the_readme_figures_are_measured_with_jurystreams_defaults(monkeypatch):
+    """The README's performance figures come from `scripts/bench-peers.sh` and say "the
+    defaults": the configuration that benchmark gives jurystream names the run (its topics, the
+    broker, its group, its HTTP port) and sets nothing else."""
+    import importlib.util
+    import tomllib
+
+    monkeypatch.delenv("PEERS_SERVICE_CONFIG", raising=False)
+    path = ROOT / "benches" / "peers" / "run.py"
+    spec = importlib.util.spec_from_file_location("peers_run", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    given = tomllib.loads(module.service_config("run.j", "run.votes", "run.scores", "b:1", 9))
+    shipped = tomllib.loads((ROOT / "config" / "jurystream.toml").read_text())
+    assert set(given) == {"topics", "kafka", "http"}, given
+    assert set(given["topics"]) <= set(shipped["topics"]), given["topics"]
+    assert set(given["kafka"]) == {"bootstrap_servers", "group_id"}, given["kafka"]
+    assert set(given["http"]) == {"bind"}, given["http"]
