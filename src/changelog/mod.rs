@@ -291,7 +291,7 @@ const SEEN_BUCKET: u64 = 32;
 /// carries its open bucket, rewritten with every flush, and a project gets a few ids per flush:
 /// with buckets of 32 the open buckets' ids were a quarter of the changelog. Smaller buckets
 /// cost a record per few ids where one project gets them all (buckets of 8 cost a single busy
-/// project 7% of its events/s; see docs/performance.md).
+/// project 7% of its events/s; see docs/performance-history.md).
 const VOTE_BUCKET: u64 = 16;
 
 /// Item places per judge-quality bucket record ([`Slot::Items`], [`Slot::Waits`]): a flush
