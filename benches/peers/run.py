@@ -141,8 +141,7 @@ def changelog_kinds(bootstrap, topic):
     import json as _json
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-breakdown",
                          "auto.offset.reset": "earliest", "enable.partition.eof": True})
-    metadata = consumer.list_topics(topic, timeout=10)
-    partitions = len(metadata.topics[topic].partitions)
+    partitions = partitions_of(bootstrap, topic)
     consumer.subscribe([topic])
     kinds, eof = {}, set()
     while len(eof) < partitions:
@@ -217,9 +216,9 @@ def measure(argv, done=None):
     return last - started, last - first, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def service_config(prefix, source, scores, bootstrap, port):
+def service_config(prefix, source, scores, bootstrap, port, extra=""):
     """jurystream's configuration for a run: its defaults, with only what names the run (its
-    topics, the broker, its group and its HTTP port), plus PEERS_SERVICE_CONFIG."""
+    topics, the broker, its group and its HTTP port), plus `extra` (PEERS_SERVICE_CONFIG)."""
     return (
         f'[topics]\nvotes = "{source}"\njudge_scores = "{prefix}.judge-scores"\n'
         f'reputations = "{prefix}.reputations"\nscores = "{scores}"\n'
@@ -228,8 +227,7 @@ def service_config(prefix, source, scores, bootstrap, port):
         f'state = "{prefix}.state"\n'
         f'[kafka]\nbootstrap_servers = "{bootstrap}"\ngroup_id = "{prefix}"\n'
         f'[http]\nbind = "127.0.0.1:{port}"\n'
-        # More settings for jurystream, e.g. "[reviewers]\nenabled = false\n".
-        + os.environ.get("PEERS_SERVICE_CONFIG", "")
+        + extra
     )
 
 
@@ -251,7 +249,9 @@ def main():
         config = os.path.join(tmp, "jurystream.toml")
         prefix = f"{run}.jurystream"
         with open(config, "w") as f:
-            f.write(service_config(prefix, source, outputs["jurystream"], bootstrap, port))
+            # More settings for jurystream, e.g. "[reviewers]\nenabled = false\n".
+            extra = os.environ.get("PEERS_SERVICE_CONFIG", "")
+            f.write(service_config(prefix, source, outputs["jurystream"], bootstrap, port, extra))
         def applied():
             return records_handled(port)
 
@@ -261,7 +261,8 @@ def main():
         if not alone:
             # Its stateful tasks: the project log's partitions (`kafka.partitions`, created by
             # the run), or with `by_key` the input's.
-            owned = partitions_of(bootstrap, f"{prefix}-repartition") or 3
+            owned = (partitions_of(bootstrap, f"{prefix}-repartition")
+                     or partitions_of(bootstrap, source))
             ready, restoring, records, restored, after_kill = restore(
                 [binary, "--config", config, "run"], port, owned)
             python = sys.executable

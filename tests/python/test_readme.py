@@ -2,11 +2,13 @@
 for the client that records what it would send (the block's records, not Kafka, are under
 test here; the Kafka suites cover the client), replayed through `jurystream replay`, gives a
 score, a consensus and a judge's agreement with the humans, and no dead letter."""
+import importlib.util
 import json
 import pathlib
 import re
 import subprocess
 import sys
+import tomllib
 import types
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -51,14 +53,10 @@ def test_the_readme_producer_sends_records_jurystream_applies(tmp_path, monkeypa
     assert score["score"] == (1.0 + 1.0 + 0.25) / 3
 
 
-def test_the_readme_figures_are_measured_with_jurystreams_defaults(monkeypatch):
+def test_the_readme_figures_are_measured_with_jurystreams_defaults():
     """The README's performance figures come from `scripts/bench-peers.sh` and say "the
     defaults": the configuration that benchmark gives jurystream names the run (its topics, the
     broker, its group, its HTTP port) and sets nothing else."""
-    import importlib.util
-    import tomllib
-
-    monkeypatch.delenv("PEERS_SERVICE_CONFIG", raising=False)
     path = ROOT / "benches" / "peers" / "run.py"
     spec = importlib.util.spec_from_file_location("peers_run", path)
     module = importlib.util.module_from_spec(spec)
