@@ -13,6 +13,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::ServiceError;
+use super::stage::Stage;
 use crate::config::{Config, Partitioning};
 use crate::telemetry::events;
 use crate::topics::TopicTable;
@@ -143,9 +144,14 @@ fn fetching_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
 /// configuration's `kafka.consumer` can set another.
 const QUEUED_MIN_MESSAGES: &str = "10000";
 
-/// A consumer of the service's consumer group `group` (one per stage, see `super::stages`),
-/// with this instance's static identity in it if it has one (`kafka.instance_id`).
-pub fn consumer_config(cfg: &Config, group: &str) -> Result<ClientConfig, ServiceError> {
+/// The consumer of `stage`, in the service's consumer group `group` (one per stage, see
+/// `super::stage`), with this instance's static identity in it if it has one
+/// (`kafka.instance_id`).
+pub(super) fn consumer_config(
+    cfg: &Config,
+    group: &str,
+    stage: Stage,
+) -> Result<ClientConfig, ServiceError> {
     let mut c = fetching_config(cfg)?;
     c.set("group.id", group)
         .set(
@@ -160,6 +166,14 @@ pub fn consumer_config(cfg: &Config, group: &str) -> Result<ClientConfig, Servic
         // 10,000 per partition is still far more than a cycle takes from one.
         .set("queued.min.messages", QUEUED_MIN_MESSAGES)
         .set("statistics.interval.ms", "5000");
+    if stage == Stage::Apply && cfg.input.repartitions() {
+        // The repartition topic is compressed (see [`producer_config`]), and librdkafka
+        // checks the bound above only before it fetches: whatever a fetch brings joins the
+        // queue, and compressed batches decompress to several times the fetch's bytes. So the
+        // fetch's size sets how far past the bound the queue goes. The smallest librdkafka
+        // allows, the largest record, still brings thousands of records a fetch.
+        c.set("fetch.max.bytes", message_max(cfg));
+    }
     if !cfg.kafka.instance_id.is_empty() {
         c.set("group.instance.id", &cfg.kafka.instance_id);
     }
@@ -186,10 +200,22 @@ pub fn reader_config(cfg: &Config, purpose: &str) -> Result<ClientConfig, Servic
 /// [`producer_config`]); the configuration's `kafka.producer` can set another.
 const QUEUE_BUFFERING_MAX_MESSAGES: &str = "20000";
 
-/// The idempotent producer of outputs and changelog. Delivery never times out: during a broker
-/// outage librdkafka keeps retrying, and the cycle that waits for it does not commit.
-pub fn producer_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
+/// How the forwarding stage compresses the repartition topic (see [`producer_config`]).
+const FORWARD_COMPRESSION: &str = "lz4";
+
+/// The idempotent producer of `stage`: forwards, or outputs and changelog. Delivery never times
+/// out: during a broker outage librdkafka keeps retrying, and the cycle that waits for it does
+/// not commit.
+///
+/// The forwarding stage compresses what it writes: every input record crosses the broker a
+/// second time through the repartition topic, and batches of JSON records compress well: the
+/// broker stores and serves a fraction of the bytes. (The
+/// tasks' outputs and changelog gained nothing measurable from it: docs/performance.md.)
+pub(super) fn producer_config(cfg: &Config, stage: Stage) -> Result<ClientConfig, ServiceError> {
     let mut c = base_config(cfg)?;
+    if stage == Stage::Forward {
+        c.set("compression.type", FORWARD_COMPRESSION);
+    }
     c.set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "2")
@@ -397,7 +423,7 @@ mod tests {
     fn the_producer_queue_is_bounded_unless_configured_otherwise() {
         let mut cfg = Config::default();
         let bound = |cfg: &Config| {
-            producer_config(cfg)
+            producer_config(cfg, Stage::Apply)
                 .expect("a valid configuration")
                 .get("queue.buffering.max.messages")
                 .map(str::to_owned)
@@ -407,5 +433,50 @@ mod tests {
             .producer
             .insert("queue.buffering.max.messages".into(), "50000".into());
         assert_eq!(bound(&cfg).as_deref(), Some("50000"));
+    }
+
+    /// Only the forwarding stage compresses, and `kafka.producer` chooses otherwise for all.
+    #[test]
+    fn the_repartition_topic_is_compressed_unless_configured_otherwise() {
+        let mut cfg = Config::default();
+        let codec = |cfg: &Config, stage| {
+            producer_config(cfg, stage)
+                .expect("a valid configuration")
+                .get("compression.type")
+                .map(str::to_owned)
+        };
+        assert_eq!(codec(&cfg, Stage::Forward).as_deref(), Some("lz4"));
+        assert_eq!(codec(&cfg, Stage::Apply), None);
+        cfg.kafka
+            .producer
+            .insert("compression.type".into(), "none".into());
+        assert_eq!(codec(&cfg, Stage::Forward).as_deref(), Some("none"));
+    }
+
+    /// The tasks' fetches from the compressed repartition topic are as small as librdkafka
+    /// allows (it refuses a client whose fetch is smaller than its largest record); with
+    /// `by_key`, where the tasks read the inputs, they keep librdkafka's default.
+    #[test]
+    fn the_tasks_fetch_little_of_the_compressed_repartition_topic() {
+        let mut cfg = Config::default();
+        let fetch = |cfg: &Config, stage| {
+            consumer_config(cfg, "g", stage)
+                .expect("a valid configuration")
+                .get("fetch.max.bytes")
+                .map(str::to_owned)
+        };
+        assert!(cfg.input.repartitions());
+        assert_eq!(fetch(&cfg, Stage::Apply), Some(message_max(&cfg)));
+        assert_eq!(fetch(&cfg, Stage::Forward), None);
+        cfg.limits.max_message_bytes = 4 << 20;
+        let fetched = fetch(&cfg, Stage::Apply).expect("set");
+        assert_eq!(fetched, message_max(&cfg));
+        assert!(fetched.parse::<usize>().expect("a number") > 4 << 20);
+        let made = consumer_config(&cfg, "g", Stage::Apply)
+            .expect("a valid configuration")
+            .create::<BaseConsumer>();
+        assert!(made.is_ok(), "librdkafka refused it: {:?}", made.err());
+        cfg.input.partitioning = Partitioning::ByKey;
+        assert_eq!(fetch(&cfg, Stage::Apply), None);
     }
 }

@@ -19,6 +19,7 @@ use rdkafka::statistics::Statistics;
 use super::ServiceError;
 use super::clients;
 use super::repartition::Refused;
+use super::stage::Stage;
 use crate::config::Config;
 use crate::engine::output::{Counted, Output, OutputTopic, OutputValue};
 use crate::telemetry::events::{
@@ -237,8 +238,12 @@ pub(super) struct Collector {
 }
 
 impl Collector {
-    pub fn new(config: &Config, metrics: &Arc<Metrics>) -> Result<Collector, ServiceError> {
-        let producer = clients::producer_config(config)?.create_with_context(Delivery {
+    pub fn new(
+        config: &Config,
+        stage: Stage,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Collector, ServiceError> {
+        let producer = clients::producer_config(config, stage)?.create_with_context(Delivery {
             metrics: Arc::clone(metrics),
             per_destination: Destination::all()
                 .map(|d| {

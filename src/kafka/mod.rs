@@ -196,7 +196,7 @@ pub fn run(
             stage,
             &config,
             (engine.clone(), topics.clone()),
-            Collector::new(&config, &metrics)?,
+            Collector::new(&config, stage, &metrics)?,
             Epochs::new(run_id(), config.limits.max_message_bytes / 2),
             (&metrics, &health, &stop),
             Arc::clone(&view),
@@ -204,15 +204,14 @@ pub fn run(
         // The consumer's context holds its stage's processor: the rebalance callbacks take its
         // lock, and the processing thread finds it there.
         let consumer: BaseConsumer<GroupContext> =
-            clients::consumer_config(&config, stage.group(&config, &topics))?.create_with_context(
-                GroupContext {
+            clients::consumer_config(&config, stage.group(&config, &topics), stage)?
+                .create_with_context(GroupContext {
                     stage,
                     core: Arc::new(Mutex::new(core)),
                     metrics: Arc::clone(&metrics),
                     failed: Arc::clone(&failed),
                     generation: AtomicU64::new(0),
-                },
-            )?;
+                })?;
         consumers.push(consumer);
     }
     let applier = consumers
