@@ -208,9 +208,9 @@ const FORWARD_COMPRESSION: &str = "lz4";
 /// not commit.
 ///
 /// The forwarding stage compresses what it writes: every input record crosses the broker a
-/// second time through the repartition topic, and batches of JSON records compress well: the
-/// broker stores and serves a fraction of the bytes. (The
-/// tasks' outputs and changelog gained nothing measurable from it: docs/performance.md.)
+/// second time through the repartition topic, and batches of JSON records compress well, so
+/// the broker stores and serves a fraction of the bytes. (The tasks' outputs and changelog
+/// gained nothing measurable from it: docs/performance.md.)
 pub(super) fn producer_config(cfg: &Config, stage: Stage) -> Result<ClientConfig, ServiceError> {
     let mut c = base_config(cfg)?;
     if stage == Stage::Forward {
