@@ -133,15 +133,39 @@ impl Engine {
 
     /// Publishes the reviewer records of the held projects (those whose reviews a record
     /// changed), fitted on their verdicts as they now are; a record equal to the one last
-    /// published for its reviewer is not published again. The service calls it every
-    /// `output.reviewers_coalesce_ms`, replay at the end of its input.
+    /// published for its reviewer is not published again. Replay calls it at the end of its
+    /// input, the service when it stops or hands partitions over.
     pub fn release_reviewers(&self, state: &mut PartitionState, out: &mut Vec<Output>) {
+        self.begin_reviewer_release(state);
+        self.release_some_reviewers(state, out, usize::MAX);
+    }
+
+    /// Starts a release of the held projects' reviewer records, which
+    /// [`Engine::release_some_reviewers`] then publishes a few projects at a time: the service
+    /// starts one every `output.reviewers_coalesce_ms`, and fitting every project held at once
+    /// would hold up the records behind it for as long (the p99 latency, with many projects).
+    /// Projects held from now on wait for the next release.
+    pub fn begin_reviewer_release(&self, state: &mut PartitionState) {
+        let held = &mut state.held_reviewers;
+        held.releasing.append(&mut held.dirty);
+        held.releasing.sort_unstable_by(|a, b| b.cmp(a));
+        held.releasing.dedup();
+    }
+
+    /// Publishes the reviewer records of at most `max` projects of the release under way, in
+    /// order of project id, as [`Engine::release_reviewers`] does; returns how many are left.
+    pub fn release_some_reviewers(
+        &self,
+        state: &mut PartitionState,
+        out: &mut Vec<Output>,
+        max: usize,
+    ) -> usize {
         let settings = &self.settings.reviewers;
         let held = &mut state.held_reviewers;
-        let mut dirty = std::mem::take(&mut held.dirty);
-        dirty.sort_unstable();
-        dirty.dedup();
-        for project in dirty {
+        for _ in 0..max {
+            let Some(project) = held.releasing.pop() else {
+                break;
+            };
             let Some(q) = state.projects.get_mut(&project).map(|p| &mut p.quality) else {
                 held.published.remove(&project);
                 continue;
@@ -163,6 +187,7 @@ impl Engine {
                 held.published.remove(&project);
             }
         }
+        held.releasing.len()
     }
 }
 

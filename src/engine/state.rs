@@ -209,6 +209,9 @@ impl PartialEq for Carried {
 #[derive(Debug, Clone, Default)]
 pub struct HeldReviewers {
     pub dirty: Vec<ProjectKey>,
+    /// The projects of the release under way, the next to publish last (see
+    /// [`super::Engine::begin_reviewer_release`]).
+    pub releasing: Vec<ProjectKey>,
     pub published: IdMap<ProjectKey, IdMap<ProjectKey, u64>>,
 }
 

@@ -30,6 +30,11 @@ pub(super) const MAX_EPOCHS_IN_FLIGHT: usize = 50;
 
 const _: () = assert!(ACKED_EPOCHS > MAX_EPOCHS_IN_FLIGHT + 2);
 
+/// Projects whose reviewer records one pass of the processing loop fits and publishes while a
+/// release is under way (see [`Core::release_some_reviewers`]): a small share of a pass, so
+/// that the records behind a release wait for a few projects' fits, not for every project's.
+pub(super) const REVIEWER_RELEASES_PER_PASS: usize = 256;
+
 /// Everything the processing loop and the rebalance callback share.
 pub(super) struct Core {
     /// The stage whose records it processes: the applying stage's holds the partitions' state,
@@ -256,6 +261,44 @@ impl Core {
                     .release_reviewers(&mut owned.state, &mut self.out);
                 self.view.published(*key, &owned.state, &self.out[from..]);
             }
+        }
+        self.publish_out(None)
+    }
+
+    /// Starts a release of the reviewer records held in the partitions this instance owns,
+    /// which [`Core::release_some_reviewers`] publishes pass by pass (see
+    /// [`crate::engine::Engine::begin_reviewer_release`]).
+    pub(super) fn begin_reviewer_release(&mut self) {
+        for owned in self.tasks.units.values_mut() {
+            self.engine.begin_reviewer_release(&mut owned.state);
+        }
+    }
+
+    /// Publishes the reviewer records of at most [`REVIEWER_RELEASES_PER_PASS`] projects of the
+    /// release under way, in the order of the partitions.
+    pub(super) fn release_some_reviewers(&mut self) -> Result<(), ServiceError> {
+        let mut budget = REVIEWER_RELEASES_PER_PASS;
+        self.out.clear();
+        for key in self.tasks.owned_keys() {
+            let Some(owned) = self.tasks.units.get_mut(&key) else {
+                continue;
+            };
+            let before = owned.state.held_reviewers.releasing.len();
+            if before == 0 {
+                continue;
+            }
+            let from = self.out.len();
+            let left = self
+                .engine
+                .release_some_reviewers(&mut owned.state, &mut self.out, budget);
+            self.view.published(key, &owned.state, &self.out[from..]);
+            budget -= before - left;
+            if budget == 0 {
+                break;
+            }
+        }
+        if self.out.is_empty() {
+            return Ok(());
         }
         self.publish_out(None)
     }

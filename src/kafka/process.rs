@@ -414,11 +414,14 @@ pub(super) fn process_records<'c>(
         let reviewers_due = clocks
             .reviewers
             .is_none_or(|every| reviewers_released.elapsed() >= every);
-        if reviewers_due && (sealing || clocks.reviewers.is_some()) {
+        if reviewers_due && clocks.reviewers.is_some() {
+            c.begin_reviewer_release();
+            reviewers_released = Instant::now();
+        } else if reviewers_due && sealing {
             let keys = c.tasks.owned_keys();
             c.release_reviewers(&keys)?;
-            reviewers_released = Instant::now();
         }
+        c.release_some_reviewers()?;
         if clocks.tick.is_some_and(|every| ticked.elapsed() >= every) {
             c.write_ticks()?;
             ticked = Instant::now();

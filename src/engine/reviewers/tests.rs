@@ -408,13 +408,14 @@ fn learned_weights_need_reviewer_reliability() {
 type Batch = (u8, u8, u8, Vec<(u8, bool, u8)>);
 
 /// Applies `batches` in the order given, each record on one of three input partitions (as
-/// producers keyed anyhow spread them), releasing the held reviewer records after every
-/// `release_every` records (as coalescing cycles end anywhere) and at the end; returns the
-/// final `jury.reviewer-quality` table.
+/// producers keyed anyhow spread them), starting a release of the held reviewer records after
+/// every `release_every` records (as coalescing cycles end anywhere) and publishing
+/// `per_record` projects of it after each record (as the service's passes do), and releasing
+/// the rest at the end; returns the final `jury.reviewer-quality` table.
 fn reviewer_table(
     batches: &[Batch],
     partitions: &[u8],
-    release_every: usize,
+    (release_every, per_record): (usize, usize),
 ) -> std::collections::BTreeMap<String, String> {
     let engine = Engine::new(Config::default().engine_settings());
     let mut state = PartitionState::default();
@@ -452,8 +453,9 @@ fn reviewer_table(
         offsets[p] += 1;
         engine.process(&mut state, &mut reps, &record, &mut out);
         if (n + 1) % release_every == 0 {
-            engine.release_reviewers(&mut state, &mut out);
+            engine.begin_reviewer_release(&mut state);
         }
+        engine.release_some_reviewers(&mut state, &mut out, per_record);
     }
     engine.release_reviewers(&mut state, &mut out);
     out.iter()
@@ -491,13 +493,15 @@ fn arb_batches() -> impl Strategy<Value = Vec<Batch>> {
 
 proptest! {
     /// The same verdicts in any arrival order, over any keying and whatever the coalescing
-    /// cycles, publish the same final `jury.reviewer-quality` table, to the last bit.
+    /// cycles and however a release is spread over them, publish the same final
+    /// `jury.reviewer-quality` table, to the last bit.
     #[test]
     fn reviewer_records_do_not_depend_on_arrival_order_or_keying(
         batches in arb_batches(),
         seed in any::<u64>(),
         partitions in prop::collection::vec(any::<u8>(), 64),
         release_every in 1usize..8,
+        per_record in 0usize..3,
     ) {
         let mut shuffled = batches.clone();
         let mut state = seed;
@@ -505,9 +509,69 @@ proptest! {
             state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
             shuffled.swap(k, usize::try_from((state >> 33) % (k as u64 + 1)).unwrap_or(0));
         }
-        let in_order = reviewer_table(&batches, &[0; 64], usize::MAX);
-        let reordered = reviewer_table(&shuffled, &partitions, release_every);
+        let in_order = reviewer_table(&batches, &[0; 64], (usize::MAX, 0));
+        let reordered = reviewer_table(&shuffled, &partitions, (release_every, per_record));
         prop_assert!(!in_order.is_empty());
         prop_assert_eq!(in_order, reordered);
     }
+}
+
+/// A release spread over calls publishes what one call would, in the same order, and leaves
+/// the projects held meanwhile for the next release.
+#[test]
+fn a_release_in_slices_publishes_what_one_release_does() {
+    let engine = Engine::new(Config::default().engine_settings());
+    let vote = |state: &mut PartitionState, (project, item, n): (&str, u32, i64)| {
+        let payload = format!(
+            r#"{{"event_id":"e{n}","project_id":"{project}","item_id":"i{item}","occurred_at":"2026-11-20T10:00:{:02}Z","votes":[{{"voter_id":"a","value":1}},{{"voter_id":"b","value":1}},{{"voter_id":"c","value":0}}]}}"#,
+            n % 60
+        );
+        let record = Record::new(
+            "jury.votes",
+            Some(InputTopic::Votes),
+            Some(payload.as_bytes()),
+        )
+        .at(Some(0), Some(n));
+        let mut out = Vec::new();
+        let outcome = engine.process(state, &mut ReputationTable::default(), &record, &mut out);
+        assert!(matches!(outcome, Outcome::Applied), "{outcome:?}");
+    };
+    let votes = |state: &mut PartitionState| {
+        let mut n = 0;
+        for project in ["p3", "p1", "p2"] {
+            for item in 0..4 {
+                vote(state, (project, item, n));
+                n += 1;
+            }
+        }
+    };
+    let rendered = |out: &[Output]| -> Vec<String> {
+        out.iter()
+            .filter(|o| o.topic == OutputTopic::ReviewerQuality)
+            .map(|o| o.render().into_owned())
+            .collect()
+    };
+    let mut whole = PartitionState::default();
+    votes(&mut whole);
+    let mut once = Vec::new();
+    engine.release_reviewers(&mut whole, &mut once);
+    let mut sliced = PartitionState::default();
+    votes(&mut sliced);
+    engine.begin_reviewer_release(&mut sliced);
+    let mut parts = Vec::new();
+    let left: Vec<usize> = (0..3)
+        .map(|_| engine.release_some_reviewers(&mut sliced, &mut parts, 1))
+        .collect();
+    assert_eq!(left, [2, 1, 0]);
+    assert!(!rendered(&once).is_empty());
+    assert_eq!(rendered(&once), rendered(&parts));
+    // A project held while a release is under way waits for the next one.
+    vote(&mut sliced, ("p4", 0, 100));
+    engine.begin_reviewer_release(&mut sliced);
+    vote(&mut sliced, ("p5", 0, 101));
+    assert_eq!(sliced.held_reviewers.releasing.len(), 1);
+    let mut next = Vec::new();
+    assert_eq!(engine.release_some_reviewers(&mut sliced, &mut next, 5), 0);
+    assert_eq!(sliced.held_reviewers.dirty.len(), 1);
+    assert!(rendered(&next).iter().all(|r| r.contains("\"p4\"")));
 }
