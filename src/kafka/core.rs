@@ -249,20 +249,13 @@ impl Core {
         }
     }
 
-    /// Publishes the reviewer records held (see [`crate::engine::Engine::release_reviewers`])
-    /// in the partitions `keys`. Runs every `output.reviewers_coalesce_ms`, and at the end of
-    /// every epoch when that is 0.
-    pub(super) fn release_reviewers(&mut self, keys: &[Unit]) -> Result<(), ServiceError> {
-        self.out.clear();
-        for key in keys {
-            if let Some(owned) = self.tasks.units.get_mut(key) {
-                let from = self.out.len();
-                self.engine
-                    .release_reviewers(&mut owned.state, &mut self.out);
-                self.view.published(*key, &owned.state, &self.out[from..]);
-            }
-        }
-        self.publish_out(None)
+    /// Publishes every reviewer record held in the partitions this instance owns (see
+    /// [`crate::engine::Engine::release_reviewers`]), a release under way included: before
+    /// partitions go or the service stops, and at the end of every epoch when
+    /// `output.reviewers_coalesce_ms` is 0.
+    pub(super) fn release_reviewers(&mut self) -> Result<(), ServiceError> {
+        self.begin_reviewer_release();
+        self.release_some_reviewers(usize::MAX)
     }
 
     /// Starts a release of the reviewer records held in the partitions this instance owns,
@@ -274,10 +267,10 @@ impl Core {
         }
     }
 
-    /// Publishes the reviewer records of at most [`REVIEWER_RELEASES_PER_PASS`] projects of the
-    /// release under way, in the order of the partitions.
-    pub(super) fn release_some_reviewers(&mut self) -> Result<(), ServiceError> {
-        let mut budget = REVIEWER_RELEASES_PER_PASS;
+    /// Publishes the reviewer records of at most `budget` projects of the release under way, in
+    /// the order of the partitions (each pass of the processing loop,
+    /// [`REVIEWER_RELEASES_PER_PASS`]).
+    pub(super) fn release_some_reviewers(&mut self, mut budget: usize) -> Result<(), ServiceError> {
         self.out.clear();
         for key in self.tasks.owned_keys() {
             let Some(owned) = self.tasks.units.get_mut(&key) else {

@@ -278,8 +278,7 @@ impl Core {
         consumers: &Committers<'_>,
         mode: CommitMode,
     ) -> Result<(), ServiceError> {
-        let keys = self.tasks.owned_keys();
-        self.release_reviewers(&keys)?;
+        self.release_reviewers()?;
         self.seal()?;
         let started = Instant::now();
         let limit = Duration::from_secs(self.config.kafka.shutdown_timeout_secs);

@@ -16,7 +16,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use super::ServiceError;
 use super::clients::QuietReader;
 use super::contexts::Committers;
-use super::core::{Core, MAX_EPOCHS_IN_FLIGHT, lock, wall_ms};
+use super::core::{Core, MAX_EPOCHS_IN_FLIGHT, REVIEWER_RELEASES_PER_PASS, lock, wall_ms};
 use super::poll::{Batch, Polled, Source, own_record};
 use super::repartition::{self, forward_key};
 use crate::changelog::Unit;
@@ -418,10 +418,9 @@ pub(super) fn process_records<'c>(
             c.begin_reviewer_release();
             reviewers_released = Instant::now();
         } else if reviewers_due && sealing {
-            let keys = c.tasks.owned_keys();
-            c.release_reviewers(&keys)?;
+            c.release_reviewers()?;
         }
-        c.release_some_reviewers()?;
+        c.release_some_reviewers(REVIEWER_RELEASES_PER_PASS)?;
         if clocks.tick.is_some_and(|every| ticked.elapsed() >= every) {
             c.write_ticks()?;
             ticked = Instant::now();

@@ -573,5 +573,6 @@ fn a_release_in_slices_publishes_what_one_release_does() {
     let mut next = Vec::new();
     assert_eq!(engine.release_some_reviewers(&mut sliced, &mut next, 5), 0);
     assert_eq!(sliced.held_reviewers.dirty.len(), 1);
+    assert!(!rendered(&next).is_empty());
     assert!(rendered(&next).iter().all(|r| r.contains("\"p4\"")));
 }
