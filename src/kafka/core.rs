@@ -269,8 +269,13 @@ impl Core {
 
     /// Publishes the reviewer records of at most `budget` projects of the release under way, in
     /// the order of the partitions (each pass of the processing loop,
-    /// [`REVIEWER_RELEASES_PER_PASS`]).
+    /// [`REVIEWER_RELEASES_PER_PASS`]). Most passes have no release under way and return at once,
+    /// without listing the partitions.
     pub(super) fn release_some_reviewers(&mut self, mut budget: usize) -> Result<(), ServiceError> {
+        let idle = |t: &super::tasks::Task| t.state.held_reviewers.releasing.is_empty();
+        if self.tasks.units.values().all(idle) {
+            return Ok(());
+        }
         self.out.clear();
         for key in self.tasks.owned_keys() {
             let Some(owned) = self.tasks.units.get_mut(&key) else {
