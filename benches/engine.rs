@@ -17,10 +17,11 @@ use jurystream::config::Config;
 use jurystream::engine::contract::judge::{BallotEvent, CandidateMeta, Status};
 use jurystream::engine::contract::time::EventTime;
 use jurystream::engine::ids::ProjectKey;
+use jurystream::engine::ids::Projects;
 use jurystream::engine::model::bias::{audit_session, session_alerts};
 use jurystream::engine::model::consensus::{analyze, interpretation};
 use jurystream::engine::model::effective_judges::{CandidateScores, effective_judges};
-use jurystream::engine::model::judge_quality::{ItemVotes, ProjectQuality};
+use jurystream::engine::model::judge_quality::{ItemVotes, ProjectQuality, TaskQuality};
 use jurystream::engine::model::leaderboard::{BlockId, Ranking};
 use jurystream::engine::model::reviewers::{Review, Verdict};
 use jurystream::engine::model::session::Session;
@@ -445,15 +446,17 @@ fn bench_effective_judges(c: &mut Criterion) {
     group.finish();
 }
 
-/// A project's item store with `items` items, each with verdicts of `per_item` of `reviewers`
-/// reviewers: all passes when `agreeing`, else a deterministic mix of passes and fails.
+/// A task holding one project `p` with `items` items, each with verdicts of `per_item` of
+/// `reviewers` reviewers: all passes when `agreeing`, else a deterministic mix of passes and
+/// fails.
 fn reviewed_project(
     items: usize,
     per_item: usize,
     reviewers: usize,
     agreeing: bool,
-) -> ProjectQuality {
-    let mut q = ProjectQuality::default();
+) -> (Projects<ProjectQuality>, TaskQuality) {
+    let mut projects = Projects::default();
+    let mut task = TaskQuality::default();
     let at = EventTime::from_epoch_millis(1_795_168_800_000).expect("a valid time");
     for i in 0..items {
         let mut review = Review::default();
@@ -475,9 +478,10 @@ fn reviewed_project(
             review,
             ..ItemVotes::default()
         };
-        q.items.insert(&format!("item-{i}"), i as u64, votes);
+        let item = format!("item-{i}");
+        task.restore_item(&mut projects, ("p", &item), i as u64, votes);
     }
-    q
+    (projects, task)
 }
 
 /// The reviewer model's fit of one project's held verdicts, as a checkpoint or a release runs
@@ -492,8 +496,9 @@ fn bench_reviewer_fit(c: &mut Criterion) {
         ("fit_500_items_20_reviewers", 500, 3, 20, false),
     ];
     for (name, items, per_item, reviewers, agreeing) in projects {
-        let q = reviewed_project(items, per_item, reviewers, agreeing);
-        group.bench_function(name, |b| b.iter(|| black_box(q.fit_reviewers())));
+        let (projects, task) = reviewed_project(items, per_item, reviewers, agreeing);
+        let q = &projects["p"];
+        group.bench_function(name, |b| b.iter(|| black_box(q.fit_reviewers(&task))));
     }
     group.finish();
 }

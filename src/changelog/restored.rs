@@ -145,7 +145,7 @@ impl Restored {
         }
         state.sessions = SessionBook::restore(&mut state.projects, next_seq);
         for p in state.projects.values_mut() {
-            p.quality.rebuild();
+            p.quality.rebuild(&state.quality);
         }
         (state, offset)
     }

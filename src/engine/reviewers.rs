@@ -46,7 +46,7 @@ impl Engine {
             && let Some(q) = state.projects.get_mut(project).map(|p| &mut p.quality)
         {
             let settings = &self.settings.reviewers;
-            let fitted = q.fit_reviewers();
+            let fitted = q.fit_reviewers(&state.quality);
             for (reviewer, figures) in &fitted.reviewers {
                 let before = q.reviewers.findings(reviewer);
                 let now = figures.findings(before, settings);
@@ -171,7 +171,7 @@ impl Engine {
                 continue;
             };
             q.reviewers.release();
-            let fitted = q.fit_reviewers();
+            let fitted = q.fit_reviewers(&state.quality);
             let published = held.published.entry(project.clone()).or_default();
             published.retain(|r, _| fitted.reviewers.contains_key(r));
             for (reviewer, figures) in &fitted.reviewers {

@@ -290,7 +290,7 @@ impl View {
                 let record = judge_record(project, judge, w, window);
                 p.judges.insert(judge.to_owned(), record.render().into());
             }
-            let fitted = q.fit_reviewers();
+            let fitted = q.fit_reviewers(&state.quality);
             for (reviewer, r) in &fitted.reviewers {
                 let findings = q.reviewers.findings(reviewer);
                 let kept = (findings, settings.reviewers.min_items);

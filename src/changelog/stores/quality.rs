@@ -54,7 +54,7 @@ impl Store for ItemsStore {
         let quality = &from.state.quality;
         let first = bucket * ITEM_BUCKET;
         let items: Vec<_> = quality
-            .items_at(&from.state.projects, places(bucket))
+            .items_at(places(bucket))
             .map(|(seq, p, i, v)| (seq - first, p, i, v))
             .collect();
         let undo = quality.undo();

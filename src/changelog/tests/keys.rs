@@ -290,7 +290,7 @@ fn item_places_read_alike_from_the_bucket_or_whole() {
         let (state, _) = r.finish().expect("restores");
         let items: Vec<(u64, String, String)> = state
             .quality
-            .items_at(&state.projects, 0..u64::MAX)
+            .items_at(0..u64::MAX)
             .map(|(seq, p, i, _)| (seq, p.to_owned(), i.to_owned()))
             .collect();
         items

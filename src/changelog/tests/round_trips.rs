@@ -307,8 +307,7 @@ fn an_item_forgotten_and_voted_again_in_one_flush_restores_at_its_new_place() {
     let (clean, _) = clean_run(&engine, PROJECTS, &payloads, 32);
     let held = |s: &PartitionState| {
         s.quality("p/0")
-            .and_then(|q| q.items.get_with_seq("X"))
-            .map(|(seq, _)| seq)
+            .and_then(|q| q.items.get(s.quality.items(), "X"))
     };
     assert_eq!(held(&clean), Some(37));
     // The restore reads the buckets in the order of a hash map: a few times over.

@@ -1,7 +1,9 @@
-//! The two orders a project's item store (judge quality, reviewer reliability) keeps its
-//! state in: a project's values by key, oldest first ([`Bounded`]), and the places of every
-//! item a task holds, whatever its project ([`Places`]), so that a task, not only a project,
-//! stays within a bound. Both keep their values in an [`Ordered`] run of places.
+//! The orders judge quality (and reviewer reliability with it) keeps its state in: a project's
+//! values by key, oldest first ([`Bounded`]: waiting judge scores, judges' windows); every item
+//! a task holds, whatever its project, in order of arrival ([`Places`]), so that a task, not
+//! only a project, stays within a bound; and a project's index of its items with votes in its
+//! task's order ([`Index`]), which holds those items themselves. Each keeps its values in an
+//! [`Ordered`] run of places.
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
@@ -17,11 +19,11 @@ const MIN_ROOM: usize = 16;
 
 /// Values by place, oldest first: the order [`Bounded`] and [`Places`] keep. Places only grow
 /// as values arrive, so a new value joins at the back and the oldest leaves from the front,
-/// and a project's values lie side by side, so that a fit or a bucket of the changelog reads
+/// and values of consecutive places lie side by side, so that a bucket of the changelog reads
 /// them in one sweep. (The B-trees this replaced shifted a leaf's values on every removal from
-/// its front, and spread a project's few items over nodes of their own.) A value taken from the
-/// middle leaves a gap, dropped once it reaches either end or once the gaps are half the run;
-/// a place is found at an end or, between them, by a binary search.
+/// its front.) A value taken from the middle leaves a gap, dropped once it reaches either end
+/// or once the gaps are half the run; a place is found at an end or, between them, where it
+/// would be with no gaps dropped before it, else by a binary search below that.
 #[derive(Debug, Clone)]
 pub struct Ordered<T> {
     slots: VecDeque<(u64, Option<T>)>,
@@ -59,7 +61,30 @@ impl<T> Ordered<T> {
                     Err(len)
                 }
             }
-            _ => self.slots.binary_search_by_key(&seq, |(s, _)| *s),
+            (Some(&(first, _)), _) => {
+                // Places ascend and are unique, so place `seq` is at most `seq - first` slots
+                // in, and exactly there until gaps are dropped from between: one read, not a
+                // search, for a value in the middle of a long run (a task's items).
+                let guess = usize::try_from(seq - first).map_or(len - 1, |g| g.min(len - 1));
+                if self.slots[guess].0 == seq {
+                    return Ok(guess);
+                }
+                let (mut lo, mut hi) = (0, guess);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if self.slots[mid].0 < seq {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                if self.slots[lo].0 == seq {
+                    Ok(lo)
+                } else {
+                    Err(lo)
+                }
+            }
+            _ => Err(0),
         }
     }
 
@@ -99,6 +124,22 @@ impl<T> Ordered<T> {
         self.held -= 1;
         self.tidy();
         Some(value)
+    }
+
+    /// Makes room for one more slot, doubling the room as a `VecDeque` does but never past
+    /// `max` slots while below it: a run that holds up to `max` values (a task's items, within
+    /// their bound) then ends with room for exactly those, not up to twice.
+    fn reserve_within(&mut self, max: usize) {
+        let (len, room) = (self.slots.len(), self.slots.capacity());
+        if len < room {
+            return;
+        }
+        let want = if room < max {
+            (2 * room).max(MIN_ROOM).min(max)
+        } else {
+            2 * room
+        };
+        self.slots.reserve_exact(want.max(len + 1) - len);
     }
 
     /// Takes the oldest value and its place.
@@ -173,8 +214,8 @@ impl<T> Ordered<T> {
 
 /// Values by key, in order of arrival, at most a bound of them: the oldest goes first. Each
 /// value has a place in that order, so a restore puts it back where it was. The places are the
-/// bounded's own ([`Bounded::entry`]) or given to it ([`Bounded::insert`]): an item's place is
-/// its place in its task's [`Places`].
+/// bounded's own ([`Bounded::entry`]) or given to it ([`Bounded::insert`]): an item's place
+/// (of a waiting judge score) is its place in its task's [`Places`].
 ///
 /// The values live in the order; the table holds only each key's place, and finds a key by
 /// its hash and the key in the order at that place. A project's table is then a few cache
@@ -260,12 +301,6 @@ impl<V> Bounded<V> {
     /// The key and value at place `seq`.
     pub fn at(&self, seq: u64) -> Option<(&str, &V)> {
         self.order.get(seq).map(|(k, v)| (k.as_str(), v))
-    }
-
-    /// The value at place `seq`: found by its place, at an end of the order or by a search,
-    /// with no hash of its key, for a caller that has just found or taken that place.
-    pub fn at_mut(&mut self, seq: u64) -> Option<&mut V> {
-        self.order.get_mut(seq).map(|(_, v)| v)
     }
 
     /// Forgets the oldest values until there is room for one more within `max`, appending
@@ -368,44 +403,71 @@ fn rehash<'a, V>(
     move |seq| hasher.hash_one(order.get(*seq).map_or("", |(k, _)| k.as_str()))
 }
 
-/// The places of the items a task holds, over all its projects, in order of arrival: the task
-/// forgets its oldest item first, whatever its project. A place is the item's place in its
-/// project's [`Bounded`] too, and the changelog writes items in buckets of places.
-#[derive(Debug, Clone, Default)]
-pub struct Places {
-    order: Ordered<ProjectKey>,
+/// The items a task holds, over all its projects, in order of arrival: each place's project and
+/// value, so that the task forgets its oldest item first, whatever its project. A place is the
+/// item's place in its project's [`Index`] too, and the changelog writes items in buckets of
+/// places. The values live here, in the task's order, not in their projects: the item forgotten
+/// next is at the front, read in the order it was written rather than from wherever its project's
+/// memory lies, and a bucket of the changelog is one sweep of the run. (Waiting judge scores keep
+/// their values in their projects, and `V` is `()` for them.)
+#[derive(Debug, Clone)]
+pub struct Places<V = ()> {
+    order: Ordered<(ProjectKey, V)>,
     next: u64,
 }
 
-/// Equal when the same projects hold places in the same order (places are only relative, as in
-/// [`Bounded`]).
-impl PartialEq for Places {
+impl<V> Default for Places<V> {
+    fn default() -> Self {
+        Places {
+            order: Ordered::default(),
+            next: 0,
+        }
+    }
+}
+
+/// Equal when the same projects hold the same values in the same order (places are only
+/// relative, as in [`Bounded`]).
+impl<V: PartialEq> PartialEq for Places<V> {
     fn eq(&self, other: &Self) -> bool {
         self.order.values().eq(other.order.values())
     }
 }
 
-impl Places {
-    /// The next place, taken by an item of `project`.
-    pub fn take(&mut self, project: &str) -> u64 {
+/// A task's items with their keys: each place's project, and its item's key and value.
+pub type Keyed<V> = Places<(ProjectKey, V)>;
+
+impl<V> Places<V> {
+    /// The next place, taken by `value` of `project`, in a task that holds at most `max`.
+    pub fn push(&mut self, project: &str, value: V, max: usize) -> u64 {
         let seq = self.next;
-        self.restore(seq, project);
+        self.order.reserve_within(max);
+        self.restore(seq, project, value);
         seq
     }
 
-    /// Puts a restored item of `project` back at place `seq`.
-    pub fn restore(&mut self, seq: u64, project: &str) {
-        self.order.insert(seq, ProjectKey::from(project));
+    /// Puts a restored `value` of `project` back at place `seq`.
+    pub fn restore(&mut self, seq: u64, project: &str, value: V) {
+        self.order.insert(seq, (ProjectKey::from(project), value));
         self.next = self.next.max(seq + 1);
     }
 
-    pub fn remove(&mut self, seq: u64) {
-        self.order.remove(seq);
+    /// Takes the value at place `seq`, with its project.
+    pub fn remove(&mut self, seq: u64) -> Option<(ProjectKey, V)> {
+        self.order.remove(seq)
     }
 
     /// The project of the item at place `seq`.
     pub fn project_at(&self, seq: u64) -> Option<&ProjectKey> {
-        self.order.get(seq)
+        self.order.get(seq).map(|(p, _)| p)
+    }
+
+    /// The value at place `seq`.
+    pub fn get(&self, seq: u64) -> Option<&V> {
+        self.order.get(seq).map(|(_, v)| v)
+    }
+
+    pub fn get_mut(&mut self, seq: u64) -> Option<&mut V> {
+        self.order.get_mut(seq).map(|(_, v)| v)
     }
 
     /// The place the next item takes.
@@ -413,14 +475,16 @@ impl Places {
         self.next
     }
 
-    /// The oldest place and its project, removed.
-    pub fn pop_oldest(&mut self) -> Option<(u64, ProjectKey)> {
+    /// The oldest place, removed, with its project and value.
+    pub fn pop_oldest(&mut self) -> Option<(u64, (ProjectKey, V))> {
         self.order.pop_first()
     }
 
-    /// The places in `places` and their projects, in order: a changelog bucket.
-    pub fn range(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &str)> {
-        self.order.range(places).map(|(seq, p)| (seq, p.as_str()))
+    /// The places in `places`, their projects and values, in order: a changelog bucket.
+    pub fn range(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &str, &V)> {
+        self.order
+            .range(places)
+            .map(|(seq, (p, v))| (seq, p.as_str(), v))
     }
 
     pub fn len(&self) -> usize {
@@ -430,6 +494,148 @@ impl Places {
     pub fn is_empty(&self) -> bool {
         self.order.is_empty()
     }
+}
+
+impl<V> Keyed<V> {
+    /// The key of the item at place `seq`.
+    fn key_at(&self, seq: u64) -> Option<&str> {
+        self.get(seq).map(|(k, _)| k.as_str())
+    }
+}
+
+/// A project's items in its task's [`Keyed`] places: each key's place, found by its hash and the
+/// key at that place in the task, and its places in order, oldest first (a project's own bound
+/// forgets its oldest). What a project holds of an item is this entry of a few bytes; the item
+/// itself is in the task's order. A table keeps room for up to twice the places it holds, as
+/// [`Bounded`]'s.
+#[derive(Debug, Clone, Default)]
+pub struct Index {
+    places: HashTable<u64>,
+    /// Seeded per process, as [`Bounded`]'s.
+    hasher: foldhash::fast::RandomState,
+    /// The places held, ascending.
+    own: VecDeque<u64>,
+}
+
+/// Equal when they hold as many items: which items, and their order, are the task's
+/// ([`Places`]'s equality), and [`TaskQuality::consistent`](super::judge_quality::TaskQuality)
+/// checks that the two agree.
+impl PartialEq for Index {
+    fn eq(&self, other: &Self) -> bool {
+        self.own.len() == other.own.len()
+    }
+}
+
+impl Index {
+    /// The place of `key`, if held; `items` are the task's.
+    pub fn get<V>(&self, items: &Keyed<V>, key: &str) -> Option<u64> {
+        let hash = self.hasher.hash_one(key);
+        let held = |seq: &u64| items.key_at(*seq) == Some(key);
+        self.places.find(hash, held).copied()
+    }
+
+    /// Notes `key` at place `seq`, which `items` holds already, and returns the place it held,
+    /// if any (if another, the caller takes it out of `items`).
+    pub fn insert<V>(&mut self, items: &Keyed<V>, key: &str, seq: u64) -> Option<u64> {
+        let hash = self.hasher.hash_one(key);
+        let held = self.get(items, key);
+        match held {
+            Some(held) if held == seq => return Some(seq),
+            Some(held) => {
+                if let Ok(mut place) = self.places.find_entry(hash, |s| *s == held) {
+                    *place.get_mut() = seq;
+                }
+                self.unown(held);
+            }
+            None => {
+                let rehash = rehash_keyed(items, &self.hasher);
+                self.places.insert_unique(hash, seq, rehash);
+            }
+        }
+        match self.own.back() {
+            Some(&last) if last > seq => {
+                let at = self.own.partition_point(|&s| s < seq);
+                self.own.insert(at, seq);
+            }
+            _ => self.own.push_back(seq),
+        }
+        held
+    }
+
+    /// Drops place `seq` of `key`; whether it was held. Every other place held must still be
+    /// in `items`.
+    pub fn remove<V>(&mut self, items: &Keyed<V>, key: &str, seq: u64) -> bool {
+        let hash = self.hasher.hash_one(key);
+        let Ok(place) = self.places.find_entry(hash, |s| *s == seq) else {
+            return false;
+        };
+        place.remove();
+        self.unown(seq);
+        let (len, room) = (self.places.len(), self.places.capacity());
+        if room > MIN_ROOM && len * 4 < room {
+            let rehash = rehash_keyed(items, &self.hasher);
+            self.places.shrink_to(len * 2, rehash);
+        }
+        true
+    }
+
+    /// Takes `seq` out of the places in order: the oldest, as a rule.
+    fn unown(&mut self, seq: u64) {
+        if self.own.front() == Some(&seq) {
+            self.own.pop_front();
+        } else if let Ok(at) = self.own.binary_search(&seq) {
+            self.own.remove(at);
+        }
+        let (len, room) = (self.own.len(), self.own.capacity());
+        if room > MIN_ROOM && len * 4 < room {
+            self.own.shrink_to(len * 2);
+        }
+    }
+
+    /// The oldest place held.
+    pub fn oldest(&self) -> Option<u64> {
+        self.own.front().copied()
+    }
+
+    /// The places held, oldest first.
+    pub fn places(&self) -> impl Iterator<Item = u64> + '_ {
+        self.own.iter().copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.own.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.own.is_empty()
+    }
+
+    /// Whether its table and its places in order agree with `items`, its project's being
+    /// `project` (for tests of the invariants).
+    pub fn consistent<V>(&self, items: &Keyed<V>, project: &str) -> bool {
+        let ascending = self
+            .own
+            .iter()
+            .zip(self.own.iter().skip(1))
+            .all(|(a, b)| a < b);
+        ascending
+            && self.places.len() == self.own.len()
+            && self.own.iter().all(|&seq| {
+                items.project_at(seq).is_some_and(|p| p == project)
+                    && items
+                        .key_at(seq)
+                        .is_some_and(|k| self.get(items, k) == Some(seq))
+            })
+    }
+}
+
+/// The hash of the key at a place of `items`, for an [`Index`]'s table to move its places when
+/// it grows or shrinks (every place it holds is in `items`).
+fn rehash_keyed<'a, V>(
+    items: &'a Keyed<V>,
+    hasher: &'a foldhash::fast::RandomState,
+) -> impl Fn(&u64) -> u64 + 'a {
+    move |seq| hasher.hash_one(items.key_at(*seq).unwrap_or(""))
 }
 
 #[cfg(test)]
@@ -579,6 +785,116 @@ mod tests {
                 let ranged: Vec<u64> = run.range(a..b).map(|(s, _)| s).collect();
                 let expected: Vec<u64> = model.range(a..b).map(|(s, _)| *s).collect();
                 proptest::prop_assert_eq!(ranged, expected);
+            }
+        }
+    }
+
+    /// What a task's items and its projects' [`Index`]es are asked to do, over a few projects
+    /// and keys so that they come back.
+    #[derive(Debug, Clone)]
+    enum Item {
+        /// A key of a project at the next place, replacing the place it held.
+        Push(u8, u8),
+        /// A key of a project at any place free, as a restore puts one back.
+        Restore(u8, u8, u64),
+        /// The task's oldest item forgotten.
+        PopOldest,
+        /// A project's oldest item forgotten.
+        ProjectOldest(u8),
+    }
+
+    fn item() -> impl proptest::strategy::Strategy<Value = Item> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0u8..3, 0u8..8).prop_map(|(p, k)| Item::Push(p, k)),
+            1 => (0u8..3, 0u8..8, 0u64..300).prop_map(|(p, k, s)| Item::Restore(p, k, s)),
+            2 => Just(Item::PopOldest),
+            1 => (0u8..3).prop_map(Item::ProjectOldest),
+        ]
+    }
+
+    proptest::proptest! {
+        /// A task's items and its projects' indexes find, add, replace and forget as a plain
+        /// list of (place, project, key, value) in order of place does, and always agree.
+        #[test]
+        fn the_task_items_and_their_indexes_hold_what_a_list_in_order_of_place_holds(
+            ops in proptest::collection::vec(item(), 0..300),
+        ) {
+            let mut items: Keyed<u64> = Keyed::default();
+            let mut indexes: [Index; 3] = Default::default();
+            let mut model: Vec<(u64, u8, String, u64)> = Vec::new();
+            for (i, op) in ops.into_iter().enumerate() {
+                let i = i as u64;
+                let (project, key, seq) = match op {
+                    Item::Push(p, k) => (p, format!("key-{k}"), items.next()),
+                    Item::Restore(p, k, seq) => {
+                        if model.iter().any(|(s, ..)| *s == seq) {
+                            continue;
+                        }
+                        (p, format!("key-{k}"), seq)
+                    }
+                    Item::PopOldest => {
+                        let expected = (!model.is_empty()).then(|| model.remove(0));
+                        let popped = items.pop_oldest();
+                        if let Some((seq, (p, (k, _)))) = &popped {
+                            let index = &mut indexes[usize::from(p.as_bytes()[1] - b'0')];
+                            proptest::prop_assert!(index.remove(&items, k, *seq));
+                        }
+                        let popped = popped.map(|(s, (p, (k, v)))| (s, p.to_string(), k.to_string(), v));
+                        let expected = expected.map(|(s, p, k, v)| (s, format!("p{p}"), k, v));
+                        proptest::prop_assert_eq!(popped, expected);
+                        continue;
+                    }
+                    Item::ProjectOldest(p) => {
+                        let index = &mut indexes[usize::from(p)];
+                        let at = model.iter().position(|(_, mp, ..)| *mp == p);
+                        proptest::prop_assert_eq!(index.oldest(), at.map(|at| model[at].0));
+                        if let Some(at) = at {
+                            let (seq, _, key, _) = model.remove(at);
+                            proptest::prop_assert!(items.remove(seq).is_some());
+                            proptest::prop_assert!(index.remove(&items, &key, seq));
+                        }
+                        continue;
+                    }
+                };
+                let name = format!("p{project}");
+                items.restore(seq, &name, (ProjectKey::from(key.as_str()), i));
+                let held = model.iter().position(|(_, p, k, _)| *p == project && *k == key);
+                let was = held.map(|at| model.remove(at).0);
+                let index = &mut indexes[usize::from(project)];
+                proptest::prop_assert_eq!(index.insert(&items, &key, seq), was);
+                if let Some(was) = was {
+                    items.remove(was);
+                }
+                let at = model.partition_point(|(s, ..)| *s < seq);
+                model.insert(at, (seq, project, key, i));
+                for (p, index) in indexes.iter().enumerate() {
+                    let name = format!("p{p}");
+                    proptest::prop_assert!(index.consistent(&items, &name));
+                    let own: Vec<u64> = model
+                        .iter()
+                        .filter(|(_, mp, ..)| usize::from(*mp) == p)
+                        .map(|(s, ..)| *s)
+                        .collect();
+                    proptest::prop_assert_eq!(index.places().collect::<Vec<_>>(), own);
+                    for k in 0..8 {
+                        let key = format!("key-{k}");
+                        let expected = model
+                            .iter()
+                            .find(|(_, mp, mk, _)| usize::from(*mp) == p && *mk == key)
+                            .map(|(s, ..)| *s);
+                        proptest::prop_assert_eq!(index.get(&items, &key), expected);
+                    }
+                }
+                let held: Vec<(u64, String, String, u64)> = items
+                    .range(0..u64::MAX)
+                    .map(|(s, p, (k, v))| (s, p.to_owned(), k.to_string(), *v))
+                    .collect();
+                let expected: Vec<(u64, String, String, u64)> = model
+                    .iter()
+                    .map(|(s, p, k, v)| (*s, format!("p{p}"), k.clone(), *v))
+                    .collect();
+                proptest::prop_assert_eq!(held, expected);
             }
         }
     }

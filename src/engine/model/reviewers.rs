@@ -45,7 +45,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
-use super::bounded::Bounded;
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{IdMap, ProjectKey};
 use crate::engine::settings;
@@ -249,17 +248,6 @@ impl Review {
     pub fn judge(&mut self, s: f64) {
         let (sum, n) = self.judged.unwrap_or_default();
         self.judged = Some((sum + s, n.saturating_add(1)));
-    }
-}
-
-/// An entry of the item store that carries a [`Review`], for a recount of its verdicts.
-pub trait Reviewed {
-    fn review(&self) -> &Review;
-}
-
-impl Reviewed for Review {
-    fn review(&self) -> &Review {
-        self
     }
 }
 
@@ -876,13 +864,13 @@ impl Reviewers {
         }
     }
 
-    /// Counts the verdicts again from `items`, after a restore wrote them (and the findings)
-    /// directly. The findings of a reviewer with no verdict are dropped.
-    pub fn recount<V: Reviewed>(&mut self, items: &Bounded<V>) {
+    /// Counts the verdicts again from the items' `reviews`, after a restore wrote them (and the
+    /// findings) directly. The findings of a reviewer with no verdict are dropped.
+    pub fn recount<'a>(&mut self, reviews: impl Iterator<Item = &'a Review>) {
         self.held.clear();
         self.held_verdicts = 0;
-        for entry in items.values() {
-            for v in &entry.review().verdicts {
+        for review in reviews {
+            for v in &review.verdicts {
                 *self.held.entry(v.reviewer.clone()).or_default() += 1;
                 self.held_verdicts += 1;
             }

@@ -6,9 +6,10 @@
 //! `engine::quality`.
 //!
 //! Each project holds its [`ProjectQuality`], as a part of the project (see [`HoldsQuality`]);
-//! a task holds one [`TaskQuality`] beside its projects: the places of the items they hold in
-//! one order, so that the task holds at most `judge_quality.max_items` split over the
-//! partitions, the oldest forgotten first whatever its project.
+//! a task holds one [`TaskQuality`] beside its projects: the items they hold in one order of
+//! arrival (each project holds its items' places in it), so that the task holds at most
+//! `judge_quality.max_items` split over the partitions, the oldest forgotten first whatever its
+//! project.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
@@ -19,10 +20,10 @@ use serde::{Deserialize, Serialize};
 
 use super::agreement::kappa;
 pub use super::agreement::{Agreement, judge_agreement};
-pub use super::bounded::{Bounded, Places};
+pub use super::bounded::{Bounded, Index, Keyed, Places};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
 use super::reviewers::{
-    Fit, ProjectReviewer, Review, Reviewed, ReviewerLimits, Reviewers, StoredReview, Verdict, fit,
+    Fit, ProjectReviewer, Review, ReviewerLimits, Reviewers, StoredReview, Verdict, fit,
 };
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{ProjectKey, Projects};
@@ -110,12 +111,6 @@ impl Serialize for ItemVotes {
             seq.serialize_element(&self.review.written(self.ready_at))?;
         }
         seq.end()
-    }
-}
-
-impl Reviewed for ItemVotes {
-    fn review(&self) -> &Review {
-        &self.review
     }
 }
 
@@ -311,7 +306,8 @@ impl Observed {
 /// candidates (for the effective number of judges).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProjectQuality {
-    pub items: Bounded<ItemVotes>,
+    /// Its items with votes: their places in the task's [`TaskQuality`], which holds them.
+    pub items: Index,
     pub waiting: Bounded<Vec<Waiting>>,
     pub judges: Bounded<JudgeWindow>,
     /// The last candidates' judge scores, by their place in the project's order.
@@ -325,11 +321,6 @@ pub struct ProjectQuality {
 }
 
 impl ProjectQuality {
-    /// The humans' votes on `item` so far.
-    pub fn item(&self, item: &str) -> Option<&ItemVotes> {
-        self.items.get(item)
-    }
-
     /// Adds `pair` to its judge's window and returns the judge's standing; a judge new beyond
     /// `max_judges` forgets the one seen first, whose name is appended to `forgotten`.
     pub fn add(
@@ -385,20 +376,20 @@ impl ProjectQuality {
     }
 
     /// Rebuilds what is derived from the rest, after a restore wrote that directly: the
-    /// correlations from `recent`, the reviewers' counts from the items' verdicts, and a fit of
-    /// them for the learned weights until the next checkpoint.
-    pub fn rebuild(&mut self) {
+    /// correlations from `recent`, the reviewers' counts from the items' verdicts (the task's
+    /// `task`), and a fit of them for the learned weights until the next checkpoint.
+    pub fn rebuild(&mut self, task: &TaskQuality) {
         self.correlations = Correlations::of(self.recent.values());
-        self.reviewers.recount(&self.items);
+        self.reviewers.recount(task.reviews(&self.items));
         if !self.reviewers.is_empty() {
-            let fitted = self.fit_reviewers();
+            let fitted = self.fit_reviewers(task);
             self.reviewers.keep_checkpoint(fitted);
         }
     }
 
-    /// The reviewer model fitted on the verdicts of the items held now.
-    pub fn fit_reviewers(&self) -> Fit {
-        fit(self.items.values().map(|votes| &votes.review))
+    /// The reviewer model fitted on the verdicts of the items held now (in `task`).
+    pub fn fit_reviewers(&self, task: &TaskQuality) -> Fit {
+        fit(task.reviews(&self.items))
     }
 
     /// The effective number of `judges` over the recent candidates (see
@@ -432,21 +423,25 @@ impl ProjectQuality {
     }
 }
 
-/// What judge quality keeps across a task's projects: the places of the items they hold, in
-/// one order each for items with votes and items with waiting judge scores. Beside each
-/// project's bound (`max_pending_items`), the task holds at most `max_task_items` of each, and
-/// forgets its oldest first, whatever its project. The places are the task's, so the changelog
-/// writes a task's items in buckets of consecutive places, whichever projects they belong to.
+/// What judge quality keeps across a task's projects, in one order of arrival each: the items
+/// with votes themselves (their projects hold their places, see [`Index`]), and the places of
+/// the items with waiting judge scores (their projects hold those). Beside each project's bound
+/// (`max_pending_items`), the task holds at most `max_task_items` of each, and forgets its
+/// oldest first, whatever its project: with a new item per vote that is one item per vote, and
+/// it is read from the front of the task's order, in the order it was written, not from
+/// wherever its project's memory lies. The places are the task's, so the changelog writes a
+/// task's items in buckets of consecutive places, whichever projects they belong to, each
+/// bucket one sweep of the order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskQuality {
-    items: Places,
+    items: Keyed<ItemVotes>,
     waits: Places,
     /// What the current flush changed of the items, when the state journals.
     undo: Undo,
 }
 
 /// A project as judge quality finds it in its state's map: what holds its [`ProjectQuality`].
-/// The task keeps only what spans projects (the places of the items), each project its own.
+/// The task keeps only what spans projects (the items' order of arrival), each project its own.
 pub trait HoldsQuality: Default {
     fn quality(&self) -> &ProjectQuality;
     fn quality_mut(&mut self) -> &mut ProjectQuality;
@@ -598,13 +593,35 @@ impl TaskQuality {
     /// Forgets a restored item at `seq` that the flush the state was restored to had forgotten
     /// (see [`ItemUndo`]).
     pub fn drop_restored<P: HoldsQuality>(&mut self, projects: &mut Projects<P>, seq: u64) {
-        let Some(project) = self.items.project_at(seq).cloned() else {
+        let Some((project, (key, _))) = self.items.remove(seq) else {
             return;
         };
-        self.items.remove(seq);
         if let Some(p) = projects.get_mut(project.as_str()) {
-            p.quality_mut().items.remove_at(seq);
+            p.quality_mut().items.remove(&self.items, &key, seq);
         }
+    }
+
+    /// The humans' votes on `item` of `project` so far.
+    pub fn item<'a, P: HoldsQuality>(
+        &'a self,
+        projects: &'a Projects<P>,
+        (project, item): (&str, &str),
+    ) -> Option<&'a ItemVotes> {
+        let seq = of(projects, project)?.items.get(&self.items, item)?;
+        self.items.get(seq).map(|(_, votes)| votes)
+    }
+
+    /// The reviews of the items a project holds (its `index`), oldest first.
+    pub fn reviews<'a>(&'a self, index: &'a Index) -> impl Iterator<Item = &'a Review> + 'a {
+        let items = &self.items;
+        index
+            .places()
+            .filter_map(move |seq| items.get(seq).map(|(_, votes)| &votes.review))
+    }
+
+    /// The items with votes, in order of place: each its project, key and votes.
+    pub fn items(&self) -> &Keyed<ItemVotes> {
+        &self.items
     }
 
     /// Items held with votes, and with waiting judge scores.
@@ -626,12 +643,11 @@ impl TaskQuality {
     ) -> Observed {
         let mut observed = Observed::default();
         let mut gone = SmallVec::new();
-        let (seq, q) = place(
+        let (seq, q) = place_item(
             (projects, &mut self.items),
-            ITEMS,
             (project, item),
             limits,
-            (&mut observed, Slots::Items, &mut gone),
+            (&mut observed, &mut gone),
         );
         let undo = &mut self.undo.0;
         observed.first_forgotten =
@@ -643,7 +659,7 @@ impl TaskQuality {
                 None => observed.items.push(seq),
             }
         }
-        let Some(agg) = q.items.at_mut(seq) else {
+        let Some((_, agg)) = self.items.get_mut(seq) else {
             return observed;
         };
         if let Some(undo) = undo {
@@ -711,7 +727,10 @@ impl TaskQuality {
         let Some(q) = projects.get_mut(project).map(P::quality_mut) else {
             return;
         };
-        let Some((seq, entry)) = q.items.get_mut(item) else {
+        let Some(seq) = q.items.get(&self.items, item) else {
+            return;
+        };
+        let Some((_, entry)) = self.items.get_mut(seq) else {
             return;
         };
         if let Some(undo) = &mut self.undo.0 {
@@ -739,7 +758,9 @@ impl TaskQuality {
     ) -> Observed {
         let mut observed = Observed::default();
         for &(item, judge, s) in scores {
-            let ready = of(projects, project).and_then(|q| q.items.get(item)?.ready());
+            let ready = self
+                .item(projects, (project, item))
+                .and_then(ItemVotes::ready);
             if let Some((h, ready_at)) = ready {
                 observed.pairs.push(Pair {
                     judge: judge.to_owned(),
@@ -754,12 +775,11 @@ impl TaskQuality {
                 }
                 continue;
             }
-            let (seq, q) = place(
+            let (seq, q) = place_waiting(
                 (projects, &mut self.waits),
-                WAITING,
                 (project, item),
                 limits,
-                (&mut observed, Slots::Waiting, &mut SmallVec::new()),
+                &mut observed,
             );
             let Some((_, waiting)) = q.waiting.get_mut(item) else {
                 continue;
@@ -786,15 +806,13 @@ impl TaskQuality {
     }
 
     /// The items with votes at `places`, in order, with their projects: a changelog bucket.
-    pub fn items_at<'a, P: HoldsQuality>(
-        &'a self,
-        projects: &'a Projects<P>,
+    pub fn items_at(
+        &self,
         places: Range<u64>,
-    ) -> impl Iterator<Item = (u64, &'a str, &'a str, &'a ItemVotes)> {
-        self.items.range(places).filter_map(|(seq, project)| {
-            let (item, votes) = of(projects, project)?.items.at(seq)?;
-            Some((seq, project, item, votes))
-        })
+    ) -> impl Iterator<Item = (u64, &str, &str, &ItemVotes)> {
+        self.items
+            .range(places)
+            .map(|(seq, project, (item, votes))| (seq, project, item.as_str(), votes))
     }
 
     /// The items with waiting judge scores at `places`, in order, with their projects.
@@ -803,7 +821,7 @@ impl TaskQuality {
         projects: &'a Projects<P>,
         places: Range<u64>,
     ) -> impl Iterator<Item = (u64, &'a str, &'a str, &'a Vec<Waiting>)> {
-        self.waits.range(places).filter_map(|(seq, project)| {
+        self.waits.range(places).filter_map(|(seq, project, ())| {
             let (item, waiting) = of(projects, project)?.waiting.at(seq)?;
             Some((seq, project, item, waiting))
         })
@@ -817,10 +835,11 @@ impl TaskQuality {
         seq: u64,
         votes: ItemVotes,
     ) {
-        self.items.restore(seq, project);
+        self.items
+            .restore(seq, project, (ProjectKey::from(item), votes));
         if let Some(held) = held_quality(projects, project)
             .items
-            .insert(item, seq, votes)
+            .insert(&self.items, item, seq)
             && held != seq
         {
             self.items.remove(held);
@@ -835,7 +854,7 @@ impl TaskQuality {
         seq: u64,
         waiting: Vec<Waiting>,
     ) {
-        self.waits.restore(seq, project);
+        self.waits.restore(seq, project, ());
         if let Some(held) = held_quality(projects, project)
             .waiting
             .insert(item, seq, waiting)
@@ -851,117 +870,138 @@ impl TaskQuality {
             .values()
             .map(P::quality)
             .fold((0, 0), |(i, w), q| (i + q.items.len(), w + q.waiting.len()));
-        let held = |places: &Places, pick: fn(&ProjectQuality, u64) -> bool| {
-            places
-                .range(0..u64::MAX)
-                .all(|(seq, p)| of(projects, p).is_some_and(|q| pick(q, seq)))
-        };
+        let items_held = self.items.range(0..u64::MAX).all(|(seq, p, (item, _))| {
+            of(projects, p).is_some_and(|q| q.items.get(&self.items, item) == Some(seq))
+        });
+        let waits_held = self
+            .waits
+            .range(0..u64::MAX)
+            .all(|(seq, p, ())| of(projects, p).is_some_and(|q| q.waiting.at(seq).is_some()));
         items == self.items.len()
             && waits == self.waits.len()
-            && held(&self.items, |q, seq| q.items.at(seq).is_some())
-            && held(&self.waits, |q, seq| q.waiting.at(seq).is_some())
-            && projects
-                .values()
-                .map(P::quality)
-                .all(|q| q.items.consistent() && q.waiting.consistent())
+            && items_held
+            && waits_held
+            && projects.iter().all(|(id, p)| {
+                let q = p.quality();
+                q.items.consistent(&self.items, id) && q.waiting.consistent()
+            })
     }
 }
 
-/// Where [`place`] finds a kind of held value in a project, and what forgetting one takes
-/// with it.
-struct Held<V> {
-    of: fn(&mut ProjectQuality) -> &mut Bounded<V>,
-    /// Called with a value forgotten to stay within the bounds, in its project: the reviewers
-    /// it changed, if any (with those forgotten with it that had findings).
-    forgotten: fn(&mut ProjectQuality, &V) -> Option<Vec<ProjectKey>>,
+/// A value forgotten to stay within the bounds: its place, project, key and value.
+type Gone<V> = (u64, ProjectKey, ProjectKey, V);
+
+/// The items a new one forgot: usually one, held inline.
+type GoneItems = SmallVec<[Gone<ItemVotes>; 1]>;
+
+/// The place of `project`'s `item` in the task's `items` (which hold its votes), with the
+/// project's judge quality, taking the next place if it is new: first the task's oldest are
+/// forgotten down to `max_task_items`, then the project's down to `max_pending_items`. The
+/// places forgotten, their projects and the reviewers they change are noted in `observed`, and
+/// the items forgotten appended to `gone`.
+fn place_item<'a, P: HoldsQuality>(
+    (projects, items): (&'a mut Projects<P>, &mut Keyed<ItemVotes>),
+    (project, item): (&str, &str),
+    limits: &QualityLimits,
+    (observed, gone): (&mut Observed, &mut GoneItems),
+) -> (u64, &'a mut ProjectQuality) {
+    let held_at = projects
+        .get(project)
+        .and_then(|p| p.quality().items.get(items, item));
+    if let Some(seq) = held_at {
+        return (seq, held_quality(projects, project));
+    }
+    while items.len() >= limits.max_task_items.max(1) {
+        let Some((seq, (owner, (key, value)))) = items.pop_oldest() else {
+            break;
+        };
+        if let Some(q) = projects.get_mut(&owner).map(P::quality_mut)
+            && q.items.remove(items, &key, seq)
+        {
+            let_go(q, (seq, owner, key, value), (observed, gone));
+        } else {
+            note_forgotten((&owner, seq), (observed, Slots::Items));
+        }
+    }
+    let q = held_quality(projects, project);
+    while q.items.len() >= limits.max_pending_items.max(1) {
+        let Some((seq, (owner, (key, value)))) = q.items.oldest().and_then(|s| {
+            let taken = items.remove(s)?;
+            Some((s, taken))
+        }) else {
+            break;
+        };
+        q.items.remove(items, &key, seq);
+        let_go(q, (seq, owner, key, value), (observed, gone));
+    }
+    let value = (ProjectKey::from(item), ItemVotes::default());
+    let seq = items.push(project, value, limits.max_task_items);
+    q.items.insert(items, item, seq);
+    (seq, q)
 }
 
-/// Items with votes: one forgotten takes its verdicts out of its reviewers' counts.
-const ITEMS: Held<ItemVotes> = Held {
-    of: |q| &mut q.items,
-    forgotten: |q, item| {
-        let verdicts = !item.review.verdicts.is_empty();
-        verdicts.then(|| q.reviewers.forget(&item.review))
-    },
-};
+/// Takes an item its project `q` forgot to stay within the bounds: counts it, takes its
+/// verdicts out of its reviewers' counts, notes it in `observed` and appends it to `gone`.
+fn let_go(
+    q: &mut ProjectQuality,
+    (seq, project, key, value): Gone<ItemVotes>,
+    (observed, gone): (&mut Observed, &mut GoneItems),
+) {
+    q.forgotten += 1;
+    if !value.review.verdicts.is_empty() {
+        let reviewers_gone = q.reviewers.forget(&value.review);
+        observed.reviewed((&project, q), reviewers_gone);
+    }
+    note_forgotten((&project, seq), (observed, Slots::Items));
+    gone.push((seq, project, key, value));
+}
 
-/// Items with judge scores waiting for votes.
-const WAITING: Held<Vec<Waiting>> = Held {
-    of: |q| &mut q.waiting,
-    forgotten: |_, _| None,
-};
+/// The place of `project`'s `item` among the task's items with waiting judge scores
+/// (`places`), with the project's judge quality, taking the next place if it is new, as
+/// [`place_item`] does (what is forgotten is noted in `observed`).
+fn place_waiting<'a, P: HoldsQuality>(
+    (projects, places): (&'a mut Projects<P>, &mut Places),
+    (project, item): (&str, &str),
+    limits: &QualityLimits,
+    observed: &mut Observed,
+) -> (u64, &'a mut ProjectQuality) {
+    let held_at = projects
+        .get_mut(project)
+        .and_then(|q| q.quality_mut().waiting.get_mut(item))
+        .map(|(seq, _)| seq);
+    if let Some(seq) = held_at {
+        return (seq, held_quality(projects, project));
+    }
+    while places.len() >= limits.max_task_items.max(1) {
+        let Some((seq, (owner, ()))) = places.pop_oldest() else {
+            break;
+        };
+        if let Some(q) = projects.get_mut(&owner).map(P::quality_mut)
+            && q.waiting.remove_at(seq).is_some()
+        {
+            q.forgotten += 1;
+        }
+        note_forgotten((&owner, seq), (observed, Slots::Waiting));
+    }
+    let q = held_quality(projects, project);
+    let mut made_room = Vec::new();
+    q.waiting
+        .make_room(limits.max_pending_items, &mut made_room);
+    for (seq, _, _) in made_room {
+        places.remove(seq);
+        q.forgotten += 1;
+        note_forgotten((project, seq), (observed, Slots::Waiting));
+    }
+    let seq = places.push(project, (), limits.max_task_items);
+    q.waiting.insert(item, seq, Vec::new());
+    (seq, q)
+}
 
 /// Which places of [`Observed`] a kind of held value changes.
 #[derive(Clone, Copy)]
 enum Slots {
     Items,
     Waiting,
-}
-
-/// A value forgotten to stay within the bounds: its place, project, key and value.
-type Gone<V> = (u64, ProjectKey, ProjectKey, V);
-
-/// The values a new one forgot: usually one, held inline.
-type GoneValues<V> = SmallVec<[Gone<V>; 1]>;
-
-/// The place of `project`'s `key` in `held` (its items with votes, or with waiting scores) and
-/// in the task's `places`, with the project's judge quality, taking the next place if it is
-/// new: first the task's oldest are forgotten down to `max_task_items`, then the project's
-/// down to `max_pending_items`. The places forgotten, their projects and the reviewers they
-/// change are noted in `observed`, and the values forgotten appended to `gone`.
-fn place<'a, V: Default, P: HoldsQuality>(
-    (projects, places): (&'a mut Projects<P>, &mut Places),
-    held: Held<V>,
-    (project, key): (&str, &str),
-    limits: &QualityLimits,
-    (observed, slots, gone): (&mut Observed, Slots, &mut GoneValues<V>),
-) -> (u64, &'a mut ProjectQuality) {
-    let held_at = projects
-        .get_mut(project)
-        .and_then(|q| (held.of)(q.quality_mut()).get_mut(key))
-        .map(|(seq, _)| seq);
-    if let Some(seq) = held_at {
-        return (seq, held_quality(projects, project));
-    }
-    while places.len() >= limits.max_task_items.max(1) {
-        let Some((seq, owner)) = places.pop_oldest() else {
-            break;
-        };
-        if let Some(q) = projects.get_mut(&owner).map(P::quality_mut)
-            && let Some((key, value)) = (held.of)(q).remove_at(seq)
-        {
-            let_go(&held, q, (seq, owner, key, value), (observed, slots, gone));
-        } else {
-            note_forgotten((&owner, seq), (observed, slots));
-        }
-    }
-    let q = held_quality(projects, project);
-    let mut made_room = Vec::new();
-    (held.of)(q).make_room(limits.max_pending_items, &mut made_room);
-    for (seq, key, value) in made_room {
-        places.remove(seq);
-        let gone_value = (seq, ProjectKey::from(project), key, value);
-        let_go(&held, q, gone_value, (observed, slots, gone));
-    }
-    let seq = places.take(project);
-    (held.of)(q).insert(key, seq, V::default());
-    (seq, q)
-}
-
-/// Takes a value its project `q` forgot to stay within the bounds: counts it, takes its
-/// verdicts out of its reviewers' counts, notes it in `observed` and appends it to `gone`.
-fn let_go<V>(
-    held: &Held<V>,
-    q: &mut ProjectQuality,
-    (seq, project, key, value): Gone<V>,
-    (observed, slots, gone): (&mut Observed, Slots, &mut GoneValues<V>),
-) {
-    q.forgotten += 1;
-    if let Some(reviewers_gone) = (held.forgotten)(q, &value) {
-        observed.reviewed((&project, q), reviewers_gone);
-    }
-    note_forgotten((&project, seq), (observed, slots));
-    gone.push((seq, project, key, value));
 }
 
 /// Notes in `observed` that the value at `seq` of `project` was forgotten. A forgotten item's

@@ -59,7 +59,7 @@ impl Task {
     }
 
     fn items_at(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &str, &str, &ItemVotes)> {
-        self.quality.items_at(&self.projects, places)
+        self.quality.items_at(places)
     }
 
     fn consistent(&self) -> bool {
@@ -72,7 +72,7 @@ fn at() -> EventTime {
 }
 
 fn item<'q>(q: &'q Task, item: &str) -> Option<&'q ItemVotes> {
-    q.get("p")?.item(item)
+    q.quality.item(&q.projects, ("p", item))
 }
 
 fn pairs(o: &Observed) -> Vec<(&str, &str, f64, f64)> {
@@ -241,7 +241,7 @@ fn a_task_forgets_its_oldest_item_whatever_its_project() {
     assert_eq!(fourth.items.as_slice(), [0, 3]);
     assert_eq!(fourth.forgotten.as_slice(), [ProjectKey::from("p1")]);
     assert_eq!(q.held(), (3, 0));
-    assert!(q.get("p1").unwrap().item("a").is_none());
+    assert!(q.quality.item(&q.projects, ("p1", "a")).is_none());
     assert_eq!(q.get("p1").unwrap().forgotten, 1);
     let bucket: Vec<(u64, &str, &str)> = q.items_at(0..16).map(|(s, p, i, _)| (s, p, i)).collect();
     assert_eq!(bucket, [(1, "p2", "b"), (2, "p1", "c"), (3, "p2", "d")]);

@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::engine::model::bounded::Bounded;
 use crate::engine::model::judge_quality::ItemVotes;
 
 const LIMITS: ReviewerLimits = ReviewerLimits {
@@ -91,7 +92,7 @@ impl Crowd {
         }
         again.left_out = self.reviewers.left_out;
         again.forgotten_verdicts = self.reviewers.forgotten_verdicts;
-        again.recount(&self.items);
+        again.recount(self.items.values());
         again
     }
 }
