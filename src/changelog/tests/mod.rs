@@ -305,6 +305,8 @@ fn check_round_trip_with(
     );
     let (mut restored, offset) = restore(unit, &log);
     assert_eq!(offset, cut.checked_sub(1).map(|o| o as i64));
+    // Equal states hold the same items in the same order; each project must also find them.
+    assert!(restored.quality.consistent(&restored.projects));
     let mut expect = first.clone();
     expect.journal = Some(Vec::new());
     restored.journal = Some(Vec::new());
@@ -398,6 +400,7 @@ fn check_cut_flush_with(
     assert!(chunks > 0 || !unit.redoes() || torn.is_empty() || votes_first == torn.len());
     log.extend(torn.into_iter().take(keep));
     let (mut restored, offset) = restore(unit, &log);
+    assert!(restored.quality.consistent(&restored.projects));
     let before = cut.checked_sub(1).map(|o| o as i64);
     let redone = chunks > 0 && keep >= votes_first + chunks;
     let expect = if redone { Some(end as i64 - 1) } else { before };
@@ -439,6 +442,7 @@ fn check_cut_flush_with(
     // What the recovery wrote leaves no trace of the cut flush in the log.
     let (mut again, offset) = restore(unit, &log);
     assert_eq!(offset, payloads.len().checked_sub(1).map(|o| o as i64));
+    assert!(again.quality.consistent(&again.projects));
     again.journal = None;
     assert_eq!(
         again, clean,

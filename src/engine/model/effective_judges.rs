@@ -9,7 +9,9 @@
 //! The sums are of scores in fixed point (multiples of 2^-20), so subtraction is exact: the
 //! sums, and so every published figure, are the same however many candidates came and went,
 //! and the same as rebuilt from the window after a restore. A correlation then differs from
-//! one of the unrounded scores by about 1e-6.
+//! one of the unrounded scores by about the rounding (2^-21) over the smaller of the two
+//! judges' standard deviations over the window: about 1e-6 for judges whose scores spread over
+//! the scale, more for one whose scores hardly move (1e-4 at a deviation of 0.005).
 
 use std::collections::HashMap;
 
@@ -252,8 +254,9 @@ mod tests {
         }
 
         /// Kept incrementally over a sliding window, the sums equal those rebuilt from the
-        /// window, and the effective number equals the direct computation (to rounding of
-        /// the scores to 2^-20), within [1, n].
+        /// window, and the effective number equals the direct computation over the same scores
+        /// rounded to 2^-20 (what the sums hold), within [1, n]. (Against the unrounded scores
+        /// the difference follows how little a judge's scores move: see the module doc.)
         #[test]
         fn incremental_equals_direct(
             candidates in prop::collection::vec(
@@ -277,16 +280,17 @@ mod tests {
             }
             prop_assert_eq!(&kept, &Correlations::of(recent.values()));
             let judges = ["j0", "j1", "j2", "j3", "j4"];
+            let rounded = |s: f64| (s * FIXED).round() / FIXED;
             let scores: Vec<Vec<Option<f64>>> = judges
                 .iter()
-                .map(|j| recent.values().map(|c| c.iter().find(|(x, _)| x == j).map(|(_, s)| *s)).collect())
+                .map(|j| recent.values().map(|c| c.iter().find(|(x, _)| x == j).map(|(_, s)| rounded(*s))).collect())
                 .collect();
             let direct = effective_judges(&scores, min_shared);
             let incremental = kept.effective_judges(&judges, min_shared);
             match (direct, incremental) {
                 (Some((d, db)), Some((i, ib))) => {
                     prop_assert_eq!(db, ib);
-                    prop_assert!((d - i).abs() < 1e-4, "{} {}", d, i);
+                    prop_assert!((d - i).abs() < 1e-9, "{} {}", d, i);
                     prop_assert!((1.0..=5.0).contains(&i));
                 }
                 (d, i) => prop_assert_eq!(d, i),
