@@ -17,13 +17,20 @@ use crate::engine::ids::ProjectKey;
 /// would allocate again at once.
 const MIN_ROOM: usize = 16;
 
+/// Whether a run or table holding `len` with room for `room` gives room back (to `2 · len`):
+/// once it holds less than a quarter of its room, above [`MIN_ROOM`]. Halving at a quarter keeps
+/// the cost amortised: it grows back only after as many insertions as it shrank by.
+fn gives_back(len: usize, room: usize) -> bool {
+    room > MIN_ROOM && len * 4 < room
+}
+
 /// Values by place, oldest first: the order [`Bounded`] and [`Places`] keep. Places only grow
 /// as values arrive, so a new value joins at the back and the oldest leaves from the front,
 /// and values of consecutive places lie side by side, so that a bucket of the changelog reads
 /// them in one sweep. (The B-trees this replaced shifted a leaf's values on every removal from
 /// its front.) A value taken from the middle leaves a gap, dropped once it reaches either end
 /// or once the gaps are half the run; a place is found at an end or, between them, where it
-/// would be with no gaps dropped before it, else by a binary search below that.
+/// would be with no gaps dropped before it, else by a binary search.
 #[derive(Debug, Clone)]
 pub struct Ordered<T> {
     slots: VecDeque<(u64, Option<T>)>,
@@ -69,20 +76,7 @@ impl<T> Ordered<T> {
                 if self.slots[guess].0 == seq {
                     return Ok(guess);
                 }
-                let (mut lo, mut hi) = (0, guess);
-                while lo < hi {
-                    let mid = lo + (hi - lo) / 2;
-                    if self.slots[mid].0 < seq {
-                        lo = mid + 1;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                if self.slots[lo].0 == seq {
-                    Ok(lo)
-                } else {
-                    Err(lo)
-                }
+                self.slots.binary_search_by_key(&seq, |(s, _)| *s)
             }
             _ => Err(0),
         }
@@ -167,7 +161,7 @@ impl<T> Ordered<T> {
             self.slots.retain(|(_, v)| v.is_some());
         }
         let (len, room) = (self.slots.len(), self.slots.capacity());
-        if room > MIN_ROOM && len * 4 < room {
+        if gives_back(len, room) {
             self.slots.shrink_to(len * 2);
         }
     }
@@ -212,6 +206,81 @@ impl<T> Ordered<T> {
     }
 }
 
+/// Keys' places, each found by the key's hash and the key at that place in an order the table
+/// does not hold (`key_at`): what [`Bounded`] and [`Index`] find their keys with. A table keeps
+/// room for up to twice the places it holds ([`PlaceTable::fit`]).
+#[derive(Debug, Clone, Default)]
+struct PlaceTable {
+    places: HashTable<u64>,
+    /// Seeded per process, as [`crate::engine::ids::IdMap`]'s: crafted keys cannot force
+    /// collisions.
+    hasher: foldhash::fast::RandomState,
+}
+
+impl PlaceTable {
+    fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The place of `key`, whose hash is `hash`.
+    fn find<'k>(
+        &self,
+        hash: u64,
+        key: &str,
+        key_at: impl Fn(u64) -> Option<&'k str>,
+    ) -> Option<u64> {
+        self.places
+            .find(hash, |seq| key_at(*seq) == Some(key))
+            .copied()
+    }
+
+    /// Adds place `seq` of a key whose hash is `hash` and that the table does not hold; every
+    /// place it holds must have its key in `key_at`, for the table to move them as it grows.
+    fn add<'k>(&mut self, hash: u64, seq: u64, key_at: impl Fn(u64) -> Option<&'k str>) {
+        let hasher = &self.hasher;
+        let rehash = |seq: &u64| hasher.hash_one(key_at(*seq).unwrap_or(""));
+        self.places.insert_unique(hash, seq, rehash);
+    }
+
+    /// Moves a key whose hash is `hash` from place `from` to place `to`.
+    fn repoint(&mut self, hash: u64, from: u64, to: u64) {
+        if let Ok(mut place) = self.places.find_entry(hash, |s| *s == from) {
+            *place.get_mut() = to;
+        }
+    }
+
+    /// Drops place `seq` of a key whose hash is `hash`; whether it was held.
+    fn remove(&mut self, hash: u64, seq: u64) -> bool {
+        let Ok(place) = self.places.find_entry(hash, |s| *s == seq) else {
+            return false;
+        };
+        place.remove();
+        true
+    }
+
+    /// Gives back the table's room once it holds less than a quarter of it ([`gives_back`]). A
+    /// table keeps the room of the most places it ever held, and a project holds many for a
+    /// while when its records arrive in a run (the task's bound then forgets them). Every place
+    /// held must have its key in `key_at`.
+    fn fit<'k>(&mut self, key_at: impl Fn(u64) -> Option<&'k str>) {
+        let (len, room) = (self.places.len(), self.places.capacity());
+        if gives_back(len, room) {
+            let hasher = &self.hasher;
+            let rehash = |seq: &u64| hasher.hash_one(key_at(*seq).unwrap_or(""));
+            self.places.shrink_to(len * 2, rehash);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.places.len()
+    }
+
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.places.capacity()
+    }
+}
+
 /// Values by key, in order of arrival, at most a bound of them: the oldest goes first. Each
 /// value has a place in that order, so a restore puts it back where it was. The places are the
 /// bounded's own ([`Bounded::entry`]) or given to it ([`Bounded::insert`]): an item's place
@@ -227,10 +296,7 @@ impl<T> Ordered<T> {
 /// and then a key.
 #[derive(Debug, Clone, Default)]
 pub struct Bounded<V> {
-    places: HashTable<u64>,
-    /// Seeded per process, as [`crate::engine::ids::IdMap`]'s: crafted keys cannot force
-    /// collisions.
-    hasher: foldhash::fast::RandomState,
+    places: PlaceTable,
     order: Ordered<(ProjectKey, V)>,
     next: u64,
 }
@@ -264,22 +330,8 @@ impl<V: Default> Bounded<V> {
 impl<V> Bounded<V> {
     /// The place of `key`, if held.
     fn place(&self, key: &str) -> Option<u64> {
-        self.place_hashed(self.hasher.hash_one(key), key)
-    }
-
-    /// [`Bounded::place`] of `key`, whose hash is `hash`.
-    fn place_hashed(&self, hash: u64, key: &str) -> Option<u64> {
-        let order = &self.order;
-        let held = |seq: &u64| order.get(*seq).is_some_and(|(k, _)| k == key);
-        self.places.find(hash, held).copied()
-    }
-
-    /// Drops place `seq` of `key` from the table.
-    fn unplace(&mut self, key: &str, seq: u64) {
-        let hash = self.hasher.hash_one(key);
-        if let Ok(place) = self.places.find_entry(hash, |s| *s == seq) {
-            place.remove();
-        }
+        self.places
+            .find(self.places.hash(key), key, key_in(&self.order))
     }
 
     pub fn get(&self, key: &str) -> Option<&V> {
@@ -310,7 +362,7 @@ impl<V> Bounded<V> {
             let Some((seq, (oldest, value))) = self.order.pop_first() else {
                 break;
             };
-            self.unplace(&oldest, seq);
+            self.places.remove(self.places.hash(&oldest), seq);
             forgotten.push((seq, oldest, value));
         }
         self.fit();
@@ -319,20 +371,15 @@ impl<V> Bounded<V> {
     /// Puts `value` at place `seq`, replacing what `key` held, and returns the place it held;
     /// later places of its own follow it. A restore puts values back this way.
     pub fn insert(&mut self, key: &str, seq: u64, value: V) -> Option<u64> {
-        let hash = self.hasher.hash_one(key);
-        let held = self.place_hashed(hash, key);
+        let hash = self.places.hash(key);
+        let held = self.places.find(hash, key, key_in(&self.order));
         match held {
             Some(held) if held != seq => {
-                if let Ok(mut place) = self.places.find_entry(hash, |s| *s == held) {
-                    *place.get_mut() = seq;
-                }
+                self.places.repoint(hash, held, seq);
                 self.order.remove(held);
             }
             Some(_) => {}
-            None => {
-                let rehash = rehash(&self.order, &self.hasher);
-                self.places.insert_unique(hash, seq, rehash);
-            }
+            None => self.places.add(hash, seq, key_in(&self.order)),
         }
         self.order.insert(seq, (ProjectKey::from(key), value));
         self.next = self.next.max(seq + 1);
@@ -348,21 +395,14 @@ impl<V> Bounded<V> {
     /// Removes the value at place `seq`, returning its key and value.
     pub fn remove_at(&mut self, seq: u64) -> Option<(ProjectKey, V)> {
         let (key, v) = self.order.remove(seq)?;
-        self.unplace(&key, seq);
+        self.places.remove(self.places.hash(&key), seq);
         self.fit();
         Some((key, v))
     }
 
-    /// Gives back the table's room once it holds less than a quarter of it. A table keeps the
-    /// room of the most values it ever held, and a project holds many for a while when its
-    /// records arrive in a run (the task's bound then forgets them). Halving at a quarter keeps
-    /// the cost amortised: a table grows back only after as many insertions as it shrank by.
+    /// Gives back the table's room ([`PlaceTable::fit`]).
     fn fit(&mut self) {
-        let (len, room) = (self.places.len(), self.places.capacity());
-        if room > MIN_ROOM && len * 4 < room {
-            let rehash = rehash(&self.order, &self.hasher);
-            self.places.shrink_to(len * 2, rehash);
-        }
+        self.places.fit(key_in(&self.order));
     }
 
     pub fn len(&self) -> usize {
@@ -370,7 +410,7 @@ impl<V> Bounded<V> {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.places.is_empty()
+        self.places.len() == 0
     }
 
     /// The values, oldest first.
@@ -394,13 +434,9 @@ impl<V> Bounded<V> {
     }
 }
 
-/// The hash of the key at a place of `order`, for a [`Bounded`]'s table to move its places
-/// when it grows or shrinks (every place it holds is in the order).
-fn rehash<'a, V>(
-    order: &'a Ordered<(ProjectKey, V)>,
-    hasher: &'a foldhash::fast::RandomState,
-) -> impl Fn(&u64) -> u64 + 'a {
-    move |seq| hasher.hash_one(order.get(*seq).map_or("", |(k, _)| k.as_str()))
+/// The key at each place of a [`Bounded`]'s `order`, for its [`PlaceTable`].
+fn key_in<'a, V>(order: &'a Ordered<(ProjectKey, V)>) -> impl Fn(u64) -> Option<&'a str> {
+    move |seq| order.get(seq).map(|(k, _)| k.as_str())
 }
 
 /// The items a task holds, over all its projects, in order of arrival: each place's project and
@@ -510,9 +546,7 @@ impl<V> Keyed<V> {
 /// [`Bounded`]'s.
 #[derive(Debug, Clone, Default)]
 pub struct Index {
-    places: HashTable<u64>,
-    /// Seeded per process, as [`Bounded`]'s.
-    hasher: foldhash::fast::RandomState,
+    places: PlaceTable,
     /// The places held, ascending.
     own: VecDeque<u64>,
 }
@@ -529,28 +563,23 @@ impl PartialEq for Index {
 impl Index {
     /// The place of `key`, if held; `items` are the task's.
     pub fn get<V>(&self, items: &Keyed<V>, key: &str) -> Option<u64> {
-        let hash = self.hasher.hash_one(key);
-        let held = |seq: &u64| items.key_at(*seq) == Some(key);
-        self.places.find(hash, held).copied()
+        let key_at = |seq| items.key_at(seq);
+        self.places.find(self.places.hash(key), key, key_at)
     }
 
     /// Notes `key` at place `seq`, which `items` holds already, and returns the place it held,
     /// if any (if another, the caller takes it out of `items`).
     pub fn insert<V>(&mut self, items: &Keyed<V>, key: &str, seq: u64) -> Option<u64> {
-        let hash = self.hasher.hash_one(key);
-        let held = self.get(items, key);
+        let hash = self.places.hash(key);
+        let key_at = |seq| items.key_at(seq);
+        let held = self.places.find(hash, key, key_at);
         match held {
             Some(held) if held == seq => return Some(seq),
             Some(held) => {
-                if let Ok(mut place) = self.places.find_entry(hash, |s| *s == held) {
-                    *place.get_mut() = seq;
-                }
+                self.places.repoint(hash, held, seq);
                 self.unown(held);
             }
-            None => {
-                let rehash = rehash_keyed(items, &self.hasher);
-                self.places.insert_unique(hash, seq, rehash);
-            }
+            None => self.places.add(hash, seq, key_at),
         }
         match self.own.back() {
             Some(&last) if last > seq => {
@@ -565,17 +594,11 @@ impl Index {
     /// Drops place `seq` of `key`; whether it was held. Every other place held must still be
     /// in `items`.
     pub fn remove<V>(&mut self, items: &Keyed<V>, key: &str, seq: u64) -> bool {
-        let hash = self.hasher.hash_one(key);
-        let Ok(place) = self.places.find_entry(hash, |s| *s == seq) else {
+        if !self.places.remove(self.places.hash(key), seq) {
             return false;
-        };
-        place.remove();
-        self.unown(seq);
-        let (len, room) = (self.places.len(), self.places.capacity());
-        if room > MIN_ROOM && len * 4 < room {
-            let rehash = rehash_keyed(items, &self.hasher);
-            self.places.shrink_to(len * 2, rehash);
         }
+        self.unown(seq);
+        self.places.fit(|seq| items.key_at(seq));
         true
     }
 
@@ -587,7 +610,7 @@ impl Index {
             self.own.remove(at);
         }
         let (len, room) = (self.own.len(), self.own.capacity());
-        if room > MIN_ROOM && len * 4 < room {
+        if gives_back(len, room) {
             self.own.shrink_to(len * 2);
         }
     }
@@ -627,15 +650,6 @@ impl Index {
                         .is_some_and(|k| self.get(items, k) == Some(seq))
             })
     }
-}
-
-/// The hash of the key at a place of `items`, for an [`Index`]'s table to move its places when
-/// it grows or shrinks (every place it holds is in `items`).
-fn rehash_keyed<'a, V>(
-    items: &'a Keyed<V>,
-    hasher: &'a foldhash::fast::RandomState,
-) -> impl Fn(&u64) -> u64 + 'a {
-    move |seq| hasher.hash_one(items.key_at(*seq).unwrap_or(""))
 }
 
 #[cfg(test)]

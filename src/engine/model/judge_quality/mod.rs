@@ -920,15 +920,15 @@ fn place_item<'a, P: HoldsQuality>(
         {
             let_go(q, (seq, owner, key, value), (observed, gone));
         } else {
-            note_forgotten((&owner, seq), (observed, Slots::Items));
+            note_forgotten(&owner, observed);
         }
     }
     let q = held_quality(projects, project);
     while q.items.len() >= limits.max_pending_items.max(1) {
-        let Some((seq, (owner, (key, value)))) = q.items.oldest().and_then(|s| {
-            let taken = items.remove(s)?;
-            Some((s, taken))
-        }) else {
+        let Some(seq) = q.items.oldest() else {
+            break;
+        };
+        let Some((owner, (key, value))) = items.remove(seq) else {
             break;
         };
         q.items.remove(items, &key, seq);
@@ -952,7 +952,7 @@ fn let_go(
         let reviewers_gone = q.reviewers.forget(&value.review);
         observed.reviewed((&project, q), reviewers_gone);
     }
-    note_forgotten((&project, seq), (observed, Slots::Items));
+    note_forgotten(&project, observed);
     gone.push((seq, project, key, value));
 }
 
@@ -981,7 +981,8 @@ fn place_waiting<'a, P: HoldsQuality>(
         {
             q.forgotten += 1;
         }
-        note_forgotten((&owner, seq), (observed, Slots::Waiting));
+        observed.waiting.push(seq);
+        note_forgotten(&owner, observed);
     }
     let q = held_quality(projects, project);
     let mut made_room = Vec::new();
@@ -990,27 +991,18 @@ fn place_waiting<'a, P: HoldsQuality>(
     for (seq, _, _) in made_room {
         places.remove(seq);
         q.forgotten += 1;
-        note_forgotten((project, seq), (observed, Slots::Waiting));
+        observed.waiting.push(seq);
+        note_forgotten(project, observed);
     }
     let seq = places.push(project, (), limits.max_task_items);
     q.waiting.insert(item, seq, Vec::new());
     (seq, q)
 }
 
-/// Which places of [`Observed`] a kind of held value changes.
-#[derive(Clone, Copy)]
-enum Slots {
-    Items,
-    Waiting,
-}
-
-/// Notes in `observed` that the value at `seq` of `project` was forgotten. A forgotten item's
-/// bucket is rewritten by the next flush (see [`ItemUndo`]), not this one; a waiting score's
-/// by this one.
-fn note_forgotten((project, seq): (&str, u64), (observed, slots): (&mut Observed, Slots)) {
-    if let Slots::Waiting = slots {
-        observed.waiting.push(seq);
-    }
+/// Notes in `observed` that a value of `project` was forgotten. A forgotten item's bucket is
+/// rewritten by the next flush (see [`ItemUndo`]), not this one; a waiting score's place goes
+/// in `observed.waiting`, for this one, where it is forgotten.
+fn note_forgotten(project: &str, observed: &mut Observed) {
     observed.forgotten.push(ProjectKey::from(project));
 }
 
