@@ -46,7 +46,7 @@ impl Engine {
             && let Some(q) = state.projects.get_mut(project).map(|p| &mut p.quality)
         {
             let settings = &self.settings.reviewers;
-            let fitted = q.fit_reviewers(&state.quality);
+            let fitted = q.reviewers.fit();
             for (reviewer, figures) in &fitted.reviewers {
                 let before = q.reviewers.findings(reviewer);
                 let now = figures.findings(before, settings);

@@ -31,9 +31,9 @@
 //! What is state is only the facts: each item's verdicts (in its entry of the project's item
 //! store, a [`Review`]) and each reviewer's active findings ([`Findings`], the hysteresis of its
 //! alerts). The figures are derived: [`Reviewers`] counts the verdicts each reviewer holds
-//! (for the bounds), and the fit runs where it is needed: when a record is published, and at
-//! the checkpoints of [`Reviewers::checkpoint_due`] that the alerts and the learned weights
-//! follow.
+//! (for the bounds) and the held items of each [`Pattern`] (what a fit reads of them), and the
+//! fit runs where it is needed: when a record is published, and at the checkpoints of
+//! [`Reviewers::checkpoint_due`] that the alerts and the learned weights follow.
 //!
 //! The prior is as if every reviewer had begun with two true verdicts and one false: it keeps a
 //! reviewer with few items near "probably careful" instead of at 0 or 1, and, with the start
@@ -244,8 +244,9 @@ impl Review {
         (n > 0).then(|| sum / f64::from(n) >= 0.5)
     }
 
-    /// Pairs a judge score `s` with the item.
-    pub fn judge(&mut self, s: f64) {
+    /// Pairs a judge score `s` with the item (through [`Reviewers::judge`], which keeps its
+    /// pattern).
+    fn judge(&mut self, s: f64) {
         let (sum, n) = self.judged.unwrap_or_default();
         self.judged = Some((sum + s, n.saturating_add(1)));
     }
@@ -457,62 +458,123 @@ impl Checkpoint {
     }
 }
 
-/// Fits the model to `reviews` (the items of one project, in any order): EM from each item's
-/// weighted share of pass verdicts, until no reliability moves by more than [`TOLERANCE`] or
-/// [`MAX_ITERATIONS`]. `O(verdicts)` per iteration, of items not alike.
-///
-/// The result is the same to the last bit whatever the order of `reviews`: a reviewer's index
-/// below is only where its sums are kept, the sums are fixed point, each item's verdicts are in
-/// reviewer order, and the figures are counts and sums of halves.
-pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
-    // Every verdict as (reviewer index, pass), item after item: item `i`'s are
-    // `verdicts[ends[i - 1]..ends[i]]`, and `shares[i]` its start. A reviewer's index is its
-    // place among `ids`, in order of first appearance.
-    let mut index: IdMap<&ProjectKey, usize> = IdMap::default();
-    let mut ids: Vec<&ProjectKey> = Vec::new();
-    let mut figures: Vec<Figures> = Vec::new();
-    let mut verdicts: Vec<(usize, bool)> = Vec::new();
-    let mut ends: Vec<usize> = Vec::new();
-    let mut shares: Vec<f64> = Vec::new();
-    for review in reviews.filter(|r| !r.verdicts.is_empty()) {
-        let start = verdicts.len();
-        for v in &review.verdicts {
-            let j = *index.entry(&v.reviewer).or_insert_with(|| {
-                ids.push(&v.reviewer);
-                figures.push(Figures::default());
-                ids.len() - 1
-            });
-            verdicts.push((j, v.pass));
+/// What one held item says of its reviewers: all that a fit and the figures read of it. Its
+/// verdicts in reviewer order, each with its weight (which give its start, the weighted share of
+/// its verdicts that say pass, and the side the others' weighted majority takes on each), and
+/// the judges' verdict. Items alike have the same posterior at every iteration of the EM and add the same to every count, so a
+/// project keeps how many of its held items have each pattern (see [`Reviewers::fit`]): with a
+/// few reviewers per project most items are alike, and a fit reads those counts instead of every
+/// item.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Pattern {
+    /// Each verdict's reviewer (its slot in the project's [`Reviewers`]), pass and the bits of
+    /// its weight, in reviewer order: the weights give the start and the others' majorities.
+    verdicts: SmallVec<[(u32, bool, u64); 2]>,
+    /// The judges' verdict, once a judge score is paired with the item.
+    judges: Option<bool>,
+}
+
+impl Pattern {
+    /// The pattern of `review`, whose verdicts' reviewers have the slots `slots`, in its order;
+    /// `None` if it has no verdict (the fit reads no such item).
+    fn of(review: &Review, slots: impl Iterator<Item = u32>) -> Option<Pattern> {
+        if review.verdicts.is_empty() {
+            return None;
         }
-        count(review, &verdicts[start..], &mut figures);
-        ends.push(verdicts.len());
-        shares.push(pass_share(review));
+        Some(Pattern {
+            verdicts: review
+                .verdicts
+                .iter()
+                .zip(slots)
+                .map(|(v, slot)| (slot, v.pass, v.weight.to_bits()))
+                .collect(),
+            judges: review.judges_pass(),
+        })
     }
-    let items = ends.len();
-    // The items by kind: items alike (the same verdicts of the same reviewers, and the same
-    // start, each item's weighted share of pass verdicts) have the same posterior at every
-    // iteration, so the EM runs over each kind once, with its count. With a few reviewers per
-    // project most items are alike, and a fit's cost is its iterations. The sums are
-    // integers, so counting an item `n` times is exactly adding it `n` times.
-    let mut kinds: Vec<Kind> = Vec::new();
-    let mut kind_of: IdMap<KindKey<'_>, usize> = IdMap::default();
-    let starts = std::iter::once(0).chain(ends.iter().copied());
-    for ((a, b), q) in starts.zip(ends.iter().copied()).zip(shares) {
-        let at = *kind_of
-            .entry((&verdicts[a..b], q.to_bits()))
-            .or_insert_with(|| {
-                kinds.push(Kind {
-                    verdicts: a..b,
-                    count: 0,
-                    q,
-                });
-                kinds.len() - 1
-            });
-        kinds[at].count += 1;
+
+    /// Each verdict's slot and pass.
+    fn said(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
+        self.verdicts
+            .iter()
+            .map(|&(slot, pass, _)| (slot as usize, pass))
     }
-    let mut coins = vec![Coins::default(); ids.len()];
-    let mut sums = vec![Sums::default(); ids.len()];
-    let mut ratios: Vec<(f64, f64)> = Vec::with_capacity(ids.len());
+
+    /// Each verdict's pass and weight.
+    fn weighed(&self) -> impl Iterator<Item = (bool, f64)> + Clone + '_ {
+        self.verdicts
+            .iter()
+            .map(|&(_, pass, weight)| (pass, f64::from_bits(weight)))
+    }
+}
+
+/// The side the weighted majority of an item's other verdicts takes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Side {
+    /// No other verdict.
+    Alone,
+    Fail,
+    Tied,
+    Pass,
+}
+
+impl Side {
+    /// 1 for pass, 0 for fail, ½ when tied; `None` with no other verdict.
+    fn others_pass(self) -> Option<f64> {
+        match self {
+            Side::Alone => None,
+            Side::Fail => Some(0.0),
+            Side::Tied => Some(0.5),
+            Side::Pass => Some(1.0),
+        }
+    }
+}
+
+/// How many held items have each [`Pattern`]: the multiset a fit reads.
+type Patterns = IdMap<Pattern, u64>;
+
+/// A [`Pattern`] with its reviewers named by id (see [`Reviewers::patterns_by_id`]).
+type NamedPattern = (Vec<(ProjectKey, bool, u64)>, Option<bool>);
+
+/// Fits the model to `reviews` (the items of one project, in any order), as
+/// [`Reviewers::fit`] fits the items a project holds, with each reviewer's latest event time.
+pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
+    let reviews: Vec<&Review> = reviews.collect();
+    let mut reviewers = Reviewers::default();
+    reviewers.recount(reviews.iter().copied());
+    let mut fitted = reviewers.fit();
+    fitted.note_last_events(reviews.into_iter());
+    fitted
+}
+
+/// Fits the model to the items of `patterns`, whose reviewers are `held` in `slots` slots: EM
+/// from each item's weighted share of pass verdicts, until no reliability moves by more than
+/// [`TOLERANCE`] or [`MAX_ITERATIONS`]. `O(verdicts)` per iteration, of patterns: items alike
+/// are fitted once, with their count. The sums are integers, so counting an item `n` times is
+/// exactly adding it `n` times.
+///
+/// The result is the same to the last bit whatever the order the patterns are read in and
+/// however the reviewers are numbered: a slot is only where a reviewer's sums are kept, the sums
+/// are fixed point, each pattern's verdicts are in reviewer order, and the figures are counts
+/// and sums of halves.
+fn fit_patterns(patterns: &Patterns, held: &IdMap<ProjectKey, Held>, slots: usize) -> Fit {
+    let mut figures = vec![Figures::default(); slots];
+    let mut kinds: Vec<Kind> = Vec::with_capacity(patterns.len());
+    let mut items = 0;
+    for (pattern, &n) in patterns {
+        let weighed = pattern.weighed();
+        for ((j, pass), side) in pattern.said().zip(majorities(weighed.clone())) {
+            count(&mut figures[j], (pass, side, pattern.judges), n);
+        }
+        items += n;
+        kinds.push(Kind {
+            pattern,
+            count: i64::try_from(n).unwrap_or(i64::MAX),
+            q: pass_share(weighed),
+        });
+    }
+    let mut coins = vec![Coins::default(); slots];
+    let mut sums = vec![Sums::default(); slots];
+    let mut ratios: Vec<(f64, f64)> = Vec::with_capacity(slots);
     let mut iterations = 0;
     let prior = loop {
         // M-step, in fixed point so that the sums do not depend on the items' order.
@@ -522,7 +584,7 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
             let n = kind.count;
             let (pass, fail) = (n * fixed(kind.q), n * fixed(1.0 - kind.q));
             posteriors += pass;
-            for &(j, said_pass) in &verdicts[kind.verdicts.clone()] {
+            for (j, said_pass) in kind.pattern.said() {
                 let s = &mut sums[j];
                 s.passes += pass;
                 if said_pass {
@@ -552,30 +614,39 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
         ratios.clear();
         ratios.extend(coins.iter().map(Coins::log_ratios));
         for kind in &mut kinds {
-            let odds = verdicts[kind.verdicts.clone()]
-                .iter()
-                .fold(base, |odds, &(j, pass)| {
-                    odds + if pass { ratios[j].0 } else { ratios[j].1 }
-                });
+            let odds = kind.pattern.said().fold(base, |odds, (j, pass)| {
+                odds + if pass { ratios[j].0 } else { ratios[j].1 }
+            });
             kind.q = 1.0 / (1.0 + (-odds).exp());
         }
     };
     Fit {
-        reviewers: ids.into_iter().cloned().zip(figures).collect(),
+        reviewers: held
+            .iter()
+            .map(|(id, h)| (id.clone(), std::mem::take(&mut figures[h.slot as usize])))
+            .collect(),
         class_prior: prior,
-        items,
+        items: usize::try_from(items).unwrap_or(usize::MAX),
         iterations,
     }
 }
 
-/// What makes items of a fit alike: their verdicts as (reviewer index, pass), and the bits of
-/// their start.
-type KindKey<'a> = (&'a [(usize, bool)], u64);
+impl Fit {
+    /// Sets each reviewer's latest event time from its verdicts on the items `reviews`: not a
+    /// count, so not kept with the patterns, and read only where a record is published.
+    pub fn note_last_events<'a>(&mut self, reviews: impl Iterator<Item = &'a Review>) {
+        for v in reviews.flat_map(|r| &r.verdicts) {
+            if let Some(f) = self.reviewers.get_mut(&v.reviewer) {
+                f.last_event_at = f.last_event_at.max(Some(v.at));
+            }
+        }
+    }
+}
 
-/// Items of a fit alike: their verdicts (a range of the fit's), how many there are and their
-/// posterior of being a pass.
-struct Kind {
-    verdicts: std::ops::Range<usize>,
+/// Items of a fit alike: their pattern, how many there are and their posterior of being a
+/// pass.
+struct Kind<'a> {
+    pattern: &'a Pattern,
     count: i64,
     q: f64,
 }
@@ -628,60 +699,56 @@ impl Sums {
     }
 }
 
-/// Adds what one item says of its reviewers (`indexed`: each verdict's reviewer index),
-/// besides the EM's sums: verdicts, passes, the majority of the others, the judges' verdict,
-/// the last event time.
-fn count(review: &Review, indexed: &[(usize, bool)], figures: &mut [Figures]) {
-    let judges = review.judges_pass();
-    let crowd = majorities(&review.verdicts);
-    for ((v, &(j, _)), crowd) in review.verdicts.iter().zip(indexed).zip(crowd) {
-        let f = &mut figures[j];
-        f.verdicts += 1;
-        f.passes += u64::from(v.pass);
-        f.last_event_at = f.last_event_at.max(Some(v.at));
-        if let Some(others_pass) = crowd {
-            f.shared += 1;
-            f.crowd_passes += others_pass;
-            f.agreed += if v.pass {
-                others_pass
-            } else {
-                1.0 - others_pass
-            };
-        }
-        if let Some(judges) = judges {
-            f.judged += 1;
-            f.judge_agreed += u64::from(judges == v.pass);
+/// Adds what `n` items alike say of one of their reviewers, besides the EM's sums: its
+/// verdict (`pass`), the side of the others' weighted majority and the judges' verdict.
+fn count(f: &mut Figures, (pass, side, judges): (bool, Side, Option<bool>), n: u64) {
+    f.verdicts += n;
+    if pass {
+        f.passes += n;
+    }
+    if let Some(others_pass) = side.others_pass() {
+        f.shared += n;
+        // Halves times a count below 2^53: exact, as adding them one by one is.
+        let m = n as f64;
+        f.crowd_passes += m * others_pass;
+        f.agreed += m * if pass { others_pass } else { 1.0 - others_pass };
+    }
+    if let Some(judges) = judges {
+        f.judged += n;
+        if judges == pass {
+            f.judge_agreed += n;
         }
     }
 }
 
-/// The weighted share of an item's verdicts that say pass; ½ where none has weight.
-fn pass_share(review: &Review) -> f64 {
-    let (pass, all) = review.verdicts.iter().fold((0.0, 0.0), |(p, a), v| {
-        let w = v.weight.max(0.0);
-        (if v.pass { p + w } else { p }, a + w)
+/// The weighted share of an item's verdicts (each its pass and weight) that say pass; ½ where
+/// none has weight.
+fn pass_share(verdicts: impl Iterator<Item = (bool, f64)>) -> f64 {
+    let (pass, all) = verdicts.fold((0.0, 0.0), |(p, a), (said_pass, weight)| {
+        let w = weight.max(0.0);
+        (if said_pass { p + w } else { p }, a + w)
     });
     if all > 0.0 { pass / all } else { 0.5 }
 }
 
-/// For each verdict, the side of the weighted majority of the item's other verdicts: 1 for
-/// pass, 0 for fail, ½ when they are tied; `None` when it is the item's only verdict.
-fn majorities(verdicts: &[Verdict]) -> impl Iterator<Item = Option<f64>> + '_ {
-    let signed = |v: &Verdict| if v.pass { v.weight } else { -v.weight };
-    let total: f64 = verdicts.iter().map(signed).sum();
-    let alone = verdicts.len() < 2;
-    verdicts.iter().map(move |v| {
+/// For each of an item's verdicts (each its pass and weight), the side of the weighted majority
+/// of the item's other verdicts.
+fn majorities(verdicts: impl Iterator<Item = (bool, f64)> + Clone) -> impl Iterator<Item = Side> {
+    let signed = |(pass, weight): (bool, f64)| if pass { weight } else { -weight };
+    let total: f64 = verdicts.clone().map(signed).sum();
+    let alone = verdicts.clone().nth(1).is_none();
+    verdicts.map(move |v| {
         if alone {
-            return None;
+            return Side::Alone;
         }
         let others = total - signed(v);
-        Some(if others.abs() < 1e-12 {
-            0.5
+        if others.abs() < 1e-12 {
+            Side::Tied
         } else if others > 0.0 {
-            1.0
+            Side::Pass
         } else {
-            0.0
-        })
+            Side::Fail
+        }
     })
 }
 
@@ -695,14 +762,22 @@ pub struct Added {
 }
 
 /// A project's reviewers: how many held verdicts each has (so that the bounds know who is held
-/// and a reviewer with none is forgotten), their findings, and the fit the alerts and learned
-/// weights follow.
+/// and a reviewer with none is forgotten), how many held items have each [`Pattern`] (what a
+/// fit reads), their findings, and the fit the alerts and learned weights follow.
 #[derive(Debug, Clone, Default)]
 pub struct Reviewers {
-    /// Held verdicts per reviewer.
-    held: IdMap<ProjectKey, u64>,
-    /// Σ of `held`.
+    /// Per held reviewer, its held verdicts and its slot.
+    held: IdMap<ProjectKey, Held>,
+    /// Σ of the held verdicts.
     held_verdicts: u64,
+    /// Slots taken so far: a reviewer's slot is in `0..slots`, and a fit keeps that many sums.
+    slots: u32,
+    /// Slots of forgotten reviewers, taken again first: `slots` stays within the most
+    /// reviewers ever held at once.
+    free: Vec<u32>,
+    /// How many held items have each pattern: derived from the items, like `held`, and at most
+    /// one entry per held item with verdicts.
+    patterns: Patterns,
     /// Reviewers with an active finding.
     findings: IdMap<ProjectKey, Findings>,
     /// Verdicts once admitted whose items were since forgotten: with the held ones, the count
@@ -717,12 +792,30 @@ pub struct Reviewers {
     held_for_release: bool,
 }
 
-/// Two are equal when they hold the same verdict counts, findings and counters: the fit is
-/// derived from the items, and whether the project waits for publication is the runtime's.
+/// A held reviewer: its held verdicts, and its slot: how a [`Pattern`] names it, and where a
+/// fit keeps its sums. Numbers, not ids, so that a pattern is built and found without copying
+/// or hashing a reviewer's id; a slot is taken again once its reviewer is forgotten, which no
+/// pattern then names.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Held {
+    verdicts: u64,
+    slot: u32,
+}
+
+/// Two are equal when they hold the same verdict counts, patterns, findings and counters,
+/// whatever slots they number their reviewers by: the fit is derived from the patterns, and
+/// whether the project waits for publication is the runtime's.
 impl PartialEq for Reviewers {
     fn eq(&self, other: &Self) -> bool {
-        self.held == other.held
+        let counts = |r: &Self| -> BTreeMap<ProjectKey, u64> {
+            r.held
+                .iter()
+                .map(|(k, h)| (k.clone(), h.verdicts))
+                .collect()
+        };
+        counts(self) == counts(other)
             && self.held_verdicts == other.held_verdicts
+            && self.patterns_by_id() == other.patterns_by_id()
             && self.findings == other.findings
             && self.forgotten_verdicts == other.forgotten_verdicts
             && self.left_out == other.left_out
@@ -743,6 +836,13 @@ impl Reviewers {
         limits: ReviewerLimits,
     ) -> Added {
         let mut added = Added::default();
+        // The slots of the item's reviewers, in its order: those of its pattern before the batch,
+        // kept in step as verdicts go in, so that its pattern after needs no lookup.
+        let mut slots: SmallVec<[u32; 2]> = SmallVec::new();
+        if let Some(before) = self.pattern(review) {
+            slots.extend(before.verdicts.iter().map(|&(slot, ..)| slot));
+            self.count(before, -1);
+        }
         // Most items get all their verdicts in their first batch: room for exactly those (beyond
         // the two held inline), not the doubling growth's slack, in each of the task's many
         // items (later batches grow it by doubling, so a verdict stays O(1) amortised).
@@ -763,15 +863,17 @@ impl Reviewers {
                 }
                 Err(i) if review.verdicts.len() < limits.max_verdicts => {
                     // One probe for a reviewer already held, the common case.
-                    if let Some(n) = self.held.get_mut(&verdict.reviewer) {
-                        *n += 1;
+                    let slot = if let Some(h) = self.held.get_mut(&verdict.reviewer) {
+                        h.verdicts += 1;
+                        h.slot
                     } else if self.held.len() < limits.max_reviewers {
-                        self.held.insert(verdict.reviewer.clone(), 1);
+                        self.hold_new(&verdict.reviewer)
                     } else {
                         self.left_out += 1;
                         continue;
-                    }
+                    };
                     review.verdicts.insert(i, verdict.clone());
+                    slots.insert(i, slot);
                     self.held_verdicts += 1;
                     added.admitted += 1;
                     added.changed = true;
@@ -779,7 +881,86 @@ impl Reviewers {
                 Err(_) => self.left_out += 1,
             }
         }
+        if let Some(after) = Pattern::of(review, slots.into_iter()) {
+            self.count(after, 1);
+        }
         added
+    }
+
+    /// Holds a reviewer new to the project, with one verdict, in a free slot if there is one;
+    /// returns its slot.
+    fn hold_new(&mut self, reviewer: &ProjectKey) -> u32 {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots += 1;
+            self.slots - 1
+        });
+        self.held
+            .insert(reviewer.clone(), Held { verdicts: 1, slot });
+        slot
+    }
+
+    /// Pairs a judge score `s` with `review`, an item held: its pattern follows.
+    pub fn judge(&mut self, review: &mut Review, s: f64) {
+        let before = self.pattern(review);
+        review.judge(s);
+        let after = self.pattern(review);
+        if let Some(before) = before {
+            self.count(before, -1);
+        }
+        if let Some(after) = after {
+            self.count(after, 1);
+        }
+    }
+
+    /// The pattern of `review`, an item held, its reviewers' slots looked up.
+    fn pattern(&self, review: &Review) -> Option<Pattern> {
+        let slot = |v: &Verdict| self.held.get(&v.reviewer).map_or(u32::MAX, |h| h.slot);
+        Pattern::of(review, review.verdicts.iter().map(slot))
+    }
+
+    /// Adds `n` items of `pattern` (or takes them away, negative). A pattern naming a reviewer
+    /// not held (a slot out of range, which the counts never give) is not added, so that a fit
+    /// never reads past its sums.
+    fn count(&mut self, pattern: Pattern, n: i64) {
+        if n > 0 {
+            if pattern
+                .verdicts
+                .iter()
+                .any(|&(slot, ..)| slot >= self.slots)
+            {
+                return;
+            }
+            *self.patterns.entry(pattern).or_default() += n.unsigned_abs();
+        } else if let Some(held) = self.patterns.get_mut(&pattern) {
+            *held = held.saturating_sub(n.unsigned_abs());
+            if *held == 0 {
+                self.patterns.remove(&pattern);
+            }
+        }
+    }
+
+    /// The model fitted on the held items, from their patterns (each reviewer's latest event
+    /// time left unset: see [`Fit::note_last_events`]). `O(patterns × iterations)`: it reads no
+    /// item.
+    pub fn fit(&self) -> Fit {
+        fit_patterns(&self.patterns, &self.held, self.slots as usize)
+    }
+
+    /// The patterns with their reviewers named by id rather than slot: what two projects that
+    /// number their reviewers otherwise compare.
+    fn patterns_by_id(&self) -> BTreeMap<NamedPattern, u64> {
+        let mut ids = vec![ProjectKey::default(); self.slots as usize];
+        for (id, h) in &self.held {
+            ids[h.slot as usize] = id.clone();
+        }
+        self.patterns
+            .iter()
+            .map(|(p, &n)| {
+                let named = p.verdicts.iter();
+                let named = named.map(|&(j, pass, w)| (ids[j as usize].clone(), pass, w));
+                ((named.collect(), p.judges), n)
+            })
+            .collect()
     }
 
     /// `review`, of an item the store forgot: its verdicts leave their reviewers' counts; the
@@ -787,19 +968,26 @@ impl Reviewers {
     /// returned: only they have a changelog record to delete (most reviewers never have one).
     pub fn forget(&mut self, review: &Review) -> Vec<ProjectKey> {
         let mut gone = Vec::new();
+        let mut slots: SmallVec<[u32; 2]> = SmallVec::new();
         for v in &review.verdicts {
-            let Some(n) = self.held.get_mut(&v.reviewer) else {
+            let Some(h) = self.held.get_mut(&v.reviewer) else {
+                slots.push(u32::MAX);
                 continue;
             };
-            *n -= 1;
+            slots.push(h.slot);
+            h.verdicts -= 1;
             self.held_verdicts -= 1;
             self.forgotten_verdicts += 1;
-            if *n == 0 {
+            if h.verdicts == 0 {
+                self.free.push(h.slot);
                 self.held.remove(&v.reviewer);
                 if self.findings.remove(&v.reviewer).is_some() {
                     gone.push(v.reviewer.clone());
                 }
             }
+        }
+        if let Some(pattern) = Pattern::of(review, slots.into_iter()) {
+            self.count(pattern, -1);
         }
         gone
     }
@@ -864,15 +1052,29 @@ impl Reviewers {
         }
     }
 
-    /// Counts the verdicts again from the items' `reviews`, after a restore wrote them (and the
-    /// findings) directly. The findings of a reviewer with no verdict are dropped.
+    /// Counts the verdicts and patterns again from the items' `reviews`, after a restore wrote
+    /// them (and the findings) directly, numbering the reviewers anew. The findings of a
+    /// reviewer with no verdict are dropped.
     pub fn recount<'a>(&mut self, reviews: impl Iterator<Item = &'a Review>) {
         self.held.clear();
         self.held_verdicts = 0;
+        self.slots = 0;
+        self.free.clear();
+        self.patterns.clear();
         for review in reviews {
+            let mut slots: SmallVec<[u32; 2]> = SmallVec::new();
             for v in &review.verdicts {
-                *self.held.entry(v.reviewer.clone()).or_default() += 1;
+                slots.push(match self.held.get_mut(&v.reviewer) {
+                    Some(h) => {
+                        h.verdicts += 1;
+                        h.slot
+                    }
+                    None => self.hold_new(&v.reviewer),
+                });
                 self.held_verdicts += 1;
+            }
+            if let Some(pattern) = Pattern::of(review, slots.into_iter()) {
+                self.count(pattern, 1);
             }
         }
         let held = &self.held;

@@ -23,7 +23,7 @@ pub use super::agreement::{Agreement, judge_agreement};
 pub use super::bounded::{Bounded, Index, Keyed, Places};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
 use super::reviewers::{
-    Fit, ProjectReviewer, Review, ReviewerLimits, Reviewers, StoredReview, Verdict, fit,
+    Fit, ProjectReviewer, Review, ReviewerLimits, Reviewers, StoredReview, Verdict,
 };
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{ProjectKey, Projects};
@@ -376,20 +376,23 @@ impl ProjectQuality {
     }
 
     /// Rebuilds what is derived from the rest, after a restore wrote that directly: the
-    /// correlations from `recent`, the reviewers' counts from the items' verdicts (the task's
-    /// `task`), and a fit of them for the learned weights until the next checkpoint.
+    /// correlations from `recent`, the reviewers' counts and patterns from the items' verdicts
+    /// (the task's `task`), and a fit of them for the learned weights until the next checkpoint.
     pub fn rebuild(&mut self, task: &TaskQuality) {
         self.correlations = Correlations::of(self.recent.values());
         self.reviewers.recount(task.reviews(&self.items));
         if !self.reviewers.is_empty() {
-            let fitted = self.fit_reviewers(task);
+            let fitted = self.reviewers.fit();
             self.reviewers.keep_checkpoint(fitted);
         }
     }
 
-    /// The reviewer model fitted on the verdicts of the items held now (in `task`).
+    /// The reviewer model fitted on the verdicts of the items held now, as published: with each
+    /// reviewer's latest event time, read from the items (in `task`).
     pub fn fit_reviewers(&self, task: &TaskQuality) -> Fit {
-        fit(task.reviews(&self.items))
+        let mut fitted = self.reviewers.fit();
+        fitted.note_last_events(task.reviews(&self.items));
+        fitted
     }
 
     /// The effective number of `judges` over the recent candidates (see
@@ -642,23 +645,16 @@ impl TaskQuality {
         limits: &QualityLimits,
     ) -> Observed {
         let mut observed = Observed::default();
-        let mut gone = SmallVec::new();
+        let none_forgotten = |undo: &Undo| undo.0.as_ref().is_some_and(|u| u.forgotten.is_empty());
+        let before = none_forgotten(&self.undo);
         let (seq, q) = place_item(
             (projects, &mut self.items),
             (project, item),
             limits,
-            (&mut observed, &mut gone),
+            (&mut observed, &mut self.undo),
         );
+        observed.first_forgotten = before && !none_forgotten(&self.undo);
         let undo = &mut self.undo.0;
-        observed.first_forgotten =
-            !gone.is_empty() && undo.as_ref().is_some_and(|u| u.forgotten.is_empty());
-        for (seq, owner, id, value) in gone {
-            match undo {
-                Some(undo) => undo.forgot(seq, (owner, id, value)),
-                // Without an undo its bucket is rewritten by this flush, if anything is.
-                None => observed.items.push(seq),
-            }
-        }
         let Some((_, agg)) = self.items.get_mut(seq) else {
             return observed;
         };
@@ -737,7 +733,7 @@ impl TaskQuality {
             undo.changed(seq, || (project.into(), item.into(), entry.clone()));
         }
         for &s in scores {
-            entry.review.judge(s);
+            q.reviewers.judge(&mut entry.review, s);
         }
         observed.items.push(seq);
         if !entry.review.verdicts.is_empty() {
@@ -891,19 +887,16 @@ impl TaskQuality {
 /// A value forgotten to stay within the bounds: its place, project, key and value.
 type Gone<V> = (u64, ProjectKey, ProjectKey, V);
 
-/// The items a new one forgot: usually one, held inline.
-type GoneItems = SmallVec<[Gone<ItemVotes>; 1]>;
-
 /// The place of `project`'s `item` in the task's `items` (which hold its votes), with the
 /// project's judge quality, taking the next place if it is new: first the task's oldest are
 /// forgotten down to `max_task_items`, then the project's down to `max_pending_items`. The
 /// places forgotten, their projects and the reviewers they change are noted in `observed`, and
-/// the items forgotten appended to `gone`.
+/// the items forgotten handed to `undo`.
 fn place_item<'a, P: HoldsQuality>(
     (projects, items): (&'a mut Projects<P>, &mut Keyed<ItemVotes>),
     (project, item): (&str, &str),
     limits: &QualityLimits,
-    (observed, gone): (&mut Observed, &mut GoneItems),
+    (observed, undo): (&mut Observed, &mut Undo),
 ) -> (u64, &'a mut ProjectQuality) {
     let held_at = projects
         .get(project)
@@ -918,7 +911,7 @@ fn place_item<'a, P: HoldsQuality>(
         if let Some(q) = projects.get_mut(&owner).map(P::quality_mut)
             && q.items.remove(items, &key, seq)
         {
-            let_go(q, (seq, owner, key, value), (observed, gone));
+            let_go(q, (seq, owner, key, value), (observed, undo));
         } else {
             note_forgotten(&owner, observed);
         }
@@ -932,7 +925,7 @@ fn place_item<'a, P: HoldsQuality>(
             break;
         };
         q.items.remove(items, &key, seq);
-        let_go(q, (seq, owner, key, value), (observed, gone));
+        let_go(q, (seq, owner, key, value), (observed, undo));
     }
     let value = (ProjectKey::from(item), ItemVotes::default());
     let seq = items.push(project, value, limits.max_task_items);
@@ -941,11 +934,12 @@ fn place_item<'a, P: HoldsQuality>(
 }
 
 /// Takes an item its project `q` forgot to stay within the bounds: counts it, takes its
-/// verdicts out of its reviewers' counts, notes it in `observed` and appends it to `gone`.
+/// verdicts out of its reviewers' counts, notes it in `observed` and hands it to `undo` (the
+/// flush's), where the value moves once: from the task's items to there.
 fn let_go(
     q: &mut ProjectQuality,
     (seq, project, key, value): Gone<ItemVotes>,
-    (observed, gone): (&mut Observed, &mut GoneItems),
+    (observed, undo): (&mut Observed, &mut Undo),
 ) {
     q.forgotten += 1;
     if !value.review.verdicts.is_empty() {
@@ -953,7 +947,11 @@ fn let_go(
         observed.reviewed((&project, q), reviewers_gone);
     }
     note_forgotten(&project, observed);
-    gone.push((seq, project, key, value));
+    match &mut undo.0 {
+        Some(undo) => undo.forgot(seq, (project, key, value)),
+        // Without an undo its bucket is rewritten by this flush, if anything is.
+        None => observed.items.push(seq),
+    }
 }
 
 /// The place of `project`'s `item` among the task's items with waiting judge scores

@@ -23,6 +23,18 @@ fn v(reviewer: &str, pass: bool) -> Verdict {
     }
 }
 
+/// A batch's verdicts `(reviewer, pass, weight)`: reviewer `r{who}`, weight `w / 2` (0 to 2,
+/// so that weights tie and split majorities).
+fn weighed(votes: &[(u8, bool, u8)]) -> Vec<Verdict> {
+    votes
+        .iter()
+        .map(|&(who, pass, w)| Verdict {
+            weight: f64::from(w) / 2.0,
+            ..v(&format!("r{who}"), pass)
+        })
+        .collect()
+}
+
 fn close(a: f64, b: f64, tolerance: f64) -> bool {
     (a - b).abs() <= tolerance
 }
@@ -72,6 +84,12 @@ impl Crowd {
         }
         let added = self.reviewers.add(review, verdicts, self.limits);
         (added, gone)
+    }
+
+    /// Pairs a judge score `s` with `item`, held.
+    fn judge(&mut self, item: &str, s: f64) {
+        let review = self.items.get_mut(item).expect("held").1;
+        self.reviewers.judge(review, s);
     }
 
     fn fit(&self) -> Fit {
@@ -249,12 +267,11 @@ fn agreement_with_the_judges() {
     let mut r = Crowd::new(10, LIMITS);
     r.add(("a", &[v("ann", true), v("bob", false)]), at(0));
     assert_eq!(r.figures("ann").judge_agreement(), None);
-    let judge = |r: &mut Crowd, s| r.items.get_mut("a").expect("held").1.judge(s);
-    judge(&mut r, 0.8);
+    r.judge("a", 0.8);
     assert_eq!(r.figures("ann").judge_agreement(), Some(1.0));
     assert_eq!(r.figures("bob").judge_agreement(), Some(0.0));
     // Mean (0.8 + 0.0) / 2 = 0.4: the judges now say fail.
-    judge(&mut r, 0.0);
+    r.judge("a", 0.0);
     assert_eq!(r.figures("ann").judge_agreement(), Some(0.0));
     assert_eq!(r.figures("bob").judge_agreement(), Some(1.0));
     assert_eq!(r.figures("bob").judged, 1);
@@ -537,6 +554,31 @@ proptest! {
         prop_assert_eq!(listed.fit(), shuffled.fit());
     }
 
+    /// The fit a checkpoint makes from the patterns the reviewers keep as items come, change,
+    /// are judged and are forgotten equals the fit of the items held, to the last bit, and the
+    /// patterns kept are those of the items: with bounds small enough that batches reach them,
+    /// weights that tie and split majorities, and the judges' verdict turning.
+    #[test]
+    fn the_patterns_kept_fit_as_the_items_held(
+        batches in prop::collection::vec((0u8..8, prop::collection::vec((0u8..5, any::<bool>(), 0u8..4), 1..5), prop::option::of(0u8..5)), 1..80),
+    ) {
+        let limits = ReviewerLimits { max_reviewers: 4, max_verdicts: 3, min_items: 1 };
+        let mut r = Crowd::new(5, limits);
+        for (t, (item, votes, judge)) in batches.iter().enumerate() {
+            let item = format!("i{item}");
+            r.add((&item, &weighed(votes)), at(t as i64));
+            if let Some(s) = judge {
+                r.judge(&item, f64::from(*s) / 4.0);
+            }
+            let mut kept = r.reviewers.fit();
+            kept.note_last_events(r.items.iter().map(|(_, review)| review));
+            prop_assert_eq!(kept, r.fit());
+        }
+        let mut counted = Reviewers::default();
+        counted.recount(r.items.values());
+        prop_assert_eq!(r.reviewers.patterns_by_id(), counted.patterns_by_id());
+    }
+
     /// However verdicts come, with small bounds that they reach, every figure is finite and in
     /// bounds, and the items, reviewers and verdicts per item stay within their bounds.
     #[test]
@@ -546,14 +588,10 @@ proptest! {
         let limits = ReviewerLimits { max_reviewers: 4, max_verdicts: 3, min_items: 1 };
         let mut r = Crowd::new(5, limits);
         for (t, (item, votes)) in batches.iter().enumerate() {
-            let verdicts: Vec<Verdict> = votes
-                .iter()
-                .map(|&(who, pass, w)| Verdict { weight: f64::from(w) / 2.0, ..v(&format!("r{who}"), pass) })
-                .collect();
             let item = format!("i{item}");
-            r.add((&item, &verdicts), at(t as i64));
+            r.add((&item, &weighed(votes)), at(t as i64));
             if t % 3 == 0 {
-                r.items.get_mut(&item).expect("held").1.judge(f64::from(votes[0].2) / 4.0);
+                r.judge(&item, f64::from(votes[0].2) / 4.0);
             }
             prop_assert!(r.items.len() <= 5);
             prop_assert!(r.reviewers.len() <= limits.max_reviewers);
