@@ -470,8 +470,9 @@ proptest! {
         prop_assert_eq!(&a.reviewers, &b.reviewers);
     }
 
-    /// A fit numbers the reviewers as it meets them: the items in reverse order (every reviewer
-    /// numbered otherwise) give the same fit, to the last bit.
+    /// Reviewers are numbered as they are first counted: the items in reverse order (every
+    /// reviewer numbered otherwise, the patterns read in another order) give the same fit, to
+    /// the last bit.
     #[test]
     fn the_fit_does_not_depend_on_the_order_it_reads_the_items_in(verdicts in arb_verdicts()) {
         let crowd = applied(&verdicts, LIMITS);
