@@ -839,10 +839,11 @@ impl Reviewers {
         // The slots of the item's reviewers, in its order: those of its pattern before the batch,
         // kept in step as verdicts go in, so that its pattern after needs no lookup.
         let mut slots: SmallVec<[u32; 2]> = SmallVec::new();
-        if let Some(before) = self.pattern(review) {
+        let before = self.pattern(review);
+        if let Some(before) = &before {
             slots.extend(before.verdicts.iter().map(|&(slot, ..)| slot));
-            self.count(before, -1);
         }
+        self.count_pattern(before, -1);
         // Most items get all their verdicts in their first batch: room for exactly those (beyond
         // the two held inline), not the doubling growth's slack, in each of the task's many
         // items (later batches grow it by doubling, so a verdict stays O(1) amortised).
@@ -862,41 +863,43 @@ impl Reviewers {
                     review.verdicts[i] = verdict.clone();
                 }
                 Err(i) if review.verdicts.len() < limits.max_verdicts => {
-                    // One probe for a reviewer already held, the common case.
-                    let slot = if let Some(h) = self.held.get_mut(&verdict.reviewer) {
-                        h.verdicts += 1;
-                        h.slot
-                    } else if self.held.len() < limits.max_reviewers {
-                        self.hold_new(&verdict.reviewer)
-                    } else {
+                    let Some(slot) = self.count_verdict(&verdict.reviewer, limits.max_reviewers)
+                    else {
                         self.left_out += 1;
                         continue;
                     };
                     review.verdicts.insert(i, verdict.clone());
                     slots.insert(i, slot);
-                    self.held_verdicts += 1;
                     added.admitted += 1;
                     added.changed = true;
                 }
                 Err(_) => self.left_out += 1,
             }
         }
-        if let Some(after) = Pattern::of(review, slots.into_iter()) {
-            self.count(after, 1);
-        }
+        self.count_pattern(Pattern::of(review, slots.into_iter()), 1);
         added
     }
 
-    /// Holds a reviewer new to the project, with one verdict, in a free slot if there is one;
-    /// returns its slot.
-    fn hold_new(&mut self, reviewer: &ProjectKey) -> u32 {
-        let slot = self.free.pop().unwrap_or_else(|| {
-            self.slots += 1;
-            self.slots - 1
-        });
-        self.held
-            .insert(reviewer.clone(), Held { verdicts: 1, slot });
-        slot
+    /// Counts a verdict of `reviewer`, a new reviewer taking a free slot if there is one (or
+    /// the next) while fewer than `max_reviewers` are held; returns its slot, or `None` if it is
+    /// left out. One probe for a reviewer already held, the common case.
+    fn count_verdict(&mut self, reviewer: &ProjectKey, max_reviewers: usize) -> Option<u32> {
+        let slot = if let Some(h) = self.held.get_mut(reviewer) {
+            h.verdicts += 1;
+            h.slot
+        } else if self.held.len() < max_reviewers {
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.slots += 1;
+                self.slots - 1
+            });
+            self.held
+                .insert(reviewer.clone(), Held { verdicts: 1, slot });
+            slot
+        } else {
+            return None;
+        };
+        self.held_verdicts += 1;
+        Some(slot)
     }
 
     /// Pairs a judge score `s` with `review`, an item held: its pattern follows.
@@ -904,12 +907,8 @@ impl Reviewers {
         let before = self.pattern(review);
         review.judge(s);
         let after = self.pattern(review);
-        if let Some(before) = before {
-            self.count(before, -1);
-        }
-        if let Some(after) = after {
-            self.count(after, 1);
-        }
+        self.count_pattern(before, -1);
+        self.count_pattern(after, 1);
     }
 
     /// The pattern of `review`, an item held, its reviewers' slots looked up.
@@ -918,10 +917,13 @@ impl Reviewers {
         Pattern::of(review, review.verdicts.iter().map(slot))
     }
 
-    /// Adds `n` items of `pattern` (or takes them away, negative). A pattern naming a reviewer
-    /// not held (a slot out of range, which the counts never give) is not added, so that a fit
-    /// never reads past its sums.
-    fn count(&mut self, pattern: Pattern, n: i64) {
+    /// Adds `n` items of `pattern` (or takes them away, negative); an item without verdicts
+    /// has none. A pattern naming a reviewer not held (a slot out of range, which the counts
+    /// never give) is not added, so that a fit never reads past its sums.
+    fn count_pattern(&mut self, pattern: Option<Pattern>, n: i64) {
+        let Some(pattern) = pattern else {
+            return;
+        };
         if n > 0 {
             if pattern
                 .verdicts
@@ -986,9 +988,7 @@ impl Reviewers {
                 }
             }
         }
-        if let Some(pattern) = Pattern::of(review, slots.into_iter()) {
-            self.count(pattern, -1);
-        }
+        self.count_pattern(Pattern::of(review, slots.into_iter()), -1);
         gone
     }
 
@@ -1062,20 +1062,10 @@ impl Reviewers {
         self.free.clear();
         self.patterns.clear();
         for review in reviews {
-            let mut slots: SmallVec<[u32; 2]> = SmallVec::new();
-            for v in &review.verdicts {
-                slots.push(match self.held.get_mut(&v.reviewer) {
-                    Some(h) => {
-                        h.verdicts += 1;
-                        h.slot
-                    }
-                    None => self.hold_new(&v.reviewer),
-                });
-                self.held_verdicts += 1;
-            }
-            if let Some(pattern) = Pattern::of(review, slots.into_iter()) {
-                self.count(pattern, 1);
-            }
+            let slots: SmallVec<[u32; 2]> = (review.verdicts.iter())
+                .filter_map(|v| self.count_verdict(&v.reviewer, usize::MAX))
+                .collect();
+            self.count_pattern(Pattern::of(review, slots.into_iter()), 1);
         }
         let held = &self.held;
         self.findings.retain(|k, _| held.contains_key(k));
