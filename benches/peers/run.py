@@ -7,8 +7,8 @@ usage: run.py BOOTSTRAP JURYSTREAM_BINARY [EVENTS] [PROJECTS]
 alone, without the restarts and the other contenders, as pairs of builds or configurations are
 compared.)
 
-The corpus is EVENTS vote events (default 300,000) over PROJECTS projects (default 10,000),
-keyed by project id, in a topic of 3 partitions, produced once before the runs. Each contender
+The corpus (corpus.py) is EVENTS vote events (default 300,000) over PROJECTS projects (default
+10,000), keyed by project id, in a topic of 3 partitions, produced once before the runs. Each contender
 is started as a process of its own with its own consumer group and output topic; jurystream
 with its defaults (its configuration names only its topics, the broker, its group and its HTTP
 port, plus PEERS_SERVICE_CONFIG), so it keeps its state in `kafka.partitions` tasks. Two rates:
@@ -29,16 +29,9 @@ import urllib.request
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from corpus import event, key
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def event(i, projects):
-    return (
-        f'{{"event_id":"ev-{i:010}","project_id":"proj-{i % projects:06}",'
-        f'"occurred_at":{1_795_168_800_000 + i},"item_id":"trace-{i:08}",'
-        f'"votes":[{{"voter_id":"u-{i % 1000:04}","verdict":"pass","reputation":0.9}},'
-        f'{{"voter_id":"u-8","value":0.75}}]}}'
-    )
 
 
 def create_topics(bootstrap, names):
@@ -55,10 +48,9 @@ def create_topics(bootstrap, names):
 def produce(bootstrap, topic, events, projects):
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for i in range(events):
-        key = f"proj-{i % projects:06}"
         while True:
             try:
-                producer.produce(topic, key=key, value=event(i, projects))
+                producer.produce(topic, key=key(i, projects), value=event(i, projects))
                 break
             except BufferError:
                 producer.poll(0.05)
