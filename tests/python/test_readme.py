@@ -58,6 +58,8 @@ def test_the_readme_figures_are_measured_with_jurystreams_defaults():
     defaults": the configuration that benchmark gives jurystream names the run (its topics, the
     broker, its group, its HTTP port) and sets nothing else."""
     path = ROOT / "benches" / "peers" / "run.py"
+    # As when it runs as a script: its directory (and the corpus beside it) on the path.
+    sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location("peers_run", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
