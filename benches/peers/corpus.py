@@ -11,25 +11,26 @@ can be measured on the same votes:
 import sys
 
 
+def key(i, projects):
+    """Event `i`'s project id, which keys it."""
+    return f"proj-{i % projects:06}"
+
+
 def event(i, projects):
     return (
-        f'{{"event_id":"ev-{i:010}","project_id":"proj-{i % projects:06}",'
+        f'{{"event_id":"ev-{i:010}","project_id":"{key(i, projects)}",'
         f'"occurred_at":{1_795_168_800_000 + i},"item_id":"trace-{i:08}",'
         f'"votes":[{{"voter_id":"u-{i % 1000:04}","verdict":"pass","reputation":0.9}},'
         f'{{"voter_id":"u-8","value":0.75}}]}}'
     )
 
 
-def key(i, projects):
-    return f"proj-{i % projects:06}"
-
-
 def main():
     events = int(sys.argv[1]) if len(sys.argv) > 1 else 300_000
     projects = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000
-    out = sys.stdout
     for i in range(events):
-        out.write(f'{{"topic":"jury.votes","key":"{key(i, projects)}","value":{event(i, projects)}}}\n')
+        record = f'{{"topic":"jury.votes","key":"{key(i, projects)}","value":{event(i, projects)}}}'
+        sys.stdout.write(record + "\n")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ alone, without the restarts and the other contenders, as pairs of builds or conf
 compared.)
 
 The corpus (corpus.py) is EVENTS vote events (default 300,000) over PROJECTS projects (default
-10,000), keyed by project id, in a topic of 3 partitions, produced once before the runs. Each contender
-is started as a process of its own with its own consumer group and output topic; jurystream
+10,000), keyed by project id, in a topic of 3 partitions, produced once before the runs. Each
+contender is started as a process of its own with its own consumer group and output topic; jurystream
 with its defaults (its configuration names only its topics, the broker, its group and its HTTP
 port, plus PEERS_SERVICE_CONFIG), so it keeps its state in `kafka.partitions` tasks. Two rates:
 from its start until it has applied every event (start-up counts for everyone), and from its
