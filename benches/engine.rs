@@ -481,33 +481,32 @@ fn reviewed_project(
         let item = format!("item-{i}");
         task.restore_item(&mut projects, ("p", &item), i as u64, votes);
     }
-    // As a restore does: the reviewers counted from the items.
+    // As a restore does: the verdicts held counted from the items.
     if let Some(q) = projects.get_mut("p") {
         q.rebuild(&task);
     }
     (projects, task)
 }
 
-/// The reviewer model's fit of one project's held verdicts: as a checkpoint runs it (from the
-/// project's patterns) and as a release publishes it (the same, and each reviewer's latest event
-/// time read from the items). A project of the peers benchmark (30 items, the same two reviewers
-/// passing each), two reviewers who disagree on some items (the EM then runs to its iteration
-/// bound), and a crowd (500 items, three verdicts each of 20 reviewers).
+/// The reviewer model's fit of one project's held verdicts, read from its items, as a
+/// checkpoint and a release run it. A project of the peers benchmark (30 items, the same two
+/// reviewers passing each), two reviewers who disagree on some items (the EM then runs to its
+/// iteration bound), a crowd (500 items, three verdicts each of 20 reviewers), and one project
+/// holding a whole task's items at the default bound (16,666 items, two reviewers each), whose
+/// checkpoints come every 8,192 verdicts.
 fn bench_reviewer_fit(c: &mut Criterion) {
     let mut group = c.benchmark_group("reviewers");
     let projects = [
         ("30_items_2_reviewers_agreeing", 30, 2, 2, true),
         ("30_items_2_reviewers", 30, 2, 2, false),
         ("500_items_20_reviewers", 500, 3, 20, false),
+        ("16666_items_2_reviewers", 16_666, 2, 2, false),
     ];
     for (name, items, per_item, reviewers, agreeing) in projects {
         let (projects, task) = reviewed_project(items, per_item, reviewers, agreeing);
         let q = &projects["p"];
-        group.bench_function(format!("checkpoint_{name}"), |b| {
-            b.iter(|| black_box(q.reviewers.fit()))
-        });
-        group.bench_function(format!("published_{name}"), |b| {
-            b.iter(|| black_box(q.fit_reviewers(&task)))
+        group.bench_function(format!("fit_{name}"), |b| {
+            b.iter(|| black_box(q.fit_reviewers(&task, 10_000)))
         });
     }
     group.finish();

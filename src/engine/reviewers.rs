@@ -12,7 +12,6 @@
 use serde::Serialize;
 
 use super::Engine;
-use super::ids::ProjectKey;
 use super::journal::Change;
 use super::model::bias::{BiasAlert, risk_level};
 use super::model::judge_quality::Observed;
@@ -29,10 +28,10 @@ impl Engine {
     }
 
     /// After a record (of item or session `cause`) of `project` changed what `observed`
-    /// says: the projects whose reviews changed are held for [`Engine::release_reviewers`], a
-    /// forgotten reviewer's changelog record goes, and at a checkpoint of `project` its
-    /// reviewers are fitted: their findings brought up to date (a changelog record where they
-    /// changed), those that just became true raised.
+    /// says: the projects whose reviews changed are held for [`Engine::release_reviewers`], and
+    /// at a checkpoint of `project` its reviewers are fitted on its held items: their findings
+    /// brought up to date (a changelog record where they changed), those that just became true
+    /// raised.
     pub(super) fn review(
         &self,
         state: &mut PartitionState,
@@ -41,29 +40,30 @@ impl Engine {
         out: &mut Vec<Output>,
     ) {
         state.held_reviewers.dirty.append(&mut observed.reviewed);
-        let mut noted = std::mem::take(&mut observed.reviewers_gone);
-        if std::mem::take(&mut observed.checkpoint)
-            && let Some(q) = state.projects.get_mut(project).map(|p| &mut p.quality)
-        {
-            let settings = &self.settings.reviewers;
-            let fitted = q.reviewers.fit();
-            for (reviewer, figures) in &fitted.reviewers {
-                let before = q.reviewers.findings(reviewer);
-                let now = figures.findings(before, settings);
-                for alert in alerts((project, cause), reviewer, figures, (before, now), settings) {
-                    out.push(Output::alert(Some(project.to_owned()), &alert));
-                }
-                if q.reviewers.set_findings(reviewer, now) {
-                    noted.push((ProjectKey::from(project), reviewer.clone()));
-                }
-            }
-            q.reviewers.keep_checkpoint(fitted);
+        if !std::mem::take(&mut observed.checkpoint) {
+            return;
         }
-        noted.sort();
-        noted.dedup();
-        for (project, reviewer) in noted {
+        let Some(q) = state.projects.get_mut(project).map(|p| &mut p.quality) else {
+            return;
+        };
+        let settings = &self.settings.reviewers;
+        let fitted = q.fit_reviewers(&state.quality, settings.max_reviewers);
+        q.reviewers.note_fit(&fitted);
+        let mut noted = q.reviewers.drop_unfitted(&fitted);
+        for (reviewer, figures) in &fitted.reviewers {
+            let before = q.reviewers.findings(reviewer);
+            let now = figures.findings(before, settings);
+            for alert in alerts((project, cause), reviewer, figures, (before, now), settings) {
+                out.push(Output::alert(Some(project.to_owned()), &alert));
+            }
+            if q.reviewers.set_findings(reviewer, now) {
+                noted.push(reviewer.clone());
+            }
+        }
+        q.reviewers.keep_checkpoint(fitted);
+        for reviewer in noted {
             state.note(|| Change::Reviewer {
-                project: project.to_string(),
+                project: project.to_owned(),
                 reviewer: reviewer.to_string(),
             });
         }
@@ -119,13 +119,21 @@ impl Engine {
     /// Holds every reviewer's record of `state` for the next [`Engine::release_reviewers`]: a
     /// runtime calls it once it has restored a state, so a record that was held when the
     /// state's last owner stopped is published all the same (the topic is a table: the same
-    /// record twice changes nothing).
+    /// record twice changes nothing). Each project's reviewers are fitted for the learned
+    /// weights until its next checkpoint.
     pub fn republish_reviewers(&self, state: &mut PartitionState) {
         let held = &mut state.held_reviewers;
         held.published.clear();
+        let max_reviewers = self.settings.reviewers.max_reviewers;
         for (project, p) in &mut state.projects {
-            let reviewers = &mut p.quality.reviewers;
-            if !reviewers.is_empty() && reviewers.hold() {
+            let q = &mut p.quality;
+            if q.reviewers.is_empty() {
+                continue;
+            }
+            let fitted = q.fit_reviewers(&state.quality, max_reviewers);
+            q.reviewers.note_fit(&fitted);
+            q.reviewers.keep_checkpoint(fitted);
+            if q.reviewers.hold() {
                 held.dirty.push(project.clone());
             }
         }
@@ -171,7 +179,8 @@ impl Engine {
                 continue;
             };
             q.reviewers.release();
-            let fitted = q.fit_reviewers(&state.quality);
+            let fitted = q.fit_reviewers(&state.quality, settings.max_reviewers);
+            q.reviewers.note_fit(&fitted);
             let published = held.published.entry(project.clone()).or_default();
             published.retain(|r, _| fitted.reviewers.contains_key(r));
             for (reviewer, figures) in &fitted.reviewers {

@@ -479,7 +479,7 @@ impl Core {
                 let held = q.reviewers.len();
                 reviewers += held;
                 largest = largest.max(held);
-                left_out += q.reviewers.left_out;
+                left_out += q.reviewers.left_out();
             }
         }
         let m = &self.metrics;

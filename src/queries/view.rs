@@ -290,7 +290,7 @@ impl View {
                 let record = judge_record(project, judge, w, window);
                 p.judges.insert(judge.to_owned(), record.render().into());
             }
-            let fitted = q.fit_reviewers(&state.quality);
+            let fitted = q.fit_reviewers(&state.quality, settings.reviewers.max_reviewers);
             for (reviewer, r) in &fitted.reviewers {
                 let findings = q.reviewers.findings(reviewer);
                 let kept = (findings, settings.reviewers.min_items);
@@ -497,12 +497,9 @@ impl ProjectView {
                 }
             }
             Update::Reviewer(reviewer, record) => {
-                if reviewer_held(state, project, reviewer) {
-                    self.reviewers
-                        .insert((*reviewer).to_owned(), Arc::clone(record));
-                } else {
-                    self.reviewers.remove(*reviewer);
-                }
+                // Published from a fit of the items held now: the reviewer has verdicts.
+                self.reviewers
+                    .insert((*reviewer).to_owned(), Arc::clone(record));
             }
             Update::ReviewerKept(reviewer) => {
                 if !reviewer_held(state, project, reviewer) {
@@ -516,11 +513,13 @@ impl ProjectView {
     }
 }
 
-/// Whether `state` holds figures of `reviewer` in `project`.
+/// Whether `state` holds verdicts of `reviewer` in `project`: read from its items, when its
+/// findings changed or went (rarely).
 fn reviewer_held(state: &PartitionState, project: &str, reviewer: &str) -> bool {
-    state
-        .quality(project)
-        .is_some_and(|q| q.reviewers.holds(reviewer))
+    state.quality(project).is_some_and(|q| {
+        let mut verdicts = state.quality.reviews(&q.items).flat_map(|r| &r.verdicts);
+        verdicts.any(|v| v.reviewer.as_str() == reviewer)
+    })
 }
 
 /// A judge project's kept consensus records, by session.

@@ -403,24 +403,25 @@ impl Metrics {
             reviewers: gauge(
                 &r,
                 "jurystream_reviewers",
-                "Reviewers with figures (reviewer reliability) in the owned partitions' projects",
+                "Reviewers fitted (reviewer reliability) in the owned partitions' projects, as of \
+                 each project's last fit",
             ),
             reviewers_in_largest_project: gauge(
                 &r,
                 "jurystream_reviewers_in_largest_project",
-                "Reviewers with figures in the owned project that has the most",
+                "Reviewers fitted in the owned project that has the most, as of its last fit",
             ),
             reviewers_limit: gauge(
                 &r,
                 "jurystream_reviewers_limit",
-                "reviewers.max_reviewers: the most reviewers one project holds (a verdict of a \
-                 new one beyond is left out)",
+                "reviewers.max_reviewers: the most reviewers one project's fit reads (those with \
+                 the most verdicts held; the others' verdicts are left out of it)",
             ),
             reviewer_verdicts_left_out: gauge(
                 &r,
                 "jurystream_reviewer_verdicts_left_out",
-                "Verdicts the reviewer model left out so far to stay within reviewers.max_reviewers \
-                 and max_verdicts, over the owned partitions' projects",
+                "Verdicts left out at the vote so far (reviewers.max_verdicts) and by each \
+                 project's last fit (max_reviewers), over the owned partitions' projects",
             ),
             reviewer_reliability,
             ready: gauge(

@@ -291,7 +291,6 @@ impl Store for ReviewerStore {
         let findings = from
             .state
             .quality(project)
-            .filter(|q| q.reviewers.holds(reviewer))
             .map(|q| q.reviewers.findings(reviewer))
             .filter(Findings::any);
         findings.is_some_and(|findings| push_json(out, &ReviewerKept { findings }))

@@ -29,11 +29,12 @@
 //! in, to the last bit.
 //!
 //! What is state is only the facts: each item's verdicts (in its entry of the project's item
-//! store, a [`Review`]) and each reviewer's active findings ([`Findings`], the hysteresis of its
-//! alerts). The figures are derived: [`Reviewers`] counts the verdicts each reviewer holds
-//! (for the bounds) and the held items of each [`Pattern`] (what a fit reads of them), and the
-//! fit runs where it is needed: when a record is published, and at the checkpoints of
-//! [`Reviewers::checkpoint_due`] that the alerts and the learned weights follow.
+//! store, a [`Review`]), each reviewer's active findings ([`Findings`], the hysteresis of its
+//! alerts) and the counts of verdicts that say when a checkpoint is due ([`Reviewers`]). The
+//! figures are derived: a fit reads the project's held items where it is needed, when a record
+//! is published and at the checkpoints of [`Reviewers::checkpoint_due`] that the alerts and the
+//! learned weights follow. So adding a verdict and forgetting an item are counts: they touch no
+//! reviewer's entry, however many reviewers a project has.
 //!
 //! The prior is as if every reviewer had begun with two true verdicts and one false: it keeps a
 //! reviewer with few items near "probably careful" instead of at 0 or 1, and, with the start
@@ -244,9 +245,8 @@ impl Review {
         (n > 0).then(|| sum / f64::from(n) >= 0.5)
     }
 
-    /// Pairs a judge score `s` with the item (through [`Reviewers::judge`], which keeps its
-    /// pattern).
-    fn judge(&mut self, s: f64) {
+    /// Pairs a judge score `s` with the item.
+    pub fn judge(&mut self, s: f64) {
         let (sum, n) = self.judged.unwrap_or_default();
         self.judged = Some((sum + s, n.saturating_add(1)));
     }
@@ -419,6 +419,8 @@ pub struct Fit {
     pub items: usize,
     /// EM iterations run (at most [`MAX_ITERATIONS`]).
     pub iterations: usize,
+    /// Verdicts of the reviewers beyond `reviewers.max_reviewers`, left out of the fit.
+    pub left_out: u64,
 }
 
 /// The figures of a checkpoint's fit, by reviewer id: what the learned weights and the metrics
@@ -461,37 +463,20 @@ impl Checkpoint {
 /// What one held item says of its reviewers: all that a fit and the figures read of it. Its
 /// verdicts in reviewer order, each with its weight (which give its start, the weighted share of
 /// its verdicts that say pass, and the side the others' weighted majority takes on each), and
-/// the judges' verdict. Items alike have the same posterior at every iteration of the EM and add the same to every count, so a
-/// project keeps how many of its held items have each pattern (see [`Reviewers::fit`]): with a
-/// few reviewers per project most items are alike, and a fit reads those counts instead of every
-/// item.
+/// the judges' verdict. Items alike have the same posterior at every iteration of the EM and
+/// add the same to every count, so a [`fit`] counts how many items have each pattern: with a
+/// few reviewers per project most items are alike, and the EM iterates over those counts
+/// instead of every item.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Pattern {
-    /// Each verdict's reviewer (its slot in the project's [`Reviewers`]), pass and the bits of
-    /// its weight, in reviewer order: the weights give the start and the others' majorities.
+    /// Each verdict's reviewer (its slot in the fit), pass and the bits of its weight, in
+    /// reviewer order: the weights give the start and the others' majorities.
     verdicts: SmallVec<[(u32, bool, u64); 2]>,
     /// The judges' verdict, once a judge score is paired with the item.
     judges: Option<bool>,
 }
 
 impl Pattern {
-    /// The pattern of `review`, whose verdicts' reviewers have the slots `slots`, in its order;
-    /// `None` if it has no verdict (the fit reads no such item).
-    fn of(review: &Review, slots: impl Iterator<Item = u32>) -> Option<Pattern> {
-        if review.verdicts.is_empty() {
-            return None;
-        }
-        Some(Pattern {
-            verdicts: review
-                .verdicts
-                .iter()
-                .zip(slots)
-                .map(|(v, slot)| (slot, v.pass, v.weight.to_bits()))
-                .collect(),
-            judges: review.judges_pass(),
-        })
-    }
-
     /// Each verdict's slot and pass.
     fn said(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
         self.verdicts
@@ -532,21 +517,69 @@ impl Side {
 /// How many held items have each [`Pattern`]: the multiset a fit reads.
 type Patterns = IdMap<Pattern, u64>;
 
-/// A [`Pattern`] with its reviewers named by id (see [`Reviewers::patterns_by_id`]).
-type NamedPattern = (Vec<(ProjectKey, bool, u64)>, Option<bool>);
-
-/// Fits the model to `reviews` (the items of one project, in any order), as
-/// [`Reviewers::fit`] fits the items a project holds, with each reviewer's latest event time.
-pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
-    let reviews: Vec<&Review> = reviews.collect();
-    let mut reviewers = Reviewers::default();
-    reviewers.recount(reviews.iter().copied());
-    let mut fitted = reviewers.fit();
-    fitted.note_last_events(reviews.into_iter());
+/// Fits the model to `reviews` (the items of one project, in any order), with each reviewer's
+/// latest event time: the fit a checkpoint runs and a release publishes. At most
+/// `max_reviewers` reviewers are fitted, those with the most verdicts (ties by id); the others'
+/// verdicts are left out of it, as if the items did not hold them (counted in
+/// [`Fit::left_out`]). Which reviewers are fitted is a function of the verdicts held, not of
+/// the order they came in.
+///
+/// `O(verdicts)` to count the items' patterns, then `O(patterns × iterations)`: items alike
+/// (most, with a few reviewers per project) are fitted once, with their count.
+pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>, max_reviewers: usize) -> Fit {
+    let reviews: Vec<&Review> = reviews.filter(|r| !r.verdicts.is_empty()).collect();
+    // Each reviewer numbered as met, with its count of verdicts and its latest, and each
+    // verdict's number in the items' order: one lookup per verdict.
+    let mut numbers: IdMap<&str, u32> = IdMap::default();
+    let mut met: Vec<(&str, u64, EventTime)> = Vec::new();
+    let mut said: Vec<u32> = Vec::new();
+    for v in reviews.iter().flat_map(|r| &r.verdicts) {
+        let id = v.reviewer.as_str();
+        let n = *numbers.entry(id).or_insert_with(|| {
+            met.push((id, 0, v.at));
+            (met.len() - 1) as u32
+        });
+        let (_, count, latest) = &mut met[n as usize];
+        *count += 1;
+        *latest = (*latest).max(v.at);
+        said.push(n);
+    }
+    let mut ranked: Vec<usize> = (0..met.len()).collect();
+    ranked.sort_unstable_by(|&a, &b| met[b].1.cmp(&met[a].1).then(met[a].0.cmp(met[b].0)));
+    let left_out = ranked.iter().skip(max_reviewers).map(|&n| met[n].1).sum();
+    ranked.truncate(max_reviewers);
+    let mut slots = vec![u32::MAX; met.len()];
+    for (slot, &n) in ranked.iter().enumerate() {
+        slots[n] = slot as u32;
+    }
+    let mut patterns = Patterns::default();
+    let mut said = said.into_iter();
+    for review in &reviews {
+        // `zip` takes from `said` only while the item has verdicts.
+        let numbered = review.verdicts.iter().zip(&mut said);
+        let kept = numbered.filter_map(|(v, n)| {
+            let slot = slots[n as usize];
+            (slot != u32::MAX).then_some((slot, v.pass, v.weight.to_bits()))
+        });
+        let verdicts: SmallVec<[(u32, bool, u64); 2]> = kept.collect();
+        if !verdicts.is_empty() {
+            let judges = review.judges_pass();
+            *patterns.entry(Pattern { verdicts, judges }).or_default() += 1;
+        }
+    }
+    let ids: Vec<ProjectKey> = ranked.iter().map(|&n| met[n].0.into()).collect();
+    let mut fitted = fit_patterns(&patterns, &ids);
+    fitted.left_out = left_out;
+    for &n in &ranked {
+        let (id, _, latest) = met[n];
+        if let Some(f) = fitted.reviewers.get_mut(id) {
+            f.last_event_at = Some(latest);
+        }
+    }
     fitted
 }
 
-/// Fits the model to the items of `patterns`, whose reviewers are `held` in `slots` slots: EM
+/// Fits the model to the items of `patterns`, whose reviewers are `ids` by slot: EM
 /// from each item's weighted share of pass verdicts, until no reliability moves by more than
 /// [`TOLERANCE`] or [`MAX_ITERATIONS`]. `O(verdicts)` per iteration, of patterns: items alike
 /// are fitted once, with their count. The sums are integers, so counting an item `n` times is
@@ -556,7 +589,8 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>) -> Fit {
 /// however the reviewers are numbered: a slot is only where a reviewer's sums are kept, the sums
 /// are fixed point, each pattern's verdicts are in reviewer order, and the figures are counts
 /// and sums of halves.
-fn fit_patterns(patterns: &Patterns, held: &IdMap<ProjectKey, Held>, slots: usize) -> Fit {
+fn fit_patterns(patterns: &Patterns, ids: &[ProjectKey]) -> Fit {
+    let slots = ids.len();
     let mut figures = vec![Figures::default(); slots];
     let mut kinds: Vec<Kind> = Vec::with_capacity(patterns.len());
     let mut items = 0;
@@ -621,25 +655,11 @@ fn fit_patterns(patterns: &Patterns, held: &IdMap<ProjectKey, Held>, slots: usiz
         }
     };
     Fit {
-        reviewers: held
-            .iter()
-            .map(|(id, h)| (id.clone(), std::mem::take(&mut figures[h.slot as usize])))
-            .collect(),
+        reviewers: ids.iter().cloned().zip(figures).collect(),
         class_prior: prior,
         items: usize::try_from(items).unwrap_or(usize::MAX),
         iterations,
-    }
-}
-
-impl Fit {
-    /// Sets each reviewer's latest event time from its verdicts on the items `reviews`: not a
-    /// count, so not kept with the patterns, and read only where a record is published.
-    pub fn note_last_events<'a>(&mut self, reviews: impl Iterator<Item = &'a Review>) {
-        for v in reviews.flat_map(|r| &r.verdicts) {
-            if let Some(f) = self.reviewers.get_mut(&v.reviewer) {
-                f.last_event_at = f.last_event_at.max(Some(v.at));
-            }
-        }
+        left_out: 0,
     }
 }
 
@@ -761,61 +781,36 @@ pub struct Added {
     pub changed: bool,
 }
 
-/// A project's reviewers: how many held verdicts each has (so that the bounds know who is held
-/// and a reviewer with none is forgotten), how many held items have each [`Pattern`] (what a
-/// fit reads), their findings, and the fit the alerts and learned weights follow.
+/// A project's reviewers: what of them is state (their findings, and the counts of verdicts
+/// that say when a checkpoint is due) and the fit of the last checkpoint. What the verdicts say
+/// is derived: a [`fit`] reads the project's held items where a record is published and at a
+/// checkpoint, so adding and forgetting a verdict is a count, whichever reviewer gave it.
 #[derive(Debug, Clone, Default)]
 pub struct Reviewers {
-    /// Per held reviewer, its held verdicts and its slot.
-    held: IdMap<ProjectKey, Held>,
-    /// Σ of the held verdicts.
+    /// Σ of the verdicts on the project's held items.
     held_verdicts: u64,
-    /// Slots taken so far: a reviewer's slot is in `0..slots`, and a fit keeps that many sums.
-    slots: u32,
-    /// Slots of forgotten reviewers, taken again first: `slots` stays within the most
-    /// reviewers ever held at once.
-    free: Vec<u32>,
-    /// How many held items have each pattern: derived from the items, like `held`, and at most
-    /// one entry per held item with verdicts.
-    patterns: Patterns,
     /// Reviewers with an active finding.
     findings: IdMap<ProjectKey, Findings>,
     /// Verdicts once admitted whose items were since forgotten: with the held ones, the count
     /// of verdicts ever admitted, which the checkpoints follow.
     pub forgotten_verdicts: u64,
-    /// Verdicts left out to stay within the bounds.
+    /// Verdicts left out at the vote to stay within `reviewers.max_verdicts`.
     pub left_out: u64,
     /// The fit at the last checkpoint (or restore): derived, not state.
     checkpoint: Option<Checkpoint>,
+    /// Reviewers fitted, and verdicts left out of the fit, by the project's last fit: derived,
+    /// for the metrics.
+    last_fit: (usize, u64),
     /// Whether the project waits for the next publication of its reviewers' records (see
     /// [`Reviewers::hold`]): the runtime's, not state.
     held_for_release: bool,
 }
 
-/// A held reviewer: its held verdicts, and its slot: how a [`Pattern`] names it, and where a
-/// fit keeps its sums. Numbers, not ids, so that a pattern is built and found without copying
-/// or hashing a reviewer's id; a slot is taken again once its reviewer is forgotten, which no
-/// pattern then names.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Held {
-    verdicts: u64,
-    slot: u32,
-}
-
-/// Two are equal when they hold the same verdict counts, patterns, findings and counters,
-/// whatever slots they number their reviewers by: the fit is derived from the patterns, and
+/// Two are equal when they hold the same counts and findings: the fits are derived, and
 /// whether the project waits for publication is the runtime's.
 impl PartialEq for Reviewers {
     fn eq(&self, other: &Self) -> bool {
-        let counts = |r: &Self| -> BTreeMap<ProjectKey, u64> {
-            r.held
-                .iter()
-                .map(|(k, h)| (k.clone(), h.verdicts))
-                .collect()
-        };
-        counts(self) == counts(other)
-            && self.held_verdicts == other.held_verdicts
-            && self.patterns_by_id() == other.patterns_by_id()
+        self.held_verdicts == other.held_verdicts
             && self.findings == other.findings
             && self.forgotten_verdicts == other.forgotten_verdicts
             && self.left_out == other.left_out
@@ -825,10 +820,10 @@ impl PartialEq for Reviewers {
 impl Reviewers {
     /// A vote batch's `verdicts` on an item held in the project's store (its `review`), each
     /// replacing any earlier one of the same reviewer on it (of one reviewer in the batch, the
-    /// last counts), within `limits`. A batch's verdicts are admitted in reviewer order, not in
-    /// the order its votes are listed: where the bounds leave some out, which ones is a function
-    /// of the batch, not of how a frontend happened to list its votes. The caller has the item
-    /// at hand, found by its place, so the item's key is not looked up again.
+    /// last counts), within `limits.max_verdicts`. A batch's verdicts are admitted in reviewer
+    /// order, not in the order its votes are listed: where the bound leaves some out, which
+    /// ones is a function of the batch, not of how a frontend happened to list its votes.
+    /// `O(verdicts on the item)`: nothing of the project but its counts is touched.
     pub fn add(
         &mut self,
         review: &mut Review,
@@ -836,14 +831,6 @@ impl Reviewers {
         limits: ReviewerLimits,
     ) -> Added {
         let mut added = Added::default();
-        // The slots of the item's reviewers, in its order: those of its pattern before the batch,
-        // kept in step as verdicts go in, so that its pattern after needs no lookup.
-        let mut slots: SmallVec<[u32; 2]> = SmallVec::new();
-        let before = self.pattern(review);
-        if let Some(before) = &before {
-            slots.extend(before.verdicts.iter().map(|&(slot, ..)| slot));
-        }
-        self.count_pattern(before, -1);
         // Most items get all their verdicts in their first batch: room for exactly those (beyond
         // the two held inline), not the doubling growth's slack, in each of the task's many
         // items (later batches grow it by doubling, so a verdict stays O(1) amortised).
@@ -863,133 +850,24 @@ impl Reviewers {
                     review.verdicts[i] = verdict.clone();
                 }
                 Err(i) if review.verdicts.len() < limits.max_verdicts => {
-                    let Some(slot) = self.count_verdict(&verdict.reviewer, limits.max_reviewers)
-                    else {
-                        self.left_out += 1;
-                        continue;
-                    };
                     review.verdicts.insert(i, verdict.clone());
-                    slots.insert(i, slot);
+                    self.held_verdicts += 1;
                     added.admitted += 1;
                     added.changed = true;
                 }
                 Err(_) => self.left_out += 1,
             }
         }
-        self.count_pattern(Pattern::of(review, slots.into_iter()), 1);
         added
     }
 
-    /// Counts a verdict of `reviewer`, a new reviewer taking a free slot if there is one (or
-    /// the next) while fewer than `max_reviewers` are held; returns its slot, or `None` if it is
-    /// left out. One probe for a reviewer already held, the common case.
-    fn count_verdict(&mut self, reviewer: &ProjectKey, max_reviewers: usize) -> Option<u32> {
-        let slot = if let Some(h) = self.held.get_mut(reviewer) {
-            h.verdicts += 1;
-            h.slot
-        } else if self.held.len() < max_reviewers {
-            let slot = self.free.pop().unwrap_or_else(|| {
-                self.slots += 1;
-                self.slots - 1
-            });
-            self.held
-                .insert(reviewer.clone(), Held { verdicts: 1, slot });
-            slot
-        } else {
-            return None;
-        };
-        self.held_verdicts += 1;
-        Some(slot)
-    }
-
-    /// Pairs a judge score `s` with `review`, an item held: its pattern follows.
-    pub fn judge(&mut self, review: &mut Review, s: f64) {
-        let before = self.pattern(review);
-        review.judge(s);
-        let after = self.pattern(review);
-        self.count_pattern(before, -1);
-        self.count_pattern(after, 1);
-    }
-
-    /// The pattern of `review`, an item held, its reviewers' slots looked up.
-    fn pattern(&self, review: &Review) -> Option<Pattern> {
-        let slot = |v: &Verdict| self.held.get(&v.reviewer).map_or(u32::MAX, |h| h.slot);
-        Pattern::of(review, review.verdicts.iter().map(slot))
-    }
-
-    /// Adds `n` items of `pattern` (or takes them away, negative); an item without verdicts
-    /// has none. A pattern naming a reviewer not held (a slot out of range, which the counts
-    /// never give) is not added, so that a fit never reads past its sums.
-    fn count_pattern(&mut self, pattern: Option<Pattern>, n: i64) {
-        let Some(pattern) = pattern else {
-            return;
-        };
-        if n > 0 {
-            if pattern
-                .verdicts
-                .iter()
-                .any(|&(slot, ..)| slot >= self.slots)
-            {
-                return;
-            }
-            *self.patterns.entry(pattern).or_default() += n.unsigned_abs();
-        } else if let Some(held) = self.patterns.get_mut(&pattern) {
-            *held = held.saturating_sub(n.unsigned_abs());
-            if *held == 0 {
-                self.patterns.remove(&pattern);
-            }
-        }
-    }
-
-    /// The model fitted on the held items, from their patterns (each reviewer's latest event
-    /// time left unset: see [`Fit::note_last_events`]). `O(patterns × iterations)`: it reads no
-    /// item.
-    pub fn fit(&self) -> Fit {
-        fit_patterns(&self.patterns, &self.held, self.slots as usize)
-    }
-
-    /// The patterns with their reviewers named by id rather than slot: what two projects that
-    /// number their reviewers otherwise compare.
-    fn patterns_by_id(&self) -> BTreeMap<NamedPattern, u64> {
-        let mut ids = vec![ProjectKey::default(); self.slots as usize];
-        for (id, h) in &self.held {
-            ids[h.slot as usize] = id.clone();
-        }
-        self.patterns
-            .iter()
-            .map(|(p, &n)| {
-                let named = p.verdicts.iter();
-                let named = named.map(|&(j, pass, w)| (ids[j as usize].clone(), pass, w));
-                ((named.collect(), p.judges), n)
-            })
-            .collect()
-    }
-
-    /// `review`, of an item the store forgot: its verdicts leave their reviewers' counts; the
-    /// reviewers left with none are forgotten with their findings, and those that had findings
-    /// returned: only they have a changelog record to delete (most reviewers never have one).
-    pub fn forget(&mut self, review: &Review) -> Vec<ProjectKey> {
-        let mut gone = Vec::new();
-        let mut slots: SmallVec<[u32; 2]> = SmallVec::new();
-        for v in &review.verdicts {
-            let Some(h) = self.held.get_mut(&v.reviewer) else {
-                slots.push(u32::MAX);
-                continue;
-            };
-            slots.push(h.slot);
-            h.verdicts -= 1;
-            self.held_verdicts -= 1;
-            self.forgotten_verdicts += 1;
-            if h.verdicts == 0 {
-                self.free.push(h.slot);
-                self.held.remove(&v.reviewer);
-                if self.findings.remove(&v.reviewer).is_some() {
-                    gone.push(v.reviewer.clone());
-                }
-            }
-        }
-        self.count_pattern(Pattern::of(review, slots.into_iter()), -1);
-        gone
+    /// `review`, of an item the store forgot: its verdicts leave the count of those held. The
+    /// findings of a reviewer left with none go at the project's next checkpoint
+    /// ([`Reviewers::drop_unfitted`]).
+    pub fn forget(&mut self, review: &Review) {
+        let n = review.verdicts.len() as u64;
+        self.held_verdicts = self.held_verdicts.saturating_sub(n);
+        self.forgotten_verdicts += n;
     }
 
     /// Whether adding `admitted` verdicts (just done) passed a checkpoint: with `h` verdicts
@@ -999,11 +877,12 @@ impl Reviewers {
     /// at least 1 here, as in the findings).
     ///
     /// A quarter of the verdicts held bounds how far a large project's alerts and learned
-    /// weights lag, and makes a fit cost `O(4 · iterations)` per verdict, amortised. The floor
-    /// is for the many small projects whose items the task's bound keeps forgetting: their `h`
-    /// stays small while their verdicts keep coming, and a fit every few verdicts would cost
-    /// more than everything else a vote does. It is the evidence the first checkpoint waits
-    /// for: a project is fitted again once it has that much new.
+    /// weights lag, and makes the checkpoints' fits read `O(4)` held verdicts per verdict
+    /// admitted, amortised. The floor is for the many small projects whose items the task's
+    /// bound keeps forgetting: their `h` stays small while their verdicts keep coming, and a
+    /// fit every few verdicts would cost more than everything else a vote does. It is the
+    /// evidence the first checkpoint waits for: a project is fitted again once it has that
+    /// much new.
     ///
     /// A function of the verdicts admitted and held, both restored exactly, so a restored
     /// project keeps the same checkpoints.
@@ -1015,6 +894,31 @@ impl Reviewers {
         let step = (1u64 << held.ilog2()).div_ceil(4).max(first);
         let ever = self.held_verdicts + self.forgotten_verdicts;
         ever / step != (ever - admitted) / step
+    }
+
+    /// Notes `fit`, the project's newest, for the metrics ([`Reviewers::len`],
+    /// [`Reviewers::left_out`]).
+    pub fn note_fit(&mut self, fit: &Fit) {
+        self.last_fit = (fit.reviewers.len(), fit.left_out);
+    }
+
+    /// At a checkpoint, whose fit is `fit`: the findings of the reviewers it did not fit (their
+    /// verdicts forgotten, or beyond `reviewers.max_reviewers`) go, and those reviewers are
+    /// returned: their changelog records are deleted. Only here, where the verdicts decide, not
+    /// where a record is published, which the runtime's timing decides: so which findings a
+    /// reviewer comes back with is the same in a replay and in the service.
+    pub fn drop_unfitted(&mut self, fit: &Fit) -> Vec<ProjectKey> {
+        let mut gone: Vec<ProjectKey> = self
+            .findings
+            .keys()
+            .filter(|k| !fit.reviewers.contains_key(*k))
+            .cloned()
+            .collect();
+        gone.sort_unstable();
+        for k in &gone {
+            self.findings.remove(k);
+        }
+        gone
     }
 
     /// Keeps `fit` as the one the alerts and learned weights follow.
@@ -1032,9 +936,14 @@ impl Reviewers {
         self.findings.get(reviewer).copied().unwrap_or_default()
     }
 
-    /// Sets a held reviewer's findings; returns whether they changed.
+    /// The reviewers with active findings, in no order.
+    pub fn found(&self) -> impl Iterator<Item = (&ProjectKey, Findings)> {
+        self.findings.iter().map(|(k, f)| (k, *f))
+    }
+
+    /// Sets a fitted reviewer's findings; returns whether they changed.
     pub fn set_findings(&mut self, reviewer: &ProjectKey, now: Findings) -> bool {
-        if !self.held.contains_key(reviewer) || self.findings(reviewer) == now {
+        if self.findings(reviewer) == now {
             return false;
         }
         if now.any() {
@@ -1052,23 +961,10 @@ impl Reviewers {
         }
     }
 
-    /// Counts the verdicts and patterns again from the items' `reviews`, after a restore wrote
-    /// them (and the findings) directly, numbering the reviewers anew. The findings of a
-    /// reviewer with no verdict are dropped.
+    /// Counts the verdicts held again from the items' `reviews`, after a restore wrote them
+    /// (and the findings) directly.
     pub fn recount<'a>(&mut self, reviews: impl Iterator<Item = &'a Review>) {
-        self.held.clear();
-        self.held_verdicts = 0;
-        self.slots = 0;
-        self.free.clear();
-        self.patterns.clear();
-        for review in reviews {
-            let slots: SmallVec<[u32; 2]> = (review.verdicts.iter())
-                .filter_map(|v| self.count_verdict(&v.reviewer, usize::MAX))
-                .collect();
-            self.count_pattern(Pattern::of(review, slots.into_iter()), 1);
-        }
-        let held = &self.held;
-        self.findings.retain(|k, _| held.contains_key(k));
+        self.held_verdicts = reviews.map(|r| r.verdicts.len() as u64).sum();
         self.checkpoint = None;
     }
 
@@ -1085,23 +981,19 @@ impl Reviewers {
         self.held_for_release = false;
     }
 
-    /// Whether `reviewer` has verdicts held.
-    pub fn holds(&self, reviewer: &str) -> bool {
-        self.held.contains_key(reviewer)
-    }
-
-    /// Reviewers with verdicts held.
+    /// Reviewers fitted by the project's last fit.
     pub fn len(&self) -> usize {
-        self.held.len()
+        self.last_fit.0
     }
 
+    /// Whether no verdict is held.
     pub fn is_empty(&self) -> bool {
-        self.held.is_empty()
+        self.held_verdicts == 0
     }
 
-    /// The reviewers with verdicts held, in no order.
-    pub fn ids(&self) -> impl Iterator<Item = &ProjectKey> {
-        self.held.keys()
+    /// Verdicts left out so far at the vote, and by the project's last fit.
+    pub fn left_out(&self) -> u64 {
+        self.left_out + self.last_fit.1
     }
 }
 

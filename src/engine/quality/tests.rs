@@ -406,7 +406,8 @@ fn results(
 ) {
     let mut table = std::collections::BTreeMap::new();
     if let Some(q) = run.state.quality("p") {
-        let fitted = q.fit_reviewers(&run.state.quality);
+        let max_reviewers = run.engine.settings.reviewers.max_reviewers;
+        let fitted = q.fit_reviewers(&run.state.quality, max_reviewers);
         for (reviewer, r) in &fitted.reviewers {
             let findings = q.reviewers.findings(reviewer);
             let min_items = run.engine.settings.reviewers.min_items;

@@ -22,9 +22,7 @@ use super::agreement::kappa;
 pub use super::agreement::{Agreement, judge_agreement};
 pub use super::bounded::{Bounded, Index, Keyed, Places};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
-use super::reviewers::{
-    Fit, ProjectReviewer, Review, ReviewerLimits, Reviewers, StoredReview, Verdict,
-};
+use super::reviewers::{Fit, Review, ReviewerLimits, Reviewers, StoredReview, Verdict};
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{ProjectKey, Projects};
 
@@ -275,9 +273,6 @@ pub struct Observed {
     /// is now marked as waiting ([`Reviewers::hold`]), and the engine lists it for publication
     /// (every `Observed` goes through `Engine::review`).
     pub reviewed: Vec<ProjectKey>,
-    /// Reviewers with findings that were forgotten with their last verdict: their changelog
-    /// record goes.
-    pub reviewers_gone: Vec<ProjectReviewer>,
     /// Whether the votes' project passed a checkpoint of its reviewer model
     /// ([`Reviewers::checkpoint_due`]).
     pub checkpoint: bool,
@@ -287,16 +282,11 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// Notes that the reviews of `project` (its judge quality `q`) changed, and that the
-    /// reviewers `gone` went: the project is listed once until its records are published
-    /// ([`Reviewers::hold`]).
-    fn reviewed(&mut self, (project, q): (&str, &mut ProjectQuality), gone: Vec<ProjectKey>) {
+    /// Notes that the reviews of `project` (its judge quality `q`) changed: the project is
+    /// listed once until its records are published ([`Reviewers::hold`]).
+    fn reviewed(&mut self, (project, q): (&str, &mut ProjectQuality)) {
         if q.reviewers.hold() {
             self.reviewed.push(ProjectKey::from(project));
-        }
-        for reviewer in gone {
-            self.reviewers_gone
-                .push((ProjectKey::from(project), reviewer));
         }
     }
 }
@@ -314,7 +304,7 @@ pub struct ProjectQuality {
     pub recent: BTreeMap<u64, CandidateScores>,
     /// The running correlations of judge pairs over `recent`, kept with it.
     pub correlations: Correlations,
-    /// The reviewers of the verdicts in `items`, and their findings.
+    /// The counts of the verdicts in `items`, and their reviewers' findings.
     pub reviewers: Reviewers,
     /// Items forgotten so far to stay in bounds.
     pub forgotten: u64,
@@ -376,23 +366,18 @@ impl ProjectQuality {
     }
 
     /// Rebuilds what is derived from the rest, after a restore wrote that directly: the
-    /// correlations from `recent`, the reviewers' counts and patterns from the items' verdicts
-    /// (the task's `task`), and a fit of them for the learned weights until the next checkpoint.
+    /// correlations from `recent` and the count of verdicts held from the items' (the task's
+    /// `task`). The runtime fits the reviewers once it has restored the state
+    /// (`Engine::republish_reviewers`).
     pub fn rebuild(&mut self, task: &TaskQuality) {
         self.correlations = Correlations::of(self.recent.values());
         self.reviewers.recount(task.reviews(&self.items));
-        if !self.reviewers.is_empty() {
-            let fitted = self.reviewers.fit();
-            self.reviewers.keep_checkpoint(fitted);
-        }
     }
 
-    /// The reviewer model fitted on the verdicts of the items held now, as published: with each
-    /// reviewer's latest event time, read from the items (in `task`).
-    pub fn fit_reviewers(&self, task: &TaskQuality) -> Fit {
-        let mut fitted = self.reviewers.fit();
-        fitted.note_last_events(task.reviews(&self.items));
-        fitted
+    /// The reviewer model fitted on the verdicts of the items held now (in `task`), at most
+    /// `max_reviewers` reviewers: what a checkpoint and a release read.
+    pub fn fit_reviewers(&self, task: &TaskQuality, max_reviewers: usize) -> Fit {
+        super::reviewers::fit(task.reviews(&self.items), max_reviewers)
     }
 
     /// The effective number of `judges` over the recent candidates (see
@@ -684,7 +669,7 @@ impl TaskQuality {
                 .reviewers
                 .checkpoint_due(added.admitted, reviewer_limits.min_items);
             if added.changed {
-                observed.reviewed((project, q), Vec::new());
+                observed.reviewed((project, q));
             }
         }
         if let Some((h, ready_at)) = ready
@@ -733,11 +718,11 @@ impl TaskQuality {
             undo.changed(seq, || (project.into(), item.into(), entry.clone()));
         }
         for &s in scores {
-            q.reviewers.judge(&mut entry.review, s);
+            entry.review.judge(s);
         }
         observed.items.push(seq);
         if !entry.review.verdicts.is_empty() {
-            observed.reviewed((project, q), Vec::new());
+            observed.reviewed((project, q));
         }
     }
 
@@ -934,8 +919,8 @@ fn place_item<'a, P: HoldsQuality>(
 }
 
 /// Takes an item its project `q` forgot to stay within the bounds: counts it, takes its
-/// verdicts out of its reviewers' counts, notes it in `observed` and hands it to `undo` (the
-/// flush's), where the value moves once: from the task's items to there.
+/// verdicts off the project's count of those held, notes it in `observed` and hands it to
+/// `undo` (the flush's), where the value moves once: from the task's items to there.
 fn let_go(
     q: &mut ProjectQuality,
     (seq, project, key, value): Gone<ItemVotes>,
@@ -943,8 +928,8 @@ fn let_go(
 ) {
     q.forgotten += 1;
     if !value.review.verdicts.is_empty() {
-        let reviewers_gone = q.reviewers.forget(&value.review);
-        observed.reviewed((&project, q), reviewers_gone);
+        q.reviewers.forget(&value.review);
+        observed.reviewed((&project, q));
     }
     note_forgotten(&project, observed);
     match &mut undo.0 {

@@ -72,28 +72,37 @@ impl Crowd {
             .checkpoint_due(added.admitted, self.limits.min_items)
     }
 
-    /// Adds a batch whose verdicts carry their own times; returns what it added and the
-    /// reviewers with findings forgotten to make room.
+    /// Adds a batch whose verdicts carry their own times; returns what it added.
     fn add_timed(&mut self, (item, verdicts): (&str, &[Verdict])) -> (Added, Vec<ProjectKey>) {
-        let mut gone = Vec::new();
         let mut forgotten = Vec::new();
         let (_, review) = self.items.entry(item, self.max_items, &mut forgotten);
         for (_, _, review) in forgotten {
-            gone.extend(self.reviewers.forget(&review));
+            self.reviewers.forget(&review);
             self.forgotten += 1;
         }
         let added = self.reviewers.add(review, verdicts, self.limits);
-        (added, gone)
+        (added, Vec::new())
     }
 
     /// Pairs a judge score `s` with `item`, held.
     fn judge(&mut self, item: &str, s: f64) {
-        let review = self.items.get_mut(item).expect("held").1;
-        self.reviewers.judge(review, s);
+        self.items.get_mut(item).expect("held").1.judge(s);
     }
 
     fn fit(&self) -> Fit {
-        fit(self.items.iter().map(|(_, r)| r))
+        fit(self.items.iter().map(|(_, r)| r), self.limits.max_reviewers)
+    }
+
+    /// Fits the reviewers as a checkpoint does: returns the reviewers whose findings went.
+    fn refit(&mut self) -> Vec<ProjectKey> {
+        let fitted = self.fit();
+        self.reviewers.note_fit(&fitted);
+        self.reviewers.drop_unfitted(&fitted)
+    }
+
+    /// Whether the fit reads `reviewer`'s verdicts.
+    fn fits(&self, reviewer: &str) -> bool {
+        self.fit().reviewers.contains_key(reviewer)
     }
 
     fn figures(&self, reviewer: &str) -> Figures {
@@ -104,8 +113,7 @@ impl Crowd {
     /// counters written.
     fn restored(&self) -> Reviewers {
         let mut again = Reviewers::default();
-        for k in self.reviewers.ids() {
-            let findings = self.reviewers.findings(k);
+        for (k, findings) in self.reviewers.found() {
             again.restore(k, Kept { findings });
         }
         again.left_out = self.reviewers.left_out;
@@ -205,7 +213,8 @@ fn honest_contrarian_and_yes_sayer_by_hand() {
 }
 
 /// A reviewer changing their verdict on an item replaces it, and a forgotten item takes its
-/// verdicts back: a reviewer left with none is forgotten, and the counts say how many went.
+/// verdicts back: a reviewer left with none is no longer fitted, its findings go at the next
+/// fit, and the counts say how many verdicts went.
 #[test]
 fn replaced_and_forgotten_verdicts() {
     let limits = ReviewerLimits {
@@ -220,9 +229,9 @@ fn replaced_and_forgotten_verdicts() {
     assert_eq!(r.figures("ann").pass_rate(), Some(0.0));
     // A third reviewer on a full item is left out.
     r.add(("a", &[v("cy", true)]), at(2));
-    assert!(!r.reviewers.holds("cy"));
+    assert!(!r.fits("cy"));
     assert_eq!(r.reviewers.left_out, 1);
-    // ann is found unreliable: when she goes, her findings go with her.
+    // ann is found unreliable: once she goes, her findings go at the next checkpoint.
     assert!(r.reviewers.set_findings(
         &"ann".into(),
         Findings {
@@ -231,7 +240,7 @@ fn replaced_and_forgotten_verdicts() {
         }
     ));
     r.add(("b", &[v("bob", true)]), at(3));
-    let (_, gone) = r.add_timed((
+    r.add_timed((
         "c",
         &[Verdict {
             at: at(4),
@@ -239,25 +248,76 @@ fn replaced_and_forgotten_verdicts() {
         }],
     ));
     // "a" went: ann had only it; bob keeps "b".
-    assert_eq!(gone, ["ann"]);
     assert_eq!(r.items.len(), 2);
     assert_eq!(r.forgotten, 1);
-    assert!(!r.reviewers.holds("ann"));
-    assert_eq!(r.reviewers.findings("ann"), Findings::default());
+    assert!(!r.fits("ann"));
     assert_eq!(r.figures("bob").verdicts, 1);
     assert_eq!(r.reviewers.forgotten_verdicts, 2);
     assert_eq!(r.reviewers, r.restored());
-    // bob and dee are held: a third is still room, a fourth is not.
-    r.add(("c", &[v("eve", true), v("fay", true)]), at(5));
-    assert!(r.reviewers.holds("eve"));
-    assert!(!r.reviewers.holds("fay"));
+    assert_eq!(r.refit(), ["ann"]);
+    assert_eq!(r.reviewers.findings("ann"), Findings::default());
+    assert_eq!(r.reviewers, r.restored());
+    // An item holds two verdicts: eve's is admitted beside dee's, fay's is left out.
+    r.add(("c", &[v("fay", true), v("eve", true)]), at(5));
+    assert!(r.fits("eve"));
+    assert!(!r.fits("fay"));
     assert_eq!(r.reviewers.left_out, 2);
     assert_eq!(r.reviewers, r.restored());
     // bob goes with "b", but without findings: he has no changelog record to delete.
-    let (_, gone) = r.add_timed(("d", &[v("dee", true)]));
-    assert!(gone.is_empty());
-    assert!(!r.reviewers.holds("bob"));
+    r.add_timed(("d", &[v("dee", true)]));
+    assert!(!r.fits("bob"));
+    assert!(r.refit().is_empty());
     assert_eq!(r.reviewers, r.restored());
+}
+
+/// `reviewers.max_reviewers` applies at the fit: it reads the verdicts of the reviewers with the
+/// most (ties by id) and leaves the others' out, counted, whatever order they came in. Here ann
+/// has three verdicts, bob and cy two each, dee one; with two fitted, ann and bob (before cy by
+/// id) are, and cy's and dee's three verdicts are left out.
+#[test]
+fn the_fit_reads_the_reviewers_with_the_most_verdicts() {
+    let limits = ReviewerLimits {
+        max_reviewers: 2,
+        ..LIMITS
+    };
+    let batches: [(&str, &[Verdict]); 4] = [
+        ("a", &[v("dee", true), v("cy", true), v("ann", true)]),
+        ("b", &[v("cy", false), v("ann", true)]),
+        ("c", &[v("bob", true), v("ann", false)]),
+        ("d", &[v("bob", false)]),
+    ];
+    let mut forward = Crowd::new(10, limits);
+    let mut backward = Crowd::new(10, limits);
+    for (t, batch) in batches.iter().enumerate() {
+        forward.add(*batch, at(t as i64));
+    }
+    for (t, batch) in batches.iter().rev().enumerate() {
+        backward.add(*batch, at(t as i64));
+    }
+    let fitted = forward.fit();
+    let ids: Vec<&str> = fitted.reviewers.keys().map(|k| k.as_str()).collect();
+    assert_eq!(ids, ["ann", "bob"]);
+    assert_eq!(fitted.left_out, 3);
+    // ann shares "c" with bob alone: cy's verdicts on "a" and "b" are not read.
+    assert_eq!(fitted.reviewers["ann"].verdicts, 3);
+    assert_eq!(fitted.reviewers["ann"].shared, 1);
+    assert_eq!(fitted.items, 4);
+    forward.refit();
+    assert_eq!(
+        (forward.reviewers.len(), forward.reviewers.left_out()),
+        (2, 3)
+    );
+    let mut by_time = backward.fit();
+    by_time
+        .reviewers
+        .values_mut()
+        .for_each(|f| f.last_event_at = None);
+    let mut fitted = fitted;
+    fitted
+        .reviewers
+        .values_mut()
+        .for_each(|f| f.last_event_at = None);
+    assert_eq!(fitted, by_time);
 }
 
 /// A judge score paired with an item sets the judges' verdict on it: its reviewers' agreement
@@ -477,7 +537,8 @@ proptest! {
     fn the_fit_does_not_depend_on_the_order_it_reads_the_items_in(verdicts in arb_verdicts()) {
         let crowd = applied(&verdicts, LIMITS);
         let reviews: Vec<&Review> = crowd.items.iter().map(|(_, r)| r).collect();
-        prop_assert_eq!(fit(reviews.iter().copied()), fit(reviews.iter().rev().copied()));
+        let max = LIMITS.max_reviewers;
+        prop_assert_eq!(fit(reviews.iter().copied(), max), fit(reviews.iter().rev().copied(), max));
     }
 
     /// A restore from the items, the findings and the counters written equals the live
@@ -510,6 +571,10 @@ proptest! {
             // Findings come and go, as the checkpoints set them.
             if due {
                 let fitted = live.fit();
+                live.reviewers.drop_unfitted(&fitted);
+                if let Some(again) = restored.as_mut() {
+                    again.reviewers.drop_unfitted(&fitted);
+                }
                 for (k, f) in &fitted.reviewers {
                     let now = Findings { unreliable: f.reliability() < 0.6, ..Findings::default() };
                     live.reviewers.set_findings(k, now);
@@ -555,15 +620,16 @@ proptest! {
         prop_assert_eq!(listed.fit(), shuffled.fit());
     }
 
-    /// The fit a checkpoint makes from the patterns the reviewers keep as items come, change,
-    /// are judged and are forgotten equals the fit of the items held, to the last bit, and the
-    /// patterns kept are those of the items: with bounds small enough that batches reach them,
-    /// weights that tie and split majorities, and the judges' verdict turning.
+    /// Leaving reviewers out at the fit is the fit of the items without their verdicts: the
+    /// `max_reviewers` with the most verdicts (ties by id) are read, and the rest are as if
+    /// never given, with bounds small enough that batches reach them, weights that tie and split
+    /// majorities, and the judges' verdict turning.
     #[test]
-    fn the_patterns_kept_fit_as_the_items_held(
-        batches in prop::collection::vec((0u8..8, prop::collection::vec((0u8..5, any::<bool>(), 0u8..4), 1..5), prop::option::of(0u8..5)), 1..80),
+    fn leaving_reviewers_out_is_fitting_the_items_without_them(
+        batches in prop::collection::vec((0u8..8, prop::collection::vec((0u8..6, any::<bool>(), 0u8..4), 1..5), prop::option::of(0u8..5)), 1..80),
+        max_reviewers in 1usize..5,
     ) {
-        let limits = ReviewerLimits { max_reviewers: 4, max_verdicts: 3, min_items: 1 };
+        let limits = ReviewerLimits { max_reviewers, max_verdicts: 3, min_items: 1 };
         let mut r = Crowd::new(5, limits);
         for (t, (item, votes, judge)) in batches.iter().enumerate() {
             let item = format!("i{item}");
@@ -571,13 +637,29 @@ proptest! {
             if let Some(s) = judge {
                 r.judge(&item, f64::from(*s) / 4.0);
             }
-            let mut kept = r.reviewers.fit();
-            kept.note_last_events(r.items.iter().map(|(_, review)| review));
-            prop_assert_eq!(kept, r.fit());
         }
-        let mut counted = Reviewers::default();
-        counted.recount(r.items.values());
-        prop_assert_eq!(r.reviewers.patterns_by_id(), counted.patterns_by_id());
+        let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+        for v in r.items.values().flat_map(|review| &review.verdicts) {
+            *counts.entry(v.reviewer.as_str()).or_default() += 1;
+        }
+        let mut ranked: Vec<(&str, u64)> = counts.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let kept: Vec<&str> = ranked.iter().take(max_reviewers).map(|(id, _)| *id).collect();
+        let without: Vec<Review> = r
+            .items
+            .values()
+            .map(|review| {
+                let mut review = review.clone();
+                review.verdicts.retain(|v| kept.contains(&v.reviewer.as_str()));
+                review
+            })
+            .collect();
+        let mut fitted = r.fit();
+        let all = fit(without.iter(), usize::MAX);
+        let left: u64 = ranked.iter().skip(max_reviewers).map(|(_, n)| n).sum();
+        prop_assert_eq!(fitted.left_out, left);
+        fitted.left_out = 0;
+        prop_assert_eq!(fitted, all);
     }
 
     /// However verdicts come, with small bounds that they reach, every figure is finite and in
@@ -595,11 +677,10 @@ proptest! {
                 r.judge(&item, f64::from(votes[0].2) / 4.0);
             }
             prop_assert!(r.items.len() <= 5);
-            prop_assert!(r.reviewers.len() <= limits.max_reviewers);
+            prop_assert!(r.fit().reviewers.len() <= limits.max_reviewers);
             prop_assert!(r.items.iter().all(|(_, i)| i.verdicts.len() <= limits.max_verdicts));
         }
         let fitted = r.fit();
-        prop_assert_eq!(fitted.reviewers.len(), r.reviewers.len());
         for f in fitted.reviewers.values() {
             let p = f.reliability();
             prop_assert!(p.is_finite() && (0.0..=1.0).contains(&p));
