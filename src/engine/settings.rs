@@ -382,7 +382,8 @@ pub struct Reviewers {
     /// the others' majority on them is mixed (passes on a share strictly between
     /// `1 - max_same_verdict` and `max_same_verdict`).
     pub max_same_verdict: f64,
-    /// Reviewers per project with figures; a verdict of a new one beyond them is left out.
+    /// Reviewers per project a fit reads, those with the most verdicts held; the others'
+    /// verdicts are left out of it.
     pub max_reviewers: usize,
     /// Reviewers' verdicts kept per item; a new reviewer's verdict beyond them is left out.
     pub max_verdicts: usize,

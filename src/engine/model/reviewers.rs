@@ -80,7 +80,8 @@ fn float(x: i64) -> f64 {
 /// What a project's reviewer model may hold.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReviewerLimits {
-    /// Reviewers with verdicts; a verdict of a new reviewer beyond them is left out (counted).
+    /// Reviewers a fit reads, those with the most verdicts held (see [`fit`]); the others'
+    /// verdicts are left out of it (counted).
     pub max_reviewers: usize,
     /// Reviewers' verdicts one item keeps; a new reviewer's verdict on an item that has them
     /// all is left out (its earlier reviewers can still change theirs).
