@@ -42,7 +42,6 @@ impl Engine {
             max_judges: q.max_judges,
             max_task_items: self.settings.quality_task_items,
             reviewers: self.learns_reviewers().then_some(ReviewerLimits {
-                max_reviewers: self.settings.reviewers.max_reviewers,
                 max_verdicts: self.settings.reviewers.max_verdicts,
                 min_items: self.settings.reviewers.min_items,
             }),

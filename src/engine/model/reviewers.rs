@@ -77,12 +77,10 @@ fn float(x: i64) -> f64 {
     x as f64 / ONE
 }
 
-/// What a project's reviewer model may hold.
+/// What a vote may add to a project's reviewer model. (How many reviewers a fit reads,
+/// `reviewers.max_reviewers`, is the fit's own argument: see [`fit`].)
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReviewerLimits {
-    /// Reviewers a fit reads, those with the most verdicts held (see [`fit`]); the others'
-    /// verdicts are left out of it (counted).
-    pub max_reviewers: usize,
     /// Reviewers' verdicts one item keeps; a new reviewer's verdict on an item that has them
     /// all is left out (its earlier reviewers can still change theirs).
     pub max_verdicts: usize,

@@ -5,7 +5,6 @@ use crate::engine::model::bounded::Bounded;
 use crate::engine::model::judge_quality::ItemVotes;
 
 const LIMITS: ReviewerLimits = ReviewerLimits {
-    max_reviewers: 1000,
     max_verdicts: 64,
     min_items: 20,
 };
@@ -47,6 +46,8 @@ struct Crowd {
     reviewers: Reviewers,
     max_items: usize,
     limits: ReviewerLimits,
+    /// `reviewers.max_reviewers`: the reviewers a fit reads.
+    max_reviewers: usize,
     forgotten: u64,
 }
 
@@ -57,7 +58,16 @@ impl Crowd {
             reviewers: Reviewers::default(),
             max_items,
             limits,
+            max_reviewers: 1000,
             forgotten: 0,
+        }
+    }
+
+    /// The crowd whose fits read at most `max_reviewers` reviewers.
+    fn fitting(self, max_reviewers: usize) -> Crowd {
+        Crowd {
+            max_reviewers,
+            ..self
         }
     }
 
@@ -90,7 +100,7 @@ impl Crowd {
     }
 
     fn fit(&self) -> Fit {
-        fit(self.items.iter().map(|(_, r)| r), self.limits.max_reviewers)
+        fit(self.items.iter().map(|(_, r)| r), self.max_reviewers)
     }
 
     /// Fits the reviewers as a checkpoint does: returns the reviewers whose findings went.
@@ -218,11 +228,10 @@ fn honest_contrarian_and_yes_sayer_by_hand() {
 #[test]
 fn replaced_and_forgotten_verdicts() {
     let limits = ReviewerLimits {
-        max_reviewers: 3,
         max_verdicts: 2,
         min_items: 1,
     };
-    let mut r = Crowd::new(2, limits);
+    let mut r = Crowd::new(2, limits).fitting(3);
     r.add(("a", &[v("ann", true), v("bob", true)]), at(0));
     r.add(("a", &[v("ann", false)]), at(1));
     assert_eq!(r.figures("ann").verdicts, 1);
@@ -276,18 +285,14 @@ fn replaced_and_forgotten_verdicts() {
 /// id) are, and cy's and dee's three verdicts are left out.
 #[test]
 fn the_fit_reads_the_reviewers_with_the_most_verdicts() {
-    let limits = ReviewerLimits {
-        max_reviewers: 2,
-        ..LIMITS
-    };
     let batches: [(&str, &[Verdict]); 4] = [
         ("a", &[v("dee", true), v("cy", true), v("ann", true)]),
         ("b", &[v("cy", false), v("ann", true)]),
         ("c", &[v("bob", true), v("ann", false)]),
         ("d", &[v("bob", false)]),
     ];
-    let mut forward = Crowd::new(10, limits);
-    let mut backward = Crowd::new(10, limits);
+    let mut forward = Crowd::new(10, LIMITS).fitting(2);
+    let mut backward = Crowd::new(10, LIMITS).fitting(2);
     for (t, batch) in batches.iter().enumerate() {
         forward.add(*batch, at(t as i64));
     }
@@ -537,7 +542,7 @@ proptest! {
     fn the_fit_does_not_depend_on_the_order_it_reads_the_items_in(verdicts in arb_verdicts()) {
         let crowd = applied(&verdicts, LIMITS);
         let reviews: Vec<&Review> = crowd.items.iter().map(|(_, r)| r).collect();
-        let max = LIMITS.max_reviewers;
+        let max = crowd.max_reviewers;
         prop_assert_eq!(fit(reviews.iter().copied(), max), fit(reviews.iter().rev().copied(), max));
     }
 
@@ -548,8 +553,8 @@ proptest! {
         batches in prop::collection::vec((0u8..8, prop::collection::vec((0u8..5, any::<bool>(), 0u8..20), 1..4)), 2..60),
         cut in any::<prop::sample::Index>(),
     ) {
-        let limits = ReviewerLimits { max_reviewers: 4, max_verdicts: 3, min_items: 1 };
-        let mut live = Crowd::new(4, limits);
+        let limits = ReviewerLimits { max_verdicts: 3, min_items: 1 };
+        let mut live = Crowd::new(4, limits).fitting(4);
         let cut = cut.index(batches.len());
         let mut restored: Option<Crowd> = None;
         for (t, (item, votes)) in batches.iter().enumerate() {
@@ -601,8 +606,9 @@ proptest! {
         batches in prop::collection::vec((0u8..6, prop::collection::btree_map(0u8..5, any::<bool>(), 1..5)), 1..30),
         seed in any::<u64>(),
     ) {
-        let limits = ReviewerLimits { max_reviewers: 2, max_verdicts: 2, min_items: 1 };
-        let (mut listed, mut shuffled) = (Crowd::new(4, limits), Crowd::new(4, limits));
+        let limits = ReviewerLimits { max_verdicts: 2, min_items: 1 };
+        let crowd = Crowd::new(4, limits).fitting(2);
+        let (mut listed, mut shuffled) = (crowd.clone(), crowd);
         let mut mix = Mix(seed);
         for (t, (item, votes)) in batches.iter().enumerate() {
             let verdicts: Vec<Verdict> =
@@ -629,8 +635,8 @@ proptest! {
         batches in prop::collection::vec((0u8..8, prop::collection::vec((0u8..6, any::<bool>(), 0u8..4), 1..5), prop::option::of(0u8..5)), 1..80),
         max_reviewers in 1usize..5,
     ) {
-        let limits = ReviewerLimits { max_reviewers, max_verdicts: 3, min_items: 1 };
-        let mut r = Crowd::new(5, limits);
+        let limits = ReviewerLimits { max_verdicts: 3, min_items: 1 };
+        let mut r = Crowd::new(5, limits).fitting(max_reviewers);
         for (t, (item, votes, judge)) in batches.iter().enumerate() {
             let item = format!("i{item}");
             r.add((&item, &weighed(votes)), at(t as i64));
@@ -668,8 +674,8 @@ proptest! {
     fn figures_stay_in_bounds(
         batches in prop::collection::vec((0u8..12, prop::collection::vec((0u8..6, any::<bool>(), 0u8..5), 1..5)), 1..60),
     ) {
-        let limits = ReviewerLimits { max_reviewers: 4, max_verdicts: 3, min_items: 1 };
-        let mut r = Crowd::new(5, limits);
+        let limits = ReviewerLimits { max_verdicts: 3, min_items: 1 };
+        let mut r = Crowd::new(5, limits).fitting(4);
         for (t, (item, votes)) in batches.iter().enumerate() {
             let item = format!("i{item}");
             r.add((&item, &weighed(votes)), at(t as i64));
@@ -677,7 +683,7 @@ proptest! {
                 r.judge(&item, f64::from(votes[0].2) / 4.0);
             }
             prop_assert!(r.items.len() <= 5);
-            prop_assert!(r.fit().reviewers.len() <= limits.max_reviewers);
+            prop_assert!(r.fit().reviewers.len() <= r.max_reviewers);
             prop_assert!(r.items.iter().all(|(_, i)| i.verdicts.len() <= limits.max_verdicts));
         }
         let fitted = r.fit();
