@@ -476,7 +476,7 @@ impl Core {
             waiting += waits;
             for q in state.projects.values().map(|p| &p.quality) {
                 forgotten += q.forgotten;
-                let held = q.reviewers.len();
+                let held = q.reviewers.fitted();
                 reviewers += held;
                 largest = largest.max(held);
                 left_out += q.reviewers.left_out();

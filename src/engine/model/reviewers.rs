@@ -895,7 +895,7 @@ impl Reviewers {
         ever / step != (ever - admitted) / step
     }
 
-    /// Notes `fit`, the project's newest, for the metrics ([`Reviewers::len`],
+    /// Notes `fit`, the project's newest, for the metrics ([`Reviewers::fitted`],
     /// [`Reviewers::left_out`]).
     pub fn note_fit(&mut self, fit: &Fit) {
         self.last_fit = (fit.reviewers.len(), fit.left_out);
@@ -933,11 +933,6 @@ impl Reviewers {
     /// A reviewer's active findings.
     pub fn findings(&self, reviewer: &str) -> Findings {
         self.findings.get(reviewer).copied().unwrap_or_default()
-    }
-
-    /// The reviewers with active findings, in no order.
-    pub fn found(&self) -> impl Iterator<Item = (&ProjectKey, Findings)> {
-        self.findings.iter().map(|(k, f)| (k, *f))
     }
 
     /// Sets a fitted reviewer's findings; returns whether they changed.
@@ -980,8 +975,9 @@ impl Reviewers {
         self.held_for_release = false;
     }
 
-    /// Reviewers fitted by the project's last fit.
-    pub fn len(&self) -> usize {
+    /// Reviewers fitted by the project's last fit (not those with verdicts held: see
+    /// [`Reviewers::is_empty`]).
+    pub fn fitted(&self) -> usize {
         self.last_fit.0
     }
 

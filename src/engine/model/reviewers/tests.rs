@@ -123,7 +123,7 @@ impl Crowd {
     /// counters written.
     fn restored(&self) -> Reviewers {
         let mut again = Reviewers::default();
-        for (k, findings) in self.reviewers.found() {
+        for (k, &findings) in &self.reviewers.findings {
             again.restore(k, Kept { findings });
         }
         again.left_out = self.reviewers.left_out;
@@ -309,7 +309,7 @@ fn the_fit_reads_the_reviewers_with_the_most_verdicts() {
     assert_eq!(fitted.items, 4);
     forward.refit();
     assert_eq!(
-        (forward.reviewers.len(), forward.reviewers.left_out()),
+        (forward.reviewers.fitted(), forward.reviewers.left_out()),
         (2, 3)
     );
     let mut by_time = backward.fit();
