@@ -106,6 +106,11 @@ pub struct Verdict {
 /// own and a forgotten item's room is taken again at once.
 pub type Verdicts = SmallVec<[Verdict; 2]>;
 
+/// The step judge scores are counted in ([`Review::judge`]): 2⁻²⁰, about a millionth. A sum of
+/// such steps below 2³² (an item's count of scores is a `u32`) needs at most 52 bits, so every
+/// partial sum is exact in an `f64`.
+pub const JUDGED_STEP: f64 = 1.0 / (1u64 << 20) as f64;
+
 /// An item's verdicts, in reviewer order, and the judges' scores paired with it: what the model
 /// keeps of an item, in its entry of the item store. (A changelog written before the figures
 /// were derived also holds a posterior and a refresh place here; they are not read.) Written
@@ -116,8 +121,8 @@ pub type Verdicts = SmallVec<[Verdict; 2]>;
 #[serde(try_from = "StoredReview")]
 pub struct Review {
     pub verdicts: Verdicts,
-    /// Σ and number of the judge scores paired with the item (judge quality): the judges'
-    /// verdict is pass when their mean is at least ½.
+    /// Σ and number of the judge scores paired with the item (judge quality), each counted in
+    /// steps of [`JUDGED_STEP`]: the judges' verdict is pass when their mean is at least ½.
     pub judged: Option<(f64, u32)>,
 }
 
@@ -244,10 +249,15 @@ impl Review {
         (n > 0).then(|| sum / f64::from(n) >= 0.5)
     }
 
-    /// Pairs a judge score `s` with the item.
+    /// Pairs a judge score `s` with the item. The score is counted in steps of
+    /// [`JUDGED_STEP`], so that the sum is exact and so the same whatever order the scores
+    /// come in: sessions complete in an order no producer decides, and a mean of ½ summed in
+    /// floating point one way and then another can fall on either side of it (⁰⁄₉, ³⁄₉, ⁶⁄₉
+    /// and ⁹⁄₉ do).
     pub fn judge(&mut self, s: f64) {
         let (sum, n) = self.judged.unwrap_or_default();
-        self.judged = Some((sum + s, n.saturating_add(1)));
+        let counted = (s / JUDGED_STEP).round() * JUDGED_STEP;
+        self.judged = Some((sum + counted, n.saturating_add(1)));
     }
 }
 

@@ -408,13 +408,54 @@ fn learned_weights_need_reviewer_reliability() {
 /// reputation)])`.
 type Batch = (u8, u8, u8, Vec<(u8, bool, u8)>);
 
-/// Applies `batches` in the order given, each record on one of three input partitions (as
+/// A record of the order-independence test: a vote batch, or a judge's score in ninths of an
+/// item, `(project, item, ninths)`, in a session of its own that it completes.
+#[derive(Debug, Clone)]
+enum Event {
+    Votes(Batch),
+    Score(u8, u8, u8),
+}
+
+impl Event {
+    /// The record's topic and payload; `n` numbers its event and session.
+    fn payload(&self, n: usize) -> (&'static str, InputTopic, String) {
+        match self {
+            Event::Votes((project, item, second, votes)) => {
+                let votes: Vec<String> = votes
+                    .iter()
+                    .map(|(voter, pass, r)| {
+                        let verdict = if *pass { "pass" } else { "flag" };
+                        format!(
+                            r#"{{"voter_id":"v{voter}","verdict":"{verdict}","reputation":{}}}"#,
+                            f64::from(*r) / 4.0
+                        )
+                    })
+                    .collect();
+                let payload = format!(
+                    r#"{{"event_id":"e{project}-{item}-{second}","project_id":"p{project}","item_id":"i{item}","occurred_at":"2026-11-20T10:{:02}:{:02}Z","votes":[{}]}}"#,
+                    second / 60,
+                    second % 60,
+                    votes.join(",")
+                );
+                ("jury.votes", InputTopic::Votes, payload)
+            }
+            Event::Score(project, item, ninths) => {
+                let payload = format!(
+                    r#"{{"event_id":"b{n}","project_id":"p{project}","session_id":"s{n}","occurred_at":"2026-11-20T11:00:00Z","judge":"j","scale":{{"min":0,"max":9}},"scores":{{"i{item}":{ninths}}},"expected_judges":1}}"#
+                );
+                ("jury.judge-scores", InputTopic::JudgeScores, payload)
+            }
+        }
+    }
+}
+
+/// Applies `events` in the order given, each record on one of three input partitions (as
 /// producers keyed anyhow spread them), starting a release of the held reviewer records after
 /// every `release_every` records (as coalescing cycles end anywhere) and publishing
 /// `per_record` projects of it after each record (as the service's passes do), and releasing
 /// the rest at the end; returns the final `jury.reviewer-quality` table.
 fn reviewer_table(
-    batches: &[Batch],
+    events: &[(usize, Event)],
     partitions: &[u8],
     (release_every, per_record): (usize, usize),
 ) -> std::collections::BTreeMap<String, String> {
@@ -423,37 +464,20 @@ fn reviewer_table(
     let mut reps = ReputationTable::default();
     let mut offsets = [0i64; 3];
     let mut out = Vec::new();
-    for (n, ((project, item, second, votes), &partition)) in
-        batches.iter().zip(partitions).enumerate()
-    {
-        let votes: Vec<String> = votes
-            .iter()
-            .map(|(voter, pass, r)| {
-                let verdict = if *pass { "pass" } else { "flag" };
-                format!(
-                    r#"{{"voter_id":"v{voter}","verdict":"{verdict}","reputation":{}}}"#,
-                    f64::from(*r) / 4.0
-                )
-            })
-            .collect();
-        let payload = format!(
-            r#"{{"event_id":"e{project}-{item}-{second}","project_id":"p{project}","item_id":"i{item}","occurred_at":"2026-11-20T10:{:02}:{:02}Z","votes":[{}]}}"#,
-            second / 60,
-            second % 60,
-            votes.join(",")
-        );
+    for (k, ((n, event), &partition)) in events.iter().zip(partitions.iter().cycle()).enumerate() {
+        let (topic, input, payload) = event.payload(*n);
         let p = usize::from(partition % 3);
-        let record = Record::new(
-            "jury.votes",
-            Some(InputTopic::Votes),
-            Some(payload.as_bytes()),
-        )
-        .at(Some(p as i32), Some(offsets[p]))
-        // Records of several partitions in one state: no one log position, as in replay.
-        .positioned(None);
+        let record = Record::new(topic, Some(input), Some(payload.as_bytes()))
+            .at(Some(p as i32), Some(offsets[p]))
+            // Records of several partitions in one state: no one log position, as in replay.
+            .positioned(None);
         offsets[p] += 1;
-        engine.process(&mut state, &mut reps, &record, &mut out);
-        if (n + 1) % release_every == 0 {
+        let outcome = engine.process(&mut state, &mut reps, &record, &mut out);
+        assert!(
+            matches!(outcome, Outcome::Applied | Outcome::Late),
+            "{outcome:?}"
+        );
+        if (k + 1) % release_every == 0 {
             engine.begin_reviewer_release(&mut state);
         }
         engine.release_some_reviewers(&mut state, &mut out, per_record);
@@ -465,16 +489,18 @@ fn reviewer_table(
         .collect()
 }
 
-/// Batches whose verdicts are each given once: an item's voters split over one or two batches
-/// at distinct seconds.
-fn arb_batches() -> impl Strategy<Value = Vec<Batch>> {
-    prop::collection::btree_map(
+/// Vote batches whose verdicts are each given once (an item's voters split over one or two
+/// batches at distinct seconds), then judges' scores of each project's first four items, in
+/// ninths (whose sums in floating point can depend on their order), each numbered.
+fn arb_events() -> impl Strategy<Value = Vec<(usize, Event)>> {
+    let batches = prop::collection::btree_map(
         (0u8..2, 0u8..10),
         prop::collection::btree_map(0u8..6, (any::<bool>(), 1u8..5, any::<bool>()), 1..6),
         1..16,
-    )
-    .prop_map(|items| {
-        let mut batches = Vec::new();
+    );
+    let scores = prop::collection::vec((0u8..2, 0u8..4, 0u8..10), 0..40);
+    (batches, scores).prop_map(|(items, scores)| {
+        let mut events = Vec::new();
         for (n, ((project, item), voters)) in items.into_iter().enumerate() {
             for half in [false, true] {
                 let votes: Vec<(u8, bool, u8)> = voters
@@ -484,33 +510,34 @@ fn arb_batches() -> impl Strategy<Value = Vec<Batch>> {
                     .collect();
                 if !votes.is_empty() {
                     let second = u8::try_from(2 * n + usize::from(half)).unwrap_or(u8::MAX);
-                    batches.push((project, item, second, votes));
+                    events.push(Event::Votes((project, item, second, votes)));
                 }
             }
         }
-        batches
+        events.extend(scores.into_iter().map(|(p, i, s)| Event::Score(p, i, s)));
+        events.into_iter().enumerate().collect()
     })
 }
 
 proptest! {
-    /// The same verdicts in any arrival order, over any keying and whatever the coalescing
-    /// cycles and however a release is spread over them, publish the same final
+    /// The same verdicts and judge scores in any arrival order, over any keying and whatever
+    /// the coalescing cycles and however a release is spread over them, publish the same final
     /// `jury.reviewer-quality` table, to the last bit.
     #[test]
     fn reviewer_records_do_not_depend_on_arrival_order_or_keying(
-        batches in arb_batches(),
+        events in arb_events(),
         seed in any::<u64>(),
         partitions in prop::collection::vec(any::<u8>(), 64),
         release_every in 1usize..8,
         per_record in 0usize..3,
     ) {
-        let mut shuffled = batches.clone();
+        let mut shuffled = events.clone();
         let mut state = seed;
         for k in (1..shuffled.len()).rev() {
             state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
             shuffled.swap(k, usize::try_from((state >> 33) % (k as u64 + 1)).unwrap_or(0));
         }
-        let in_order = reviewer_table(&batches, &[0; 64], (usize::MAX, 0));
+        let in_order = reviewer_table(&events, &[0], (usize::MAX, 0));
         let reordered = reviewer_table(&shuffled, &partitions, (release_every, per_record));
         prop_assert!(!in_order.is_empty());
         prop_assert_eq!(in_order, reordered);

@@ -1,4 +1,5 @@
 use proptest::prelude::*;
+use std::collections::BTreeSet;
 
 use super::*;
 use crate::engine::model::bounded::Bounded;
@@ -340,6 +341,57 @@ fn agreement_with_the_judges() {
     assert_eq!(r.figures("ann").judge_agreement(), Some(0.0));
     assert_eq!(r.figures("bob").judge_agreement(), Some(1.0));
     assert_eq!(r.figures("bob").judged, 1);
+}
+
+/// The judges' verdict does not depend on the order their scores are paired in: ⁰⁄₉, ³⁄₉, ⁶⁄₉
+/// and ⁹⁄₉ have a mean of exactly ½ (pass), though summed in floating point in some orders
+/// they fall below it; a score a millionth below makes it fail in every order.
+#[test]
+fn the_judges_verdict_is_the_same_in_every_order() {
+    let ninths = [0.0, 3.0 / 9.0, 6.0 / 9.0, 1.0];
+    let naive: BTreeSet<bool> = orders(&ninths)
+        .iter()
+        .map(|o| o.iter().sum::<f64>() / 4.0 >= 0.5)
+        .collect();
+    assert_eq!(
+        naive.len(),
+        2,
+        "the plain sums disagree: the case is a real one"
+    );
+    for scores in [ninths, [0.0, 3.0 / 9.0, 6.0 / 9.0, 1.0 - 4e-6]] {
+        let judged: BTreeSet<(u64, Option<bool>)> = orders(&scores)
+            .iter()
+            .map(|order| {
+                let mut review = Review::default();
+                order.iter().for_each(|&s| review.judge(s));
+                let (sum, _) = review.judged.expect("judged");
+                (sum.to_bits(), review.judges_pass())
+            })
+            .collect();
+        let expected = Some(scores[3] == 1.0);
+        assert_eq!(judged.len(), 1, "{scores:?}: {judged:?}");
+        assert!(
+            judged.iter().all(|&(_, pass)| pass == expected),
+            "{judged:?}"
+        );
+    }
+}
+
+/// Every order of `xs`.
+fn orders(xs: &[f64]) -> Vec<Vec<f64>> {
+    if xs.len() <= 1 {
+        return vec![xs.to_vec()];
+    }
+    (0..xs.len())
+        .flat_map(|i| {
+            let mut rest = xs.to_vec();
+            let first = rest.remove(i);
+            orders(&rest).into_iter().map(move |mut o| {
+                o.insert(0, first);
+                o
+            })
+        })
+        .collect()
 }
 
 /// Checkpoints: none before the project holds `2 · min_items` verdicts, then one every
