@@ -391,6 +391,54 @@ fn a_crash_inside_a_changelog_write_counts_everything_once() {
     );
 }
 
+/// Tansu's fetches can report a changelog partition's end below records already written and
+/// acknowledged: a state restored from there would lack the last flushes that its group's commit
+/// says were applied. An instance whose restores take every end as reached before reading a
+/// record (a fault injected) reads on to the commit: after a first instance processed half the
+/// stream and stopped, it finishes the stream with the tables of a clean run.
+#[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs --features fault-injection"
+)]
+fn a_restore_told_the_changelog_ends_early_reads_on_to_the_commit() {
+    let broker = Broker::shared();
+    let prefix = "short";
+    let shape = Shape {
+        partitions: 3,
+        projects: 6,
+        batches_per_project: 6,
+        sessions_per_project: 3,
+    };
+    let setup = setup(&broker.bootstrap, prefix, &shape, free_port(), "");
+    let records = &setup.records;
+    let expect = replayed(&setup.config, records);
+    let half = records.len() / 2;
+    produce(&broker.bootstrap, &records[..half]);
+    let first = Service::start(&setup.config, setup.dir.path().join("a.log"));
+    assert!(
+        first.wait_caught_up(&records[..half], Duration::from_secs(120)),
+        "{}",
+        first.metrics()
+    );
+    assert!(first.terminate().success());
+    produce(&broker.bootstrap, &records[half..]);
+    let short = [("JURYSTREAM_RESTORE_STOPS_SHORT", "1")];
+    let second = Service::start_with(&setup.config, setup.dir.path().join("b.log"), &short);
+    assert!(
+        second.wait_caught_up(records, Duration::from_secs(120)),
+        "{}",
+        second.metrics()
+    );
+    let log = second.log_text();
+    assert!(second.terminate().success(), "{log}");
+    assert!(
+        log.contains("below the group's commit: reading on"),
+        "{log}"
+    );
+    assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
+}
+
 /// A small stream on `prefix`'s topics, produced: three projects of four vote batches and two
 /// sessions each, over three partitions.
 fn small_stream_produced(bootstrap: &str, prefix: &str) -> Setup {

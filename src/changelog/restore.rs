@@ -68,48 +68,72 @@ impl Restorer {
         }
     }
 
-    /// Takes the unit's redo chunks out of the records read and returns what they hold if they
-    /// are complete: the last input offset of the flush and its state records, in order. They
-    /// are complete when chunk 0 and the chunks after it through the one marked last are all
-    /// there and from one write (run and offset). Otherwise the last flush was cut inside its
-    /// redo record, before any of its state records.
-    fn take_redo(&mut self) -> Result<Option<(i64, Vec<Latest>)>, ChangelogError> {
+    /// The keys of the unit's redo chunks among the records read.
+    fn redo_keys(&self) -> Vec<String> {
         let mut prefix = self.prefix.clone();
         prefix.extend_from_slice(b"\"redo\",");
-        let keys: Vec<String> = self
-            .latest
+        self.latest
             .keys()
             .filter(|k| k.as_bytes().starts_with(&prefix))
             .cloned()
-            .collect();
-        let mut chunks: HashMap<u64, (String, Vec<u8>)> = HashMap::new();
-        for key in keys {
-            let Some(value) = self.latest.remove(&key).flatten() else {
+            .collect()
+    }
+
+    /// The unit's redo chunks among the records read, in order, if they are complete: chunk 0
+    /// and the chunks after it through the one marked last are all there and from one write
+    /// (run and offset). Otherwise the last flush was cut inside its redo record, before any of
+    /// its state records.
+    fn redo(&self) -> Result<Option<Vec<(&str, RedoChunk<'_>)>>, ChangelogError> {
+        let mut chunks: HashMap<u64, (&str, &[u8])> = HashMap::new();
+        for key in self.redo_keys() {
+            let Some((key, Some(value))) = self.latest.get_key_value(&key) else {
                 continue;
             };
-            let parts = key_parts(&key)?;
+            let parts = key_parts(key)?;
             let Ok(Slot::Redo(index)) = Slot::from_parts(parts.get(2..).unwrap_or_default()) else {
                 return Err(ChangelogError::Key {
-                    key,
+                    key: key.clone(),
                     reason: "a redo chunk's index is not a number".to_owned(),
                 });
             };
             chunks.insert(index, (key, value));
         }
-        let mut records = Vec::new();
-        let mut write = None;
+        let mut read = Vec::new();
         for index in 0.. {
-            let Some((key, bytes)) = chunks.get(&index) else {
+            let Some(&(key, bytes)) = chunks.get(&index) else {
                 return Ok(None);
             };
             let chunk: RedoChunk<'_> =
                 serde_json::from_slice(bytes).map_err(|e| ChangelogError::Value {
-                    key: key.clone(),
+                    key: key.to_owned(),
                     source: e,
                 })?;
-            if *write.get_or_insert((chunk.run, chunk.offset)) != (chunk.run, chunk.offset) {
+            let write = |c: &RedoChunk<'_>| (c.run, c.offset);
+            if read
+                .first()
+                .is_some_and(|(_, first)| write(first) != write(&chunk))
+            {
                 return Ok(None);
             }
+            let last = chunk.last;
+            read.push((key, chunk));
+            if last {
+                return Ok(Some(read));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The last input offset of the flush of a complete redo record (see [`Restorer::redo`])
+    /// and its state records, in order.
+    fn redo_records(&self) -> Result<Option<(i64, Vec<Latest>)>, ChangelogError> {
+        let Some(chunks) = self.redo()? else {
+            return Ok(None);
+        };
+        let mut records = Vec::new();
+        let mut offset = None;
+        for (key, chunk) in chunks {
+            offset = Some(chunk.offset);
             for (k, v) in chunk.records {
                 if !k.get().as_bytes().starts_with(&self.prefix) {
                     return Err(ChangelogError::Key {
@@ -119,11 +143,31 @@ impl Restorer {
                 }
                 records.push((k.get().to_owned(), v.map(|v| v.get().as_bytes().to_vec())));
             }
-            if chunk.last {
-                return Ok(Some((chunk.offset, records)));
-            }
         }
-        Ok(None)
+        Ok(offset.map(|offset| (offset, records)))
+    }
+
+    /// The offset record's offset among the records read.
+    fn offset_written(&self) -> Option<i64> {
+        let value = self.latest.get(&self.unit.key(Slot::Offset(())))?;
+        serde_json::from_slice::<OffsetValue>(value.as_deref()?)
+            .ok()
+            .map(|v| v.offset)
+    }
+
+    /// The last input offset the state would include if the changelog ended with the records
+    /// read so far: the offset record's, or that of a complete redo record newer than it, a
+    /// flush that may have been cut after it (see the module doc). The runtime reads on until
+    /// this reaches what its group committed: a commit follows its flush's changelog.
+    pub fn through(&self) -> Result<Option<i64>, ChangelogError> {
+        let written = self.offset_written();
+        let redo = self
+            .redo()?
+            .and_then(|chunks| Some(chunks.first()?.1.offset));
+        Ok(match redo {
+            Some(redo) if written.is_none_or(|w| w < redo) => Some(redo),
+            _ => written,
+        })
     }
 
     /// The restored state (journaling) and the last input offset it includes, if any.
@@ -140,13 +184,13 @@ impl Restorer {
         // the state records read (see the module doc). Item buckets of a later flush (a cut
         // one) read as that flush found them.
         let offset_key = self.unit.key(Slot::Offset(()));
-        let mut through = self
-            .latest
-            .get(&offset_key)
-            .and_then(|v| serde_json::from_slice::<OffsetValue>(v.as_deref()?).ok())
-            .map(|v| v.offset);
+        let mut through = self.offset_written();
+        let redo = self.redo_records()?;
+        for key in self.redo_keys() {
+            self.latest.remove(&key);
+        }
         let mut carried = Vec::new();
-        if let Some((redo_offset, records)) = self.take_redo()?
+        if let Some((redo_offset, records)) = redo
             && through.is_none_or(|w| w < redo_offset)
         {
             carried = records

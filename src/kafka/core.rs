@@ -221,9 +221,10 @@ impl Core {
         if self.tasks.assigned.is_empty() {
             return Ok(());
         }
-        let restored = self
-            .tasks
-            .restore_assigned(&self.config, &self.topics, &self.metrics)?;
+        let restored = self.tasks.restore_assigned(
+            (&self.config, &self.topics, &self.metrics),
+            self.faults.restore_stops_short,
+        )?;
         for key in restored {
             if let Some(owned) = self.tasks.units.get_mut(&key) {
                 self.view
@@ -358,10 +359,7 @@ impl Core {
 
     /// The topic whose partition `unit` is.
     pub(super) fn unit_log(&self, unit: Unit) -> &str {
-        match unit.kind {
-            UnitKind::Projects => self.topics.repartition(),
-            UnitKind::Input(topic) => self.topics.input_name(topic),
-        }
+        super::tasks::unit_log(&self.topics, unit)
     }
 
     /// The unit of partition `partition` of topic `topic` (see [`Tasks`]): a partition of the

@@ -7,6 +7,11 @@
 //!   judge-scores (`j`) partition that has at least four records, its first half acknowledged
 //!   and its offset record not written.
 //!
+//! One makes a restore see what tansu's fetches sometimes report, a partition's end below records
+//! already written: `JURYSTREAM_RESTORE_STOPS_SHORT` takes every changelog partition's end as
+//! reached before a restore has read a record, so what the state holds comes from reading on to
+//! the group's commit (see `tasks::catch_up`).
+//!
 //! And one makes the broker's refusal of a forward happen where the broker would not refuse it
 //! (a broker that does not enforce `max.message.bytes`): `JURYSTREAM_REFUSE_FORWARD=TEXT`
 //! treats the forward of every input record whose payload contains `TEXT` as refused for good
@@ -28,6 +33,8 @@ pub(super) struct Faults {
     mid_changelog: Option<String>,
     /// Forwards whose payload contains this are refused.
     refuse_forward: Option<String>,
+    /// A restore's read takes every partition's end as reached before reading a record.
+    pub restore_stops_short: bool,
 }
 
 impl Faults {
@@ -40,6 +47,7 @@ impl Faults {
             after_changelog: std::env::var_os("JURYSTREAM_CRASH_AFTER_CHANGELOG").is_some(),
             mid_changelog: std::env::var("JURYSTREAM_CRASH_MID_CHANGELOG").ok(),
             refuse_forward: std::env::var("JURYSTREAM_REFUSE_FORWARD").ok(),
+            restore_stops_short: std::env::var_os("JURYSTREAM_RESTORE_STOPS_SHORT").is_some(),
         }
     }
 

@@ -109,6 +109,19 @@ pub enum ServiceError {
     },
     #[error("restoring {0:?}: the changelog did not reach its end in time")]
     RestoreTimeout(Unit),
+    /// A restored state stops short of what its group committed, and reading on did not bring
+    /// it there: the changelog lost flushes whose input the group had consumed (its topic was
+    /// deleted or its records expired). Going on from the commit without them would publish
+    /// figures that miss those records, without a word.
+    #[error(
+        "restoring {unit:?}: the changelog holds the state through input offset {restored:?},          but the group committed offset {committed} of that partition, and a commit follows its          state's changelog: the changelog lost records (the topic `{group}-state` was deleted          or its records expired). To start over, stop every instance, delete the consumer          groups `{group}` and `{group}-tasks` and the topics `{group}-state` and          `{group}-repartition` (or set a new kafka.group_id), and start again"
+    )]
+    RestoreBehind {
+        unit: Unit,
+        restored: Option<i64>,
+        committed: i64,
+        group: String,
+    },
     #[error("shutdown did not finish within {0} s")]
     ShutdownTimeout(u64),
     #[error("io: {0}")]

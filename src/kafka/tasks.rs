@@ -13,7 +13,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::ServiceError;
 use super::clients;
 use super::clients::QuietReader;
-use crate::changelog::{Restorer, Unit};
+use crate::changelog::{Restorer, Unit, UnitKind};
 use crate::config::Config;
 use crate::engine::{IdMap, InputTopic, PartitionState};
 use crate::telemetry::events::{InternalEvent, PartitionRestored, RestoreFinished};
@@ -88,12 +88,13 @@ impl Tasks {
 
     /// Restores every assigned unit not restored yet, reading all the changelog partitions
     /// they need in one pass (with `by_key`, votes and judge-scores partition p share changelog
-    /// partition p). Returns the units restored.
+    /// partition p), then reading on until each state reaches its group's commit (see
+    /// [`catch_up`]; `stops_short`: the first read takes every end as reached at once, a fault
+    /// the tests inject). Returns the units restored.
     pub fn restore_assigned(
         &mut self,
-        cfg: &Config,
-        topics: &TopicTable,
-        metrics: &Metrics,
+        (cfg, topics, metrics): (&Config, &TopicTable, &Metrics),
+        stops_short: bool,
     ) -> Result<Vec<Unit>, ServiceError> {
         let mut wanted: Vec<Unit> = std::mem::take(&mut self.assigned)
             .into_iter()
@@ -115,18 +116,21 @@ impl Tasks {
         }
         reader.assign(&tpl)?;
         let mut restorers: Vec<Restorer> = wanted.iter().map(|&u| Restorer::new(u)).collect();
-        let complete = read_to_end(&reader, partitions.len(), "restore read", |m| {
-            for r in restorers
-                .iter_mut()
-                .filter(|r| r.unit().partition == m.partition())
-            {
-                r.accept(m.key().unwrap_or_default(), m.payload());
-            }
-            Ok(())
-        })?;
+        let complete = stops_short
+            || read_to_end(&reader, partitions.len(), "restore read", |m| {
+                accept(&mut restorers, m);
+                Ok(())
+            })?;
         if !complete {
             return Err(ServiceError::RestoreTimeout(restorers[0].unit()));
         }
+        let committed = |unit: Unit| {
+            let log = unit_log(topics, unit);
+            let mut at = self.committed.iter();
+            at.find(|(t, p, _)| t == log && *p == unit.partition)
+                .map(|&(_, _, offset)| offset)
+        };
+        catch_up(&reader, &mut restorers, committed, &cfg.kafka.group_id)?;
         for (restorer, &key) in restorers.into_iter().zip(&wanted) {
             let unit = restorer.unit();
             let (records, bytes) = (restorer.records, restorer.bytes);
@@ -192,6 +196,89 @@ fn empty_partitions(reader: &BaseConsumer<QuietReader>) -> BTreeSet<i32> {
         .filter(|(p, high)| low.get(p).is_some_and(|low| high <= low))
         .map(|(p, _)| p)
         .collect()
+}
+
+/// Hands changelog record `m` to the restorers of its partition's units.
+fn accept(restorers: &mut [Restorer], m: &BorrowedMessage<'_>) {
+    let of_partition = |r: &&mut Restorer| r.unit().partition == m.partition();
+    for r in restorers.iter_mut().filter(of_partition) {
+        r.accept(m.key().unwrap_or_default(), m.payload());
+    }
+}
+
+/// The topic whose partition `unit` is: the repartition topic, or an input with `by_key`.
+pub(super) fn unit_log(topics: &TopicTable, unit: Unit) -> &str {
+    match unit.kind {
+        UnitKind::Projects => topics.repartition(),
+        UnitKind::Input(topic) => topics.input_name(topic),
+    }
+}
+
+/// How long a restore reads on for a state that stops short of its group's commit.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(30);
+
+/// Reads on, after a partition's end was reported, until every restorer's state reaches the
+/// offset its group committed (`committed`; the state must hold input through the offset
+/// before it, as a commit follows its flush's changelog). Tansu's fetches can report an end
+/// below records already written and acknowledged: a state restored from there would lack the
+/// last flushes of the partition's previous owner, and its new owner would go on from the
+/// commit without them, its figures silently wrong. A state still short after
+/// [`CATCH_UP_WAIT`] fails the restore ([`ServiceError::RestoreBehind`]).
+fn catch_up(
+    reader: &BaseConsumer<QuietReader>,
+    restorers: &mut [Restorer],
+    committed: impl Fn(Unit) -> Option<i64>,
+    group: &str,
+) -> Result<(), ServiceError> {
+    let deadline = Instant::now() + CATCH_UP_WAIT;
+    let mut reading_on = false;
+    loop {
+        let mut short = None;
+        for r in restorers.iter() {
+            let unit = r.unit();
+            let Some(commit) = committed(unit).filter(|&c| c > 0) else {
+                continue;
+            };
+            let restored = r
+                .through()
+                .map_err(|source| ServiceError::Restore { unit, source })?;
+            if restored.is_none_or(|t| t < commit - 1) {
+                short = Some((unit, restored, commit));
+                break;
+            }
+        }
+        let Some((unit, restored, committed)) = short else {
+            return Ok(());
+        };
+        if Instant::now() > deadline {
+            return Err(ServiceError::RestoreBehind {
+                unit,
+                restored,
+                committed,
+                group: group.to_owned(),
+            });
+        }
+        if !reading_on {
+            reading_on = true;
+            tracing::info!(
+                ?unit,
+                ?restored,
+                committed,
+                "the changelog's end was reported below the group's commit: reading on"
+            );
+        }
+        // Whatever arrives until the fetches go quiet, then the states are checked again.
+        while let Some(polled) = reader.poll(Duration::from_millis(100)) {
+            match polled {
+                Ok(m) => accept(restorers, &m),
+                Err(KafkaError::PartitionEOF(_)) => {}
+                Err(e) => tracing::warn!(error = %e, "restore read"),
+            }
+            if Instant::now() > deadline {
+                break;
+            }
+        }
+    }
 }
 
 /// Reads a reader's assigned partitions (`partitions` of them) from where they are to their ends,

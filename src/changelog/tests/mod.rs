@@ -205,7 +205,12 @@ fn restore(unit: Unit, log: &[StateRecord]) -> (PartitionState, Option<i64>) {
     for rec in log {
         r.accept(rec.key.as_bytes(), rec.value.as_deref().map(str::as_bytes));
     }
-    r.finish().unwrap()
+    // What the runtime reads on to (the group's committed offset) is where the state restores
+    // to, wherever the log was cut.
+    let through = r.through().unwrap();
+    let (state, offset) = r.finish().unwrap();
+    assert_eq!(through, offset, "Restorer::through");
+    (state, offset)
 }
 
 /// The records for one flush's `changes`, owned.
