@@ -338,9 +338,15 @@ fn finish(running: Vec<Service>, records: &[Rec]) {
             .collect::<Vec<_>>()
             .join("\n")
     );
+    let logs: Vec<std::path::PathBuf> = running.iter().map(|s| s.log.clone()).collect();
     for s in running {
         let log = s.log_text();
         assert!(s.terminate().success(), "{log}");
+    }
+    // Shown only if the test fails: where each task went and what each restore read.
+    for log in logs {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        eprintln!("--- {}:\n{}", log.display(), handover_lines(&text));
     }
 }
 
@@ -356,15 +362,17 @@ fn tasks_owned(services: &[&Service]) -> Vec<u64> {
 fn handovers(services: &[&Service]) -> String {
     services
         .iter()
-        .map(|s| {
-            s.log_text()
-                .lines()
-                .filter(|l| l.contains("partitions") || l.contains("restore"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
+        .map(|s| handover_lines(&s.log_text()))
         .collect::<Vec<_>>()
         .join("\n--- the next instance:\n")
+}
+
+/// The lines of a service log that say where partitions went and what restores read.
+fn handover_lines(log: &str) -> String {
+    log.lines()
+        .filter(|l| l.contains("partitions") || l.contains("restore") || l.contains("reading on"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Checks `check` every `every` until it holds; what it last saw otherwise, after `timeout`.
