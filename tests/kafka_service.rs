@@ -391,9 +391,9 @@ fn a_crash_inside_a_changelog_write_counts_everything_once() {
     );
 }
 
-/// Tansu's fetches can report a changelog partition's end below records already written and
-/// acknowledged: a state restored from there would lack the last flushes that its group's commit
-/// says were applied. An instance whose restores take every end as reached before reading a
+/// A broker can report a changelog partition's end below records it has acknowledged (tansu's
+/// high watermark lags its last batch): a state restored from there would lack the last flushes
+/// that its group's commit says were applied. An instance whose restores take every end as reached before reading a
 /// record (a fault injected) reads on to the commit: after a first instance processed half the
 /// stream and stopped, it finishes the stream with the tables of a clean run.
 #[test]

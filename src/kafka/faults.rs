@@ -7,10 +7,10 @@
 //!   judge-scores (`j`) partition that has at least four records, its first half acknowledged
 //!   and its offset record not written.
 //!
-//! One makes a restore see what tansu's fetches sometimes report, a partition's end below records
-//! already written: `JURYSTREAM_RESTORE_STOPS_SHORT` takes every changelog partition's end as
-//! reached before a restore has read a record, so what the state holds comes from reading on to
-//! the group's commit (see `tasks::catch_up`).
+//! One makes a restore see what a broker can report, a partition's end below records it has
+//! acknowledged (tansu's high watermark lags its last batch): `JURYSTREAM_RESTORE_STOPS_SHORT`
+//! takes every changelog partition's end as reached before a restore has read a record, so what
+//! the state holds comes from reading on to the group's commit (see `tasks::catch_up`).
 //!
 //! And one makes the broker's refusal of a forward happen where the broker would not refuse it
 //! (a broker that does not enforce `max.message.bytes`): `JURYSTREAM_REFUSE_FORWARD=TEXT`
