@@ -119,7 +119,7 @@ pub enum ChangelogError {
         "changelog partition {partition} holds state of another layout (key {key}), not the \
          {expected} this configuration keeps: written with the other input.partitioning, or by \
          a version that kept votes and judge scores in separate states. {}",
-        START_OVER
+        start_over("<group_id>")
     )]
     Layout {
         partition: i32,
@@ -131,14 +131,14 @@ pub enum ChangelogError {
     #[error(
         "changelog key {key}: {reason}; it was written by another version of jurystream or is \
          damaged, and is not read as anything else. {}",
-        START_OVER
+        start_over("<group_id>")
     )]
     Key { key: String, reason: String },
     /// A value this version cannot read, for the same reasons.
     #[error(
         "changelog value of {key}: {source}; it was written by another version of jurystream \
          or is damaged, and is not read as anything else. {}",
-        START_OVER
+        start_over("<group_id>")
     )]
     Value {
         key: String,
@@ -147,11 +147,17 @@ pub enum ChangelogError {
     },
 }
 
-/// What every restore error says: how to start over from the inputs.
-const START_OVER: &str = "To start over from the inputs: stop every instance, delete the \
-    consumer group, its state topic (<group_id>-state) and its repartition topic \
-    (<group_id>-repartition), and start again, or use a new kafka.group_id; the inputs are then \
-    read again from their earliest retained records";
+/// How to start a group over from its inputs, when its state cannot be used: what every restore
+/// error says (the changelog's own name the group `<group_id>`, which they do not know). One
+/// text, so that no error leaves out one of the group's topics or consumer groups.
+pub fn start_over(group: &str) -> String {
+    format!(
+        "To start over from the inputs: stop every instance, delete the consumer groups \
+         `{group}` and `{group}-tasks` and the topics `{group}-state` and `{group}-repartition` \
+         (or set a new kafka.group_id), and start again; the inputs are then read again from \
+         their earliest retained records"
+    )
+}
 
 /// The state of one task in the changelog: the state of one partition of the log it follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

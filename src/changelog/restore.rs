@@ -156,18 +156,15 @@ impl Restorer {
     }
 
     /// The last input offset the state would include if the changelog ended with the records
-    /// read so far: the offset record's, or that of a complete redo record newer than it, a
-    /// flush that may have been cut after it (see the module doc). The runtime reads on until
-    /// this reaches what its group committed: a commit follows its flush's changelog.
+    /// read so far: the offset record's, or that of a complete redo record newer than it (the
+    /// rule [`Restorer::finish`] restores by). The runtime reads on until this reaches what its
+    /// group committed: a commit follows its flush's changelog.
     pub fn through(&self) -> Result<Option<i64>, ChangelogError> {
-        let written = self.offset_written();
         let redo = self
             .redo()?
             .and_then(|chunks| Some(chunks.first()?.1.offset));
-        Ok(match redo {
-            Some(redo) if written.is_none_or(|w| w < redo) => Some(redo),
-            _ => written,
-        })
+        let written = self.offset_written();
+        Ok(newer_redo(written, redo).or(written))
     }
 
     /// The restored state (journaling) and the last input offset it includes, if any.
@@ -179,19 +176,19 @@ impl Restorer {
                 expected: Layout::of(self.unit.kind),
             });
         }
-        // The offset the state is restored to: the offset record's, or that of a complete redo
-        // record newer than it, a flush that may have been cut after it, whose records go over
-        // the state records read (see the module doc). Item buckets of a later flush (a cut
-        // one) read as that flush found them.
+        // A complete redo record newer than the offset record goes over the state records
+        // read (see [`newer_redo`]). Item buckets of a later flush (a cut one) read as
+        // that flush found them.
         let offset_key = self.unit.key(Slot::Offset(()));
-        let mut through = self.offset_written();
+        let written = self.offset_written();
         let redo = self.redo_records()?;
         for key in self.redo_keys() {
             self.latest.remove(&key);
         }
+        let mut through = written;
         let mut carried = Vec::new();
         if let Some((redo_offset, records)) = redo
-            && through.is_none_or(|w| w < redo_offset)
+            && newer_redo(written, Some(redo_offset)).is_some()
         {
             carried = records
                 .iter()
@@ -225,6 +222,14 @@ impl Restorer {
         state.carried.0 = carried;
         Ok((state, offset))
     }
+}
+
+/// The offset of a complete redo record (`redo`) if it is newer than the offset record's
+/// (`written`): a flush that may have been cut after it, which a restore applies over the state
+/// records and restores to (see the module doc); else the state restores to `written`. The one
+/// rule [`Restorer::finish`] follows and [`Restorer::through`] reports.
+fn newer_redo(written: Option<i64>, redo: Option<i64>) -> Option<i64> {
+    redo.filter(|&redo| written.is_none_or(|w| w < redo))
 }
 
 /// A changelog key's elements: `["v",3,"project","proj-42"]`.

@@ -64,7 +64,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
 
-use crate::changelog::{ChangelogError, Unit};
+use crate::changelog::{self, ChangelogError, Unit};
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::queries::view::View;
@@ -114,7 +114,11 @@ pub enum ServiceError {
     /// deleted or its records expired). Going on from the commit without them would publish
     /// figures that miss those records, without a word.
     #[error(
-        "restoring {unit:?}: the changelog holds the state through input offset {restored:?},          but the group committed offset {committed} of that partition, and a commit follows its          state's changelog: the changelog lost records (the topic `{group}-state` was deleted          or its records expired). To start over, stop every instance, delete the consumer          groups `{group}` and `{group}-tasks` and the topics `{group}-state` and          `{group}-repartition` (or set a new kafka.group_id), and start again"
+        "restoring {unit:?}: the changelog holds the state through input offset {restored:?}, \
+         but the group committed offset {committed} of that partition, and a commit follows its \
+         state's changelog: the changelog lost records (the topic `{group}-state` was deleted \
+         or its records expired). {}",
+        changelog::start_over(group)
     )]
     RestoreBehind {
         unit: Unit,
@@ -133,9 +137,8 @@ pub enum ServiceError {
     #[error(
         "partition {partition} of {topic} went back: the first record read is at offset {offset}, \
          below the group's committed offset {committed}, so the topic was deleted and recreated \
-         or truncated. Its old state no longer matches it. To start this topic over, stop every \
-         instance, delete the consumer groups `{group}` and `{group}-tasks` and the topics \
-         `{group}-state` and `{group}-repartition` (or set a new kafka.group_id), and start again"
+         or truncated. Its old state no longer matches it. {}",
+        changelog::start_over(group)
     )]
     LogWentBack {
         topic: String,
@@ -350,4 +353,48 @@ pub fn run(
         consumer.unsubscribe();
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::changelog::UnitKind;
+
+    /// The errors that end in starting over say it whole, in one wording: both of the group's
+    /// consumer groups and both of its topics, and no run of spaces from a broken line.
+    #[test]
+    fn errors_that_start_over_name_every_group_and_topic() {
+        let unit = Unit {
+            kind: UnitKind::Projects,
+            partition: 2,
+        };
+        let errors = [
+            ServiceError::RestoreBehind {
+                unit,
+                restored: Some(7),
+                committed: 12,
+                group: "jury".into(),
+            },
+            ServiceError::LogWentBack {
+                topic: "jury.votes".into(),
+                partition: 2,
+                offset: 0,
+                committed: 12,
+                group: "jury".into(),
+            },
+        ];
+        for error in errors {
+            let text = error.to_string();
+            for name in [
+                "`jury`",
+                "`jury-tasks`",
+                "`jury-state`",
+                "`jury-repartition`",
+            ] {
+                assert!(text.contains(name), "{name} missing from: {text}");
+            }
+            assert!(text.contains("To start over from the inputs"), "{text}");
+            assert!(!text.contains("  "), "a run of spaces in: {text}");
+        }
+    }
 }
