@@ -481,9 +481,9 @@ fn reviewed_project(
         let item = format!("item-{i}");
         task.restore_item(&mut projects, ("p", &item), i as u64, votes);
     }
-    // As a restore does: the verdicts held counted from the items.
+    // As a restore does.
     if let Some(q) = projects.get_mut("p") {
-        q.rebuild(&task);
+        q.rebuild();
     }
     (projects, task)
 }

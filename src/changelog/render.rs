@@ -279,7 +279,8 @@ impl Change {
             Change::QualityWaiting { seq } => Slot::Waits(seq / ITEM_BUCKET),
             Change::QualityJudge { project, judge } => Slot::Judge((project, judge)),
             Change::QualityRecent { project, seq } => Slot::Recent((project, *seq)),
-            Change::QualityForgotten { project } => Slot::Forgotten(project),
+            Change::LeftOut { project } => Slot::LeftOut(project),
+            Change::RetiredForgotten { project } => Slot::Forgotten(project),
             Change::Reviewer { project, reviewer } => Slot::Reviewer((project, reviewer)),
             Change::Book => Slot::Book(()),
         };

@@ -34,6 +34,8 @@ pub(super) struct Restored {
     pub rerender: Vec<u64>,
     /// Buckets of vote ids in the layout before [`VOTE_BUCKET`], to be deleted.
     pub retired: Vec<(String, u64)>,
+    /// Projects with a record of the layout before `Slot::LeftOut`, to be deleted.
+    pub retired_forgotten: Vec<ProjectKey>,
 }
 
 impl Restored {
@@ -53,6 +55,7 @@ impl Restored {
             items_forgotten: Vec::new(),
             rerender: Vec::new(),
             retired: Vec::new(),
+            retired_forgotten: Vec::new(),
         }
     }
 
@@ -78,6 +81,7 @@ impl Restored {
             items_forgotten,
             rerender,
             mut retired,
+            retired_forgotten,
         } = self;
         // Buckets that hold what the restored state does not are written again by the next
         // flush (see `ItemBucket`).
@@ -135,6 +139,14 @@ impl Restored {
                 bucket: *bucket,
             }));
         }
+        // A project's count of verdicts left out read from the record of the layout before is
+        // written as laid out now, then that record deleted, by the next flush.
+        for project in retired_forgotten {
+            relaid.push(Change::LeftOut {
+                project: project.clone(),
+            });
+            relaid.push(Change::RetiredForgotten { project });
+        }
         state.journal.get_or_insert_with(Vec::new).extend(relaid);
         for (project, entries) in ballots {
             let window = RecentIds::restore(entries);
@@ -145,7 +157,7 @@ impl Restored {
         }
         state.sessions = SessionBook::restore(&mut state.projects, next_seq);
         for p in state.projects.values_mut() {
-            p.quality.rebuild(&state.quality);
+            p.quality.rebuild();
         }
         (state, offset)
     }

@@ -338,7 +338,11 @@ stores! {
     /// One of a project's last candidates' judge scores, by its place:
     /// `["j",3,"recent","proj-42","17"]`.
     Recent: RecentStore,
-    /// A project's count of judge-quality items forgotten: `["j",3,"forgotten","proj-42"]`.
+    /// A project's count of verdicts its reviewer model left out: `["p",3,"left-out","proj-42"]`.
+    LeftOut: LeftOutStore,
+    /// The record [`Slot::LeftOut`] replaced, which also counted the project's items and
+    /// verdicts forgotten, `[forgotten, left_out, verdicts]`: `["p",3,"forgotten","proj-42"]`.
+    /// Read (its count of verdicts left out), and deleted by the next flush.
     Forgotten: ForgottenStore,
     /// A reviewer's kept part (its findings), `{"findings":...}`:
     /// `["p",3,"reviewer","proj-42","u-7"]`. Its figures are fitted again from the items.

@@ -75,9 +75,11 @@ pub enum Change {
     QualityJudge { project: String, judge: String },
     /// One of the last candidates' judge scores, by its place.
     QualityRecent { project: String, seq: u64 },
-    /// A project's count of items forgotten. With a new item per vote that is one change per
-    /// vote, so the id is kept inline, as in [`Change::Votes`].
-    QualityForgotten { project: ProjectKey },
+    /// A project's count of verdicts its reviewer model left out.
+    LeftOut { project: ProjectKey },
+    /// A project's record of the layout before [`Change::LeftOut`] (its counts of items and
+    /// verdicts forgotten, and of verdicts left out), read at a restore: deleted.
+    RetiredForgotten { project: ProjectKey },
     /// A reviewer's kept part (its last event time, its findings) changed, or it was forgotten.
     Reviewer { project: String, reviewer: String },
     /// The session book's creation counter.

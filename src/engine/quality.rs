@@ -235,7 +235,7 @@ impl Engine {
             pairs,
             items,
             waiting,
-            forgotten,
+            left_out,
             first_forgotten,
             ..
         } = observed;
@@ -248,14 +248,10 @@ impl Engine {
         for seq in waiting {
             state.note(|| Change::QualityWaiting { seq });
         }
-        let mut counted: SmallVec<[&ProjectKey; 2]> = SmallVec::new();
-        for project in &forgotten {
-            if !counted.contains(&project) {
-                counted.push(project);
-                state.note(|| Change::QualityForgotten {
-                    project: project.clone(),
-                });
-            }
+        if left_out {
+            state.note(|| Change::LeftOut {
+                project: ProjectKey::from(project),
+            });
         }
         if pairs.is_empty() {
             return;

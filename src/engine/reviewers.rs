@@ -127,7 +127,7 @@ impl Engine {
         let max_reviewers = self.settings.reviewers.max_reviewers;
         for (project, p) in &mut state.projects {
             let q = &mut p.quality;
-            if q.reviewers.is_empty() {
+            if !q.has_verdicts(&state.quality) {
                 continue;
             }
             let fitted = q.fit_reviewers(&state.quality, max_reviewers);

@@ -472,8 +472,8 @@ impl Core {
             let (items, waits) = state.quality.held();
             votes += items;
             waiting += waits;
+            forgotten += state.quality.forgotten();
             for q in state.projects.values().map(|p| &p.quality) {
-                forgotten += q.forgotten;
                 let held = q.reviewers.fitted();
                 reviewers += held;
                 largest = largest.max(held);

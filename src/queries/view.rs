@@ -281,7 +281,7 @@ impl View {
             .iter()
             .map(|(id, p)| (id.as_str(), &p.quality))
         {
-            if q.judges.is_empty() && q.reviewers.is_empty() {
+            if q.judges.is_empty() && !q.has_verdicts(&state.quality) {
                 continue;
             }
             let mut p = self.entry(project, unit, now);

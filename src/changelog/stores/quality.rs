@@ -235,48 +235,60 @@ impl Store for RecentStore {
     }
 }
 
+/// See [`Slot::LeftOut`].
+pub(in crate::changelog) struct LeftOutStore;
+
+impl Store for LeftOutStore {
+    const KIND: &'static str = "left-out";
+    type Id<'a> = &'a str;
+    fn render(from: &Source<'_>, project: &str, out: &mut Vec<u8>) -> bool {
+        let left_out = from.state.quality(project).map(|q| q.reviewers.left_out);
+        left_out.is_some_and(|n| n > 0 && push_json(out, &n))
+    }
+    fn restore(into: &mut Restored, project: &str, read: &Read<'_>) -> Result<(), ChangelogError> {
+        let left_out: u64 = read.value()?;
+        let q = into.quality(project);
+        q.reviewers.left_out = q.reviewers.left_out.max(left_out);
+        Ok(())
+    }
+}
+
 /// See [`Slot::Forgotten`].
 pub(in crate::changelog) struct ForgottenStore;
 
-/// A project's count of judge-quality items forgotten, and of verdicts its reviewer model left
-/// out: written `[forgotten, left_out, verdicts]` (nearly every project's changes with every
-/// flush while the task's items turn over), read in that form or as the object written before.
+/// A project's record before [`Slot::LeftOut`]: `[forgotten, left_out, verdicts]`, or the
+/// object written before that. Only its count of verdicts left out is still state.
 #[derive(Deserialize)]
-pub(in crate::changelog) struct ForgottenValue {
-    pub forgotten: u64,
+struct ForgottenValue {
     #[serde(default)]
-    pub left_out: u64,
-    /// Verdicts forgotten with their items: with the held ones, the verdicts ever admitted,
-    /// which the reviewer model's checkpoints follow.
-    #[serde(default)]
-    pub verdicts: u64,
+    left_out: u64,
 }
 
-impl Serialize for ForgottenValue {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (self.forgotten, self.left_out, self.verdicts).serialize(s)
-    }
+/// A [`ForgottenValue`] as written: `[forgotten, left_out, verdicts]` or an object.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StoredForgotten {
+    Counts(serde::de::IgnoredAny, u64, serde::de::IgnoredAny),
+    Object(ForgottenValue),
 }
 
 impl Store for ForgottenStore {
     const KIND: &'static str = "forgotten";
     type Id<'a> = &'a str;
-    fn render(from: &Source<'_>, project: &str, out: &mut Vec<u8>) -> bool {
-        from.state.quality(project).is_some_and(|q| {
-            let value = ForgottenValue {
-                forgotten: q.forgotten,
-                left_out: q.reviewers.left_out,
-                verdicts: q.reviewers.forgotten_verdicts,
-            };
-            push_json(out, &value)
-        })
+    /// Never written again: a restore that reads one deletes it.
+    fn render(_: &Source<'_>, _: &str, _: &mut Vec<u8>) -> bool {
+        false
     }
     fn restore(into: &mut Restored, project: &str, read: &Read<'_>) -> Result<(), ChangelogError> {
-        let value: ForgottenValue = read.value()?;
+        let left_out = match read.value()? {
+            StoredForgotten::Counts(_, left_out, _) => left_out,
+            StoredForgotten::Object(value) => value.left_out,
+        };
         let q = into.quality(project);
-        q.forgotten = value.forgotten;
-        q.reviewers.left_out = value.left_out;
-        q.reviewers.forgotten_verdicts = value.verdicts;
+        // The larger of it and the record that replaced it, if both are read (a restore read
+        // this one, and the flush that deleted it was cut short): a count only grows.
+        q.reviewers.left_out = q.reviewers.left_out.max(left_out);
+        into.retired_forgotten.push(ProjectKey::from(project));
         Ok(())
     }
 }

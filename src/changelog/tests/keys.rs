@@ -160,6 +160,7 @@ fn every_kind_of_key_is_written_and_read_back() {
         ),
         (Slot::Recent(("p", 17)), r#"["j",3,"recent","p","17"]"#),
         (Slot::Forgotten("p"), r#"["j",3,"forgotten","p"]"#),
+        (Slot::LeftOut("p"), r#"["j",3,"left-out","p"]"#),
         (
             Slot::Reviewer(("p", "u-7")),
             r#"["j",3,"reviewer","p","u-7"]"#,
@@ -208,7 +209,7 @@ fn every_kind_of_key_is_written_and_read_back() {
 }
 
 #[test]
-fn forgotten_places_and_counts_are_written_short_and_read_in_both_forms() {
+fn forgotten_places_are_written_short_and_read_in_both_forms() {
     let places = [7, 8, 9, 3, 10, 11, 4];
     let runs = stores::place_runs(&places);
     assert_eq!(runs, [(7, 9), (3, 3), (10, 11), (4, 4)]);
@@ -227,19 +228,41 @@ fn forgotten_places_and_counts_are_written_short_and_read_in_both_forms() {
         [(u64::MAX, u64::MAX), (0, 0)]
     );
     assert!(read(r#"["7"]"#).is_err());
+}
 
-    let value = stores::ForgottenValue {
-        forgotten: 3,
-        left_out: 1,
-        verdicts: 5,
-    };
-    assert_eq!(serde_json::to_string(&value).unwrap(), "[3,1,5]");
-    for text in ["[3,1,5]", r#"{"forgotten":3,"left_out":1,"verdicts":5}"#] {
-        let back: stores::ForgottenValue = serde_json::from_str(text).unwrap();
-        assert_eq!((back.forgotten, back.left_out, back.verdicts), (3, 1, 5));
+/// A project's record of the layout before (`forgotten`: its counts of items forgotten, verdicts
+/// left out and verdicts forgotten, as an array or an object) restores its count of verdicts
+/// left out, which the next flush writes as laid out now (`left-out`) and then deletes the old
+/// record; the counts of what was forgotten are no longer kept per project.
+#[test]
+fn a_project_count_of_the_layout_before_is_read_and_laid_out_again() {
+    let unit = Unit::projects(1);
+    for (old, left_out) in [
+        (&br#"[3,1,5]"#[..], 1),
+        (br#"{"forgotten":3,"left_out":2,"verdicts":5}"#, 2),
+        (br#"{"forgotten":3}"#, 0),
+    ] {
+        let mut r = Restorer::new(unit);
+        r.accept(br#"["p",1,"offset"]"#, Some(br#"{"offset":4}"#));
+        r.accept(br#"["p",1,"forgotten","proj-1"]"#, Some(old));
+        let (mut state, _) = r.finish().expect("the layout before restores");
+        let q = state.quality("proj-1").expect("restored");
+        assert_eq!(q.reviewers.left_out, left_out);
+        let changes = state.journal.take().unwrap_or_default();
+        let written: Vec<(String, Option<String>)> = records(unit, &state, &changes)
+            .into_iter()
+            .map(|r| (r.key, r.value))
+            .filter(|(k, _)| k.contains("proj-1"))
+            .collect();
+        let laid_out = (left_out > 0).then(|| left_out.to_string());
+        assert_eq!(
+            written,
+            [
+                (r#"["p",1,"left-out","proj-1"]"#.to_owned(), laid_out),
+                (r#"["p",1,"forgotten","proj-1"]"#.to_owned(), None),
+            ]
+        );
     }
-    let old: stores::ForgottenValue = serde_json::from_str(r#"{"forgotten":3}"#).unwrap();
-    assert_eq!((old.forgotten, old.left_out, old.verdicts), (3, 0, 0));
 }
 
 #[test]

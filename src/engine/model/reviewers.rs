@@ -30,11 +30,11 @@
 //!
 //! What is state is only the facts: each item's verdicts (in its entry of the project's item
 //! store, a [`Review`]), each reviewer's active findings ([`Findings`], the hysteresis of its
-//! alerts) and the counts of verdicts that say when a checkpoint is due ([`Reviewers`]). The
-//! figures are derived: a fit reads the project's held items where it is needed, when a record
-//! is published and at the checkpoints of [`Reviewers::checkpoint_due`] that the alerts and the
-//! learned weights follow. So adding a verdict and forgetting an item are counts: they touch no
-//! reviewer's entry, however many reviewers a project has.
+//! alerts) and the count of verdicts left out ([`Reviewers`]). The figures are derived: a fit
+//! reads the project's held items where it is needed, when a record is published and at the
+//! checkpoints of [`Reviewers::checkpoint_due`] that the alerts and the learned weights follow,
+//! which are drawn from the items. So adding a verdict touches no reviewer's entry, however many
+//! reviewers a project has, and forgetting an item touches nothing of its project.
 //!
 //! The prior is as if every reviewer had begun with two true verdicts and one false: it keeps a
 //! reviewer with few items near "probably careful" instead of at 0 or 1, and, with the start
@@ -790,19 +790,14 @@ pub struct Added {
     pub changed: bool,
 }
 
-/// A project's reviewers: what of them is state (their findings, and the counts of verdicts
-/// that say when a checkpoint is due) and the fit of the last checkpoint. What the verdicts say
-/// is derived: a [`fit`] reads the project's held items where a record is published and at a
-/// checkpoint, so adding and forgetting a verdict is a count, whichever reviewer gave it.
+/// A project's reviewers: what of them is state (their findings, and the count of verdicts
+/// left out) and the fit of the last checkpoint. What the verdicts say is derived: a [`fit`]
+/// reads the project's held items where a record is published and at a checkpoint, so adding
+/// and forgetting a verdict touches no reviewer, whichever reviewer gave it.
 #[derive(Debug, Clone, Default)]
 pub struct Reviewers {
-    /// Σ of the verdicts on the project's held items.
-    held_verdicts: u64,
     /// Reviewers with an active finding.
     findings: IdMap<ProjectKey, Findings>,
-    /// Verdicts once admitted whose items were since forgotten: with the held ones, the count
-    /// of verdicts ever admitted, which the checkpoints follow.
-    pub forgotten_verdicts: u64,
     /// Verdicts left out at the vote to stay within `reviewers.max_verdicts`.
     pub left_out: u64,
     /// The fit at the last checkpoint (or restore): derived, not state.
@@ -815,14 +810,11 @@ pub struct Reviewers {
     held_for_release: bool,
 }
 
-/// Two are equal when they hold the same counts and findings: the fits are derived, and
+/// Two are equal when they hold the same findings and count: the fits are derived, and
 /// whether the project waits for publication is the runtime's.
 impl PartialEq for Reviewers {
     fn eq(&self, other: &Self) -> bool {
-        self.held_verdicts == other.held_verdicts
-            && self.findings == other.findings
-            && self.forgotten_verdicts == other.forgotten_verdicts
-            && self.left_out == other.left_out
+        self.findings == other.findings && self.left_out == other.left_out
     }
 }
 
@@ -832,7 +824,7 @@ impl Reviewers {
     /// last counts), within `limits.max_verdicts`. A batch's verdicts are admitted in reviewer
     /// order, not in the order its votes are listed: where the bound leaves some out, which
     /// ones is a function of the batch, not of how a frontend happened to list its votes.
-    /// `O(verdicts on the item)`: nothing of the project but its counts is touched.
+    /// `O(verdicts on the item)`: nothing of the project but its count left out is touched.
     pub fn add(
         &mut self,
         review: &mut Review,
@@ -860,7 +852,6 @@ impl Reviewers {
                 }
                 Err(i) if review.verdicts.len() < limits.max_verdicts => {
                     review.verdicts.insert(i, verdict.clone());
-                    self.held_verdicts += 1;
                     added.admitted += 1;
                     added.changed = true;
                 }
@@ -870,39 +861,30 @@ impl Reviewers {
         added
     }
 
-    /// `review`, of an item the store forgot: its verdicts leave the count of those held. The
-    /// findings of a reviewer left with none go at the project's next checkpoint
-    /// ([`Reviewers::drop_unfitted`]).
-    pub fn forget(&mut self, review: &Review) {
-        let n = review.verdicts.len() as u64;
-        self.held_verdicts = self.held_verdicts.saturating_sub(n);
-        self.forgotten_verdicts += n;
-    }
-
-    /// Whether adding `admitted` verdicts (just done) passed a checkpoint: with `h` verdicts
-    /// held, one every `max(2^⌊log2 h⌋ / 4, 2 · min_items)` verdicts ever admitted; none before
-    /// the project holds `2 · min_items` verdicts, as no reviewer can share `min_items` items
-    /// before (a shared item has two verdicts), and both need that many (`min_items` counts as
-    /// at least 1 here, as in the findings).
+    /// Whether verdicts just admitted on an item marked `mark` (a hash of its project and id,
+    /// the same in every run) make a checkpoint, with `held` items held: one item in
+    /// `max(2^⌊log2 held⌋ / 4, min_items)`, the items whose mark that divides; none before the
+    /// project holds `min_items` items, as no reviewer can share `min_items` items before
+    /// (`min_items` counts as at least 1 here, as in the findings).
     ///
-    /// A quarter of the verdicts held bounds how far a large project's alerts and learned
-    /// weights lag, and makes the checkpoints' fits read `O(4)` held verdicts per verdict
-    /// admitted, amortised. The floor is for the many small projects whose items the task's
-    /// bound keeps forgetting: their `h` stays small while their verdicts keep coming, and a
-    /// fit every few verdicts would cost more than everything else a vote does. It is the
-    /// evidence the first checkpoint waits for: a project is fitted again once it has that
-    /// much new.
+    /// A quarter of the items held makes the checkpoints' fits read `O(4)` held verdicts per
+    /// verdict admitted on average, and bounds how far a large project's alerts and learned
+    /// weights lag on average: the gap between two checkpoints is `n` such steps or more with
+    /// probability about `e^-n`. The floor is for the many small projects whose items the
+    /// task's bound keeps forgetting: their items held stay few while their verdicts keep
+    /// coming, and a fit every few verdicts would cost more than everything else a vote does.
     ///
-    /// A function of the verdicts admitted and held, both restored exactly, so a restored
-    /// project keeps the same checkpoints.
-    pub fn checkpoint_due(&self, admitted: u64, min_items: u64) -> bool {
-        let (held, first) = (self.held_verdicts, 2 * min_items.max(1));
-        if admitted == 0 || held < first {
+    /// Drawn from the item, not counted: a function of the item and the items held, both
+    /// restored exactly, so that a restored project keeps the same checkpoints with no count
+    /// of its own to write whenever an item is forgotten, and which items are checkpoints does
+    /// not depend on the order they came in.
+    pub fn checkpoint_due(mark: u64, held: u64, min_items: u64) -> bool {
+        let first = min_items.max(1);
+        if held < first {
             return false;
         }
         let step = (1u64 << held.ilog2()).div_ceil(4).max(first);
-        let ever = self.held_verdicts + self.forgotten_verdicts;
-        ever / step != (ever - admitted) / step
+        mark.is_multiple_of(step)
     }
 
     /// Notes `fit`, the project's newest, for the metrics ([`Reviewers::fitted`],
@@ -965,10 +947,9 @@ impl Reviewers {
         }
     }
 
-    /// Counts the verdicts held again from the items' `reviews`, after a restore wrote them
-    /// (and the findings) directly.
-    pub fn recount<'a>(&mut self, reviews: impl Iterator<Item = &'a Review>) {
-        self.held_verdicts = reviews.map(|r| r.verdicts.len() as u64).sum();
+    /// Forgets the last checkpoint's fit, after a restore wrote the items and findings
+    /// directly: the runtime fits again (`Engine::republish_reviewers`).
+    pub fn forget_checkpoint(&mut self) {
         self.checkpoint = None;
     }
 
@@ -985,15 +966,9 @@ impl Reviewers {
         self.held_for_release = false;
     }
 
-    /// Reviewers fitted by the project's last fit (not those with verdicts held: see
-    /// [`Reviewers::is_empty`]).
+    /// Reviewers fitted by the project's last fit (not those with verdicts held now).
     pub fn fitted(&self) -> usize {
         self.last_fit.0
-    }
-
-    /// Whether no verdict is held.
-    pub fn is_empty(&self) -> bool {
-        self.held_verdicts == 0
     }
 
     /// Verdicts left out so far at the vote, and by the project's last fit.

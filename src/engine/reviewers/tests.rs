@@ -139,11 +139,12 @@ fn six_reviewers(run: &mut Run, items: i64) {
 /// Reliability, once the items' posteriors are near certain, over 80 items: honest
 /// (2 + 80)/83 ≈ 0.988, contrarian 2/83 ≈ 0.024, "yes" and "coin" (2 + 40)/83 ≈ 0.506.
 /// Alerts (min 20 shared items, min reliability 0.6, same verdict 0.95), each once and at the
-/// first checkpoint after the 20th item: the contrarian unreliable and adversarial; "yes"
-/// unreliable and straight-lining (pass on every item while the others' majority passes half
-/// of them); "coin" unreliable. Each item adds six verdicts; from 64 held verdicts to 127 a
-/// checkpoint comes every 40 admitted (a quarter of 64 is 16, below the floor of
-/// `2 · min_items`), so item 20 (120 verdicts) is one.
+/// project's first checkpoint, at or after its 20th item: the contrarian unreliable and
+/// adversarial; "yes" unreliable and straight-lining (pass on every item while the others'
+/// majority passes half of them); "coin" unreliable. Which item that is, is drawn by the
+/// items' marks ([`Reviewers::checkpoint_due`]).
+///
+/// [`Reviewers::checkpoint_due`]: crate::engine::model::reviewers::Reviewers::checkpoint_due
 #[test]
 fn honest_contrarian_yes_sayer_and_coin_by_hand() {
     let mut run = Run::new(&Config::default());
@@ -194,21 +195,46 @@ fn honest_contrarian_yes_sayer_and_coin_by_hand() {
         .map(|(k, s, _)| (k.as_str(), s.as_str()))
         .collect();
     assert_eq!(kinds, expected);
-    assert!(alerts.iter().all(|(_, _, n)| *n == 20), "{alerts:?}");
+    let first = first_checkpoint("p", 20);
+    assert!(alerts.iter().all(|(_, _, n)| *n == first), "{alerts:?}");
+}
+
+/// The items held at the first checkpoint of a project of `project` whose items are
+/// `item-0`, `item-1`, ... with `min_items` 20, as [`Reviewers::checkpoint_due`] draws it.
+///
+/// [`Reviewers::checkpoint_due`]: crate::engine::model::reviewers::Reviewers::checkpoint_due
+fn first_checkpoint(project: &str, min_items: u64) -> u64 {
+    use crate::engine::model::judge_quality::item_mark;
+    use crate::engine::model::reviewers::Reviewers as Model;
+    (1..)
+        .find(|&held: &u64| {
+            let item = format!("item-{}", held - 1);
+            Model::checkpoint_due(item_mark((project, &item)), held, min_items)
+        })
+        .unwrap_or(0)
 }
 
 /// A finding re-arms once it is no longer true, and alerts again when it is: a reviewer who
-/// always says pass stops straight-lining once it fails enough items, and alerts again when
-/// it goes back to passing everything.
+/// always says pass alerts once while it straight-lines, stops straight-lining once it gives
+/// the true verdict long enough (its findings clear at a checkpoint, without an alert), and
+/// alerts again when it goes back to passing everything. (Where the checkpoints fall is drawn
+/// by the items, so each phase runs until its checkpoint has come.)
 #[test]
 fn a_finding_rearms_once_it_is_no_longer_true() {
     let config =
         Config::from_toml("[reviewers]\nmin_items = 4\nmax_same_verdict = 0.8\n").expect("valid");
     let mut run = Run::new(&config);
-    let batch = |run: &mut Run, item: i64, yes: f64| {
+    let mut item = 0;
+    let mut batch = |run: &mut Run, yes: Option<f64>| {
         let truth = if item % 2 == 0 { 1.0 } else { 0.0 };
-        let votes = [("a", truth), ("b", truth), ("c", truth), ("yes", yes)];
+        let votes = [
+            ("a", truth),
+            ("b", truth),
+            ("c", truth),
+            ("yes", yes.unwrap_or(truth)),
+        ];
         run.votes(&format!("i{item}"), item, &votes);
+        item += 1;
     };
     let straight = |run: &Run| {
         run.alerts()
@@ -216,29 +242,50 @@ fn a_finding_rearms_once_it_is_no_longer_true() {
             .filter(|(k, s, _)| k == "reviewer_straight_lining" && s == "yes")
             .count()
     };
-    for item in 0..4 {
-        batch(&mut run, item, 1.0);
+    let lining = |run: &Run| {
+        let findings = run.record("yes")["findings"].clone();
+        findings
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == "straight_lining"))
+    };
+    for _ in 0..200 {
+        batch(&mut run, Some(1.0));
+        if straight(&run) > 0 {
+            break;
+        }
     }
     assert_eq!(straight(&run), 1);
-    // Giving the true verdict on the next twenty brings its pass rate to 14/24, under
-    // 2 * 0.8 - 1: re-armed, and no alert.
-    for item in 4..24 {
-        batch(&mut run, item, if item % 2 == 0 { 1.0 } else { 0.0 });
+    // Still straight-lining: no second alert, however many checkpoints come.
+    for _ in 0..40 {
+        batch(&mut run, Some(1.0));
     }
-    assert_eq!(run.record("yes")["findings"], serde_json::json!([]));
+    assert_eq!(straight(&run), 1);
+    assert!(lining(&run));
+    // The true verdict, until a checkpoint finds its pass rate under 2 * 0.8 - 1: re-armed,
+    // with no alert.
+    for _ in 0..400 {
+        batch(&mut run, None);
+        if !lining(&run) {
+            break;
+        }
+    }
+    assert!(!lining(&run));
     assert_eq!(straight(&run), 1);
     // Passing everything again: at 0.8 of its items it is straight-lining again.
-    for item in 24..64 {
-        batch(&mut run, item, 1.0);
+    for _ in 0..2_000 {
+        batch(&mut run, Some(1.0));
+        if straight(&run) > 1 {
+            break;
+        }
     }
     assert_eq!(straight(&run), 2);
 }
 
-/// A project whose items the task forgets to make room for another project's publishes its
-/// reviewers' records again, as its verdicts leave them, at every release: the mark that lists
-/// a project once until its records are published is cleared when they are.
+/// A project whose items the task forgets to make room for another project's is not touched:
+/// its reviewers' records stand as published until its own next change, which publishes them
+/// as its verdicts now leave them (the task's oldest forgotten again to make room).
 #[test]
-fn a_project_whose_items_another_forgets_publishes_its_reviewers_again() {
+fn a_project_whose_items_another_forgets_publishes_at_its_next_change() {
     let config = Config::from_toml("[judge_quality]\nmax_items = 3\n[kafka]\npartitions = 1\n")
         .expect("valid");
     let mut run = Run::new(&config);
@@ -261,11 +308,21 @@ fn a_project_whose_items_another_forgets_publishes_its_reviewers_again() {
         };
     let held = |n| vec![("a".to_owned(), n), ("b".to_owned(), n)];
     assert_eq!(verdicts(&run), held(3));
-    // Each new item of q forgets p's oldest: p's records go out again with one verdict fewer.
+    let records = |run: &Run| run.out.len();
+    // Each new item of q forgets p's oldest; p publishes nothing.
     run.project = "q";
     run.votes("q0", 3, &[("c", 1.0)]);
-    assert_eq!(verdicts(&run), held(2));
+    let before = records(&run);
     run.votes("q1", 4, &[("c", 1.0)]);
+    assert_eq!(verdicts(&run), held(3));
+    assert!(
+        run.out[before..]
+            .iter()
+            .all(|o| o["value"]["project_id"] != "p")
+    );
+    // p's next item forgets its last old one: its records go out with that item's verdicts.
+    run.project = "p";
+    run.votes("p3", 5, &[("a", 1.0), ("b", 0.0)]);
     assert_eq!(verdicts(&run), held(1));
 }
 
@@ -287,7 +344,7 @@ fn off_publishes_nothing() {
         .state
         .quality("p")
         .expect("judge quality keeps the items");
-    assert!(q.reviewers.is_empty());
+    assert!(!q.has_verdicts(&run.state.quality));
     assert!(!q.items.is_empty());
     assert!(run.state.quality.reviews(&q.items).all(|r| r.is_empty()));
 }

@@ -9,7 +9,8 @@
 //! a task holds one [`TaskQuality`] beside its projects: the items they hold in one order of
 //! arrival (each project holds its items' places in it), so that the task holds at most
 //! `judge_quality.max_items` split over the partitions, the oldest forgotten first whatever its
-//! project.
+//! project, without touching that project: its index drops the place at its own next change
+//! ([`Index::prune`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
@@ -263,15 +264,14 @@ pub struct Observed {
     pub items: SmallVec<[u64; 2]>,
     /// The places of items whose waiting judge scores changed, paired or were forgotten.
     pub waiting: Vec<u64>,
-    /// The project of each item (votes or waiting scores), or waiting score of an item,
-    /// forgotten to stay in bounds (a task's bound may forget another project's item), and of
-    /// each batch with verdicts the reviewer model left out.
-    pub forgotten: SmallVec<[ProjectKey; 1]>,
-    /// The projects whose items' verdicts or judges' verdicts changed (a task's bound may
-    /// forget another project's item, and with it change that project's reviewers' figures)
-    /// and that were not already waiting for their reviewers' records to be published: each
-    /// is now marked as waiting ([`Reviewers::hold`]), and the engine lists it for publication
-    /// (every `Observed` goes through `Engine::review`).
+    /// Whether the reviewer model left out verdicts of the votes' batch (its project's count
+    /// of those changed).
+    pub left_out: bool,
+    /// The projects whose items' verdicts or judges' verdicts changed and that were not
+    /// already waiting for their reviewers' records to be published: each is now marked as
+    /// waiting ([`Reviewers::hold`]), and the engine lists it for publication (every
+    /// `Observed` goes through `Engine::review`). (An item the task's bound forgets changes
+    /// nothing published of its project until the project's next change.)
     pub reviewed: Vec<ProjectKey>,
     /// Whether the votes' project passed a checkpoint of its reviewer model
     /// ([`Reviewers::checkpoint_due`]).
@@ -304,10 +304,8 @@ pub struct ProjectQuality {
     pub recent: BTreeMap<u64, CandidateScores>,
     /// The running correlations of judge pairs over `recent`, kept with it.
     pub correlations: Correlations,
-    /// The counts of the verdicts in `items`, and their reviewers' findings.
+    /// Its reviewers' findings, and the count of verdicts the model left out.
     pub reviewers: Reviewers,
-    /// Items forgotten so far to stay in bounds.
-    pub forgotten: u64,
 }
 
 impl ProjectQuality {
@@ -366,12 +364,16 @@ impl ProjectQuality {
     }
 
     /// Rebuilds what is derived from the rest, after a restore wrote that directly: the
-    /// correlations from `recent` and the count of verdicts held from the items' (the task's
-    /// `task`). The runtime fits the reviewers once it has restored the state
-    /// (`Engine::republish_reviewers`).
-    pub fn rebuild(&mut self, task: &TaskQuality) {
+    /// correlations from `recent`. The runtime fits the reviewers once it has restored the
+    /// state (`Engine::republish_reviewers`).
+    pub fn rebuild(&mut self) {
         self.correlations = Correlations::of(self.recent.values());
-        self.reviewers.recount(task.reviews(&self.items));
+        self.reviewers.forget_checkpoint();
+    }
+
+    /// Whether any of its items held (in `task`) has a verdict.
+    pub fn has_verdicts(&self, task: &TaskQuality) -> bool {
+        task.reviews(&self.items).any(|r| !r.verdicts.is_empty())
     }
 
     /// The reviewer model fitted on the verdicts of the items held now (in `task`), at most
@@ -426,6 +428,26 @@ pub struct TaskQuality {
     waits: Places,
     /// What the current flush changed of the items, when the state journals.
     undo: Undo,
+    /// What the task forgot to stay within the bounds: counts, not state.
+    forgotten: Tally,
+}
+
+/// What a task forgot to stay within the bounds, beside its state, not of it: never restored,
+/// and every two compare equal.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    /// Items and waiting judge scores forgotten since the task was taken (restored or
+    /// started), for the metrics.
+    forgotten: u64,
+    /// Items the task forgot since it last dropped their places from every project's index
+    /// ([`sweep`]).
+    unswept: usize,
+}
+
+impl PartialEq for Tally {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// A project as judge quality finds it in its state's map: what holds its [`ProjectQuality`].
@@ -617,6 +639,12 @@ impl TaskQuality {
         (self.items.len(), self.waits.len())
     }
 
+    /// Items and waiting judge scores forgotten to stay within the bounds since the task was
+    /// taken (restored or started).
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten.forgotten
+    }
+
     /// Applied votes `(reputation, value)` of `project` on `item`, of a batch at event time
     /// `at`, and their `verdicts` for the reviewer model. The first `min_human_votes` that carry
     /// weight make the item's score; once it has them, the judge scores waiting for it pair
@@ -636,7 +664,7 @@ impl TaskQuality {
             (projects, &mut self.items),
             (project, item),
             limits,
-            (&mut observed, &mut self.undo),
+            (&mut observed, &mut self.undo, &mut self.forgotten),
         );
         observed.first_forgotten = before && !none_forgotten(&self.undo);
         let undo = &mut self.undo.0;
@@ -662,12 +690,11 @@ impl TaskQuality {
         if let Some(reviewer_limits) = limits.reviewers {
             let left_out = q.reviewers.left_out;
             let added = q.reviewers.add(&mut agg.review, verdicts, reviewer_limits);
-            if q.reviewers.left_out != left_out {
-                observed.forgotten.push(ProjectKey::from(project));
-            }
-            observed.checkpoint = q
-                .reviewers
-                .checkpoint_due(added.admitted, reviewer_limits.min_items);
+            observed.left_out = q.reviewers.left_out != left_out;
+            let held = q.items.held(&self.items) as u64;
+            let mark = item_mark((project, item));
+            observed.checkpoint = added.admitted > 0
+                && Reviewers::checkpoint_due(mark, held, reviewer_limits.min_items);
             if added.changed {
                 observed.reviewed((project, q));
             }
@@ -760,7 +787,7 @@ impl TaskQuality {
                 (projects, &mut self.waits),
                 (project, item),
                 limits,
-                &mut observed,
+                (&mut observed, &mut self.forgotten),
             );
             let Some((_, waiting)) = q.waiting.get_mut(item) else {
                 continue;
@@ -775,10 +802,7 @@ impl TaskQuality {
             // `max_judges` scores.
             let excess = waiting.len().saturating_sub(limits.max_judges.max(1));
             waiting.drain(..excess);
-            q.forgotten += excess as u64;
-            observed
-                .forgotten
-                .extend(std::iter::repeat_n(ProjectKey::from(project), excess));
+            self.forgotten.forgotten += excess as u64;
             if observed.waiting.last() != Some(&seq) {
                 observed.waiting.push(seq);
             }
@@ -847,10 +871,9 @@ impl TaskQuality {
 
     /// Whether the task's places and its projects' agree (for tests of the invariants).
     pub fn consistent<P: HoldsQuality>(&self, projects: &Projects<P>) -> bool {
-        let (items, waits) = projects
-            .values()
-            .map(P::quality)
-            .fold((0, 0), |(i, w), q| (i + q.items.len(), w + q.waiting.len()));
+        let (items, waits) = projects.values().map(P::quality).fold((0, 0), |(i, w), q| {
+            (i + q.items.held(&self.items), w + q.waiting.len())
+        });
         let items_held = self.items.range(0..u64::MAX).all(|(seq, p, (item, _))| {
             of(projects, p).is_some_and(|q| q.items.get(&self.items, item) == Some(seq))
         });
@@ -874,34 +897,37 @@ type Gone<V> = (u64, ProjectKey, ProjectKey, V);
 
 /// The place of `project`'s `item` in the task's `items` (which hold its votes), with the
 /// project's judge quality, taking the next place if it is new: first the task's oldest are
-/// forgotten down to `max_task_items`, then the project's down to `max_pending_items`. The
-/// places forgotten, their projects and the reviewers they change are noted in `observed`, and
-/// the items forgotten handed to `undo`.
+/// forgotten down to `max_task_items` (their projects untouched: each drops the places at its
+/// own next change, [`Index::prune`], as this project does here), then the project's down to
+/// `max_pending_items`. The places forgotten and the reviewers they change are noted in
+/// `observed`, the items forgotten handed to `undo` and counted in `forgotten`.
 fn place_item<'a, P: HoldsQuality>(
     (projects, items): (&'a mut Projects<P>, &mut Keyed<ItemVotes>),
     (project, item): (&str, &str),
     limits: &QualityLimits,
-    (observed, undo): (&mut Observed, &mut Undo),
+    (observed, undo, forgotten): (&mut Observed, &mut Undo, &mut Tally),
 ) -> (u64, &'a mut ProjectQuality) {
     let held_at = projects
         .get(project)
         .and_then(|p| p.quality().items.get(items, item));
     if let Some(seq) = held_at {
-        return (seq, held_quality(projects, project));
+        let q = held_quality(projects, project);
+        q.items.prune(items);
+        return (seq, q);
     }
     while items.len() >= limits.max_task_items.max(1) {
         let Some((seq, (owner, (key, value)))) = items.pop_oldest() else {
             break;
         };
-        if let Some(q) = projects.get_mut(&owner).map(P::quality_mut)
-            && q.items.remove(items, &key, seq)
-        {
-            let_go(q, (seq, owner, key, value), (observed, undo));
-        } else {
-            note_forgotten(&owner, observed);
-        }
+        let_go((seq, owner, key, value), (observed, undo, forgotten));
+        forgotten.unswept += 1;
+    }
+    if forgotten.unswept >= limits.max_task_items.max(1) {
+        sweep(projects, items);
+        forgotten.unswept = 0;
     }
     let q = held_quality(projects, project);
+    q.items.prune(items);
     while q.items.len() >= limits.max_pending_items.max(1) {
         let Some(seq) = q.items.oldest() else {
             break;
@@ -910,7 +936,10 @@ fn place_item<'a, P: HoldsQuality>(
             break;
         };
         q.items.remove(items, &key, seq);
-        let_go(q, (seq, owner, key, value), (observed, undo));
+        if !value.review.verdicts.is_empty() {
+            observed.reviewed((owner.as_str(), q));
+        }
+        let_go((seq, owner, key, value), (observed, undo, forgotten));
     }
     let value = (ProjectKey::from(item), ItemVotes::default());
     let seq = items.push(project, value, limits.max_task_items);
@@ -918,20 +947,23 @@ fn place_item<'a, P: HoldsQuality>(
     (seq, q)
 }
 
-/// Takes an item its project `q` forgot to stay within the bounds: counts it, takes its
-/// verdicts off the project's count of those held, notes it in `observed` and hands it to
-/// `undo` (the flush's), where the value moves once: from the task's items to there.
-fn let_go(
-    q: &mut ProjectQuality,
-    (seq, project, key, value): Gone<ItemVotes>,
-    (observed, undo): (&mut Observed, &mut Undo),
-) {
-    q.forgotten += 1;
-    if !value.review.verdicts.is_empty() {
-        q.reviewers.forget(&value.review);
-        observed.reviewed((&project, q));
+/// Drops from every project's index the places the task forgot ([`Index::prune`]): run once the
+/// task has forgotten as many items as it holds at most, so that its projects' indexes hold at
+/// most twice that many places, whichever projects stop changing. `O(projects)` each
+/// `max_task_items` items forgotten.
+fn sweep<P: HoldsQuality>(projects: &mut Projects<P>, items: &Keyed<ItemVotes>) {
+    for p in projects.values_mut() {
+        p.quality_mut().items.prune(items);
     }
-    note_forgotten(&project, observed);
+}
+
+/// Takes an item forgotten to stay within the bounds: counts it and hands it to `undo` (the
+/// flush's), where the value moves once: from the task's items to there.
+fn let_go(
+    (seq, project, key, value): Gone<ItemVotes>,
+    (observed, undo, forgotten): (&mut Observed, &mut Undo, &mut Tally),
+) {
+    forgotten.forgotten += 1;
     match &mut undo.0 {
         Some(undo) => undo.forgot(seq, (project, key, value)),
         // Without an undo its bucket is rewritten by this flush, if anything is.
@@ -941,12 +973,13 @@ fn let_go(
 
 /// The place of `project`'s `item` among the task's items with waiting judge scores
 /// (`places`), with the project's judge quality, taking the next place if it is new, as
-/// [`place_item`] does (what is forgotten is noted in `observed`).
+/// [`place_item`] does. A waiting score's value is its project's, so forgetting one touches
+/// its project; the places forgotten are noted in `observed` and counted in `forgotten`.
 fn place_waiting<'a, P: HoldsQuality>(
     (projects, places): (&'a mut Projects<P>, &mut Places),
     (project, item): (&str, &str),
     limits: &QualityLimits,
-    observed: &mut Observed,
+    (observed, forgotten): (&mut Observed, &mut Tally),
 ) -> (u64, &'a mut ProjectQuality) {
     let held_at = projects
         .get_mut(project)
@@ -959,13 +992,11 @@ fn place_waiting<'a, P: HoldsQuality>(
         let Some((seq, (owner, ()))) = places.pop_oldest() else {
             break;
         };
-        if let Some(q) = projects.get_mut(&owner).map(P::quality_mut)
-            && q.waiting.remove_at(seq).is_some()
-        {
-            q.forgotten += 1;
+        if let Some(q) = projects.get_mut(&owner).map(P::quality_mut) {
+            q.waiting.remove_at(seq);
         }
+        forgotten.forgotten += 1;
         observed.waiting.push(seq);
-        note_forgotten(&owner, observed);
     }
     let q = held_quality(projects, project);
     let mut made_room = Vec::new();
@@ -973,20 +1004,22 @@ fn place_waiting<'a, P: HoldsQuality>(
         .make_room(limits.max_pending_items, &mut made_room);
     for (seq, _, _) in made_room {
         places.remove(seq);
-        q.forgotten += 1;
+        forgotten.forgotten += 1;
         observed.waiting.push(seq);
-        note_forgotten(project, observed);
     }
     let seq = places.push(project, (), limits.max_task_items);
     q.waiting.insert(item, seq, Vec::new());
     (seq, q)
 }
 
-/// Notes in `observed` that a value of `project` was forgotten. A forgotten item's bucket is
-/// rewritten by the next flush (see [`ItemUndo`]), not this one; a waiting score's place goes
-/// in `observed.waiting`, for this one, where it is forgotten.
-fn note_forgotten(project: &str, observed: &mut Observed) {
-    observed.forgotten.push(ProjectKey::from(project));
+/// The mark a checkpoint of the reviewer model is drawn by ([`Reviewers::checkpoint_due`]):
+/// a hash of the item's project and id, the same in every process and every run.
+pub fn item_mark((project, item): (&str, &str)) -> u64 {
+    let mut mark = xxhash_rust::xxh3::Xxh3::new();
+    mark.update(project.as_bytes());
+    mark.update(&[0xFF]);
+    mark.update(item.as_bytes());
+    mark.digest()
 }
 
 #[cfg(test)]

@@ -169,18 +169,14 @@ fn a_pair_is_the_same_whether_the_session_or_the_votes_come_last() {
 fn items_and_waiting_scores_are_bounded_oldest_first() {
     let mut q = Task::default();
     for item in ["a", "b", "c"] {
-        assert_eq!(
-            q.votes(("p", item), (&[(1.0, 1.0)], &[]), at(), &LIMITS)
-                .forgotten
-                .len(),
-            0
-        );
+        q.votes(("p", item), (&[(1.0, 1.0)], &[]), at(), &LIMITS);
     }
+    assert_eq!(q.quality.forgotten(), 0);
     // A fourth item forgets "a"'s votes: its count starts again.
     let fourth = q.votes(("p", "d"), (&[(1.0, 1.0)], &[]), at(), &LIMITS);
     // (By their places: "a" was the first, "d" the fourth.)
     assert_eq!(
-        (fourth.forgotten.len(), fourth.items.as_slice()),
+        (q.quality.forgotten(), fourth.items.as_slice()),
         (1, [0, 3].as_slice())
     );
     assert!(item(&q, "a").is_none());
@@ -188,21 +184,12 @@ fn items_and_waiting_scores_are_bounded_oldest_first() {
     assert_eq!(item(&q, "a").map(|v| v.votes), Some(1));
     // Waiting judge scores are bounded the same way.
     for item in ["x", "y", "z"] {
-        assert_eq!(
-            q.completed(("p", "s"), &[(item, "j", 0.5)], at(), &LIMITS)
-                .forgotten
-                .len(),
-            0
-        );
+        q.completed(("p", "s"), &[(item, "j", 0.5)], at(), &LIMITS);
     }
-    assert_eq!(
-        q.completed(("p", "s"), &[("w", "j", 0.5)], at(), &LIMITS)
-            .forgotten
-            .len(),
-        1
-    );
+    assert_eq!(q.quality.forgotten(), 2);
+    q.completed(("p", "s"), &[("w", "j", 0.5)], at(), &LIMITS);
     // "a", then "b" (when "a" came back), then "x".
-    assert_eq!(q.get("p").unwrap().forgotten, 3);
+    assert_eq!(q.quality.forgotten(), 3);
     // "x" no longer waits: its votes reaching three pair nothing.
     let votes = [(1.0, 1.0); 3];
     assert!(
@@ -226,9 +213,9 @@ fn a_task_forgets_its_oldest_item_whatever_its_project() {
     };
     let mut q = Task::default();
     for (project, item) in [("p1", "a"), ("p2", "b"), ("p1", "c")] {
-        let observed = q.votes((project, item), (&[(1.0, 1.0)], &[]), at(), &limits);
-        assert!(observed.forgotten.is_empty());
+        q.votes((project, item), (&[(1.0, 1.0)], &[]), at(), &limits);
     }
+    assert_eq!(q.quality.forgotten(), 0);
     // A vote on a held item takes no place.
     assert_eq!(
         q.votes(("p2", "b"), (&[(1.0, 1.0)], &[]), at(), &limits)
@@ -239,12 +226,18 @@ fn a_task_forgets_its_oldest_item_whatever_its_project() {
     // p2's new item forgets p1's "a", the task's oldest (place 0), and takes place 3.
     let fourth = q.votes(("p2", "d"), (&[(1.0, 1.0)], &[]), at(), &limits);
     assert_eq!(fourth.items.as_slice(), [0, 3]);
-    assert_eq!(fourth.forgotten.as_slice(), [ProjectKey::from("p1")]);
+    assert_eq!(q.quality.forgotten(), 1);
     assert_eq!(q.held(), (3, 0));
     assert!(q.quality.item(&q.projects, ("p1", "a")).is_none());
-    assert_eq!(q.get("p1").unwrap().forgotten, 1);
+    // p1 was not touched: its index keeps the place until its own next change drops it.
+    let p1 = &q.get("p1").unwrap().items;
+    assert_eq!((p1.len(), p1.held(q.quality.items())), (2, 1));
     let bucket: Vec<(u64, &str, &str)> = q.items_at(0..16).map(|(s, p, i, _)| (s, p, i)).collect();
     assert_eq!(bucket, [(1, "p2", "b"), (2, "p1", "c"), (3, "p2", "d")]);
+    assert!(q.consistent());
+    q.votes(("p1", "c"), (&[(1.0, 1.0)], &[]), at(), &limits);
+    let p1 = &q.get("p1").unwrap().items;
+    assert_eq!((p1.len(), p1.held(q.quality.items())), (1, 1));
     assert!(q.consistent());
 }
 
@@ -413,4 +406,27 @@ proptest! {
         // Each judge score pairs at most once (every judge here scores once).
         prop_assert!(formed <= scored);
     }
+}
+
+/// Projects that stop changing keep the places the task forgot only until the task's sweep:
+/// however many projects vote once and go quiet, their indexes hold at most twice the task's
+/// bound.
+#[test]
+fn quiet_projects_hold_at_most_twice_the_task_bound_of_places() {
+    let limits = QualityLimits {
+        max_task_items: 8,
+        ..LIMITS
+    };
+    let mut q = Task::default();
+    let mut most = 0;
+    for i in 0..500 {
+        let project = format!("p{i}");
+        q.votes((&project, "a"), (&[(1.0, 1.0)], &[]), at(), &limits);
+        let places: usize = q.projects.values().map(|p| p.items.len()).sum();
+        most = most.max(places);
+        assert!(q.consistent());
+    }
+    assert_eq!(q.held(), (8, 0));
+    assert!(most <= 16, "{most} places held");
+    assert!(most > 8, "the task's forgetting is lazy: {most}");
 }

@@ -3,7 +3,7 @@ use std::collections::BTreeSet;
 
 use super::*;
 use crate::engine::model::bounded::Bounded;
-use crate::engine::model::judge_quality::ItemVotes;
+use crate::engine::model::judge_quality::{ItemVotes, item_mark};
 
 const LIMITS: ReviewerLimits = ReviewerLimits {
     max_verdicts: 64,
@@ -79,18 +79,16 @@ impl Crowd {
             .map(|v| Verdict { at, ..v.clone() })
             .collect();
         let (added, _) = self.add_timed((item, &verdicts));
-        self.reviewers
-            .checkpoint_due(added.admitted, self.limits.min_items)
+        let held = self.items.len() as u64;
+        let mark = item_mark(("p", item));
+        added.admitted > 0 && Reviewers::checkpoint_due(mark, held, self.limits.min_items)
     }
 
     /// Adds a batch whose verdicts carry their own times; returns what it added.
     fn add_timed(&mut self, (item, verdicts): (&str, &[Verdict])) -> (Added, Vec<ProjectKey>) {
         let mut forgotten = Vec::new();
         let (_, review) = self.items.entry(item, self.max_items, &mut forgotten);
-        for (_, _, review) in forgotten {
-            self.reviewers.forget(&review);
-            self.forgotten += 1;
-        }
+        self.forgotten += forgotten.len() as u64;
         let added = self.reviewers.add(review, verdicts, self.limits);
         (added, Vec::new())
     }
@@ -120,16 +118,13 @@ impl Crowd {
         self.fit().reviewers[reviewer].clone()
     }
 
-    /// The reviewers as a restore rebuilds them from the items, the findings and the
-    /// counters written.
+    /// The reviewers as a restore rebuilds them from the findings and the count written.
     fn restored(&self) -> Reviewers {
         let mut again = Reviewers::default();
         for (k, &findings) in &self.reviewers.findings {
             again.restore(k, Kept { findings });
         }
         again.left_out = self.reviewers.left_out;
-        again.forgotten_verdicts = self.reviewers.forgotten_verdicts;
-        again.recount(self.items.values());
         again
     }
 }
@@ -224,8 +219,8 @@ fn honest_contrarian_and_yes_sayer_by_hand() {
 }
 
 /// A reviewer changing their verdict on an item replaces it, and a forgotten item takes its
-/// verdicts back: a reviewer left with none is no longer fitted, its findings go at the next
-/// fit, and the counts say how many verdicts went.
+/// verdicts back: a reviewer left with none is no longer fitted, and its findings go at the
+/// next fit.
 #[test]
 fn replaced_and_forgotten_verdicts() {
     let limits = ReviewerLimits {
@@ -262,7 +257,6 @@ fn replaced_and_forgotten_verdicts() {
     assert_eq!(r.forgotten, 1);
     assert!(!r.fits("ann"));
     assert_eq!(r.figures("bob").verdicts, 1);
-    assert_eq!(r.reviewers.forgotten_verdicts, 2);
     assert_eq!(r.reviewers, r.restored());
     assert_eq!(r.refit(), ["ann"]);
     assert_eq!(r.reviewers.findings("ann"), Findings::default());
@@ -394,23 +388,41 @@ fn orders(xs: &[f64]) -> Vec<Vec<f64>> {
         .collect()
 }
 
-/// Checkpoints: none before the project holds `2 · min_items` verdicts, then one every
-/// `max(2^⌊log2 h⌋ / 4, 2 · min_items)` verdicts admitted. With `min_items` 4 and one verdict
-/// per batch: held 8 is the first, then every 8 (a quarter of what is held stays at or below
-/// the floor of 8 until 64 are held): 16, 24, 32, 40, 48; from 64 (step 16) 64, 80, ...
+/// Checkpoints: none before the project holds `min_items` items, then one item in
+/// `max(2^⌊log2 h⌋ / 4, min_items)` (`h` the items held), those whose mark that divides. With
+/// `min_items` 4: held 3, none; held 8, a step of 4 (a quarter of 8 is below the floor); held
+/// 64, 16; held 1,000, 128 (2^9 / 4).
 #[test]
 fn checkpoints_by_hand() {
+    let due = |mark, held| Reviewers::checkpoint_due(mark, held, 4);
+    assert!(!due(0, 3));
+    assert_eq!(
+        (0..12).filter(|&m| due(m, 8)).collect::<Vec<_>>(),
+        [0, 4, 8]
+    );
+    assert!(due(16, 64) && due(48, 64) && !due(8, 64) && !due(4, 64));
+    assert!(due(128, 1_000) && due(256, 1_000) && !due(64, 1_000));
+    // `min_items` 0 counts as 1: with 3 items held the step is 1 (2^⌊log2 3⌋ / 4 rounded
+    // up), so every item is a checkpoint.
+    assert!((0..5).all(|m| Reviewers::checkpoint_due(m, 3, 0)));
+    // Through a crowd: a replaced verdict admits none, so it is never a checkpoint, and
+    // about one item in a step is.
     let limits = ReviewerLimits {
         min_items: 4,
         ..LIMITS
     };
     let mut r = Crowd::new(10_000, limits);
-    let due: Vec<i64> = (1..=80)
+    let due: Vec<i64> = (1..=2_000)
         .filter(|&i| r.add((&format!("i{i}"), &[v("ann", true)]), at(i)))
         .collect();
-    assert_eq!(due, [8, 16, 24, 32, 40, 48, 56, 64, 80]);
-    // A replaced verdict admits none: no checkpoint.
-    assert!(!r.add(("i1", &[v("ann", false)]), at(81)));
+    // Held 512 to 1,023 (a step of 128) and 1,024 to 2,000 (256): about 4 and 4.
+    let late = due.iter().filter(|&&i| i >= 512).count();
+    assert!((3..=20).contains(&late), "{due:?}");
+    assert!(due.iter().all(|&i| i >= 4));
+    let marked = (1..=2_000)
+        .find(|i| due.contains(i))
+        .expect("some checkpoint");
+    assert!(!r.add((&format!("i{marked}"), &[v("ann", false)]), at(2_001)));
 }
 
 /// A small deterministic generator (splitmix64), so the crowd below is the same every run.
