@@ -222,8 +222,9 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(30);
 /// before it, as a commit follows its flush's changelog). A broker can report an end below
 /// records it has acknowledged (tansu's high watermark is its last batch's first offset + 1): a
 /// state restored from there would lack the last flushes of the partition's previous owner,
-/// and its new owner would go on from the commit without them, its figures silently wrong. A state still short after
-/// [`CATCH_UP_WAIT`] fails the restore ([`ServiceError::RestoreBehind`]).
+/// and its new owner would go on from the commit without them, its figures silently wrong. A
+/// state still short after [`CATCH_UP_WAIT`] fails the restore
+/// ([`ServiceError::RestoreBehind`]).
 fn catch_up(
     reader: &BaseConsumer<QuietReader>,
     restorers: &mut [Restorer],

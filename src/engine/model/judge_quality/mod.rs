@@ -175,11 +175,8 @@ pub struct TimedPair(pub EventTime, pub u64, pub f64, pub f64);
 
 impl TimedPair {
     fn of(pair: &Pair) -> TimedPair {
-        let mut key = xxhash_rust::xxh3::Xxh3::new();
-        key.update(pair.item.as_bytes());
-        key.update(&[0xFF]);
-        key.update(pair.session.as_bytes());
-        TimedPair(pair.at, key.digest(), pair.s, pair.h)
+        let key = hash_of((&pair.item, &pair.session));
+        TimedPair(pair.at, key, pair.s, pair.h)
     }
 
     fn order(&self) -> (EventTime, u64) {
@@ -1013,13 +1010,20 @@ fn place_waiting<'a, P: HoldsQuality>(
 }
 
 /// The mark a checkpoint of the reviewer model is drawn by ([`Reviewers::checkpoint_due`]):
-/// a hash of the item's project and id, the same in every process and every run.
-pub fn item_mark((project, item): (&str, &str)) -> u64 {
-    let mut mark = xxhash_rust::xxh3::Xxh3::new();
-    mark.update(project.as_bytes());
-    mark.update(&[0xFF]);
-    mark.update(item.as_bytes());
-    mark.digest()
+/// a hash of the item's project and id.
+pub fn item_mark(at: (&str, &str)) -> u64 {
+    hash_of(at)
+}
+
+/// A hash of two ids, the same in every process and every run (XXH3, unseeded), so that what
+/// it decides is the same in a replay and the service: the pair of ids, joined by a byte no
+/// UTF-8 id holds.
+fn hash_of((a, b): (&str, &str)) -> u64 {
+    let mut hash = xxhash_rust::xxh3::Xxh3::new();
+    hash.update(a.as_bytes());
+    hash.update(&[0xFF]);
+    hash.update(b.as_bytes());
+    hash.digest()
 }
 
 #[cfg(test)]
