@@ -861,8 +861,8 @@ impl Reviewers {
         added
     }
 
-    /// Whether verdicts just admitted on an item marked `mark` (a hash of its project and id,
-    /// the same in every run) make a checkpoint, with `held` items held: one item in
+    /// Whether verdicts just admitted on an item marked `mark()` (a hash of its project and id,
+    /// the same in every run, hashed only once the project holds `min_items`) make a checkpoint, with `held` items held: one item in
     /// `max(2^⌊log2 held⌋ / 4, min_items)`, the items whose mark that divides; none before the
     /// project holds `min_items` items, as no reviewer can share `min_items` items before
     /// (`min_items` counts as at least 1 here, as in the findings).
@@ -878,13 +878,13 @@ impl Reviewers {
     /// restored exactly, so that a restored project keeps the same checkpoints with no count
     /// of its own to write whenever an item is forgotten, and which items are checkpoints does
     /// not depend on the order they came in.
-    pub fn checkpoint_due(mark: u64, held: u64, min_items: u64) -> bool {
+    pub fn checkpoint_due(mark: impl FnOnce() -> u64, held: u64, min_items: u64) -> bool {
         let first = min_items.max(1);
         if held < first {
             return false;
         }
         let step = (1u64 << held.ilog2()).div_ceil(4).max(first);
-        mark.is_multiple_of(step)
+        mark().is_multiple_of(step)
     }
 
     /// Notes `fit`, the project's newest, for the metrics ([`Reviewers::fitted`],

@@ -209,7 +209,7 @@ fn first_checkpoint(project: &str, min_items: u64) -> u64 {
     (1..)
         .find(|&held: &u64| {
             let item = format!("item-{}", held - 1);
-            Model::checkpoint_due(item_mark((project, &item)), held, min_items)
+            Model::checkpoint_due(|| item_mark((project, &item)), held, min_items)
         })
         .unwrap_or(0)
 }

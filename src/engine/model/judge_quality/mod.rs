@@ -689,7 +689,7 @@ impl TaskQuality {
             let added = q.reviewers.add(&mut agg.review, verdicts, reviewer_limits);
             observed.left_out = q.reviewers.left_out != left_out;
             let held = q.items.held(&self.items) as u64;
-            let mark = item_mark((project, item));
+            let mark = || item_mark((project, item));
             observed.checkpoint = added.admitted > 0
                 && Reviewers::checkpoint_due(mark, held, reviewer_limits.min_items);
             if added.changed {

@@ -80,7 +80,7 @@ impl Crowd {
             .collect();
         let (added, _) = self.add_timed((item, &verdicts));
         let held = self.items.len() as u64;
-        let mark = item_mark(("p", item));
+        let mark = || item_mark(("p", item));
         added.admitted > 0 && Reviewers::checkpoint_due(mark, held, self.limits.min_items)
     }
 
@@ -394,7 +394,7 @@ fn orders(xs: &[f64]) -> Vec<Vec<f64>> {
 /// 64, 16; held 1,000, 128 (2^9 / 4).
 #[test]
 fn checkpoints_by_hand() {
-    let due = |mark, held| Reviewers::checkpoint_due(mark, held, 4);
+    let due = |mark: u64, held| Reviewers::checkpoint_due(|| mark, held, 4);
     assert!(!due(0, 3));
     assert_eq!(
         (0..12).filter(|&m| due(m, 8)).collect::<Vec<_>>(),
@@ -404,7 +404,9 @@ fn checkpoints_by_hand() {
     assert!(due(128, 1_000) && due(256, 1_000) && !due(64, 1_000));
     // `min_items` 0 counts as 1: with 3 items held the step is 1 (2^⌊log2 3⌋ / 4 rounded
     // up), so every item is a checkpoint.
-    assert!((0..5).all(|m| Reviewers::checkpoint_due(m, 3, 0)));
+    assert!((0..5).all(|m| Reviewers::checkpoint_due(|| m, 3, 0)));
+    // Below `min_items` the item is not even hashed.
+    assert!(!Reviewers::checkpoint_due(|| unreachable!("hashed"), 3, 4));
     // Through a crowd: a replaced verdict admits none, so it is never a checkpoint, and
     // about one item in a step is.
     let limits = ReviewerLimits {
