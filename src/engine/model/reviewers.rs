@@ -862,10 +862,11 @@ impl Reviewers {
     }
 
     /// Whether verdicts just admitted on an item marked `mark()` (a hash of its project and id,
-    /// the same in every run, hashed only once the project holds `min_items`) make a checkpoint, with `held` items held: one item in
+    /// the same in every run) make a checkpoint, with `held` items held: one item in
     /// `max(2^⌊log2 held⌋ / 4, min_items)`, the items whose mark that divides; none before the
     /// project holds `min_items` items, as no reviewer can share `min_items` items before
-    /// (`min_items` counts as at least 1 here, as in the findings).
+    /// (`min_items` counts as at least 1 here, as in the findings), and the item is not hashed
+    /// then: most of a small project's votes.
     ///
     /// A quarter of the items held makes the checkpoints' fits read `O(4)` held verdicts per
     /// verdict admitted on average, and bounds how far a large project's alerts and learned
