@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# What judge quality and reviewer reliability cost the service's events/s: jurystream alone over
+# the peers corpus (scripts/bench-peers.sh with PEERS_ONLY=jurystream), the defaults and both
+# statistics off taking turns, each run on a fresh broker. Prints each round's events/s, the
+# applying thread's CPU seconds and the defaults' share of both off's events/s, then the medians.
+# Rounds, not one run: on a shared host the same build's events/s moves by a third from one
+# minute to the next, so only the median of interleaved rounds compares the two.
+#
+# usage: scripts/bench-share.sh [ROUNDS] [EVENTS] [PROJECTS]    (default 6 1000000 10000)
+# PEERS_SERVICE_CONFIG appends TOML to both runs' configuration; the broker is chosen as in
+# scripts/bench-peers.sh (a tansu per run unless KAFKA_BOOTSTRAP_SERVERS is set).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds="${1:-6}"
+events="${2:-1000000}"
+projects="${3:-10000}"
+both_off=$'[judge_quality]\nenabled = false\n[reviewers]\nenabled = false\n'
+common="${PEERS_SERVICE_CONFIG:-}"
+
+# One run alone: "<events/s from start> <applying thread's CPU seconds>".
+run() {
+  local out
+  out=$(PEERS_ONLY=jurystream PEERS_SERVICE_CONFIG="$common$1" \
+    scripts/bench-peers.sh "$events" "$projects" 2>&1) || { echo "$out" >&2; return 1; }
+  local rate applying
+  rate=$(awk '$1 == "jurystream" && $2 ~ /^[0-9,]+$/ { gsub(",", "", $2); print $2; exit }' \
+    <<<"$out")
+  applying=$(grep -o 'applying [0-9.]* s' <<<"$out" | awk '{ print $2 }')
+  echo "$rate ${applying:-?}"
+}
+
+median() {
+  sort -g | awk '{ v[NR] = $1 }
+    END { printf "%.10g\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+echo "round  defaults events/s (applying s)  both off events/s (applying s)  share"
+shares=() defaults=() off=()
+for round in $(seq "$rounds"); do
+  defaults_run=$(run "")
+  off_run=$(run "$both_off")
+  read -r d d_applying <<<"$defaults_run"
+  read -r o o_applying <<<"$off_run"
+  share=$(awk -v d="$d" -v o="$o" 'BEGIN { printf "%.0f", 100 * d / o }')
+  printf "%5d  %14s (%s)  %14s (%s)  %4s%%\n" "$round" "$d" "$d_applying" "$o" "$o_applying" \
+    "$share"
+  shares+=("$share") defaults+=("$d") off+=("$o")
+done
+printf "median  defaults %s events/s, both off %s events/s, share %s%% (%s rounds)\n" \
+  "$(printf '%s\n' "${defaults[@]}" | median)" "$(printf '%s\n' "${off[@]}" | median)" \
+  "$(printf '%s\n' "${shares[@]}" | median)" "$rounds"
