@@ -21,7 +21,7 @@ use super::model::bias::{BiasAlert, risk_level};
 use super::model::consensus::{Analysis, analyze};
 use super::model::effective_judges::{Basis, CandidateScores};
 use super::model::judge_quality::{Agreement, JudgeWindow, Observed, Pair, QualityLimits};
-use super::model::reviewers::{ReviewerLimits, Verdict};
+use super::model::reviewers::{ReviewerLimits, Verdict, Verdicts};
 use super::model::session::Session;
 use super::output::{Output, OutputTopic, Shows};
 use super::settings::Weighting;
@@ -82,7 +82,7 @@ impl Engine {
             return;
         };
         let limits = self.quality_limits();
-        let verdicts: SmallVec<[Verdict; 4]> = if limits.reviewers.is_some() {
+        let verdicts: Verdicts = if limits.reviewers.is_some() {
             voters
                 .iter()
                 .zip(table)
@@ -99,7 +99,7 @@ impl Engine {
         let mut observed = state.quality.votes(
             &mut state.projects,
             (project, item),
-            (votes, &verdicts),
+            (votes, verdicts),
             at,
             &limits,
         );

@@ -828,17 +828,29 @@ impl Reviewers {
     pub fn add(
         &mut self,
         review: &mut Review,
-        verdicts: &[Verdict],
+        verdicts: Verdicts,
         limits: ReviewerLimits,
     ) -> Added {
         let mut added = Added::default();
         // Most items get all their verdicts in their first batch: room for exactly those (beyond
         // the two held inline), not the doubling growth's slack, in each of the task's many
-        // items (later batches grow it by doubling, so a verdict stays O(1) amortised).
+        // items (later batches grow it by doubling, so a verdict stays O(1) amortised). A first
+        // batch in reviewer order, one verdict each, within the bound (what a review frontend
+        // sends) is admitted as it came, as the search below would admit it: the batch is built
+        // with room for exactly its verdicts.
         if review.verdicts.is_empty() {
+            let in_order = verdicts
+                .windows(2)
+                .all(|w| w[0].reviewer.as_str() < w[1].reviewer.as_str());
+            if in_order && verdicts.len() <= limits.max_verdicts {
+                added.admitted = verdicts.len() as u64;
+                added.changed = !verdicts.is_empty();
+                review.verdicts = verdicts;
+                return added;
+            }
             review.verdicts.reserve_exact(verdicts.len());
         }
-        let mut in_order: SmallVec<[&Verdict; 4]> = verdicts.iter().collect();
+        let mut in_order = verdicts;
         // Stable: of one reviewer's verdicts in the batch, the last listed still counts.
         in_order.sort_by(|a, b| a.reviewer.as_str().cmp(b.reviewer.as_str()));
         for verdict in in_order {
@@ -847,11 +859,11 @@ impl Reviewers {
                 .binary_search_by(|v| v.reviewer.as_str().cmp(verdict.reviewer.as_str()));
             match at {
                 Ok(i) => {
-                    added.changed |= review.verdicts[i] != *verdict;
-                    review.verdicts[i] = verdict.clone();
+                    added.changed |= review.verdicts[i] != verdict;
+                    review.verdicts[i] = verdict;
                 }
                 Err(i) if review.verdicts.len() < limits.max_verdicts => {
-                    review.verdicts.insert(i, verdict.clone());
+                    review.verdicts.insert(i, verdict);
                     added.admitted += 1;
                     added.changed = true;
                 }

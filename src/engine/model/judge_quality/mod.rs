@@ -23,7 +23,7 @@ use super::agreement::kappa;
 pub use super::agreement::{Agreement, judge_agreement};
 pub use super::bounded::{Bounded, Index, Keyed, Places};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
-use super::reviewers::{Fit, Review, ReviewerLimits, Reviewers, StoredReview, Verdict};
+use super::reviewers::{Fit, Review, ReviewerLimits, Reviewers, StoredReview, Verdicts};
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{ProjectKey, Projects};
 
@@ -650,7 +650,7 @@ impl TaskQuality {
         &mut self,
         projects: &mut Projects<P>,
         (project, item): (&str, &str),
-        (votes, verdicts): (&[(f64, f64)], &[Verdict]),
+        (votes, verdicts): (&[(f64, f64)], Verdicts),
         at: EventTime,
         limits: &QualityLimits,
     ) -> Observed {
@@ -904,11 +904,14 @@ fn place_item<'a, P: HoldsQuality>(
     limits: &QualityLimits,
     (observed, undo, forgotten): (&mut Observed, &mut Undo, &mut Tally),
 ) -> (u64, &'a mut ProjectQuality) {
-    let held_at = projects
-        .get(project)
-        .and_then(|p| p.quality().items.get(items, item));
-    if let Some(seq) = held_at {
-        let q = held_quality(projects, project);
+    // The sweep reads every project, so it runs before this one is taken, for the items the
+    // task forgot up to the last vote (one vote's more than the bound, at most).
+    if forgotten.unswept >= limits.max_task_items.max(1) {
+        sweep(projects, items);
+        forgotten.unswept = 0;
+    }
+    let q = held_quality(projects, project);
+    if let Some(seq) = q.items.get(items, item) {
         q.items.prune(items);
         return (seq, q);
     }
@@ -919,11 +922,6 @@ fn place_item<'a, P: HoldsQuality>(
         let_go((seq, owner, key, value), (observed, undo, forgotten));
         forgotten.unswept += 1;
     }
-    if forgotten.unswept >= limits.max_task_items.max(1) {
-        sweep(projects, items);
-        forgotten.unswept = 0;
-    }
-    let q = held_quality(projects, project);
     q.items.prune(items);
     while q.items.len() >= limits.max_pending_items.max(1) {
         let Some(seq) = q.items.oldest() else {
@@ -944,10 +942,10 @@ fn place_item<'a, P: HoldsQuality>(
     (seq, q)
 }
 
-/// Drops from every project's index the places the task forgot ([`Index::prune`]): run once the
-/// task has forgotten as many items as it holds at most, so that its projects' indexes hold at
-/// most twice that many places, whichever projects stop changing. `O(projects)` each
-/// `max_task_items` items forgotten.
+/// Drops from every project's index the places the task forgot ([`Index::prune`]): run at the
+/// next vote once the task has forgotten as many items as it holds at most, so that its
+/// projects' indexes hold at most twice that many places (and one vote's), whichever projects
+/// stop changing. `O(projects)` each `max_task_items` items forgotten.
 fn sweep<P: HoldsQuality>(projects: &mut Projects<P>, items: &Keyed<ItemVotes>) {
     for p in projects.values_mut() {
         p.quality_mut().items.prune(items);
@@ -1017,13 +1015,15 @@ pub fn item_mark(at: (&str, &str)) -> u64 {
 
 /// A hash of two ids, the same in every process and every run (XXH3, unseeded), so that what
 /// it decides is the same in a replay and the service: the pair of ids, joined by a byte no
-/// UTF-8 id holds.
+/// UTF-8 id holds. Hashed in one call over the joined bytes (on the stack for ids of usual
+/// length), which is XXH3 of the same bytes as its streaming form, without setting up the
+/// streaming state for every vote.
 fn hash_of((a, b): (&str, &str)) -> u64 {
-    let mut hash = xxhash_rust::xxh3::Xxh3::new();
-    hash.update(a.as_bytes());
-    hash.update(&[0xFF]);
-    hash.update(b.as_bytes());
-    hash.digest()
+    let mut joined: SmallVec<[u8; 96]> = SmallVec::with_capacity(a.len() + 1 + b.len());
+    joined.extend_from_slice(a.as_bytes());
+    joined.push(0xFF);
+    joined.extend_from_slice(b.as_bytes());
+    xxhash_rust::xxh3::xxh3_64(&joined)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::engine::model::reviewers::Verdict;
 
 const LIMITS: QualityLimits = QualityLimits {
     min_human_votes: 3,
@@ -27,7 +28,10 @@ impl Task {
         limits: &QualityLimits,
     ) -> Observed {
         let projects = &mut self.projects;
-        self.quality.votes(projects, at_item, votes, at, limits)
+        let (votes, verdicts) = votes;
+        let verdicts = verdicts.iter().cloned().collect();
+        self.quality
+            .votes(projects, at_item, (votes, verdicts), at, limits)
     }
 
     fn completed(
@@ -429,4 +433,29 @@ fn quiet_projects_hold_at_most_twice_the_task_bound_of_places() {
     assert_eq!(q.held(), (8, 0));
     assert!(most <= 16, "{most} places held");
     assert!(most > 8, "the task's forgetting is lazy: {most}");
+}
+
+/// An item's mark is XXH3 of its project and id joined by `0xFF`, as the streaming hasher made
+/// it before: the checkpoints a restored or replayed project draws stay where they were, for ids
+/// of usual length (hashed on the stack) and long ones.
+#[test]
+fn an_items_mark_is_xxh3_of_its_joined_ids() {
+    let long = "x".repeat(200);
+    for (project, item) in [
+        ("p", "i"),
+        ("proj-000123", "trace-00000123"),
+        (&long, "y"),
+        ("", ""),
+    ] {
+        let mut streaming = xxhash_rust::xxh3::Xxh3::new();
+        streaming.update(project.as_bytes());
+        streaming.update(&[0xFF]);
+        streaming.update(item.as_bytes());
+        assert_eq!(
+            item_mark((project, item)),
+            streaming.digest(),
+            "{project:?}, {item:?}"
+        );
+    }
+    assert_ne!(item_mark(("ab", "c")), item_mark(("a", "bc")));
 }

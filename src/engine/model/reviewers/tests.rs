@@ -89,7 +89,9 @@ impl Crowd {
         let mut forgotten = Vec::new();
         let (_, review) = self.items.entry(item, self.max_items, &mut forgotten);
         self.forgotten += forgotten.len() as u64;
-        let added = self.reviewers.add(review, verdicts, self.limits);
+        let added = self
+            .reviewers
+            .add(review, verdicts.iter().cloned().collect(), self.limits);
         (added, Vec::new())
     }
 
@@ -587,6 +589,39 @@ fn applied(verdicts: &[(u8, u8, bool, u8)], limits: ReviewerLimits) -> Crowd {
 }
 
 proptest! {
+    /// An item's first batch is admitted as one verdict at a time would be, whether it comes
+    /// in reviewer order (taken as it is) or not (searched): in reviewer order, the last of a
+    /// reviewer's verdicts counting, the first `max_verdicts` reviewers admitted and every
+    /// verdict of the others left out.
+    #[test]
+    fn a_first_batch_is_admitted_as_one_verdict_at_a_time(
+        votes in prop::collection::vec((0u8..6, any::<bool>(), 0u8..4), 0..7),
+        max_verdicts in 0usize..5,
+    ) {
+        let limits = ReviewerLimits { max_verdicts, min_items: 1 };
+        let batch = weighed(&votes);
+        let (mut reviewers, mut review) = (Reviewers::default(), Review::default());
+        let added = reviewers.add(&mut review, batch.iter().cloned().collect(), limits);
+        let mut in_order: Vec<&Verdict> = batch.iter().collect();
+        in_order.sort_by(|a, b| a.reviewer.cmp(&b.reviewer));
+        let (mut expected, mut admitted, mut left_out) = (BTreeMap::new(), 0, 0);
+        for verdict in in_order {
+            if expected.contains_key(&verdict.reviewer) {
+                expected.insert(verdict.reviewer.clone(), verdict.clone());
+            } else if expected.len() < max_verdicts {
+                expected.insert(verdict.reviewer.clone(), verdict.clone());
+                admitted += 1;
+            } else {
+                left_out += 1;
+            }
+        }
+        let expected: Vec<Verdict> = expected.into_values().collect();
+        prop_assert_eq!(review.verdicts.as_slice(), expected.as_slice());
+        prop_assert_eq!(added.admitted, admitted);
+        prop_assert_eq!(added.changed, !expected.is_empty());
+        prop_assert_eq!(reviewers.left_out, left_out);
+    }
+
     /// The same verdicts in any order (or keying: the order is all a keying changes within a
     /// project) give the same fit, to the last bit, and the same counts.
     #[test]
