@@ -834,20 +834,8 @@ impl Reviewers {
         let mut added = Added::default();
         // Most items get all their verdicts in their first batch: room for exactly those (beyond
         // the two held inline), not the doubling growth's slack, in each of the task's many
-        // items (later batches grow it by doubling, so a verdict stays O(1) amortised). A first
-        // batch in reviewer order, one verdict each, within the bound (what a review frontend
-        // sends) is admitted as it came, as the search below would admit it: the batch is built
-        // with room for exactly its verdicts.
+        // items (later batches grow it by doubling, so a verdict stays O(1) amortised).
         if review.verdicts.is_empty() {
-            let in_order = verdicts
-                .windows(2)
-                .all(|w| w[0].reviewer.as_str() < w[1].reviewer.as_str());
-            if in_order && verdicts.len() <= limits.max_verdicts {
-                added.admitted = verdicts.len() as u64;
-                added.changed = !verdicts.is_empty();
-                review.verdicts = verdicts;
-                return added;
-            }
             review.verdicts.reserve_exact(verdicts.len());
         }
         let mut in_order = verdicts;

@@ -589,10 +589,9 @@ fn applied(verdicts: &[(u8, u8, bool, u8)], limits: ReviewerLimits) -> Crowd {
 }
 
 proptest! {
-    /// An item's first batch is admitted as one verdict at a time would be, whether it comes
-    /// in reviewer order (taken as it is) or not (searched): in reviewer order, the last of a
-    /// reviewer's verdicts counting, the first `max_verdicts` reviewers admitted and every
-    /// verdict of the others left out.
+    /// An item's first batch is admitted as one verdict at a time would be, whatever order it
+    /// comes in: in reviewer order, the last of a reviewer's verdicts counting, the first
+    /// `max_verdicts` reviewers admitted and every verdict of the others left out.
     #[test]
     fn a_first_batch_is_admitted_as_one_verdict_at_a_time(
         votes in prop::collection::vec((0u8..6, any::<bool>(), 0u8..4), 0..7),
