@@ -20,7 +20,9 @@ use super::journal::Change;
 use super::model::bias::{BiasAlert, risk_level};
 use super::model::consensus::{Analysis, analyze};
 use super::model::effective_judges::{Basis, CandidateScores};
-use super::model::judge_quality::{Agreement, JudgeWindow, Observed, Pair, QualityLimits};
+use super::model::judge_quality::{
+    Agreement, JudgeWindow, Observed, Pair, ProjectQuality, QualityLimits, TaskQuality,
+};
 use super::model::reviewers::{ReviewerLimits, Verdict, Verdicts};
 use super::model::session::Session;
 use super::output::{Output, OutputTopic, Shows};
@@ -48,8 +50,10 @@ impl Engine {
         }
     }
 
-    /// Joins a vote batch of `project` on `item` to the humans' score of that item, if judge
-    /// scores pair with votes and the batch counted: `outcome` is applied or late, or replayed
+    /// Joins a vote batch of `project` (whose judge quality is `quality`, in the task's `task`)
+    /// on `item` to the humans' score of that item, if judge scores pair with votes and the
+    /// batch counted, and returns the item and what that changed, which the caller, holding the
+    /// whole state again, reviews ([`Engine::review`]) and notes ([`Engine::add_pairs`]): `outcome` is applied or late, or replayed
     /// into a score that already counts it (see [`super::VoteProject::applied_through`]): a
     /// projects unit writes its vote projects before the rest of its state, so after a flush
     /// cut short the score may hold a batch its judge quality does not (see `crate::changelog`),
@@ -61,26 +65,23 @@ impl Engine {
     /// output (learned weights), or one fit in the mirror solution would pull the next there.
     /// An `item_id` longer than `limits.max_id_bytes` is not kept (the id is informational for
     /// the score).
-    pub(super) fn observe_votes(
+    pub(super) fn observe_votes<'i>(
         &self,
-        state: &mut PartitionState,
-        (project, item): (&str, Option<&str>),
+        (task, (project, quality)): (&mut TaskQuality, (&str, &mut ProjectQuality)),
+        item: Option<&'i str>,
         (votes, table, voters): ObservedVotes<'_>,
         at: EventTime,
         outcome: Outcome,
-        out: &mut Vec<Output>,
-    ) {
+    ) -> Option<(&'i str, Observed)> {
         if !self.settings.pairs_judges
             || !matches!(
                 outcome,
                 Outcome::Applied | Outcome::Late | Outcome::Replayed
             )
         {
-            return;
+            return None;
         }
-        let Some(item) = item.filter(|i| i.len() <= self.settings.limits.max_id_bytes) else {
-            return;
-        };
+        let item = item.filter(|i| i.len() <= self.settings.limits.max_id_bytes)?;
         let limits = self.quality_limits();
         let verdicts: Verdicts = if limits.reviewers.is_some() {
             voters
@@ -96,15 +97,8 @@ impl Engine {
         } else {
             SmallVec::new()
         };
-        let mut observed = state.quality.votes(
-            &mut state.projects,
-            (project, item),
-            (votes, verdicts),
-            at,
-            &limits,
-        );
-        self.review(state, (project, item), &mut observed, out);
-        self.add_pairs(state, project, observed, out);
+        let observed = task.votes_in((project, quality), item, (votes, verdicts), at, &limits);
+        Some((item, observed))
     }
 
     /// A completed session of `project` analysed with its judges' weights: the configured
@@ -224,7 +218,7 @@ impl Engine {
     /// each judge's record, its alerts that just became true, and a review request per item and
     /// session where some judge's score differs from the humans' by more than
     /// `judge_quality.review_gap`.
-    fn add_pairs(
+    pub(super) fn add_pairs(
         &self,
         state: &mut PartitionState,
         project: &str,

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::Engine;
 use super::journal::Change;
 use super::model::bias::{BiasAlert, risk_level};
-use super::model::judge_quality::Observed;
+use super::model::judge_quality::{Observed, ProjectQuality};
 use super::model::reviewers::{Figures, Findings, LearnedWeights};
 use super::output::{Output, OutputTopic, Shows};
 use super::settings::{ReputationSource, Reviewers};
@@ -69,7 +69,8 @@ impl Engine {
         }
     }
 
-    /// Weighs a vote batch of `project` by its `voters`' learned weights, as
+    /// Weighs a vote batch by its `voters`' learned weights in its project (whose judge quality
+    /// is `quality`, if the project is held), as
     /// `scoring.reputation_source` asks: `weights` come in as the table's `(weight, value)` and
     /// leave as the ones to apply. A vote's learned weight is the log-likelihood ratio its
     /// verdict carries for itself, clipped at 0 (for a reviewer right with probability `p`
@@ -81,8 +82,7 @@ impl Engine {
     /// dropped because its voters' weights vanished.
     pub(super) fn learned_weights<'v>(
         &self,
-        state: &PartitionState,
-        project: &str,
+        quality: Option<&ProjectQuality>,
         voters: impl Iterator<Item = &'v str>,
         weights: &mut [(f64, f64)],
     ) {
@@ -90,10 +90,7 @@ impl Engine {
         if source == ReputationSource::Table {
             return;
         }
-        let Some(fitted) = state
-            .quality(project)
-            .and_then(|q| q.reviewers.checkpoint())
-        else {
+        let Some(fitted) = quality.and_then(|q| q.reviewers.checkpoint()) else {
             return;
         };
         let min_items = self.settings.reviewers.min_items;

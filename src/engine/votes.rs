@@ -13,12 +13,12 @@ use super::contract::rejection::{ErrorCode, Rejection};
 use super::contract::time::EventTime;
 use super::contract::vote::{self, VoteBatch, VoteLimits};
 use super::ids::ProjectKey;
-use super::journal::note_votes;
+use super::journal::{Change, note_votes};
 use super::model::dedupe;
 use super::model::score::{ProjectScore, weighted_mean};
 use super::output::{Output, OutputTopic, OutputValue, ScoreValue};
 use super::reputation::ReputationTable;
-use super::state::{Coalescing, PartitionState, VoteProject};
+use super::state::{Coalescing, PartitionState, Project, VoteProject};
 use super::{Engine, InputTopic, Outcome, Receipt, Record, parse_rejection};
 
 /// A `jury.votes` record read and validated, not yet applied: what applying it takes from the
@@ -179,25 +179,42 @@ impl Engine {
                 (vote::weight(v.reputation, table), v.value)
             })
             .collect();
+        let project_id = prepared.project.as_str();
+        if self.settings.pairs_judges {
+            let max_task_items = self.settings.quality_task_items;
+            state.quality.sweep(&mut state.projects, max_task_items);
+        }
+        // The batch's project is found once: every step below is handed it.
+        let found = state.projects.get_mut(project_id);
         let mut weights = table.clone();
-        let project = prepared.project.as_str();
         let voters = prepared.votes.iter().map(|v| v.voter.as_str());
-        self.learned_weights(state, project, voters, &mut weights);
+        let quality = found.as_deref().map(|p| &p.quality);
+        self.learned_weights(quality, voters, &mut weights);
         let mean = weighted_mean(&weights).ok_or_else(|| {
             Rejection::new(
                 ErrorCode::ZeroTotalReputation,
                 "the votes' reputations sum to 0; the batch carries no weight",
             )
         })?;
+        let receipt = record.receipt();
+        let project = match found {
+            Some(p) => p,
+            None => {
+                if receipt.held_projects >= self.settings.limits.max_projects {
+                    return Err(self.declined(Declined::ProjectLimit, prepared, receipt));
+                }
+                state.projects.entry(prepared.project.clone()).or_default()
+            }
+        };
         let weighed = Weighed {
-            project_id: project,
+            project_id,
             fingerprint: prepared.fingerprint,
             mean,
             votes: prepared.votes.len(),
         };
-        let receipt = record.receipt();
+        let journal = (state.journal.as_mut(), &mut state.held);
         let outcome = self
-            .apply_weighed(state, &weighed, prepared.at, receipt, out)
+            .apply_weighed(project, journal, &weighed, prepared.at, receipt, out)
             .map_err(|declined| self.declined(declined, prepared, receipt))?;
         let voters: SmallVec<[&str; 4]> = if self.learns_reviewers() {
             prepared.votes.iter().map(|v| v.voter.as_str()).collect()
@@ -205,8 +222,14 @@ impl Engine {
             SmallVec::new()
         };
         let votes = (weights.as_slice(), table.as_slice(), voters.as_slice());
-        let item = (project, prepared.item.as_deref());
-        self.observe_votes(state, item, votes, prepared.at, outcome, out);
+        let task = (&mut state.quality, (project_id, &mut project.quality));
+        let item = prepared.item.as_deref();
+        if let Some((item, mut observed)) =
+            self.observe_votes(task, item, votes, prepared.at, outcome)
+        {
+            self.review(state, (project_id, item), &mut observed, out);
+            self.add_pairs(state, project_id, observed, out);
+        }
         Ok(outcome)
     }
 
@@ -233,11 +256,10 @@ impl Engine {
         }
     }
 
-    /// The score's step of [`Engine::apply_votes`]: finds the batch's project (or creates it,
-    /// within `limits.max_projects`), takes its step ([`VoteProject::step`]) and publishes,
-    /// holds and journals what it says. Declined if its event id is a resend or it comes out
-    /// of order, and then nothing has changed: a project it would create cannot have seen the
-    /// id, and the window's probe that finds it changes nothing.
+    /// The score's step of [`Engine::apply_votes`] on the batch's `project`: takes its step
+    /// ([`VoteProject::step`]) and publishes, holds (in `held`) and journals what it says.
+    /// Declined if its event id is a resend or it comes out of order, and then nothing has
+    /// changed: the window's probe that finds it changes nothing.
     ///
     /// A batch at or below its project's last applied position is the same record read again
     /// (after a crash cut a changelog flush short) when the project remembers its id: it is
@@ -246,22 +268,13 @@ impl Engine {
     /// counted a second time.
     fn apply_weighed(
         &self,
-        state: &mut PartitionState,
+        project: &mut Project,
+        (journal, held): (Option<&mut Vec<Change>>, &mut Vec<ProjectKey>),
         batch: &Weighed<'_>,
         at: EventTime,
         receipt: Receipt,
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Declined> {
-        let project = match state.projects.get_mut(batch.project_id) {
-            Some(p) => p,
-            None => {
-                if receipt.held_projects >= self.settings.limits.max_projects {
-                    return Err(Declined::ProjectLimit);
-                }
-                let key = ProjectKey::from(batch.project_id);
-                state.projects.entry(key).or_default()
-            }
-        };
         let project = project.votes.get_or_insert_with(|| {
             VoteProject::new(ProjectScore::new(self.settings.scoring.initial_score))
         });
@@ -280,11 +293,11 @@ impl Engine {
                 let output = score_output(batch.project_id, score, alpha, settings.lambda, last);
                 out.push(output);
             }
-            Publish::Held { first: true } => state.held.push(ProjectKey::from(batch.project_id)),
+            Publish::Held { first: true } => held.push(ProjectKey::from(batch.project_id)),
             Publish::Held { first: false } => {}
         }
         note_votes(
-            state.journal.as_mut(),
+            journal,
             &mut project.noted,
             batch.project_id,
             &step.remembered,

@@ -572,6 +572,11 @@ pub struct Index {
 /// Always equal: which items a project holds, and their order, are the task's ([`Places`]'s
 /// equality), and [`TaskQuality::consistent`](super::judge_quality::TaskQuality) checks that the
 /// two agree. (An index may still hold places its task forgot, which its next change drops.)
+/// A key [`Index::find`] did not find: its hash in that index's table, for
+/// [`Index::insert_new`] on the same index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unheld(u64);
+
 impl PartialEq for Index {
     fn eq(&self, _: &Self) -> bool {
         true
@@ -581,8 +586,15 @@ impl PartialEq for Index {
 impl Index {
     /// The place of `key`, if held; `items` are the task's.
     pub fn get<V>(&self, items: &Keyed<V>, key: &str) -> Option<u64> {
+        self.find(items, key).ok()
+    }
+
+    /// The place of `key`, if held, or else its hash, for [`Index::insert_new`]: what a caller
+    /// that adds the key when it is not held reads, so that the key is hashed once.
+    pub fn find<V>(&self, items: &Keyed<V>, key: &str) -> Result<u64, Unheld> {
+        let hash = self.places.hash(key);
         let key_at = |seq| items.key_at(seq);
-        self.places.find(self.places.hash(key), key, key_at)
+        self.places.find(hash, key, key_at).ok_or(Unheld(hash))
     }
 
     /// Notes `key` at place `seq`, which `items` holds already, and returns the place it held,
@@ -600,6 +612,20 @@ impl Index {
             }
             None => self.places.add(hash, seq, key_at),
         }
+        self.own_place(seq, hash);
+        held
+    }
+
+    /// Notes the key [`Index::find`] found unheld at place `seq`, which `items` holds already
+    /// (its newest, as a rule). Nothing may have added the key since it was found unheld.
+    pub fn insert_new<V>(&mut self, items: &Keyed<V>, Unheld(hash): Unheld, seq: u64) {
+        self.prune(items);
+        self.places.add(hash, seq, |seq| items.key_at(seq));
+        self.own_place(seq, hash);
+    }
+
+    /// Puts place `seq`, of a key whose hash is `hash`, among the places in order.
+    fn own_place(&mut self, seq: u64, hash: u64) {
         match self.own.back() {
             Some(&(last, _)) if last > seq => {
                 let at = self.own.partition_point(|&(s, _)| s < seq);
@@ -607,7 +633,6 @@ impl Index {
             }
             _ => self.own.push_back((seq, hash)),
         }
-        held
     }
 
     /// Drops place `seq` of `key` (which `items` may have given up already); whether it was
@@ -940,11 +965,19 @@ mod tests {
                     }
                 };
                 let name = format!("p{project}");
+                // A new item is looked for before it takes its place, as a vote's is: one
+                // not held then goes in by its hash (`insert_new`).
+                let pushed = matches!(op, Item::Push(..));
+                let found = indexes[usize::from(project)].find(&items, &key);
                 items.restore(seq, &name, (ProjectKey::from(key.as_str()), i));
                 let held = model.iter().position(|(_, p, k, _)| *p == project && *k == key);
                 let was = held.map(|at| model.remove(at).0);
                 let index = &mut indexes[usize::from(project)];
-                proptest::prop_assert_eq!(index.insert(&items, &key, seq), was);
+                proptest::prop_assert_eq!(found.ok(), was);
+                match found {
+                    Err(unheld) if pushed => index.insert_new(&items, unheld, seq),
+                    _ => proptest::prop_assert_eq!(index.insert(&items, &key, seq), was),
+                }
                 if let Some(was) = was {
                     items.remove(was);
                 }

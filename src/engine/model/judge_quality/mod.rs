@@ -437,7 +437,7 @@ struct Tally {
     /// started), for the metrics.
     forgotten: u64,
     /// Items the task forgot since it last dropped their places from every project's index
-    /// ([`sweep`]).
+    /// ([`TaskQuality::sweep`]).
     unswept: usize,
 }
 
@@ -643,13 +643,44 @@ impl TaskQuality {
     }
 
     /// Applied votes `(reputation, value)` of `project` on `item`, of a batch at event time
-    /// `at`, and their `verdicts` for the reviewer model. The first `min_human_votes` that carry
-    /// weight make the item's score; once it has them, the judge scores waiting for it pair
-    /// with it. Later votes change nothing of the score.
+    /// `at`, and their `verdicts` for the reviewer model: [`TaskQuality::sweep`], then
+    /// [`TaskQuality::votes_in`] with the project's judge quality, created if new.
     pub fn votes<P: HoldsQuality>(
         &mut self,
         projects: &mut Projects<P>,
         (project, item): (&str, &str),
+        votes: (&[(f64, f64)], Verdicts),
+        at: EventTime,
+        limits: &QualityLimits,
+    ) -> Observed {
+        self.sweep(projects, limits.max_task_items);
+        let q = held_quality(projects, project);
+        self.votes_in((project, q), item, votes, at, limits)
+    }
+
+    /// Drops from every project's index the places the task forgot ([`Index::prune`]), once it
+    /// has forgotten `max_task_items` (as many as it holds at most) since it last did: so that its projects'
+    /// indexes hold at most twice that many places (and one vote's), whichever projects stop
+    /// changing. `O(projects)` each `max_task_items` items forgotten. A caller of
+    /// [`TaskQuality::votes_in`] runs it before each vote, before it takes the vote's project.
+    pub fn sweep<P: HoldsQuality>(&mut self, projects: &mut Projects<P>, max_task_items: usize) {
+        if self.forgotten.unswept < max_task_items.max(1) {
+            return;
+        }
+        for p in projects.values_mut() {
+            p.quality_mut().items.prune(&self.items);
+        }
+        self.forgotten.unswept = 0;
+    }
+
+    /// [`TaskQuality::votes`] for a caller that holds the vote's project already: its id and
+    /// judge quality `q`. The first `min_human_votes` that carry weight make the item's score;
+    /// once it has them, the judge scores waiting for it pair with it. Later votes change
+    /// nothing of the score.
+    pub fn votes_in(
+        &mut self,
+        (project, q): (&str, &mut ProjectQuality),
+        item: &str,
         (votes, verdicts): (&[(f64, f64)], Verdicts),
         at: EventTime,
         limits: &QualityLimits,
@@ -657,8 +688,8 @@ impl TaskQuality {
         let mut observed = Observed::default();
         let none_forgotten = |undo: &Undo| undo.0.as_ref().is_some_and(|u| u.forgotten.is_empty());
         let before = none_forgotten(&self.undo);
-        let (seq, q) = place_item(
-            (projects, &mut self.items),
+        let seq = place_item(
+            (q, &mut self.items),
             (project, item),
             limits,
             (&mut observed, &mut self.undo, &mut self.forgotten),
@@ -714,24 +745,21 @@ impl TaskQuality {
                 .collect();
             if limits.reviewers.is_some() {
                 let scores: SmallScores = observed.pairs.iter().map(|p| p.s).collect();
-                self.judged(projects, (project, item), &scores, &mut observed);
+                self.judged((project, q), item, &scores, &mut observed);
             }
         }
         observed
     }
 
-    /// Judge scores `scores` paired with `item` of `project`: the judges' verdict on it, which
-    /// its reviewers' agreement with the judges counts.
-    fn judged<P: HoldsQuality>(
+    /// Judge scores `scores` paired with `item` of `project` (whose judge quality is `q`): the
+    /// judges' verdict on it, which its reviewers' agreement with the judges counts.
+    fn judged(
         &mut self,
-        projects: &mut Projects<P>,
-        (project, item): (&str, &str),
+        (project, q): (&str, &mut ProjectQuality),
+        item: &str,
         scores: &[f64],
         observed: &mut Observed,
     ) {
-        let Some(q) = projects.get_mut(project).map(P::quality_mut) else {
-            return;
-        };
         let Some(seq) = q.items.get(&self.items, item) else {
             return;
         };
@@ -775,8 +803,10 @@ impl TaskQuality {
                     h,
                     at: at.max(ready_at),
                 });
-                if limits.reviewers.is_some() {
-                    self.judged(projects, (project, item), &[s], &mut observed);
+                if limits.reviewers.is_some()
+                    && let Some(q) = projects.get_mut(project).map(P::quality_mut)
+                {
+                    self.judged((project, q), item, &[s], &mut observed);
                 }
                 continue;
             }
@@ -892,29 +922,26 @@ impl TaskQuality {
 /// A value forgotten to stay within the bounds: its place, project, key and value.
 type Gone<V> = (u64, ProjectKey, ProjectKey, V);
 
-/// The place of `project`'s `item` in the task's `items` (which hold its votes), with the
+/// The place of `project`'s `item` in the task's `items` (which hold its votes), `q` being the
 /// project's judge quality, taking the next place if it is new: first the task's oldest are
 /// forgotten down to `max_task_items` (their projects untouched: each drops the places at its
-/// own next change, [`Index::prune`], as this project does here), then the project's down to
-/// `max_pending_items`. The places forgotten and the reviewers they change are noted in
-/// `observed`, the items forgotten handed to `undo` and counted in `forgotten`.
-fn place_item<'a, P: HoldsQuality>(
-    (projects, items): (&'a mut Projects<P>, &mut Keyed<ItemVotes>),
+/// own next change, [`Index::prune`], as this project does here, or at the task's next
+/// [`TaskQuality::sweep`]), then the project's down to `max_pending_items`. The places
+/// forgotten and the reviewers they change are noted in `observed`, the items forgotten handed
+/// to `undo` and counted in `forgotten`.
+fn place_item(
+    (q, items): (&mut ProjectQuality, &mut Keyed<ItemVotes>),
     (project, item): (&str, &str),
     limits: &QualityLimits,
     (observed, undo, forgotten): (&mut Observed, &mut Undo, &mut Tally),
-) -> (u64, &'a mut ProjectQuality) {
-    // The sweep reads every project, so it runs before this one is taken, for the items the
-    // task forgot up to the last vote (one vote's more than the bound, at most).
-    if forgotten.unswept >= limits.max_task_items.max(1) {
-        sweep(projects, items);
-        forgotten.unswept = 0;
-    }
-    let q = held_quality(projects, project);
-    if let Some(seq) = q.items.get(items, item) {
-        q.items.prune(items);
-        return (seq, q);
-    }
+) -> u64 {
+    let unheld = match q.items.find(items, item) {
+        Ok(seq) => {
+            q.items.prune(items);
+            return seq;
+        }
+        Err(unheld) => unheld,
+    };
     while items.len() >= limits.max_task_items.max(1) {
         let Some((seq, (owner, (key, value)))) = items.pop_oldest() else {
             break;
@@ -938,18 +965,8 @@ fn place_item<'a, P: HoldsQuality>(
     }
     let value = (ProjectKey::from(item), ItemVotes::default());
     let seq = items.push(project, value, limits.max_task_items);
-    q.items.insert(items, item, seq);
-    (seq, q)
-}
-
-/// Drops from every project's index the places the task forgot ([`Index::prune`]): run at the
-/// next vote once the task has forgotten as many items as it holds at most, so that its
-/// projects' indexes hold at most twice that many places (and one vote's), whichever projects
-/// stop changing. `O(projects)` each `max_task_items` items forgotten.
-fn sweep<P: HoldsQuality>(projects: &mut Projects<P>, items: &Keyed<ItemVotes>) {
-    for p in projects.values_mut() {
-        p.quality_mut().items.prune(items);
-    }
+    q.items.insert_new(items, unheld, seq);
+    seq
 }
 
 /// Takes an item forgotten to stay within the bounds: counts it and hands it to `undo` (the
