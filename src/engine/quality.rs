@@ -53,11 +53,12 @@ impl Engine {
     /// Joins a vote batch of `project` (whose judge quality is `quality`, in the task's `task`)
     /// on `item` to the humans' score of that item, if judge scores pair with votes and the
     /// batch counted, and returns the item and what that changed, which the caller, holding the
-    /// whole state again, reviews ([`Engine::review`]) and notes ([`Engine::add_pairs`]): `outcome` is applied or late, or replayed
-    /// into a score that already counts it (see [`super::VoteProject::applied_through`]): a
-    /// projects unit writes its vote projects before the rest of its state, so after a flush
-    /// cut short the score may hold a batch its judge quality does not (see `crate::changelog`),
-    /// and a batch re-read from the log is always one the judge quality does not hold. The
+    /// whole state again, reviews ([`Engine::review`]) and notes ([`Engine::add_pairs`]).
+    /// The batch counted if `outcome` is applied or late, or replayed into a score that already
+    /// counts it (see [`super::VoteProject::applied_through`]): a projects unit writes its vote
+    /// projects before the rest of its state, so after a flush cut short the score may hold a
+    /// batch its judge quality does not (see `crate::changelog`), and a batch re-read from the
+    /// log is always one the judge quality does not hold. The
     /// judge scores waiting for the item pair with it once its score is complete. `votes` are
     /// the batch's `(weight, value)` as applied, `table` as the reputations give them, and
     /// `voters` its voters, whose verdicts (pass for a value of at least ½) the reviewer model

@@ -569,14 +569,14 @@ pub struct Index {
     own: VecDeque<(u64, u64)>,
 }
 
-/// Always equal: which items a project holds, and their order, are the task's ([`Places`]'s
-/// equality), and [`TaskQuality::consistent`](super::judge_quality::TaskQuality) checks that the
-/// two agree. (An index may still hold places its task forgot, which its next change drops.)
 /// A key [`Index::find`] did not find: its hash in that index's table, for
 /// [`Index::insert_new`] on the same index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Unheld(u64);
 
+/// Always equal: which items a project holds, and their order, are the task's ([`Places`]'s
+/// equality), and [`TaskQuality::consistent`](super::judge_quality::TaskQuality) checks that the
+/// two agree. (An index may still hold places its task forgot, which its next change drops.)
 impl PartialEq for Index {
     fn eq(&self, _: &Self) -> bool {
         true

@@ -659,9 +659,9 @@ impl TaskQuality {
     }
 
     /// Drops from every project's index the places the task forgot ([`Index::prune`]), once it
-    /// has forgotten `max_task_items` (as many as it holds at most) since it last did: so that its projects'
-    /// indexes hold at most twice that many places (and one vote's), whichever projects stop
-    /// changing. `O(projects)` each `max_task_items` items forgotten. A caller of
+    /// has forgotten `max_task_items` (as many as it holds at most) since it last did: so that
+    /// its projects' indexes hold at most twice that many places (and one vote's), whichever
+    /// projects stop changing. `O(projects)` each `max_task_items` items forgotten. A caller of
     /// [`TaskQuality::votes_in`] runs it before each vote, before it takes the vote's project.
     pub fn sweep<P: HoldsQuality>(&mut self, projects: &mut Projects<P>, max_task_items: usize) {
         if self.forgotten.unswept < max_task_items.max(1) {
