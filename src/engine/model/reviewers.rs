@@ -533,59 +533,82 @@ type Patterns = IdMap<Pattern, u64>;
 /// [`Fit::left_out`]). Which reviewers are fitted is a function of the verdicts held, not of
 /// the order they came in.
 ///
-/// `O(verdicts)` to count the items' patterns, then `O(patterns × iterations)`: items alike
-/// (most, with a few reviewers per project) are fitted once, with their count.
+/// One pass over the items counts their patterns, each reviewer numbered as met: the items lie
+/// wherever their task holds them, so each is read once, all of it at once. A number is only
+/// where a reviewer's sums are kept (`fit_patterns` gives the same figures however the
+/// reviewers are numbered), so the patterns are renumbered only when reviewers are left out,
+/// pattern by pattern. `O(verdicts)` to count the patterns, then `O(patterns × iterations)`:
+/// items alike (most, with a few reviewers per project) are fitted once, with their count.
 pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>, max_reviewers: usize) -> Fit {
-    let reviews: Vec<&Review> = reviews.filter(|r| !r.verdicts.is_empty()).collect();
-    // Each reviewer numbered as met, with its count of verdicts and its latest, and each
-    // verdict's number in the items' order: one lookup per verdict.
+    // Each reviewer as met: its id, its count of verdicts and its latest.
     let mut numbers: IdMap<&str, u32> = IdMap::default();
     let mut met: Vec<(&str, u64, EventTime)> = Vec::new();
-    let mut said: Vec<u32> = Vec::new();
-    for v in reviews.iter().flat_map(|r| &r.verdicts) {
-        let id = v.reviewer.as_str();
-        let n = *numbers.entry(id).or_insert_with(|| {
-            met.push((id, 0, v.at));
-            (met.len() - 1) as u32
-        });
-        let (_, count, latest) = &mut met[n as usize];
-        *count += 1;
-        *latest = (*latest).max(v.at);
-        said.push(n);
-    }
-    let mut ranked: Vec<usize> = (0..met.len()).collect();
-    ranked.sort_unstable_by(|&a, &b| met[b].1.cmp(&met[a].1).then(met[a].0.cmp(met[b].0)));
-    let left_out = ranked.iter().skip(max_reviewers).map(|&n| met[n].1).sum();
-    ranked.truncate(max_reviewers);
-    let mut slots = vec![u32::MAX; met.len()];
-    for (slot, &n) in ranked.iter().enumerate() {
-        slots[n] = slot as u32;
-    }
     let mut patterns = Patterns::default();
-    let mut said = said.into_iter();
-    for review in &reviews {
-        // `zip` takes from `said` only while the item has verdicts.
-        let numbered = review.verdicts.iter().zip(&mut said);
-        let kept = numbered.filter_map(|(v, n)| {
-            let slot = slots[n as usize];
-            (slot != u32::MAX).then_some((slot, v.pass, v.weight.to_bits()))
+    for review in reviews.filter(|r| !r.verdicts.is_empty()) {
+        let verdicts = review.verdicts.iter().map(|v| {
+            let id = v.reviewer.as_str();
+            let n = *numbers.entry(id).or_insert_with(|| {
+                met.push((id, 0, v.at));
+                (met.len() - 1) as u32
+            });
+            let (_, count, latest) = &mut met[n as usize];
+            *count += 1;
+            *latest = (*latest).max(v.at);
+            (n, v.pass, v.weight.to_bits())
         });
-        let verdicts: SmallVec<[(u32, bool, u64); 2]> = kept.collect();
-        if !verdicts.is_empty() {
-            let judges = review.judges_pass();
-            *patterns.entry(Pattern { verdicts, judges }).or_default() += 1;
-        }
+        let pattern = Pattern {
+            verdicts: verdicts.collect(),
+            judges: review.judges_pass(),
+        };
+        *patterns.entry(pattern).or_default() += 1;
     }
-    let ids: Vec<ProjectKey> = ranked.iter().map(|&n| met[n].0.into()).collect();
+    let (fitted_ones, left_out) = if met.len() > max_reviewers {
+        let mut ranked: Vec<usize> = (0..met.len()).collect();
+        ranked.sort_unstable_by(|&a, &b| met[b].1.cmp(&met[a].1).then(met[a].0.cmp(met[b].0)));
+        let left_out = ranked.iter().skip(max_reviewers).map(|&n| met[n].1).sum();
+        ranked.truncate(max_reviewers);
+        patterns = leave_out(patterns, &ranked, met.len());
+        (ranked, left_out)
+    } else {
+        // Every reviewer fitted, numbered as met.
+        ((0..met.len()).collect(), 0)
+    };
+    let ids: Vec<ProjectKey> = fitted_ones.iter().map(|&n| met[n].0.into()).collect();
     let mut fitted = fit_patterns(&patterns, &ids);
     fitted.left_out = left_out;
-    for &n in &ranked {
+    for &n in &fitted_ones {
         let (id, _, latest) = met[n];
         if let Some(f) = fitted.reviewers.get_mut(id) {
             f.last_event_at = Some(latest);
         }
     }
     fitted
+}
+
+/// `patterns`, whose reviewers are numbered as met (`met` of them), with only the reviewers of
+/// `kept`, numbered by their place in it: the others' verdicts taken out of every pattern, and
+/// the patterns left with none dropped. Patterns that become alike are counted together.
+fn leave_out(patterns: Patterns, kept: &[usize], met: usize) -> Patterns {
+    let mut slots = vec![u32::MAX; met];
+    for (slot, &n) in kept.iter().enumerate() {
+        slots[n] = slot as u32;
+    }
+    let mut left = Patterns::default();
+    for (pattern, count) in patterns {
+        let verdicts: SmallVec<[(u32, bool, u64); 2]> = pattern
+            .verdicts
+            .iter()
+            .filter_map(|&(n, pass, weight)| {
+                let slot = slots[n as usize];
+                (slot != u32::MAX).then_some((slot, pass, weight))
+            })
+            .collect();
+        if !verdicts.is_empty() {
+            let judges = pattern.judges;
+            *left.entry(Pattern { verdicts, judges }).or_default() += count;
+        }
+    }
+    left
 }
 
 /// Fits the model to the items of `patterns`, whose reviewers are `ids` by slot: EM
