@@ -1,0 +1,143 @@
+//! What judge quality and reviewer reliability cost the core, without Kafka: the projects of one
+//! of the service's six tasks over the peers corpus (`benches/peers/corpus.py`: 1,000,000 vote
+//! events over 10,000 projects, each a new item with two reviewers), through the engine as the
+//! service drives it. The task holds what the default configuration gives it
+//! (`judge_quality.max_items` over `kafka.partitions`), its state is journaled and its changelog
+//! rendered every 11,000 votes, and its reviewers are released twice. The votes of each third of
+//! its projects come in turn, as the service's forwarding drains the input topic's three
+//! partitions in turns: so a project holds about 30 items, as in the service, and reaches the
+//! reviewers' checkpoints (fed round robin, each would hold one or two and reach none).
+//!
+//! Run: `cargo bench --bench statistics -- [defaults] [judge-quality] [off]` (all three when none
+//! is named): the loop's time for each. Its instructions, which unlike its time do not depend on
+//! the host's hour: `valgrind --tool=cachegrind --cache-sim=no
+//! target/release/deps/statistics-<hash> --bench defaults` (and `off`): the statistics' cost per
+//! vote is the difference over the votes (docs/performance.md, "Where it goes").
+
+use std::collections::VecDeque;
+use std::hint::black_box;
+use std::time::Instant;
+
+use jurystream::changelog::{self, Unit};
+use jurystream::config::Config;
+use jurystream::engine::output::Output;
+use jurystream::engine::reputation::ReputationTable;
+use jurystream::engine::{Engine, InputTopic, PartitionState, Record};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const EVENTS: usize = 1_000_000;
+const PROJECTS: usize = 10_000;
+/// The service's tasks (`kafka.partitions`) and the input topic's partitions in the peers
+/// benchmark.
+const TASKS: usize = 6;
+const INPUT_PARTITIONS: usize = 3;
+/// Votes between two renders of the changelog (a flush).
+const FLUSH: usize = 11_000;
+
+/// Vote event `i`, as `benches/peers/corpus.py` writes it.
+fn event(i: usize) -> String {
+    format!(
+        concat!(
+            r#"{{"event_id":"ev-{i:010}","project_id":"proj-{project:06}","#,
+            r#""occurred_at":{at},"item_id":"trace-{i:08}","votes":["#,
+            r#"{{"voter_id":"u-{voter:04}","verdict":"pass","reputation":0.9}},"#,
+            r#"{{"voter_id":"u-8","value":0.75}}]}}"#,
+        ),
+        i = i,
+        project = i % PROJECTS,
+        at = 1_795_168_800_000 + i as i64,
+        voter = i % 1000,
+    )
+}
+
+/// The events of the task's projects (every sixth), each third of its projects' in turn.
+fn task_events() -> Vec<String> {
+    let mut thirds: Vec<VecDeque<usize>> = vec![VecDeque::new(); INPUT_PARTITIONS];
+    for i in (0..EVENTS).filter(|i| (i % PROJECTS).is_multiple_of(TASKS)) {
+        thirds[(i % PROJECTS / TASKS) % INPUT_PARTITIONS].push_back(i);
+    }
+    thirds.into_iter().flatten().map(event).collect()
+}
+
+/// Runs the task's events through the engine with `config`; returns the loop's seconds.
+fn run(config: &Config, events: &[String]) -> f64 {
+    let engine = Engine::new(config.engine_settings());
+    let mut reputations = ReputationTable::default();
+    let mut state = PartitionState::journaled();
+    let (mut renderer, mut records) = (
+        changelog::Renderer::default(),
+        changelog::Records::default(),
+    );
+    let mut out = Vec::<Output>::new();
+    let flushes = events.len().div_ceil(FLUSH);
+    let started = Instant::now();
+    for (flush, chunk) in events.chunks(FLUSH).enumerate() {
+        for (i, payload) in chunk.iter().enumerate() {
+            out.clear();
+            let offset = (flush * FLUSH + i) as i64;
+            let record = Record::new(
+                "jury.votes",
+                Some(InputTopic::Votes),
+                Some(payload.as_bytes()),
+            )
+            .at(Some(0), Some(offset))
+            .received(Some((flush * 250 + i * 250 / FLUSH) as u64), 0);
+            black_box(engine.process(&mut state, &mut reputations, &record, &mut out));
+            for o in &out {
+                black_box(o.render());
+            }
+        }
+        out.clear();
+        engine.release_held(&mut state, &mut out);
+        if flush == flushes * 3 / 4 || flush == flushes - 1 {
+            engine.release_reviewers(&mut state, &mut out);
+        }
+        for o in &out {
+            black_box(o.render());
+        }
+        let changes = state.journal.as_mut().map(std::mem::take);
+        records.clear();
+        let through = Some(((flush + 1) * FLUSH - 1) as i64);
+        renderer.render(
+            Unit::projects(0),
+            &state,
+            &changes.unwrap_or_default(),
+            through,
+            &mut records,
+        );
+        black_box(&records);
+    }
+    started.elapsed().as_secs_f64()
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") {
+        println!("statistics benchmark: run with `cargo bench --bench statistics`");
+        return;
+    }
+    let named: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let all = ["defaults", "judge-quality", "off"];
+    let events = task_events();
+    for mode in all
+        .into_iter()
+        .filter(|m| named.is_empty() || named.contains(m))
+    {
+        let mut config = Config::default();
+        config.judge_quality.enabled = mode != "off";
+        config.reviewers.enabled = mode == "defaults";
+        let seconds = run(&config, &events);
+        println!(
+            "{mode:>14}: {} votes in {seconds:.3} s, {:.0} votes/s",
+            events.len(),
+            events.len() as f64 / seconds
+        );
+    }
+}
