@@ -2,6 +2,9 @@
 //! parse + validate + apply path on ~200-byte events, and the service's per-epoch core work
 //! (journaled state, full dedupe windows, changelog rendering). Run: `cargo bench --bench engine`.
 
+#[path = "peers/event.rs"]
+mod peers;
+
 use criterion::measurement::WallTime;
 use criterion::{
     BatchSize, BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main,
@@ -124,16 +127,6 @@ fn bench_parse_validate_apply(c: &mut Criterion) {
 /// project changes several times per epoch, as it does there.
 const EPOCH: usize = 50_000;
 
-/// The load benchmark's event (benches/load.rs): two votes, ~210 bytes.
-fn load_event(i: usize, projects: usize) -> String {
-    format!(
-        r#"{{"event_id":"ev-{i:010}","project_id":"proj-{:06}","occurred_at":{},"item_id":"trace-{i:08}","votes":[{{"voter_id":"u-{:04}","verdict":"pass","reputation":0.9}},{{"voter_id":"u-8","value":0.75}}]}}"#,
-        i % projects,
-        1_795_168_800_000 + i as i64,
-        i % 1000
-    )
-}
-
 /// The states the per-epoch benchmarks run on, as (projects, dedupe window): one project with
 /// the default window of 100,000 ids, and 10,000 projects with windows of 100 (what the load
 /// benchmark's million events leave each of its projects).
@@ -228,7 +221,9 @@ fn bench_journaled_epoch(c: &mut Criterion) {
         let mut made = 0;
         let mut make = |n: usize| -> Vec<String> {
             made += n;
-            (made - n..made).map(|i| load_event(i, projects)).collect()
+            (made - n..made)
+                .map(|i| peers::event(i, projects))
+                .collect()
         };
         for _ in 0..20 {
             apply(&mut state, &make(EPOCH));
@@ -379,7 +374,7 @@ fn vote_record(payload: &str) -> Record<'_> {
 /// batch in the payload ([`Engine::prepare_votes`]), on the load benchmark's events.
 fn bench_prepare_votes(c: &mut Criterion) {
     let engine = Engine::new(Settings::default());
-    let payloads: Vec<String> = (0..EVENTS).map(|i| load_event(i, 10_000)).collect();
+    let payloads: Vec<String> = (0..EVENTS).map(|i| peers::event(i, 10_000)).collect();
     let mut group = c.benchmark_group("engine");
     group.throughput(Throughput::Elements(EVENTS as u64));
     group.bench_function("prepare_votes", |b| {
@@ -523,7 +518,7 @@ fn bench_list_page(c: &mut Criterion) {
         Vec::new(),
     );
     for i in 0..HELD {
-        let payload = load_event(i, HELD);
+        let payload = peers::event(i, HELD);
         let record = vote_record(&payload).at(None, Some(i as i64));
         engine.process(&mut state, &mut reps, &record, &mut out);
         out.clear();

@@ -14,6 +14,9 @@
 //! target/release/deps/statistics-<hash> --bench defaults` (and `off`): the statistics' cost per
 //! vote is the difference over the votes (docs/performance.md, "Where it goes").
 
+#[path = "peers/event.rs"]
+mod peers;
+
 use std::collections::VecDeque;
 use std::hint::black_box;
 use std::time::Instant;
@@ -36,29 +39,17 @@ const INPUT_PARTITIONS: usize = 3;
 /// Votes between two renders of the changelog (a flush).
 const FLUSH: usize = 11_000;
 
-/// Vote event `i`, as `benches/peers/corpus.py` writes it.
-fn event(i: usize) -> String {
-    format!(
-        concat!(
-            r#"{{"event_id":"ev-{i:010}","project_id":"proj-{project:06}","#,
-            r#""occurred_at":{at},"item_id":"trace-{i:08}","votes":["#,
-            r#"{{"voter_id":"u-{voter:04}","verdict":"pass","reputation":0.9}},"#,
-            r#"{{"voter_id":"u-8","value":0.75}}]}}"#,
-        ),
-        i = i,
-        project = i % PROJECTS,
-        at = 1_795_168_800_000 + i as i64,
-        voter = i % 1000,
-    )
-}
-
 /// The events of the task's projects (every sixth), each third of its projects' in turn.
 fn task_events() -> Vec<String> {
     let mut thirds: Vec<VecDeque<usize>> = vec![VecDeque::new(); INPUT_PARTITIONS];
     for i in (0..EVENTS).filter(|i| (i % PROJECTS).is_multiple_of(TASKS)) {
         thirds[(i % PROJECTS / TASKS) % INPUT_PARTITIONS].push_back(i);
     }
-    thirds.into_iter().flatten().map(event).collect()
+    thirds
+        .into_iter()
+        .flatten()
+        .map(|i| peers::event(i, PROJECTS))
+        .collect()
 }
 
 /// Runs the task's events through the engine with `config`; returns the loop's seconds.
