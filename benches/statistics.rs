@@ -9,10 +9,11 @@
 //! reviewers' checkpoints (fed round robin, each would hold one or two and reach none).
 //!
 //! Run: `cargo bench --bench statistics -- [defaults] [judge-quality] [off]` (all three when none
-//! is named): the loop's time for each. Its instructions, which unlike its time do not depend on
-//! the host's hour: `valgrind --tool=cachegrind --cache-sim=no
-//! target/release/deps/statistics-<hash> --bench defaults` (and `off`): the statistics' cost per
-//! vote is the difference over the votes (docs/performance.md, "Where it goes").
+//! is named): the loop's time for each, and the records and bytes its changelog took. Its
+//! instructions, which unlike its time do not depend on the host's hour: `valgrind
+//! --tool=cachegrind --cache-sim=no target/release/deps/statistics-<hash> --bench defaults` (and
+//! `off`): the statistics' cost per vote is the difference over the votes (docs/performance.md,
+//! "Where it goes").
 
 #[path = "peers/event.rs"]
 mod peers;
@@ -52,8 +53,17 @@ fn task_events() -> Vec<String> {
         .collect()
 }
 
-/// Runs the task's events through the engine with `config`; returns the loop's seconds.
-fn run(config: &Config, events: &[String]) -> f64 {
+/// What the changelog took: records, and bytes (keys and values), in all and of item buckets.
+#[derive(Default)]
+struct Written {
+    records: usize,
+    bytes: usize,
+    item_bytes: usize,
+}
+
+/// Runs the task's events through the engine with `config`; returns the loop's seconds and
+/// what its changelog took.
+fn run(config: &Config, events: &[String]) -> (f64, Written) {
     let engine = Engine::new(config.engine_settings());
     let mut reputations = ReputationTable::default();
     let mut state = PartitionState::journaled();
@@ -62,6 +72,7 @@ fn run(config: &Config, events: &[String]) -> f64 {
         changelog::Records::default(),
     );
     let mut out = Vec::<Output>::new();
+    let mut written = Written::default();
     let flushes = events.len().div_ceil(FLUSH);
     let started = Instant::now();
     for (flush, chunk) in events.chunks(FLUSH).enumerate() {
@@ -98,9 +109,16 @@ fn run(config: &Config, events: &[String]) -> f64 {
             through,
             &mut records,
         );
-        black_box(&records);
+        for r in black_box(&records).iter() {
+            let bytes = r.key.len() + r.value.map_or(0, <[u8]>::len);
+            written.records += 1;
+            written.bytes += bytes;
+            if r.key.windows(9).any(|w| w == b"\"items\",\"") {
+                written.item_bytes += bytes;
+            }
+        }
     }
-    started.elapsed().as_secs_f64()
+    (started.elapsed().as_secs_f64(), written)
 }
 
 fn main() {
@@ -124,11 +142,16 @@ fn main() {
         let mut config = Config::default();
         config.judge_quality.enabled = mode != "off";
         config.reviewers.enabled = mode == "defaults";
-        let seconds = run(&config, &events);
+        let (seconds, written) = run(&config, &events);
+        let mb = |bytes: usize| bytes as f64 / 1e6;
         println!(
-            "{mode:>14}: {} votes in {seconds:.3} s, {:.0} votes/s",
+            "{mode:>14}: {} votes in {seconds:.3} s, {:.0} votes/s; changelog {} records, \
+             {:.1} MB ({:.1} MB of item buckets)",
             events.len(),
-            events.len() as f64 / seconds
+            events.len() as f64 / seconds,
+            written.records,
+            mb(written.bytes),
+            mb(written.item_bytes)
         );
     }
 }

@@ -92,18 +92,19 @@ use stores::Slot;
 pub use render::{RecordRef, Records, Renderer};
 pub use restore::Restorer;
 
-/// One changelog record, owned; `value: None` is a tombstone.
+/// One changelog record, owned; `value: None` is a tombstone. Keys are JSON; values are JSON
+/// or, for the task's buckets of places, MessagePack (see `push_packed`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateRecord {
     pub key: String,
-    pub value: Option<String>,
+    pub value: Option<Vec<u8>>,
 }
 
 impl From<RecordRef<'_>> for StateRecord {
     fn from(r: RecordRef<'_>) -> Self {
         StateRecord {
             key: String::from_utf8_lossy(r.key).into_owned(),
-            value: r.value.map(|v| String::from_utf8_lossy(v).into_owned()),
+            value: r.value.map(<[u8]>::to_vec),
         }
     }
 }
@@ -143,8 +144,20 @@ pub enum ChangelogError {
     Value {
         key: String,
         #[source]
-        source: serde_json::Error,
+        source: ValueError,
     },
+}
+
+/// Why a changelog value could not be read, in the form its kind is written in (JSON, or
+/// MessagePack for item buckets: see `push_packed`).
+#[derive(Debug, thiserror::Error)]
+pub enum ValueError {
+    /// Of a kind written as JSON (or an item bucket written by a version before).
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// Of an item bucket, written in MessagePack.
+    #[error(transparent)]
+    Packed(#[from] rmp_serde::decode::Error),
 }
 
 /// How to start a group over from its inputs, when its state cannot be used: what every restore
@@ -381,6 +394,15 @@ fn bucket(ids: impl Iterator<Item = (u64, u128)>) -> Vec<IdRun> {
 /// Appends `value` as JSON; false if it could not be serialized.
 fn push_json(b: &mut Vec<u8>, value: &impl Serialize) -> bool {
     serde_json::to_writer(b, value).is_ok()
+}
+
+/// Appends `value` as MessagePack, its sequences and structs as arrays; false if it could not
+/// be serialized. For the records most of the changelog is made of (item buckets): the same
+/// shape as their JSON, read by the same types, in fewer bytes and about half the work to
+/// write (no escaping, floats as their bits). Read with [`Read::packed`](stores::Read::packed).
+/// Only for kinds written on their own: a redo record carries its records as JSON.
+fn push_packed(b: &mut Vec<u8>, value: &impl Serialize) -> bool {
+    rmp_serde::encode::write(b, value).is_ok()
 }
 
 /// Appends a dedupe bucket (see [`bucket`]); false when it has no ids (then nothing is written).

@@ -106,7 +106,7 @@ impl Restorer {
             let chunk: RedoChunk<'_> =
                 serde_json::from_slice(bytes).map_err(|e| ChangelogError::Value {
                     key: key.to_owned(),
-                    source: e,
+                    source: e.into(),
                 })?;
             let write = |c: &RedoChunk<'_>| (c.run, c.offset);
             if read

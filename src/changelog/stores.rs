@@ -86,9 +86,22 @@ pub(super) struct Read<'v> {
 impl<'v> Read<'v> {
     /// The value as `T`.
     pub fn value<T: Deserialize<'v>>(&self) -> Result<T, ChangelogError> {
-        serde_json::from_slice(self.value).map_err(|source| ChangelogError::Value {
+        serde_json::from_slice(self.value).map_err(|e| ChangelogError::Value {
             key: self.key.to_owned(),
-            source,
+            source: e.into(),
+        })
+    }
+
+    /// The value as `T`, written with `push_packed` (MessagePack), or as JSON by a version
+    /// before that: a JSON array or object begins with `[` or `{`, which no MessagePack array
+    /// or map does.
+    pub fn packed<T: Deserialize<'v>>(&self) -> Result<T, ChangelogError> {
+        if matches!(self.value.first(), Some(b'[' | b'{')) {
+            return self.value();
+        }
+        rmp_serde::from_slice(self.value).map_err(|e| ChangelogError::Value {
+            key: self.key.to_owned(),
+            source: e.into(),
         })
     }
 

@@ -15,15 +15,17 @@ pub(in crate::changelog) fn places(bucket: u64) -> Range<u64> {
 /// See [`Slot::Items`].
 pub(in crate::changelog) struct ItemsStore;
 
-/// A bucket of a task's items with votes ([`Slot::Items`]), `{"at":O,"from":F,"items":[[n,
-/// project,item,votes],...],"before":[...]}`, each item at place `n` from the bucket's first
-/// (written as the place itself before: the two read alike, see [`ItemsStore`]'s restore). It is written before the flush's redo record,
-/// not inside it, so once (see the module doc): `at` is the flush's last input offset (`null`
-/// from a flush that has none), `from` the first place the flush took and `before` the items
-/// it changed or forgot that it found, as it found them. A restore to an offset below `at`
-/// reads the bucket as the flush found it: without the items at `from` or after, with those of
-/// `before`. (A changelog written before this held the items alone, `[[seq,...],...]`, in
-/// buckets its redo records kept whole.)
+/// A bucket of a task's items with votes ([`Slot::Items`]), written in MessagePack
+/// (`push_packed`) as the array `[at, from, [[n, project, item, votes], ...], [before...]]`
+/// (the JSON of a version before: `{"at":O,"from":F,"items":[...],"before":[...]}`, read
+/// alike), each item at place `n` from the bucket's first (written as the place itself before:
+/// the two read alike, see [`ItemsStore`]'s restore). It is written before the flush's redo
+/// record, not inside it, so once (see the module doc): `at` is the flush's last input offset
+/// (nil from a flush that has none), `from` the first place the flush took and `before` the
+/// items it changed or forgot that it found, as it found them (left out when none). A restore
+/// to an offset below `at` reads the bucket as the flush found it: without the items at `from`
+/// or after, with those of `before`. (A changelog written before this held the items alone,
+/// `[[seq,...],...]`, in buckets its redo records kept whole.)
 #[derive(Serialize, Deserialize)]
 pub(in crate::changelog) struct ItemBucket<S, V> {
     at: Option<i64>,
@@ -74,7 +76,7 @@ impl Store for ItemsStore {
             items,
             before,
         };
-        !(bucket.items.is_empty() && bucket.before.is_empty()) && push_json(out, &bucket)
+        !(bucket.items.is_empty() && bucket.before.is_empty()) && push_packed(out, &bucket)
     }
     fn restore(into: &mut Restored, bucket: u64, read: &Read<'_>) -> Result<(), ChangelogError> {
         // Places are written from the bucket's first (before, whole: those read the same in
@@ -92,7 +94,7 @@ impl Store for ItemsStore {
                 .map(|(seq, p, i, v)| (place(seq), p, i, v));
             placed.collect()
         };
-        let items = match read.value()? {
+        let items = match read.packed()? {
             StoredItems::Items(items) => placed(items),
             StoredItems::Bucket(b) if b.at.is_some_and(|at| into.through < Some(at)) => {
                 // Written by a flush cut short: as that flush found it, and written again by

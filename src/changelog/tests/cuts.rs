@@ -103,7 +103,7 @@ fn redo_chunks(log: &[StateRecord]) -> Vec<(String, Option<serde_json::Value>)> 
             let v = r
                 .value
                 .as_deref()
-                .map(|v| serde_json::from_str(v).expect("json"));
+                .map(|v| serde_json::from_slice(v).expect("json"));
             (r.key.clone(), v)
         })
         .collect()

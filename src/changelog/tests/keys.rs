@@ -34,11 +34,11 @@ fn keys_are_json_arrays_that_survive_slashes() {
     assert_eq!(recs[0].value, None);
     assert_eq!(
         offset_record(unit, 7).value.as_deref(),
-        Some(r#"{"offset":7}"#)
+        Some(&br#"{"offset":7}"#[..])
     );
     assert_eq!(
         offset_record(unit, -2).value.as_deref(),
-        Some(r#"{"offset":-2}"#)
+        Some(&br#"{"offset":-2}"#[..])
     );
 }
 
@@ -249,12 +249,12 @@ fn a_project_count_of_the_layout_before_is_read_and_laid_out_again() {
         let q = state.quality("proj-1").expect("restored");
         assert_eq!(q.reviewers.left_out, left_out);
         let changes = state.journal.take().unwrap_or_default();
-        let written: Vec<(String, Option<String>)> = records(unit, &state, &changes)
+        let written: Vec<(String, Option<Vec<u8>>)> = records(unit, &state, &changes)
             .into_iter()
             .map(|r| (r.key, r.value))
             .filter(|(k, _)| k.contains("proj-1"))
             .collect();
-        let laid_out = (left_out > 0).then(|| left_out.to_string());
+        let laid_out = (left_out > 0).then(|| left_out.to_string().into_bytes());
         assert_eq!(
             written,
             [
@@ -268,7 +268,7 @@ fn a_project_count_of_the_layout_before_is_read_and_laid_out_again() {
 #[test]
 fn a_record_this_version_cannot_read_stops_the_restore_and_says_how_to_start_over() {
     let unit = Unit::projects(1);
-    let unreadable: [(&[u8], &[u8], &str); 3] = [
+    let unreadable: [(&[u8], &[u8], &str); 4] = [
         // A kind of state a newer version writes.
         (
             br#"["p",1,"sketch","proj-1"]"#,
@@ -287,6 +287,12 @@ fn a_record_this_version_cannot_read_stops_the_restore_and_says_how_to_start_ove
             br#"{"next":"seven"}"#,
             "missing field `next_seq`",
         ),
+        // An item bucket cut short: a MessagePack array of three holding one nil.
+        (
+            br#"["p",1,"items","3"]"#,
+            b"\x93\xc0",
+            r#"changelog value of ["p",1,"items","3"]"#,
+        ),
     ];
     for (key, value, reason) in unreadable {
         let mut r = Restorer::new(unit);
@@ -304,7 +310,7 @@ fn a_record_this_version_cannot_read_stops_the_restore_and_says_how_to_start_ove
 #[test]
 fn item_places_read_alike_from_the_bucket_or_whole() {
     // Bucket 3 holds places 48..64: written now as 0..16 from its first, before as the
-    // places themselves.
+    // places themselves; in MessagePack now, in JSON before.
     let restore = |value: &[u8]| {
         let unit = Unit::projects(1);
         let mut r = Restorer::new(unit);
@@ -319,6 +325,10 @@ fn item_places_read_alike_from_the_bucket_or_whole() {
         items
     };
     let now = restore(br#"{"at":9,"from":48,"items":[[2,"p","i",[0.5,1.0,1,null]],[15,"p","j",[1.0,1.0,1,null]]]}"#);
+    // As written now: MessagePack, the bucket an array.
+    let item = |n: u64, id| (n, "p", id, (0.5, 1.0, 1u64, None::<i64>));
+    let packed = rmp_serde::to_vec(&(Some(9i64), 48u64, [item(2, "i"), item(15, "j")]));
+    let packed = restore(&packed.expect("serializes"));
     let before = restore(br#"{"at":9,"from":48,"items":[[50,"p","i",[0.5,1.0,1,null]],[63,"p","j",[1.0,1.0,1,null]]]}"#);
     let expected = vec![
         (50, "p".to_owned(), "i".to_owned()),
@@ -326,6 +336,7 @@ fn item_places_read_alike_from_the_bucket_or_whole() {
     ];
     assert_eq!(now, expected);
     assert_eq!(before, expected);
+    assert_eq!(packed, expected);
 }
 
 proptest! {

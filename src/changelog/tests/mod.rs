@@ -203,7 +203,7 @@ fn restore(unit: Unit, log: &[StateRecord]) -> (PartitionState, Option<i64>) {
         Some(b"{\"offset\": 99}"),
     );
     for rec in log {
-        r.accept(rec.key.as_bytes(), rec.value.as_deref().map(str::as_bytes));
+        r.accept(rec.key.as_bytes(), rec.value.as_deref());
     }
     // What the runtime reads on to (the group's committed offset) is where the state restores
     // to, wherever the log was cut.
@@ -238,7 +238,7 @@ fn origins_record(unit: Unit, state: &PartitionState) -> StateRecord {
         .collect();
     StateRecord {
         key: unit.key(Slot::Origins(())),
-        value: Some(serde_json::to_string(&entries).unwrap()),
+        value: Some(serde_json::to_vec(&entries).unwrap()),
     }
 }
 

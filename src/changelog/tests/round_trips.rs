@@ -48,9 +48,9 @@ fn one_record_per_vote_project_per_flush() {
             r#"["v",0,"offset"]"#
         ]
     );
-    assert_eq!(log[1].value.as_deref(), Some(r#"[["v",0,9]]"#));
+    assert_eq!(log[1].value.as_deref(), Some(&br#"[["v",0,9]]"#[..]));
     let value: serde_json::Value =
-        serde_json::from_str(log[0].value.as_deref().unwrap_or_default()).expect("json");
+        serde_json::from_slice(log[0].value.as_deref().unwrap_or_default()).expect("json");
     // The ids are consecutive: one run of ten fingerprints.
     let ids = &value["seen"][0];
     assert_eq!(value["seen"].as_array().map(Vec::len), Some(1));
@@ -82,12 +82,12 @@ fn one_record_per_vote_project_per_flush() {
     );
     for (k, record) in log[..2].iter().enumerate() {
         let bucket: Vec<(u64, String)> =
-            serde_json::from_str(record.value.as_deref().unwrap_or_default()).expect("json");
+            serde_json::from_slice(record.value.as_deref().unwrap_or_default()).expect("json");
         assert_eq!(bucket.len(), 1, "one run");
         assert_eq!((bucket[0].0, bucket[0].1.len()), (16 * k as u64, 16 * 32));
     }
     let value: serde_json::Value =
-        serde_json::from_str(log[2].value.as_deref().unwrap_or_default()).expect("json");
+        serde_json::from_slice(log[2].value.as_deref().unwrap_or_default()).expect("json");
     assert_eq!(value["seen"][0][0], 32);
 }
 
@@ -116,7 +116,7 @@ fn vote_ids_in_buckets_of_the_layout_before_are_read_then_laid_out_anew() {
         .find(|r| r.key.contains("\"project\""))
         .and_then(|r| r.value.clone())
         .expect("a project record");
-    let mut record: serde_json::Value = serde_json::from_str(&project).expect("json");
+    let mut record: serde_json::Value = serde_json::from_slice(&project).expect("json");
     record["seen"] = runs(&ids[32..]);
     let before = [
         (
@@ -176,7 +176,11 @@ fn vote_ids_in_buckets_of_the_layout_before_are_read_then_laid_out_anew() {
         &mut Vec::new(),
     );
     let mut latest = std::collections::BTreeMap::new();
-    for (key, value) in before.iter().cloned().map(|(k, v)| (k, Some(v))) {
+    for (key, value) in before
+        .iter()
+        .cloned()
+        .map(|(k, v)| (k, Some(v.into_bytes())))
+    {
         latest.insert(key, value);
     }
     for r in &next {
@@ -189,7 +193,7 @@ fn vote_ids_in_buckets_of_the_layout_before_are_read_then_laid_out_anew() {
     );
     let mut r = Restorer::new(unit);
     for (key, value) in &latest {
-        r.accept(key.as_bytes(), value.as_deref().map(str::as_bytes));
+        r.accept(key.as_bytes(), value.as_deref());
     }
     let (restored, _) = r.finish().expect("restores");
     assert_eq!(without_journal(&restored), without_journal(&live));
