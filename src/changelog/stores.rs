@@ -86,10 +86,7 @@ pub(super) struct Read<'v> {
 impl<'v> Read<'v> {
     /// The value as `T`.
     pub fn value<T: Deserialize<'v>>(&self) -> Result<T, ChangelogError> {
-        serde_json::from_slice(self.value).map_err(|e| ChangelogError::Value {
-            key: self.key.to_owned(),
-            source: e.into(),
-        })
+        serde_json::from_slice(self.value).map_err(|e| self.unreadable(e))
     }
 
     /// The value as `T`, written with `push_packed` (MessagePack), or as JSON by a version
@@ -99,10 +96,15 @@ impl<'v> Read<'v> {
         if matches!(self.value.first(), Some(b'[' | b'{')) {
             return self.value();
         }
-        rmp_serde::from_slice(self.value).map_err(|e| ChangelogError::Value {
+        rmp_serde::from_slice(self.value).map_err(|e| self.unreadable(e))
+    }
+
+    /// An error about this record's value, in whichever form it was read.
+    fn unreadable(&self, source: impl Into<ValueError>) -> ChangelogError {
+        ChangelogError::Value {
             key: self.key.to_owned(),
-            source: e.into(),
-        })
+            source: source.into(),
+        }
     }
 
     /// An error about this record's key.
