@@ -332,11 +332,9 @@ fn finish(running: Vec<Service>, records: &[Rec]) {
     let refs: Vec<&Service> = running.iter().collect();
     assert!(
         support::wait_caught_up(&refs, records, Duration::from_secs(240)),
-        "{}",
-        refs.iter()
-            .map(|s| s.metrics())
-            .collect::<Vec<_>>()
-            .join("\n")
+        "not caught up:\n{}\n{}",
+        support::shortfall(&refs, records),
+        handovers(&refs)
     );
     let logs: Vec<std::path::PathBuf> = running.iter().map(|s| s.log.clone()).collect();
     for s in running {

@@ -1,7 +1,8 @@
 //! The Kafka service against a real broker (see tests/support): its outputs equal replay's,
 //! a kill -9 at any point ends in the same tables, a second instance taking partitions over
-//! mid-stream loses and doubles nothing, SIGTERM is clean, a missing topic is a clear
-//! error, an outage is reported by /readyz, and an independent client interoperates.
+//! mid-stream loses and doubles nothing, SIGTERM is clean, a refused commit is made again, a
+//! missing topic is a clear error, an outage is reported by /readyz, and an independent client
+//! interoperates.
 
 mod support;
 
@@ -751,6 +752,42 @@ fn a_quiet_input_is_committed_before_the_epoch_is_over() {
     service.kill();
     let again = Service::start_with(&config, dir.path().join("b.log"), &long);
     assert!(again.wait_ready(Duration::from_secs(60)));
+    assert_nothing_reread(again, &records);
+}
+
+/// A commit the group refuses, as a broker does in the middle of a rebalance, is made again
+/// while the partition is owned: with each stage's first five commits refused, the input's
+/// last records are still committed once it has gone quiet, and a restart re-reads nothing.
+#[test]
+fn refused_commits_are_made_again_until_the_group_has_them() {
+    let broker = Broker::shared();
+    let prefix = "refused";
+    let Setup {
+        dir,
+        config,
+        records,
+    } = small_stream_produced(&broker.bootstrap, prefix);
+    let refused = [("JURYSTREAM_FAIL_COMMITS", "5")];
+    let service = Service::start_with(&config, dir.path().join("a.log"), &refused);
+    assert_eq!(
+        service.wait_handled(inputs(&records), Duration::from_secs(90)),
+        inputs(&records)
+    );
+    let group = support::GroupOffsets::new(&broker.bootstrap, &format!("{prefix}-group"));
+    assert!(
+        group.wait_committed(&records, Duration::from_secs(30)),
+        "{}",
+        service.metrics()
+    );
+    // Both stages' five refusals were counted as what they were.
+    let m = service.metrics();
+    assert_eq!(
+        support::metric_sum(&m, r#"jurystream_commits_total{result="error"}"#),
+        10,
+        "{m}"
+    );
+    service.kill();
+    let again = Service::start_ready(&config, dir.path().join("b.log"));
     assert_nothing_reread(again, &records);
 }
 

@@ -22,9 +22,10 @@ fn other_variables() -> Vec<&'static str> {
 /// The crash-injection variables of a build with `fault-injection` (`crate::kafka::faults`);
 /// a build without it refuses them like any other variable that names nothing.
 #[cfg(feature = "fault-injection")]
-pub const FAULT_VARIABLES: [&str; 4] = [
+pub const FAULT_VARIABLES: [&str; 5] = [
     "JURYSTREAM_CRASH_AFTER_CHANGELOG",
     "JURYSTREAM_CRASH_MID_CHANGELOG",
+    "JURYSTREAM_FAIL_COMMITS",
     "JURYSTREAM_REFUSE_FORWARD",
     "JURYSTREAM_RESTORE_STOPS_SHORT",
 ];

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -75,7 +75,7 @@ impl ConsumerContext for GroupContext {
         let revoked = partitions(tpl);
         // This stage's offsets are committed before its partitions go; the other stage's wait
         // for its own consumer (see `Committers`).
-        if let Err(e) = core.drain(&Committers::only(consumer), CommitMode::Sync) {
+        if let Err(e) = core.drain(&Committers::only(consumer)) {
             tracing::error!(error = %e, "could not finish the cycle before revocation");
             self.fail(e);
         }

@@ -139,8 +139,10 @@ pub(super) struct Epochs {
     /// Changelog buffers of sent epochs, for the next ones (see [`changelog::Records`]).
     pub spare_records: Vec<changelog::Records>,
     /// Offsets of committed epochs not yet committed to their stage's group (see
-    /// [`super::contexts::Committers`]).
+    /// [`super::contexts::Committers`]), or whose commit failed.
     pub uncommitted: Offsets,
+    /// After a failed commit, when to try again.
+    pub retry_commits_at: Option<Instant>,
 }
 
 impl Epochs {
@@ -151,6 +153,16 @@ impl Epochs {
             renderer: changelog::Renderer::new(run, redo_chunk_bytes),
             spare_records: Vec::new(),
             uncommitted: Offsets::new(),
+            retry_commits_at: None,
+        }
+    }
+
+    /// Adds `offsets` to those waiting to be committed (a committed epoch's, or a failed
+    /// commit's put back), keeping the later of two offsets of a partition.
+    pub fn requeue(&mut self, offsets: Offsets) {
+        for (at, offset) in offsets {
+            let next = self.uncommitted.entry(at).or_default();
+            *next = (*next).max(offset);
         }
     }
 }
@@ -393,6 +405,10 @@ impl Core {
     /// Drops partition `partition` of `topic`, taken by revocation number `generation`, after
     /// everything it processed is committed.
     pub(super) fn revoke(&mut self, topic: &str, partition: i32, generation: u64) {
+        // Its next owner commits it from now on; a late commit of ours could only go back.
+        self.epochs
+            .uncommitted
+            .remove(&(topic.to_owned(), partition));
         if let Some(unit) = self.unit_named(topic, partition) {
             self.view.revoked(unit);
             self.tasks.revoke(unit, generation);

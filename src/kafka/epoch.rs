@@ -5,19 +5,25 @@
 //!    partition that processed records, and notes the offsets to commit;
 //! 3. [`Core::advance`] sends an epoch's changelog once the broker has acknowledged all of its
 //!    outputs, and commits its offsets once the changelog is acknowledged, epochs strictly in
-//!    order, while the next epochs fill;
+//!    order, while the next epochs fill. Commits are synchronous, as Kafka Streams' are: an
+//!    asynchronous commit's result never reaches the application through rdkafka's
+//!    `BaseConsumer` (rust-rdkafka issue 856), so a failed one would be lost unseen, and on a
+//!    partition that gets no new record nothing would ever commit it again. A failed commit's
+//!    offsets wait for the next attempt, a cycle later, for as long as the partition is owned;
 //! 4. [`Core::drain`] seals and waits until everything is committed (revocation, shutdown, or
 //!    too many epochs in flight).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::ServiceError;
 use super::collector::{Destination, Tag};
-use super::contexts::Committers;
+use super::contexts::{Committers, GroupContext};
 use super::core::{Core, Epoch, Offsets};
 use super::stage::Stage;
 use crate::engine::Outcome;
@@ -113,11 +119,7 @@ impl Core {
     /// Moves sealed epochs forward as far as acknowledgements allow: sends the changelog of the
     /// oldest epoch whose outputs are all acknowledged, commits the offsets of the oldest epoch
     /// whose changelog is acknowledged.
-    pub(super) fn advance(
-        &mut self,
-        consumers: &Committers<'_>,
-        mode: CommitMode,
-    ) -> Result<(), ServiceError> {
+    pub(super) fn advance(&mut self, consumers: &Committers<'_>) -> Result<(), ServiceError> {
         self.collector.serve_delivery_reports();
         self.collector.check_delivery()?;
         self.replace_refused_forwards()?;
@@ -166,10 +168,7 @@ impl Core {
                 break;
             };
             self.faults.before_commit(done.commits.len());
-            for (at, offset) in done.commits {
-                let next = self.epochs.uncommitted.entry(at).or_default();
-                *next = (*next).max(offset);
-            }
+            self.epochs.requeue(done.commits);
             // Every record of the epoch is acknowledged: its counter serves a later epoch.
             self.collector.forget(id);
             EpochCommitted {
@@ -177,7 +176,13 @@ impl Core {
             }
             .emit(&self.metrics);
         }
-        self.commit_uncommitted(consumers, mode)?;
+        if self
+            .epochs
+            .retry_commits_at
+            .is_none_or(|at| Instant::now() >= at)
+        {
+            self.commit_uncommitted(consumers);
+        }
         let stalled = self
             .epochs
             .sealed
@@ -188,12 +193,10 @@ impl Core {
     }
 
     /// Commits the offsets of committed epochs that wait in [`super::core::Epochs::uncommitted`],
-    /// each to its stage's group, for the stages whose consumer is at hand.
-    fn commit_uncommitted(
-        &mut self,
-        consumers: &Committers<'_>,
-        mode: CommitMode,
-    ) -> Result<(), ServiceError> {
+    /// each to its stage's group, for the stages whose consumer is at hand. The offsets of a
+    /// commit that fails go back to wait for the next attempt, which [`Core::advance`] makes a
+    /// cycle later; [`Core::revoke`] drops those of a partition that goes.
+    fn commit_uncommitted(&mut self, consumers: &Committers<'_>) {
         for stage in [Stage::Forward, Stage::Apply] {
             let Some(consumer) = consumers.of(stage) else {
                 continue;
@@ -203,19 +206,42 @@ impl Core {
                 .into_iter()
                 .partition(|((topic, _), _)| Stage::of(topic, config, topics) == stage);
             self.epochs.uncommitted = rest;
-            let mut commits = TopicPartitionList::new();
-            for ((topic, partition), offset) in due {
-                commits.add_partition_offset(&topic, partition, Offset::Offset(offset))?;
+            if due.is_empty() {
+                continue;
             }
-            if commits.count() > 0 {
-                let result = consumer.commit(&commits, mode);
-                OffsetsCommitted {
-                    result: result.as_ref().copied(),
-                }
-                .emit(&self.metrics);
+            let result = self.commit(consumer, &due);
+            OffsetsCommitted {
+                result: result.as_ref().copied(),
+            }
+            .emit(&self.metrics);
+            if result.is_err() {
+                self.epochs.requeue(due);
+                let cycle = Duration::from_millis(self.config.kafka.commit_interval_ms);
+                self.epochs.retry_commits_at = Some(Instant::now() + cycle);
             }
         }
-        Ok(())
+        if self.epochs.uncommitted.is_empty() {
+            self.epochs.retry_commits_at = None;
+        }
+    }
+
+    /// Commits `offsets` with `consumer` and waits for the group's answer (or fails as the
+    /// broker would, where the environment asks for it: see [`super::faults`]).
+    fn commit(
+        &mut self,
+        consumer: &BaseConsumer<GroupContext>,
+        offsets: &Offsets,
+    ) -> Result<(), KafkaError> {
+        if self.faults.fails_commit() {
+            return Err(KafkaError::ConsumerCommit(
+                RDKafkaErrorCode::RebalanceInProgress,
+            ));
+        }
+        let mut commits = TopicPartitionList::new();
+        for ((topic, partition), offset) in offsets {
+            commits.add_partition_offset(topic, *partition, Offset::Offset(*offset))?;
+        }
+        consumer.commit(&commits, CommitMode::Sync)
     }
 
     /// Publishes a `forward_refused` dead letter for each forward refused for good, in the
@@ -273,23 +299,21 @@ impl Core {
     /// Seals the current epoch and waits until every epoch is committed (revocation, shutdown,
     /// or too many epochs in flight). During a broker outage this keeps waiting, not ready.
     /// The reviewer records held are published first, so a clean stop leaves the table whole.
-    pub(super) fn drain(
-        &mut self,
-        consumers: &Committers<'_>,
-        mode: CommitMode,
-    ) -> Result<(), ServiceError> {
+    pub(super) fn drain(&mut self, consumers: &Committers<'_>) -> Result<(), ServiceError> {
         self.release_reviewers()?;
         self.seal()?;
         let started = Instant::now();
         let limit = Duration::from_secs(self.config.kafka.shutdown_timeout_secs);
         while !self.epochs.sealed.is_empty() {
             self.collector.producer.poll(Duration::from_millis(10));
-            self.advance(consumers, mode)?;
+            self.advance(consumers)?;
             if self.stop.load(Ordering::Relaxed) && started.elapsed() > limit {
                 return Err(ServiceError::ShutdownTimeout(limit.as_secs()));
             }
         }
-        // Offsets an earlier epoch left for this consumer, when no epoch was left to advance.
-        self.commit_uncommitted(consumers, mode)
+        // Offsets an earlier epoch (or a failed commit) left for this consumer, at once: a
+        // partition that goes, or a stop, leaves no later attempt.
+        self.commit_uncommitted(consumers);
+        Ok(())
     }
 }

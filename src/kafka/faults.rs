@@ -17,6 +17,10 @@
 //! treats the forward of every input record whose payload contains `TEXT` as refused for good
 //! (message too large), as a delivery report would say, instead of producing it.
 //!
+//! And one makes commits fail as a broker in the middle of a rebalance makes them fail:
+//! `JURYSTREAM_FAIL_COMMITS=N` fails each stage's first `N` offset commits with
+//! `REBALANCE_IN_PROGRESS`, without sending them.
+//!
 //! Without the feature [`Faults::from_env`] is always empty and nothing here ever aborts.
 
 use std::time::Duration;
@@ -35,6 +39,8 @@ pub(super) struct Faults {
     refuse_forward: Option<String>,
     /// A restore's read takes every partition's end as reached before reading a record.
     pub restore_stops_short: bool,
+    /// Offset commits still to fail.
+    failing_commits: u32,
 }
 
 impl Faults {
@@ -48,7 +54,18 @@ impl Faults {
             mid_changelog: std::env::var("JURYSTREAM_CRASH_MID_CHANGELOG").ok(),
             refuse_forward: std::env::var("JURYSTREAM_REFUSE_FORWARD").ok(),
             restore_stops_short: std::env::var_os("JURYSTREAM_RESTORE_STOPS_SHORT").is_some(),
+            failing_commits: std::env::var("JURYSTREAM_FAIL_COMMITS")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
         }
+    }
+
+    /// Whether this offset commit is to fail as the broker would refuse it (counting it).
+    pub fn fails_commit(&mut self) -> bool {
+        let fails = self.failing_commits > 0;
+        self.failing_commits = self.failing_commits.saturating_sub(1);
+        fails
     }
 
     /// Whether the forward of `payload` is to be refused as the broker would refuse it.

@@ -61,7 +61,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 
 use crate::changelog::{self, ChangelogError, Unit};
@@ -345,7 +345,7 @@ pub fn run(
         tracing::info!("stopping: finishing the cycle");
         consumers
             .iter()
-            .try_for_each(|c| lock(&c.context().core).drain(&committers, CommitMode::Sync))
+            .try_for_each(|c| lock(&c.context().core).drain(&committers))
     });
     health.set_ready(false, &metrics);
     metrics.up.set(0.0);

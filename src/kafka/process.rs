@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 
@@ -435,9 +435,9 @@ pub(super) fn process_records<'c>(
             coalesced = Instant::now();
         }
         if c.epochs.sealed.len() > MAX_EPOCHS_IN_FLIGHT {
-            c.drain(consumers, CommitMode::Async)?;
+            c.drain(consumers)?;
         } else if !c.epochs.sealed.is_empty() || !c.epochs.uncommitted.is_empty() {
-            c.advance(consumers, CommitMode::Async)?;
+            c.advance(consumers)?;
         }
     }
     Ok(())

@@ -170,8 +170,9 @@ impl InternalEvent for ChangelogSent {
     }
 }
 
-/// An epoch's input offsets were committed (or the commit failed: the changelog holds them, so
-/// a restart skips the work instead of repeating it, and the next commit supersedes this one).
+/// Offsets were committed, or the group refused them (they are committed again a cycle later
+/// while the partition is owned; until then the changelog holds the work, so a restart skips
+/// it instead of repeating it).
 pub struct OffsetsCommitted<'a> {
     pub result: Result<(), &'a KafkaError>,
 }

@@ -555,6 +555,48 @@ pub fn wait_caught_up(services: &[&Service], records: &[Rec], timeout: Duration)
     }
 }
 
+/// For a failure message: each (topic, partition) `wait_caught_up` waits on that is not yet
+/// done, with the offset it waits for, the group's committed offset and each of `services`'
+/// reported position.
+pub fn shortfall(services: &[&Service], records: &[Rec]) -> String {
+    let Some(first) = services.first() else {
+        return String::new();
+    };
+    let mut want: BTreeMap<(String, i32), i64> = next_offsets(records)
+        .into_iter()
+        .map(|((t, p), o)| ((t.to_owned(), p), o))
+        .collect();
+    let topic = format!("{}-repartition", first.group);
+    for (p, o) in log_ends(&first.bootstrap, &topic) {
+        want.insert((topic.clone(), p), o);
+    }
+    let partitions: Vec<(&str, i32)> = want.keys().map(|(t, p)| (t.as_str(), *p)).collect();
+    let committed = GroupOffsets::new(&first.bootstrap, &first.group).committed(&partitions);
+    let metrics: Vec<String> = services.iter().map(|s| s.metrics()).collect();
+    let mut out = String::new();
+    for (i, ((topic, partition), next)) in want.iter().enumerate() {
+        let prefix =
+            format!("jurystream_input_position{{partition=\"{partition}\",topic=\"{topic}\"}} ");
+        let positions: Vec<String> = metrics
+            .iter()
+            .map(|m| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix(&prefix))
+                    .unwrap_or("-")
+                    .trim()
+                    .to_owned()
+            })
+            .collect();
+        let committed = committed.get(i).copied().flatten();
+        if committed < Some(*next) {
+            out.push_str(&format!(
+                "{topic}/{partition}: waits for {next}, committed {committed:?}, positions {positions:?}\n"
+            ));
+        }
+    }
+    out
+}
+
 /// Waits until, for each (topic, partition) of `want`, the group has committed its offset, or
 /// (unless `committed_only`) one of `services` reports a `jurystream_input_position` at or past
 /// it.
@@ -738,8 +780,6 @@ impl GroupOffsets {
             .collect()
     }
 
-    /// Waits until every (topic, partition) of `records` but the reputation table's is committed
-    /// past its last record.
     /// Waits until everything of `records` is committed, and, when the group repartitions,
     /// everything in its repartition topic (on broker `bootstrap`).
     pub fn wait_committed(&self, records: &[Rec], timeout: Duration) -> bool {
