@@ -143,6 +143,8 @@ pub(super) struct Epochs {
     pub uncommitted: Offsets,
     /// After a failed commit, when to try again.
     pub retry_commits_at: Option<Instant>,
+    /// Since when commits have been refused, until one goes through.
+    pub refused_since: Option<Instant>,
 }
 
 impl Epochs {
@@ -154,6 +156,7 @@ impl Epochs {
             spare_records: Vec::new(),
             uncommitted: Offsets::new(),
             retry_commits_at: None,
+            refused_since: None,
         }
     }
 

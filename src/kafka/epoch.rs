@@ -37,6 +37,9 @@ use crate::telemetry::events::{
 /// once its changelog is sent, so in steady state one or two circulate.
 const SPARE_RECORD_BUFFERS: usize = 2;
 
+/// How long the oldest epoch, or a refused commit, may wait before `/readyz` says not ready.
+const BEHIND: Duration = Duration::from_secs(5);
+
 impl Core {
     /// Ends the current epoch: publishes held scores, renders the changelog of every partition
     /// that processed records (to be sent once the outputs are acknowledged) and notes the
@@ -183,12 +186,12 @@ impl Core {
         {
             self.commit_uncommitted(consumers);
         }
-        let stalled = self
-            .epochs
-            .sealed
-            .front()
-            .is_some_and(|e| e.sealed_at.elapsed() > Duration::from_secs(5));
-        self.health.set_ready(!stalled, &self.metrics);
+        // Behind while its oldest epoch, or a refused commit, has waited too long.
+        let waited_long = |since: Option<Instant>| since.is_some_and(|t| t.elapsed() > BEHIND);
+        let behind = waited_long(self.epochs.sealed.front().map(|e| e.sealed_at))
+            || waited_long(self.epochs.refused_since);
+        self.health
+            .set_behind(self.stage.part(), behind, &self.metrics);
         Ok(())
     }
 
@@ -197,6 +200,7 @@ impl Core {
     /// commit that fails go back to wait for the next attempt, which [`Core::advance`] makes a
     /// cycle later; [`Core::revoke`] drops those of a partition that goes.
     fn commit_uncommitted(&mut self, consumers: &Committers<'_>) {
+        let mut refused = false;
         for stage in [Stage::Forward, Stage::Apply] {
             let Some(consumer) = consumers.of(stage) else {
                 continue;
@@ -216,12 +220,16 @@ impl Core {
             .emit(&self.metrics);
             if result.is_err() {
                 self.epochs.requeue(due);
-                let cycle = Duration::from_millis(self.config.kafka.commit_interval_ms);
-                self.epochs.retry_commits_at = Some(Instant::now() + cycle);
+                refused = true;
             }
         }
-        if self.epochs.uncommitted.is_empty() {
+        if refused {
+            let cycle = Duration::from_millis(self.config.kafka.commit_interval_ms);
+            self.epochs.retry_commits_at = Some(Instant::now() + cycle);
+            self.epochs.refused_since.get_or_insert_with(Instant::now);
+        } else {
             self.epochs.retry_commits_at = None;
+            self.epochs.refused_since = None;
         }
     }
 
