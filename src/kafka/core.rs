@@ -143,8 +143,6 @@ pub(super) struct Epochs {
     pub uncommitted: Offsets,
     /// After a failed commit, when to try again.
     pub retry_commits_at: Option<Instant>,
-    /// Since when commits have been refused, until one goes through.
-    pub refused_since: Option<Instant>,
 }
 
 impl Epochs {
@@ -156,7 +154,6 @@ impl Epochs {
             spare_records: Vec::new(),
             uncommitted: Offsets::new(),
             retry_commits_at: None,
-            refused_since: None,
         }
     }
 

@@ -37,9 +37,6 @@ use crate::telemetry::events::{
 /// once its changelog is sent, so in steady state one or two circulate.
 const SPARE_RECORD_BUFFERS: usize = 2;
 
-/// How long the oldest epoch, or a refused commit, may wait before `/readyz` says not ready.
-const BEHIND: Duration = Duration::from_secs(5);
-
 impl Core {
     /// Ends the current epoch: publishes held scores, renders the changelog of every partition
     /// that processed records (to be sent once the outputs are acknowledged) and notes the
@@ -186,12 +183,12 @@ impl Core {
         {
             self.commit_uncommitted(consumers);
         }
-        // Behind while its oldest epoch, or a refused commit, has waited too long.
-        let waited_long = |since: Option<Instant>| since.is_some_and(|t| t.elapsed() > BEHIND);
-        let behind = waited_long(self.epochs.sealed.front().map(|e| e.sealed_at))
-            || waited_long(self.epochs.refused_since);
-        self.health
-            .set_behind(self.stage.part(), behind, &self.metrics);
+        let stalled = self
+            .epochs
+            .sealed
+            .front()
+            .is_some_and(|e| e.sealed_at.elapsed() > Duration::from_secs(5));
+        self.health.set_ready(!stalled, &self.metrics);
         Ok(())
     }
 
@@ -200,7 +197,6 @@ impl Core {
     /// commit that fails go back to wait for the next attempt, which [`Core::advance`] makes a
     /// cycle later; [`Core::revoke`] drops those of a partition that goes.
     fn commit_uncommitted(&mut self, consumers: &Committers<'_>) {
-        let mut refused = false;
         for stage in [Stage::Forward, Stage::Apply] {
             let Some(consumer) = consumers.of(stage) else {
                 continue;
@@ -220,16 +216,12 @@ impl Core {
             .emit(&self.metrics);
             if result.is_err() {
                 self.epochs.requeue(due);
-                refused = true;
+                let cycle = Duration::from_millis(self.config.kafka.commit_interval_ms);
+                self.epochs.retry_commits_at = Some(Instant::now() + cycle);
             }
         }
-        if refused {
-            let cycle = Duration::from_millis(self.config.kafka.commit_interval_ms);
-            self.epochs.retry_commits_at = Some(Instant::now() + cycle);
-            self.epochs.refused_since.get_or_insert_with(Instant::now);
-        } else {
+        if self.epochs.uncommitted.is_empty() {
             self.epochs.retry_commits_at = None;
-            self.epochs.refused_since = None;
         }
     }
 

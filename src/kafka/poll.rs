@@ -107,7 +107,7 @@ pub(super) fn poll_records<'c>(
                 Some(Ok(msg)) => msg,
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "consumer");
-                    health.set_behind(consumer.context().stage.part(), true, metrics);
+                    health.set_ready(false, metrics);
                     break;
                 }
                 None => break,

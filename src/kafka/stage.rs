@@ -20,14 +20,6 @@ pub(super) enum Stage {
 }
 
 impl Stage {
-    /// The stage's part of the service's health (see [`crate::telemetry::http::Health`]).
-    pub fn part(self) -> u8 {
-        match self {
-            Stage::Forward => 0,
-            Stage::Apply => 1,
-        }
-    }
-
     /// The stages `config` runs.
     pub fn all(config: &Config) -> &'static [Stage] {
         if config.input.repartitions() {

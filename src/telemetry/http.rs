@@ -4,7 +4,7 @@
 //! first three can have a listener of their own (`http.admin_bind`, see [`Listeners`]).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::time::Duration;
 
@@ -21,36 +21,16 @@ use tokio::sync::Semaphore;
 
 use crate::telemetry::metrics::Metrics;
 
-/// What `/readyz` reports: ready while the service consumes and none of its parts is behind.
+/// What the endpoints report.
 #[derive(Default)]
 pub struct Health {
-    consuming: AtomicBool,
-    /// A bit for each part that reports on itself (see [`Health::set_behind`]).
-    behind: AtomicU8,
+    pub ready: AtomicBool,
 }
 
 impl Health {
-    /// Whether `/readyz` answers ready.
-    pub fn ready(&self) -> bool {
-        self.consuming.load(Ordering::Relaxed) && self.behind.load(Ordering::Relaxed) == 0
-    }
-
-    /// The service has started consuming (`true`), or is stopping (`false`).
-    pub fn set_consuming(&self, consuming: bool, metrics: &Metrics) {
-        self.consuming.store(consuming, Ordering::Relaxed);
-        metrics.ready.set(i64::from(self.ready()));
-    }
-
-    /// Part `part` (below 8: a stage of the service) is behind, or has caught up again. Each
-    /// part sets only its own bit, so one that moves never hides another that is stuck.
-    pub fn set_behind(&self, part: u8, behind: bool, metrics: &Metrics) {
-        let bit = 1u8 << (part % 8);
-        if behind {
-            self.behind.fetch_or(bit, Ordering::Relaxed);
-        } else {
-            self.behind.fetch_and(!bit, Ordering::Relaxed);
-        }
-        metrics.ready.set(i64::from(self.ready()));
+    pub fn set_ready(&self, ready: bool, metrics: &Metrics) {
+        self.ready.store(ready, Ordering::Relaxed);
+        metrics.ready.set(i64::from(ready));
     }
 }
 
@@ -298,7 +278,7 @@ async fn render_metrics(State(s): State<AppState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
-    if s.health.ready() {
+    if s.health.ready.load(Ordering::Relaxed) {
         (StatusCode::OK, "ready\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
@@ -315,28 +295,6 @@ mod tests {
     use tokio::net::TcpStream;
 
     use super::*;
-
-    /// Ready only while consuming with no part behind, whatever order the parts report in:
-    /// a part that moves never hides one that is stuck.
-    #[test]
-    fn one_part_catching_up_never_hides_another_that_is_behind() {
-        let (metrics, health) = (Metrics::new(), Health::default());
-        assert!(!health.ready(), "not before it consumes");
-        health.set_consuming(true, &metrics);
-        assert!(health.ready());
-        health.set_behind(1, true, &metrics);
-        health.set_behind(0, false, &metrics);
-        assert!(!health.ready(), "part 0 moving hid part 1");
-        assert!(metrics.render().contains("jurystream_ready 0"));
-        health.set_behind(0, true, &metrics);
-        health.set_behind(1, false, &metrics);
-        assert!(!health.ready(), "part 1 catching up hid part 0");
-        health.set_behind(0, false, &metrics);
-        assert!(health.ready());
-        assert!(metrics.render().contains("jurystream_ready 1"));
-        health.set_consuming(false, &metrics);
-        assert!(!health.ready(), "not once it stops");
-    }
 
     /// A server with `max` connections and a 300 ms header timeout, serving one `/v1` route
     /// that takes a path id; its address and metrics.
@@ -360,7 +318,7 @@ mod tests {
         let admin_addr = admin.as_ref().map(|a| a.local_addr().unwrap());
         let metrics = Arc::new(Metrics::new());
         let health = Arc::new(Health::default());
-        health.set_consuming(true, &metrics);
+        health.set_ready(true, &metrics);
         let routes = Router::new().route(
             "/v1/projects/{id}",
             get(|Path(id): Path<String>| async move { id }),
