@@ -562,30 +562,15 @@ pub fn shortfall(services: &[&Service], records: &[Rec]) -> String {
     let Some(first) = services.first() else {
         return String::new();
     };
-    let mut want: BTreeMap<(String, i32), i64> = next_offsets(records)
-        .into_iter()
-        .map(|((t, p), o)| ((t.to_owned(), p), o))
-        .collect();
-    let topic = format!("{}-repartition", first.group);
-    for (p, o) in log_ends(&first.bootstrap, &topic) {
-        want.insert((topic.clone(), p), o);
-    }
+    let want = catch_up_points(&first.bootstrap, &first.group, records);
     let partitions: Vec<(&str, i32)> = want.keys().map(|(t, p)| (t.as_str(), *p)).collect();
     let committed = GroupOffsets::new(&first.bootstrap, &first.group).committed(&partitions);
     let metrics: Vec<String> = services.iter().map(|s| s.metrics()).collect();
     let mut out = String::new();
     for (i, ((topic, partition), next)) in want.iter().enumerate() {
-        let prefix =
-            format!("jurystream_input_position{{partition=\"{partition}\",topic=\"{topic}\"}} ");
-        let positions: Vec<String> = metrics
+        let positions: Vec<Option<i64>> = metrics
             .iter()
-            .map(|m| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix(&prefix))
-                    .unwrap_or("-")
-                    .trim()
-                    .to_owned()
-            })
+            .map(|m| position(m, topic, *partition))
             .collect();
         let committed = committed.get(i).copied().flatten();
         if committed < Some(*next) {
@@ -595,6 +580,31 @@ pub fn shortfall(services: &[&Service], records: &[Rec]) -> String {
         }
     }
     out
+}
+
+/// Where everything of `records` is caught up, by (topic, partition): the offset after each
+/// input partition's last record ([`next_offsets`]), and the end of `group`'s repartition topic
+/// on `bootstrap` (none if it does not repartition).
+fn catch_up_points(bootstrap: &str, group: &str, records: &[Rec]) -> BTreeMap<(String, i32), i64> {
+    let mut want: BTreeMap<(String, i32), i64> = next_offsets(records)
+        .into_iter()
+        .map(|((t, p), o)| ((t.to_owned(), p), o))
+        .collect();
+    let topic = format!("{group}-repartition");
+    for (p, o) in log_ends(bootstrap, &topic) {
+        want.insert((topic.clone(), p), o);
+    }
+    want
+}
+
+/// The `jurystream_input_position` a service's `metrics` report for `topic`'s `partition`.
+fn position(metrics: &str, topic: &str, partition: i32) -> Option<i64> {
+    let prefix =
+        format!("jurystream_input_position{{partition=\"{partition}\",topic=\"{topic}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Waits until, for each (topic, partition) of `want`, the group has committed its offset, or
@@ -625,15 +635,9 @@ fn wait_positions(
                 if committed_only {
                     return false;
                 }
-                let prefix = format!(
-                    "jurystream_input_position{{partition=\"{partition}\",topic=\"{topic}\"}} "
-                );
-                metrics.iter().any(|m| {
-                    m.lines()
-                        .find_map(|l| l.strip_prefix(&prefix))
-                        .and_then(|v| v.trim().parse::<i64>().ok())
-                        .is_some_and(|v| v >= *next)
-                })
+                metrics
+                    .iter()
+                    .any(|m| position(m, topic, *partition).is_some_and(|v| v >= *next))
             });
         if done {
             return true;
@@ -783,13 +787,8 @@ impl GroupOffsets {
     /// Waits until everything of `records` is committed, and, when the group repartitions,
     /// everything in its repartition topic (on broker `bootstrap`).
     pub fn wait_committed(&self, records: &[Rec], timeout: Duration) -> bool {
-        let mut want = next_offsets(records);
-        let topic = format!("{}-repartition", self.2);
-        let ends = log_ends(&self.3, &topic);
-        for (p, o) in &ends {
-            want.insert((topic.as_str(), *p), *o);
-        }
-        let partitions: Vec<(&str, i32)> = want.keys().copied().collect();
+        let want = catch_up_points(&self.3, &self.2, records);
+        let partitions: Vec<(&str, i32)> = want.keys().map(|(t, p)| (t.as_str(), *p)).collect();
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             let done = self.committed(&partitions);
