@@ -756,8 +756,10 @@ fn a_quiet_input_is_committed_before_the_epoch_is_over() {
 }
 
 /// A commit the group refuses, as a broker does in the middle of a rebalance, is made again
-/// while the partition is owned: with each stage's first five commits refused, the input's
-/// last records are still committed once it has gone quiet, and a restart re-reads nothing.
+/// while the partition is owned: with each stage's first 40 commits refused (10 s of refusals,
+/// one a 250 ms cycle), `/readyz` says not ready once they have gone on for 5 s, the input's
+/// last records are still committed once it has gone quiet, the service is ready again, and a
+/// restart re-reads nothing.
 #[test]
 fn refused_commits_are_made_again_until_the_group_has_them() {
     let broker = Broker::shared();
@@ -767,23 +769,46 @@ fn refused_commits_are_made_again_until_the_group_has_them() {
         config,
         records,
     } = small_stream_produced(&broker.bootstrap, prefix);
-    let refused = [("JURYSTREAM_FAIL_COMMITS", "5")];
+    let refused = [
+        ("JURYSTREAM_FAIL_COMMITS", "40"),
+        ("JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS", "250"),
+    ];
     let service = Service::start_with(&config, dir.path().join("a.log"), &refused);
     assert_eq!(
         service.wait_handled(inputs(&records), Duration::from_secs(90)),
         inputs(&records)
     );
+    let ready = || support::http_get(service.http_port, "/readyz").is_some_and(|b| b == "ready\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while ready() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !ready(),
+        "ready throughout the refusals: {}",
+        service
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("commit"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     let group = support::GroupOffsets::new(&broker.bootstrap, &format!("{prefix}-group"));
     assert!(
-        group.wait_committed(&records, Duration::from_secs(30)),
+        group.wait_committed(&records, Duration::from_secs(60)),
         "{}",
         service.metrics()
     );
-    // Both stages' five refusals were counted as what they were.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ready() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(ready(), "not ready again: {}", service.metrics());
+    // Both stages' refusals were counted as what they were.
     let m = service.metrics();
     assert_eq!(
         support::metric_sum(&m, r#"jurystream_commits_total{result="error"}"#),
-        10,
+        80,
         "{m}"
     );
     service.kill();
@@ -812,6 +837,9 @@ fn a_missing_topic_is_a_clear_error_when_creation_is_off() {
     );
 }
 
+/// With everything before it committed, an outage is reported by `/readyz` as the broker lost
+/// (not only as an epoch waiting), and once the broker is back the idle service says ready
+/// again without a record to show it; nothing is lost.
 #[test]
 fn broker_outage_is_reported_by_readyz_and_loses_nothing() {
     // The service reaches the broker only through a proxy; stopping the proxy is the outage.
@@ -844,19 +872,25 @@ fn broker_outage_is_reported_by_readyz_and_loses_nothing() {
         service.wait_handled(half as u64, Duration::from_secs(60)),
         half as u64
     );
+    let group = support::GroupOffsets::new(&bootstrap, &format!("{prefix}-group"));
+    assert!(group.wait_committed(&records[..half], Duration::from_secs(60)));
     proxy.stop();
-    let mut not_ready = false;
+    let mut said = None;
     for _ in 0..150 {
         std::thread::sleep(Duration::from_millis(200));
-        if support::http_get(service.http_port, "/readyz").is_some_and(|b| !b.starts_with("ready"))
+        said = support::http_answer(service.http_port, "/readyz").map(|a| (a.status, a.body));
+        if said
+            .as_ref()
+            .is_some_and(|(_, b)| b.contains("lost the broker"))
         {
-            not_ready = true;
             break;
         }
     }
     assert!(
-        not_ready,
-        "/readyz stayed ready during the outage: {}",
+        said.as_ref().is_some_and(|(status, body)| *status == 503
+            && body.starts_with("not ready: ")
+            && body.contains("lost the broker")),
+        "/readyz did not report the outage (last said {said:?}): {}",
         service.log_text()
     );
     let proxy = Proxy::start(proxy_port, broker_port);

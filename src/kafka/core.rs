@@ -143,6 +143,8 @@ pub(super) struct Epochs {
     pub uncommitted: Offsets,
     /// After a failed commit, when to try again.
     pub retry_commits_at: Option<Instant>,
+    /// Since when commits have been refused, until the offsets waiting are committed or gone.
+    pub refused_since: Option<Instant>,
 }
 
 impl Epochs {
@@ -154,6 +156,7 @@ impl Epochs {
             spare_records: Vec::new(),
             uncommitted: Offsets::new(),
             retry_commits_at: None,
+            refused_since: None,
         }
     }
 
@@ -163,6 +166,15 @@ impl Epochs {
         for (at, offset) in offsets {
             let next = self.uncommitted.entry(at).or_default();
             *next = (*next).max(offset);
+        }
+    }
+
+    /// Once no offsets wait (all committed, or their partitions revoked), no commit is refused
+    /// and none is to be made again.
+    pub fn forget_refusals_if_settled(&mut self) {
+        if self.uncommitted.is_empty() {
+            self.retry_commits_at = None;
+            self.refused_since = None;
         }
     }
 }
@@ -409,6 +421,7 @@ impl Core {
         self.epochs
             .uncommitted
             .remove(&(topic.to_owned(), partition));
+        self.epochs.forget_refusals_if_settled();
         if let Some(unit) = self.unit_named(topic, partition) {
             self.view.revoked(unit);
             self.tasks.revoke(unit, generation);

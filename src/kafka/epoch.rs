@@ -32,10 +32,15 @@ use crate::engine::output::OutputTopic;
 use crate::telemetry::events::{
     ChangelogSent, EpochCommitted, InternalEvent, OffsetsCommitted, RecordsProcessed,
 };
+use crate::telemetry::http::Trouble;
 
 /// Changelog buffers kept for reuse: an epoch takes one when it is sealed and gives it back
 /// once its changelog is sent, so in steady state one or two circulate.
 const SPARE_RECORD_BUFFERS: usize = 2;
+
+/// How long a stage's oldest epoch, or a refused commit, may wait before `/readyz` says not
+/// ready.
+const BEHIND: Duration = Duration::from_secs(5);
 
 impl Core {
     /// Ends the current epoch: publishes held scores, renders the changelog of every partition
@@ -183,13 +188,18 @@ impl Core {
         {
             self.commit_uncommitted(consumers);
         }
-        let stalled = self
-            .epochs
-            .sealed
-            .front()
-            .is_some_and(|e| e.sealed_at.elapsed() > Duration::from_secs(5));
-        self.health.set_ready(!stalled, &self.metrics);
         Ok(())
+    }
+
+    /// Reports to `/readyz` whether the stage is behind: its oldest epoch, or a commit the
+    /// group refuses, has waited more than [`BEHIND`]. Called every pass, so that a stage
+    /// that catches up says so even when it has nothing more to do.
+    pub(super) fn report_progress(&self) {
+        let waited_long = |since: Option<Instant>| since.is_some_and(|t| t.elapsed() > BEHIND);
+        let behind = waited_long(self.epochs.sealed.front().map(|e| e.sealed_at))
+            || waited_long(self.epochs.refused_since);
+        self.health
+            .report(self.stage.part(), Trouble::Behind, behind, &self.metrics);
     }
 
     /// Commits the offsets of committed epochs that wait in [`super::core::Epochs::uncommitted`],
@@ -218,11 +228,10 @@ impl Core {
                 self.epochs.requeue(due);
                 let cycle = Duration::from_millis(self.config.kafka.commit_interval_ms);
                 self.epochs.retry_commits_at = Some(Instant::now() + cycle);
+                self.epochs.refused_since.get_or_insert_with(Instant::now);
             }
         }
-        if self.epochs.uncommitted.is_empty() {
-            self.epochs.retry_commits_at = None;
-        }
+        self.epochs.forget_refusals_if_settled();
     }
 
     /// Commits `offsets` with `consumer` and waits for the group's answer (or fails as the

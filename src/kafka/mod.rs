@@ -248,7 +248,7 @@ pub fn run(
         consumer.subscribe(&consumer.context().stage.topics(&config, &topics))?;
         committers.add(consumer);
     }
-    health.set_ready(true, &metrics);
+    health.set_consuming(true, &metrics);
     metrics.up.set(1.0);
     tracing::info!(
         group = %config.kafka.group_id,
@@ -347,7 +347,7 @@ pub fn run(
             .iter()
             .try_for_each(|c| lock(&c.context().core).drain(&committers))
     });
-    health.set_ready(false, &metrics);
+    health.set_consuming(false, &metrics);
     metrics.up.set(0.0);
     for consumer in &consumers {
         consumer.unsubscribe();

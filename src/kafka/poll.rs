@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
@@ -12,7 +12,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use super::contexts::GroupContext;
 use super::repartition::{Origin, Routed};
 use crate::engine::{Engine, InputTopic, PreparedVotes, Record};
-use crate::telemetry::http::Health;
+use crate::telemetry::http::{Health, Part, Trouble};
 use crate::telemetry::metrics::Metrics;
 use crate::topics::TopicTable;
 
@@ -42,6 +42,54 @@ pub(super) const BATCHES_IN_FLIGHT: usize = 64;
 /// between the threads in whatever proportion keeps both busy. When processing is the slower
 /// (many projects) the queue stays deep and the polling thread parses everything, as before.
 const PREPARE_FROM_QUEUED: usize = 2;
+
+/// How long a polling thread whose consumer reported an error waits between two metadata
+/// requests to the broker, and for each one's answer.
+const REACH_CHECK: Duration = Duration::from_secs(1);
+
+/// Whether a stage's consumer reaches the broker, for `/readyz` ([`Trouble::BrokerLost`]): lost
+/// at a consumer error; found again at the next record, or the next metadata request the broker
+/// answers, asked every [`REACH_CHECK`] while lost. An idle consumer gets no record to show that
+/// the broker is back, and librdkafka need not report an error again while it is away, so
+/// neither the next record nor the errors' silence alone would do.
+struct BrokerWatch<'a> {
+    health: &'a Health,
+    metrics: &'a Metrics,
+    part: Part,
+    lost: bool,
+    checked: Instant,
+}
+
+impl BrokerWatch<'_> {
+    fn lost(&mut self) {
+        if !self.lost {
+            self.health
+                .report(self.part, Trouble::BrokerLost, true, self.metrics);
+        }
+        self.lost = true;
+        self.checked = Instant::now();
+    }
+
+    fn found(&mut self) {
+        if self.lost {
+            self.health
+                .report(self.part, Trouble::BrokerLost, false, self.metrics);
+        }
+        self.lost = false;
+    }
+
+    /// While lost, asks the broker for `topic`'s metadata once every [`REACH_CHECK`].
+    fn check(&mut self, consumer: &BaseConsumer<GroupContext>, topic: &str) {
+        if !self.lost || self.checked.elapsed() < REACH_CHECK {
+            return;
+        }
+        if consumer.fetch_metadata(Some(topic), REACH_CHECK).is_ok() {
+            self.found();
+        } else {
+            self.checked = Instant::now();
+        }
+    }
+}
 
 /// What the processing thread does with a polled record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +138,16 @@ pub(super) fn poll_records<'c>(
     health: &Health,
     metrics: &Metrics,
 ) {
+    let mut broker = BrokerWatch {
+        health,
+        metrics,
+        part: consumer.context().stage.part(),
+        lost: false,
+        checked: Instant::now(),
+    };
+    let any_topic = topics.input_name(InputTopic::Votes);
     while !halt.load(Ordering::Relaxed) {
+        broker.check(consumer, any_topic);
         let prepare = queued.load(Ordering::Relaxed) >= PREPARE_FROM_QUEUED;
         let mut batch = recycled.try_recv().map_or_else(
             |_| Vec::with_capacity(PASS_RECORDS),
@@ -107,11 +164,12 @@ pub(super) fn poll_records<'c>(
                 Some(Ok(msg)) => msg,
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "consumer");
-                    health.set_ready(false, metrics);
+                    broker.lost();
                     break;
                 }
                 None => break,
             };
+            broker.found();
             wait = Duration::ZERO;
             // Read after the record: a revocation (inside an earlier `poll`) came before it.
             let generation = consumer.context().generation.load(Ordering::Acquire);

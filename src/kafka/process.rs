@@ -439,6 +439,7 @@ pub(super) fn process_records<'c>(
         } else if !c.epochs.sealed.is_empty() || !c.epochs.uncommitted.is_empty() {
             c.advance(consumers)?;
         }
+        c.report_progress();
     }
     Ok(())
 }

@@ -7,6 +7,7 @@
 //! that one instance could own every task and another only inputs to forward.
 
 use crate::config::Config;
+use crate::telemetry::http::Part;
 use crate::topics::TopicTable;
 
 /// A stage of the service's topology, with a consumer of its own.
@@ -20,6 +21,14 @@ pub(super) enum Stage {
 }
 
 impl Stage {
+    /// The stage's part of the service's health (see [`crate::telemetry::http::Health`]).
+    pub fn part(self) -> Part {
+        match self {
+            Stage::Forward => Part::Forwarding,
+            Stage::Apply => Part::Applying,
+        }
+    }
+
     /// The stages `config` runs.
     pub fn all(config: &Config) -> &'static [Stage] {
         if config.input.repartitions() {

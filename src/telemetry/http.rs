@@ -1,10 +1,11 @@
 //! The HTTP server: `/metrics` (Prometheus text format), `/healthz` (the process serves),
-//! `/readyz` (bootstrapped and the broker reachable), and the routes it is given (the
-//! interactive queries, [`crate::queries::api`]), each answer counted by route and status. The
-//! first three can have a listener of their own (`http.admin_bind`, see [`Listeners`]).
+//! `/readyz` (consuming, each stage keeping up and reaching the broker), and the routes it is
+//! given (the interactive queries, [`crate::queries::api`]), each answer counted by route and
+//! status. The first three can have a listener of their own (`http.admin_bind`, see
+//! [`Listeners`]).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use std::time::Duration;
 
@@ -21,16 +22,86 @@ use tokio::sync::Semaphore;
 
 use crate::telemetry::metrics::Metrics;
 
-/// What the endpoints report.
+/// What `/readyz` reports: ready while the service consumes and neither of its stages reports
+/// a [`Trouble`]; if not, why. Each stage reports only its own, so a stage that moves never
+/// hides another that is stuck.
 #[derive(Default)]
 pub struct Health {
-    pub ready: AtomicBool,
+    consuming: AtomicBool,
+    /// A bit for each (stage, trouble) (see [`Health::bit`]).
+    troubles: AtomicU8,
+}
+
+/// A stage of the service, as its health knows it (see `crate::kafka::stage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Forwarding,
+    Applying,
+}
+
+/// Why a stage is not ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trouble {
+    /// Its oldest epoch, or a commit the group refuses, has waited too long.
+    Behind,
+    /// Its consumer reported an error and has not reached the broker since.
+    BrokerLost,
 }
 
 impl Health {
-    pub fn set_ready(&self, ready: bool, metrics: &Metrics) {
-        self.ready.store(ready, Ordering::Relaxed);
-        metrics.ready.set(i64::from(ready));
+    const PARTS: [Part; 2] = [Part::Forwarding, Part::Applying];
+    const TROUBLES: [Trouble; 2] = [Trouble::Behind, Trouble::BrokerLost];
+
+    fn bit(part: Part, trouble: Trouble) -> u8 {
+        1 << (part as u8 * 2 + trouble as u8)
+    }
+
+    /// Whether `/readyz` answers ready.
+    pub fn ready(&self) -> bool {
+        self.why_not().is_none()
+    }
+
+    /// Why the service is not ready, in words; `None` when it is.
+    pub fn why_not(&self) -> Option<String> {
+        if !self.consuming.load(Ordering::Relaxed) {
+            return Some("not consuming".to_owned());
+        }
+        let troubles = self.troubles.load(Ordering::Relaxed);
+        let reasons: Vec<String> = Self::PARTS
+            .iter()
+            .flat_map(|&p| Self::TROUBLES.iter().map(move |&t| (p, t)))
+            .filter(|&(p, t)| troubles & Self::bit(p, t) != 0)
+            .map(|(part, trouble)| {
+                let stage = match part {
+                    Part::Forwarding => "the forwarding stage",
+                    Part::Applying => "the applying stage",
+                };
+                match trouble {
+                    Trouble::Behind => {
+                        format!("{stage} is behind (an epoch or a refused commit has waited)")
+                    }
+                    Trouble::BrokerLost => format!("{stage} has lost the broker"),
+                }
+            })
+            .collect();
+        (!reasons.is_empty()).then(|| reasons.join("; "))
+    }
+
+    /// The service has started consuming (`true`), or is stopping (`false`).
+    pub fn set_consuming(&self, consuming: bool, metrics: &Metrics) {
+        self.consuming.store(consuming, Ordering::Relaxed);
+        metrics.ready.set(i64::from(self.ready()));
+    }
+
+    /// Stage `part` has `trouble`, or no longer has it.
+    pub fn report(&self, part: Part, trouble: Trouble, present: bool, metrics: &Metrics) {
+        let bit = Self::bit(part, trouble);
+        if present {
+            self.troubles.fetch_or(bit, Ordering::Relaxed);
+        } else {
+            self.troubles.fetch_and(!bit, Ordering::Relaxed);
+        }
+        metrics.ready.set(i64::from(self.ready()));
     }
 }
 
@@ -278,10 +349,12 @@ async fn render_metrics(State(s): State<AppState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
-    if s.health.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    match s.health.why_not() {
+        None => (StatusCode::OK, "ready\n".to_owned()),
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
     }
 }
 
@@ -295,6 +368,46 @@ mod tests {
     use tokio::net::TcpStream;
 
     use super::*;
+
+    /// Ready only while consuming with no stage in trouble, whatever order the stages report
+    /// in: a stage that moves never hides one that is stuck, and one trouble's end never hides
+    /// another's; the reasons name the stage and the trouble.
+    #[test]
+    fn one_stage_recovering_never_hides_another_in_trouble() {
+        let (metrics, health) = (Metrics::new(), Health::default());
+        assert_eq!(health.why_not().as_deref(), Some("not consuming"));
+        health.set_consuming(true, &metrics);
+        assert!(health.ready());
+        health.report(Part::Applying, Trouble::Behind, true, &metrics);
+        health.report(Part::Forwarding, Trouble::Behind, false, &metrics);
+        health.report(Part::Forwarding, Trouble::BrokerLost, false, &metrics);
+        assert!(
+            !health.ready(),
+            "the forwarding stage moving hid the applying stage"
+        );
+        assert!(metrics.render().contains("jurystream_ready 0"));
+        health.report(Part::Applying, Trouble::BrokerLost, true, &metrics);
+        health.report(Part::Forwarding, Trouble::BrokerLost, true, &metrics);
+        assert_eq!(
+            health.why_not().as_deref(),
+            Some(
+                "the forwarding stage has lost the broker; the applying stage is behind (an \
+                 epoch or a refused commit has waited); the applying stage has lost the broker"
+            )
+        );
+        health.report(Part::Applying, Trouble::Behind, false, &metrics);
+        health.report(Part::Forwarding, Trouble::BrokerLost, false, &metrics);
+        assert_eq!(
+            health.why_not().as_deref(),
+            Some("the applying stage has lost the broker"),
+            "catching up hid its lost broker"
+        );
+        health.report(Part::Applying, Trouble::BrokerLost, false, &metrics);
+        assert!(health.ready());
+        assert!(metrics.render().contains("jurystream_ready 1"));
+        health.set_consuming(false, &metrics);
+        assert!(!health.ready(), "not once it stops");
+    }
 
     /// A server with `max` connections and a 300 ms header timeout, serving one `/v1` route
     /// that takes a path id; its address and metrics.
@@ -318,7 +431,7 @@ mod tests {
         let admin_addr = admin.as_ref().map(|a| a.local_addr().unwrap());
         let metrics = Arc::new(Metrics::new());
         let health = Arc::new(Health::default());
-        health.set_ready(true, &metrics);
+        health.set_consuming(true, &metrics);
         let routes = Router::new().route(
             "/v1/projects/{id}",
             get(|Path(id): Path<String>| async move { id }),
