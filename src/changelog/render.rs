@@ -400,11 +400,14 @@ impl Renderer {
             let mut used = 0;
             while let Some(r) = records.next_if(|r| used == 0 || used + size(r) <= budget) {
                 used += size(&r);
-                // The body's keys and values were written by serde just before.
-                let raw = |bytes| serde_json::from_slice::<&RawValue>(bytes).ok();
-                if let Some(key) = raw(r.key) {
-                    chunk.records.push((key, r.value.and_then(raw)));
-                }
+                // The body's keys and values were written by serde_json just before: a redone
+                // kind is never written with `push_packed`. One that was would be a tombstone
+                // here and lose its state at the next cut flush, so it stops the flush instead.
+                let raw = |bytes| {
+                    serde_json::from_slice::<&RawValue>(bytes)
+                        .expect("a redone record's key and value are JSON (see `push_packed`)")
+                };
+                chunk.records.push((raw(r.key), r.value.map(raw)));
             }
             chunk.last = records.peek().is_none();
             out.push(unit, Slot::Redo(chunks), |b| push_json(b, &chunk));
@@ -463,4 +466,36 @@ impl Renderer {
 /// allocation.
 fn recycle<T, U>(v: Vec<T>) -> Vec<U> {
     v.into_iter().filter_map(|_| None).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A redo record carries its records as JSON: one whose key and value are JSON is carried
+    /// as written, and a value in MessagePack (a kind wrongly made redone) stops the flush
+    /// rather than becoming a tombstone that a restore would apply.
+    #[test]
+    fn a_redo_record_carries_json_and_refuses_anything_else() {
+        let unit = Unit::projects(0);
+        let mut body = Records::default();
+        body.push_raw(0, br#"["p",0,"x","a"]"#, Some(br#"{"n":1}"#));
+        body.push_raw(0, br#"["p",0,"x","b"]"#, None);
+        let mut out = Records::default();
+        Renderer::new(7, 1 << 20).push_redo(unit, 42, &body, &mut out);
+        let values: Vec<&[u8]> = out.iter().filter_map(|r| r.value).collect();
+        assert_eq!(
+            values,
+            [&br#"{"run":7,"offset":42,"records":[[["p",0,"x","a"],{"n":1}],[["p",0,"x","b"],null]],"last":true}"#[..]]
+        );
+        let mut packed = Records::default();
+        packed.push_raw(0, br#"["p",0,"x","a"]"#, Some(&[0x91, 0x01]));
+        let refused = std::panic::catch_unwind(|| {
+            Renderer::new(7, 1 << 20).push_redo(unit, 42, &packed, &mut Records::default());
+        });
+        assert!(
+            refused.is_err(),
+            "a MessagePack value was carried as a tombstone"
+        );
+    }
 }
