@@ -56,9 +56,10 @@ impl Health {
         1 << (part as u8 * 2 + trouble as u8)
     }
 
-    /// Whether `/readyz` answers ready.
+    /// Whether `/readyz` answers ready. Read at every report, so it only loads the flags; the
+    /// words are made where they are read ([`Health::why_not`]).
     pub fn ready(&self) -> bool {
-        self.why_not().is_none()
+        self.consuming.load(Ordering::Relaxed) && self.troubles.load(Ordering::Relaxed) == 0
     }
 
     /// Why the service is not ready, in words; `None` when it is.
