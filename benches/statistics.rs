@@ -9,7 +9,9 @@
 //! reviewers' checkpoints (fed round robin, each would hold one or two and reach none).
 //!
 //! Run: `cargo bench --bench statistics -- [defaults] [judge-quality] [off]` (all three when none
-//! is named): the loop's time for each, and the records and bytes its changelog took. Its
+//! is named): the loop's time for each, and the records and bytes its changelog took. With
+//! `STATISTICS_PROJECTS=n` the corpus's events go to `n` projects instead of 10,000: fewer,
+//! larger projects, whose reviewers' checkpoints read more items. Its
 //! instructions, which unlike its time do not depend on the host's hour: `valgrind
 //! --tool=cachegrind --cache-sim=no target/release/deps/statistics-<hash> --bench defaults` (and
 //! `off`): the statistics' cost per vote is the difference over the votes (docs/performance.md,
@@ -32,6 +34,7 @@ use jurystream::engine::{Engine, InputTopic, PartitionState, Record};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const EVENTS: usize = 1_000_000;
+/// The corpus's projects, unless `STATISTICS_PROJECTS` says otherwise.
 const PROJECTS: usize = 10_000;
 /// The service's tasks (`kafka.partitions`) and the input topic's partitions in the peers
 /// benchmark.
@@ -40,16 +43,17 @@ const INPUT_PARTITIONS: usize = 3;
 /// Votes between two renders of the changelog (a flush).
 const FLUSH: usize = 11_000;
 
-/// The events of the task's projects (every sixth), each third of its projects' in turn.
-fn task_events() -> Vec<String> {
+/// The events of the task's projects (every sixth of `projects`), each third of its projects'
+/// in turn.
+fn task_events(projects: usize) -> Vec<String> {
     let mut thirds: Vec<VecDeque<usize>> = vec![VecDeque::new(); INPUT_PARTITIONS];
-    for i in (0..EVENTS).filter(|i| (i % PROJECTS).is_multiple_of(TASKS)) {
-        thirds[(i % PROJECTS / TASKS) % INPUT_PARTITIONS].push_back(i);
+    for i in (0..EVENTS).filter(|i| (i % projects).is_multiple_of(TASKS)) {
+        thirds[(i % projects / TASKS) % INPUT_PARTITIONS].push_back(i);
     }
     thirds
         .into_iter()
         .flatten()
-        .map(|i| peers::event(i, PROJECTS))
+        .map(|i| peers::event(i, projects))
         .collect()
 }
 
@@ -134,7 +138,17 @@ fn main() {
         .filter(|a| !a.starts_with('-'))
         .collect();
     let all = ["defaults", "judge-quality", "off"];
-    let events = task_events();
+    let projects = match std::env::var("STATISTICS_PROJECTS") {
+        Ok(n) => match n.parse::<usize>() {
+            Ok(n) if n >= TASKS => n,
+            _ => {
+                eprintln!("STATISTICS_PROJECTS must be a whole number of at least {TASKS}: {n:?}");
+                std::process::exit(2);
+            }
+        },
+        Err(_) => PROJECTS,
+    };
+    let events = task_events(projects);
     for mode in all
         .into_iter()
         .filter(|m| named.is_empty() || named.contains(m))

@@ -47,7 +47,7 @@ impl Engine {
             return;
         };
         let settings = &self.settings.reviewers;
-        let fitted = q.fit_reviewers(&state.quality, settings.max_reviewers);
+        let fitted = q.checkpoint_fit(&state.quality, settings.max_reviewers);
         q.reviewers.note_fit(&fitted);
         let mut noted = q.reviewers.drop_unfitted(&fitted);
         for (reviewer, figures) in &fitted.reviewers {
@@ -127,7 +127,7 @@ impl Engine {
             if !q.has_verdicts(&state.quality) {
                 continue;
             }
-            let fitted = q.fit_reviewers(&state.quality, max_reviewers);
+            let fitted = q.checkpoint_fit(&state.quality, max_reviewers);
             q.reviewers.note_fit(&fitted);
             q.reviewers.keep_checkpoint(fitted);
             if q.reviewers.hold() {

@@ -562,11 +562,27 @@ impl<V> Keyed<V> {
 /// first, so those places are the oldest the project holds. Until then a place forgotten finds
 /// no key in the task, so it is never found ([`Index::get`]) nor read ([`Index::places`] are
 /// read through the task).
+///
+/// Beside each place it keeps a tag: what the project knows of the item there without reading
+/// it, which a project's reviewers set to the item's pattern (see
+/// [`Book`](super::reviewers::Book)), so that a fit reads the places in order instead of every
+/// item wherever the task holds it. A place starts, and is written again, [`UNREAD`].
 #[derive(Debug, Clone, Default)]
 pub struct Index {
     places: PlaceTable,
-    /// The places held, ascending, each with its key's hash.
-    own: VecDeque<(u64, u64)>,
+    /// The places held, ascending, each with its key's hash and its tag.
+    own: VecDeque<Owned>,
+}
+
+/// The tag of a place whose item its project has not read since it was written.
+pub const UNREAD: u32 = u32::MAX;
+
+/// A place an [`Index`] holds: its place in the task, its key's hash and its tag.
+#[derive(Debug, Clone, Copy)]
+struct Owned {
+    seq: u64,
+    hash: u64,
+    tag: u32,
 }
 
 /// A key [`Index::find`] did not find: its hash in that index's table, for
@@ -597,15 +613,19 @@ impl Index {
         self.places.find(hash, key, key_at).ok_or(Unheld(hash))
     }
 
-    /// Notes `key` at place `seq`, which `items` holds already, and returns the place it held,
-    /// if any (if another, the caller takes it out of `items`).
+    /// Notes `key` at place `seq`, which `items` holds already (written anew: its tag is
+    /// [`UNREAD`]), and returns the place it held, if any (if another, the caller takes it out
+    /// of `items`).
     pub fn insert<V>(&mut self, items: &Keyed<V>, key: &str, seq: u64) -> Option<u64> {
         self.prune(items);
         let hash = self.places.hash(key);
         let key_at = |seq| items.key_at(seq);
         let held = self.places.find(hash, key, key_at);
         match held {
-            Some(held) if held == seq => return Some(seq),
+            Some(held) if held == seq => {
+                self.set_tag(seq, UNREAD);
+                return Some(seq);
+            }
             Some(held) => {
                 self.places.repoint(hash, held, seq);
                 self.unown(held);
@@ -624,15 +644,48 @@ impl Index {
         self.own_place(seq, hash);
     }
 
-    /// Puts place `seq`, of a key whose hash is `hash`, among the places in order.
+    /// Puts place `seq`, of a key whose hash is `hash`, among the places in order, unread.
     fn own_place(&mut self, seq: u64, hash: u64) {
+        let owned = Owned {
+            seq,
+            hash,
+            tag: UNREAD,
+        };
         match self.own.back() {
-            Some(&(last, _)) if last > seq => {
-                let at = self.own.partition_point(|&(s, _)| s < seq);
-                self.own.insert(at, (seq, hash));
+            Some(last) if last.seq > seq => {
+                let at = self.own.partition_point(|o| o.seq < seq);
+                self.own.insert(at, owned);
             }
-            _ => self.own.push_back((seq, hash)),
+            _ => self.own.push_back(owned),
         }
+    }
+
+    /// Sets the tag of place `seq`, if held: the newest, as a rule.
+    pub fn set_tag(&mut self, seq: u64, tag: u32) {
+        let at = match self.own.back() {
+            Some(last) if last.seq == seq => Some(self.own.len() - 1),
+            _ => self.own.binary_search_by_key(&seq, |o| o.seq).ok(),
+        };
+        if let Some(owned) = at.and_then(|at| self.own.get_mut(at)) {
+            owned.tag = tag;
+        }
+    }
+
+    /// The places held that the task (`items`) holds too, oldest first, each with its tag.
+    pub fn held_tags_mut<V>(&mut self, items: &Keyed<V>) -> impl Iterator<Item = (u64, &mut u32)> {
+        let gone = self.own.len() - self.held(items);
+        self.own.iter_mut().skip(gone).map(|o| (o.seq, &mut o.tag))
+    }
+
+    /// [`Index::held_tags_mut`], to read.
+    pub fn held_tags<V>(&self, items: &Keyed<V>) -> impl Iterator<Item = (u64, u32)> + '_ {
+        let gone = self.own.len() - self.held(items);
+        self.own.iter().skip(gone).map(|o| (o.seq, o.tag))
+    }
+
+    /// The tags of every place held, with any the task forgot since the last change.
+    pub fn tags_mut(&mut self) -> impl Iterator<Item = &mut u32> {
+        self.own.iter_mut().map(|o| &mut o.tag)
     }
 
     /// Drops place `seq` of `key` (which `items` may have given up already); whether it was
@@ -661,7 +714,7 @@ impl Index {
     fn drop_forgotten<V>(&mut self, items: &Keyed<V>) -> bool {
         let first = items.first();
         let mut dropped = false;
-        while let Some(&(seq, hash)) = self.own.front()
+        while let Some(&Owned { seq, hash, .. }) = self.own.front()
             && first.is_none_or(|first| seq < first)
         {
             self.places.remove(hash, seq);
@@ -676,9 +729,9 @@ impl Index {
 
     /// Takes `seq` out of the places in order: the oldest, as a rule.
     fn unown(&mut self, seq: u64) {
-        if self.own.front().is_some_and(|&(s, _)| s == seq) {
+        if self.own.front().is_some_and(|o| o.seq == seq) {
             self.own.pop_front();
-        } else if let Ok(at) = self.own.binary_search_by_key(&seq, |&(s, _)| s) {
+        } else if let Ok(at) = self.own.binary_search_by_key(&seq, |o| o.seq) {
             self.own.remove(at);
         }
         self.give_back();
@@ -694,13 +747,13 @@ impl Index {
 
     /// The oldest place held, once [`Index::prune`] has run.
     pub fn oldest(&self) -> Option<u64> {
-        self.own.front().map(|&(seq, _)| seq)
+        self.own.front().map(|o| o.seq)
     }
 
     /// The places held, oldest first, with any the task forgot since the last change (which
     /// the task no longer finds).
     pub fn places(&self) -> impl Iterator<Item = u64> + '_ {
-        self.own.iter().map(|&(seq, _)| seq)
+        self.own.iter().map(|o| o.seq)
     }
 
     /// The places held that the task (`items`) holds too.
@@ -708,7 +761,7 @@ impl Index {
         let first = items.first();
         let gone = self
             .own
-            .partition_point(|&(seq, _)| first.is_none_or(|first| seq < first));
+            .partition_point(|o| first.is_none_or(|first| o.seq < first));
         self.own.len() - gone
     }
 
@@ -730,11 +783,11 @@ impl Index {
             .own
             .iter()
             .zip(self.own.iter().skip(1))
-            .all(|(a, b)| a.0 < b.0);
+            .all(|(a, b)| a.seq < b.seq);
         let gone = self.own.len() - self.held(items);
         ascending
             && self.places.len() == self.own.len()
-            && self.own.iter().skip(gone).all(|&(seq, hash)| {
+            && self.own.iter().skip(gone).all(|&Owned { seq, hash, .. }| {
                 items.project_at(seq).is_some_and(|p| p == project)
                     && items.key_at(seq).is_some_and(|k| {
                         self.get(items, k) == Some(seq) && self.places.hash(k) == hash

@@ -34,7 +34,9 @@
 //! reads the project's held items where it is needed, when a record is published and at the
 //! checkpoints of [`Reviewers::checkpoint_due`] that the alerts and the learned weights follow,
 //! which are drawn from the items. So adding a verdict touches no reviewer's entry, however many
-//! reviewers a project has, and forgetting an item touches nothing of its project.
+//! reviewers a project has, and forgetting an item touches nothing of its project. A
+//! checkpoint's fit reads each item once after it changes, not at every checkpoint while it is
+//! held: the project's places keep its pattern's tag in a [`Book`] of the project's patterns.
 //!
 //! The prior is as if every reviewer had begun with two true verdicts and one false: it keeps a
 //! reviewer with few items near "probably careful" instead of at 0 or 1, and, with the start
@@ -42,10 +44,14 @@
 //! right, or everyone wrong) is meant.
 
 use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
+use super::bounded::UNREAD;
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{IdMap, ProjectKey};
 use crate::engine::settings;
@@ -527,7 +533,8 @@ impl Side {
 type Patterns = IdMap<Pattern, u64>;
 
 /// Fits the model to `reviews` (the items of one project, in any order), with each reviewer's
-/// latest event time: the fit a checkpoint runs and a release publishes. At most
+/// latest event time: the fit a release publishes (a checkpoint fits the same from its tags,
+/// [`Book::fit`]). At most
 /// `max_reviewers` reviewers are fitted, those with the most verdicts (ties by id); the others'
 /// verdicts are left out of it, as if the items did not hold them (counted in
 /// [`Fit::left_out`]). Which reviewers are fitted is a function of the verdicts held, not of
@@ -542,18 +549,18 @@ type Patterns = IdMap<Pattern, u64>;
 pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>, max_reviewers: usize) -> Fit {
     // Each reviewer as met: its id, its count of verdicts and its latest.
     let mut numbers: IdMap<&str, u32> = IdMap::default();
-    let mut met: Vec<(&str, u64, EventTime)> = Vec::new();
+    let mut met: Vec<Met> = Vec::new();
     let mut patterns = Patterns::default();
     for review in reviews.filter(|r| !r.verdicts.is_empty()) {
         let verdicts = review.verdicts.iter().map(|v| {
             let id = v.reviewer.as_str();
             let n = *numbers.entry(id).or_insert_with(|| {
-                met.push((id, 0, v.at));
+                met.push((id, 0, Some(v.at)));
                 (met.len() - 1) as u32
             });
             let (_, count, latest) = &mut met[n as usize];
             *count += 1;
-            *latest = (*latest).max(v.at);
+            *latest = (*latest).max(Some(v.at));
             (n, v.pass, v.weight.to_bits())
         });
         let pattern = Pattern {
@@ -562,27 +569,187 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>, max_reviewers: usize) 
         };
         *patterns.entry(pattern).or_default() += 1;
     }
-    let (fitted_ones, left_out) = if met.len() > max_reviewers {
-        let mut ranked: Vec<usize> = (0..met.len()).collect();
-        ranked.sort_unstable_by(|&a, &b| met[b].1.cmp(&met[a].1).then(met[a].0.cmp(met[b].0)));
-        let left_out = ranked.iter().skip(max_reviewers).map(|&n| met[n].1).sum();
-        ranked.truncate(max_reviewers);
-        patterns = leave_out(patterns, &ranked, met.len());
-        (ranked, left_out)
-    } else {
-        // Every reviewer fitted, numbered as met.
-        ((0..met.len()).collect(), 0)
-    };
-    let ids: Vec<ProjectKey> = fitted_ones.iter().map(|&n| met[n].0.into()).collect();
+    fit_counted(&met, patterns, max_reviewers)
+}
+
+/// A reviewer of a fit: its id, its count of verdicts and its latest verdict's time, where
+/// known.
+type Met<'a> = (&'a str, u64, Option<EventTime>);
+
+/// Fits `patterns`, whose reviewers are numbered by their place in `met`: the `max_reviewers`
+/// with the most verdicts (ties by id) of those with any, the others' verdicts left out of
+/// the patterns (and counted in [`Fit::left_out`]).
+fn fit_counted(met: &[Met], mut patterns: Patterns, max_reviewers: usize) -> Fit {
+    let mut kept: Vec<usize> = (0..met.len()).filter(|&n| met[n].1 > 0).collect();
+    let mut left_out = 0;
+    if kept.len() > max_reviewers {
+        kept.sort_unstable_by(|&a, &b| met[b].1.cmp(&met[a].1).then(met[a].0.cmp(met[b].0)));
+        left_out = kept.iter().skip(max_reviewers).map(|&n| met[n].1).sum();
+        kept.truncate(max_reviewers);
+    }
+    if kept.len() < met.len() {
+        patterns = leave_out(patterns, &kept, met.len());
+    }
+    let ids: Vec<ProjectKey> = kept.iter().map(|&n| met[n].0.into()).collect();
     let mut fitted = fit_patterns(&patterns, &ids);
     fitted.left_out = left_out;
-    for &n in &fitted_ones {
+    for &n in &kept {
         let (id, _, latest) = met[n];
         if let Some(f) = fitted.reviewers.get_mut(id) {
-            f.last_event_at = Some(latest);
+            f.last_event_at = latest;
         }
     }
     fitted
+}
+
+/// The patterns of a project's items, each under a tag that the project's index keeps beside
+/// the item's place ([`Index`](super::bounded::Index)): what a checkpoint's fit counts
+/// ([`Book::fit`]), reading its project's places in order instead of every held item
+/// wherever its task holds it, out of the caches. Derived, not state: a place whose item's
+/// review changed (or was restored) is untagged, and the next fit reads the item and tags it.
+///
+/// Tags are only ever added, so a tag a place keeps stays right while the book grows; it is
+/// rebuilt from the tags in use ([`Book::compact`]) once it holds over twice as many patterns
+/// as its project holds places, and a few, which bounds it by the items held.
+///
+/// Each reviewer and pattern is held once, in order of number; a table of numbers finds one
+/// by its hash, as [`Index`](super::bounded::Index) finds its keys.
+#[derive(Debug, Clone, Default)]
+pub struct Book {
+    /// Reviewers by number, and their numbers by the hash of the id.
+    reviewers: Vec<ProjectKey>,
+    numbers: HashTable<u32>,
+    /// Patterns by tag (their verdicts name reviewers by number), and their tags by the hash
+    /// of the pattern.
+    patterns: Vec<Pattern>,
+    tags: HashTable<u32>,
+    /// Seeded per process, as [`IdMap`]'s: crafted ids cannot force collisions.
+    hasher: foldhash::fast::RandomState,
+}
+
+impl Book {
+    /// The tag of `review`'s pattern, added if new.
+    pub fn tag(&mut self, review: &Review) -> u32 {
+        let mut verdicts = SmallVec::with_capacity(review.verdicts.len());
+        for v in &review.verdicts {
+            verdicts.push((self.number(&v.reviewer), v.pass, v.weight.to_bits()));
+        }
+        self.add(Pattern {
+            verdicts,
+            judges: review.judges_pass(),
+        })
+    }
+
+    /// Whether `tag` is `review`'s pattern (for tests of the invariants).
+    pub fn tags(&self, tag: u32, review: &Review) -> bool {
+        let verdicts: Option<SmallVec<_>> = review
+            .verdicts
+            .iter()
+            .map(|v| Some((self.find(&v.reviewer)?, v.pass, v.weight.to_bits())))
+            .collect();
+        let pattern = verdicts.map(|verdicts| Pattern {
+            verdicts,
+            judges: review.judges_pass(),
+        });
+        pattern.is_some_and(|p| self.patterns.get(tag as usize) == Some(&p))
+    }
+
+    /// Patterns held, in use or not.
+    pub fn len(&self) -> usize {
+        self.patterns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+
+    /// Rebuilds the book from the patterns of `tags` (every tag its project's index holds),
+    /// which take their new tags: what the places no longer name is forgotten.
+    pub fn compact<'t>(&mut self, tags: impl Iterator<Item = &'t mut u32>) {
+        let old = std::mem::take(self);
+        let mut renamed = vec![UNREAD; old.patterns.len()];
+        for tag in tags {
+            let Some(pattern) = old.patterns.get(*tag as usize) else {
+                continue;
+            };
+            let new = &mut renamed[*tag as usize];
+            if *new == UNREAD {
+                let mut verdicts = SmallVec::with_capacity(pattern.verdicts.len());
+                for &(n, pass, weight) in &pattern.verdicts {
+                    verdicts.push((self.number(&old.reviewers[n as usize]), pass, weight));
+                }
+                let judges = pattern.judges;
+                *new = self.add(Pattern { verdicts, judges });
+            }
+            *tag = *new;
+        }
+    }
+
+    /// Fits the model to the items whose patterns' tags are counted in `counts` (by tag), as
+    /// [`fit`] fits the same items, without the reviewers' latest times (which only the items
+    /// hold).
+    pub fn fit(&self, counts: &[u64], max_reviewers: usize) -> Fit {
+        let mut met: Vec<Met> = self
+            .reviewers
+            .iter()
+            .map(|r| (r.as_str(), 0, None))
+            .collect();
+        let mut patterns = Patterns::default();
+        let counted = self.patterns.iter().zip(counts);
+        for (pattern, &n) in counted.filter(|(p, n)| **n > 0 && !p.verdicts.is_empty()) {
+            for &(r, _, _) in &pattern.verdicts {
+                met[r as usize].1 += n;
+            }
+            patterns.insert(pattern.clone(), n);
+        }
+        fit_counted(&met, patterns, max_reviewers)
+    }
+
+    /// The number of `reviewer`, if it has one.
+    fn find(&self, reviewer: &ProjectKey) -> Option<u32> {
+        let hash = self.hasher.hash_one(reviewer.as_str());
+        let reviewers = &self.reviewers;
+        self.numbers
+            .find(hash, |&n| reviewers[n as usize] == *reviewer)
+            .copied()
+    }
+
+    /// The number of `reviewer`, added if new.
+    fn number(&mut self, reviewer: &ProjectKey) -> u32 {
+        if let Some(n) = self.find(reviewer) {
+            return n;
+        }
+        let Book {
+            reviewers,
+            numbers,
+            hasher,
+            ..
+        } = self;
+        let n = reviewers.len() as u32;
+        reviewers.push(reviewer.clone());
+        let rehash = |&n: &u32| hasher.hash_one(reviewers[n as usize].as_str());
+        numbers.insert_unique(hasher.hash_one(reviewer.as_str()), n, rehash);
+        n
+    }
+
+    /// The tag of `pattern`, added if new.
+    fn add(&mut self, pattern: Pattern) -> u32 {
+        let Book {
+            patterns,
+            tags,
+            hasher,
+            ..
+        } = self;
+        let hash = hasher.hash_one(&pattern);
+        if let Some(&tag) = tags.find(hash, |&t| patterns[t as usize] == pattern) {
+            return tag;
+        }
+        let tag = patterns.len() as u32;
+        patterns.push(pattern);
+        let rehash = |&t: &u32| hasher.hash_one(&patterns[t as usize]);
+        tags.insert_unique(hash, tag, rehash);
+        tag
+    }
 }
 
 /// `patterns`, whose reviewers are numbered as met (`met` of them), with only the reviewers of
@@ -825,6 +992,9 @@ pub struct Reviewers {
     pub left_out: u64,
     /// The fit at the last checkpoint (or restore): derived, not state.
     checkpoint: Option<Checkpoint>,
+    /// The patterns of the project's items, for the checkpoints' fits, once one ran: derived,
+    /// not state (boxed: most of a project's memory stays in the cache lines its votes touch).
+    book: Option<Box<Book>>,
     /// Reviewers fitted, and verdicts left out of the fit, by the project's last fit: derived,
     /// for the metrics.
     last_fit: (usize, u64),
@@ -934,6 +1104,16 @@ impl Reviewers {
             self.findings.remove(k);
         }
         gone
+    }
+
+    /// The book of the project's patterns, if a checkpoint's fit made one.
+    pub fn book(&self) -> Option<&Book> {
+        self.book.as_deref()
+    }
+
+    /// The book of the project's patterns, made if none.
+    pub fn book_mut(&mut self) -> &mut Book {
+        self.book.get_or_insert_with(Box::default)
     }
 
     /// Keeps `fit` as the one the alerts and learned weights follow.

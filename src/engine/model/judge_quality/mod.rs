@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::agreement::kappa;
 pub use super::agreement::{Agreement, judge_agreement};
-pub use super::bounded::{Bounded, Index, Keyed, Places};
+pub use super::bounded::{Bounded, Index, Keyed, Places, UNREAD};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
 use super::reviewers::{Fit, Review, ReviewerLimits, Reviewers, StoredReview, Verdicts};
 use crate::engine::contract::time::EventTime;
@@ -374,9 +374,59 @@ impl ProjectQuality {
     }
 
     /// The reviewer model fitted on the verdicts of the items held now (in `task`), at most
-    /// `max_reviewers` reviewers: what a checkpoint and a release read.
+    /// `max_reviewers` reviewers, each with its latest verdict's time: what a release
+    /// publishes. It reads every held item.
     pub fn fit_reviewers(&self, task: &TaskQuality, max_reviewers: usize) -> Fit {
         super::reviewers::fit(task.reviews(&self.items), max_reviewers)
+    }
+
+    /// [`ProjectQuality::fit_reviewers`] without the latest times, which a checkpoint does not
+    /// need: it counts the patterns its places are tagged with (see
+    /// [`Book`](super::reviewers::Book)), read in order, and reads only the items whose review
+    /// changed since the last fit (or that were restored), tagging their places. So an item
+    /// is read by the first fit after each change, not by every fit while it is held: a large
+    /// project's checkpoints count `O(4)` places per verdict admitted and read each item about
+    /// once.
+    pub fn checkpoint_fit(&mut self, task: &TaskQuality, max_reviewers: usize) -> Fit {
+        let book = self.reviewers.book_mut();
+        let mut counts = vec![0u64; book.len()];
+        for (seq, tag) in self.items.held_tags_mut(&task.items) {
+            if *tag == UNREAD {
+                let Some((_, votes)) = task.items.get(seq) else {
+                    continue;
+                };
+                *tag = book.tag(&votes.review);
+            }
+            let at = *tag as usize;
+            if counts.len() <= at {
+                counts.resize(at + 1, 0);
+            }
+            counts[at] += 1;
+        }
+        let fitted = book.fit(&counts, max_reviewers);
+        self.keep_book_bounded();
+        fitted
+    }
+
+    /// Notes that the review of its item at `seq` changed: its place's tag is dropped, and the
+    /// next fit reads the item. (Tagging it here instead would touch the book at every vote,
+    /// out of the caches, to save reading the item once.)
+    pub fn review_changed(&mut self, seq: u64) {
+        self.items.set_tag(seq, UNREAD);
+    }
+
+    /// Rebuilds the book of patterns from the tags in use once it holds over twice as many
+    /// patterns as places are held, and 16: `O(places)` each time, at most once in as many
+    /// new patterns, so the book is bounded by the items its project holds.
+    fn keep_book_bounded(&mut self) {
+        let places = self.items.len();
+        if self
+            .reviewers
+            .book()
+            .is_some_and(|b| b.len() > 2 * places + 16)
+        {
+            self.reviewers.book_mut().compact(self.items.tags_mut());
+        }
     }
 
     /// The effective number of `judges` over the recent candidates (see
@@ -718,6 +768,9 @@ impl TaskQuality {
         if let Some(reviewer_limits) = limits.reviewers {
             let left_out = q.reviewers.left_out;
             let added = q.reviewers.add(&mut agg.review, verdicts, reviewer_limits);
+            if added.changed {
+                q.review_changed(seq);
+            }
             observed.left_out = q.reviewers.left_out != left_out;
             let held = q.items.held(&self.items) as u64;
             let mark = || item_mark((project, item));
@@ -772,6 +825,7 @@ impl TaskQuality {
         for &s in scores {
             entry.review.judge(s);
         }
+        q.review_changed(seq);
         observed.items.push(seq);
         if !entry.review.verdicts.is_empty() {
             observed.reviewed((project, q));
@@ -914,7 +968,13 @@ impl TaskQuality {
             && waits_held
             && projects.iter().all(|(id, p)| {
                 let q = p.quality();
-                q.items.consistent(&self.items, id) && q.waiting.consistent()
+                let tagged = q.items.held_tags(&self.items).all(|(seq, tag)| {
+                    let review = self.items.get(seq).map(|(_, votes)| &votes.review);
+                    tag == UNREAD
+                        || review
+                            .is_some_and(|r| q.reviewers.book().is_some_and(|b| b.tags(tag, r)))
+                });
+                q.items.consistent(&self.items, id) && q.waiting.consistent() && tagged
             })
     }
 }

@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::engine::model::reviewers::Verdict;
+use crate::engine::model::reviewers::{ReviewerLimits, Verdict};
 
 const LIMITS: QualityLimits = QualityLimits {
     min_human_votes: 3,
@@ -409,6 +409,59 @@ proptest! {
         }
         // Each judge score pairs at most once (every judge here scores once).
         prop_assert!(formed <= scored);
+    }
+}
+
+proptest! {
+    /// Whatever votes, verdicts and judge scores come, with bounds they reach, a checkpoint's
+    /// fit of a project's tags is the fit of its held items (without the latest times) every
+    /// time: a review that changes drops its place's tag, a forgotten item's tag goes with its
+    /// place, and every place still tagged is tagged with its item's pattern.
+    #[test]
+    fn a_checkpoints_fit_of_the_tags_is_the_fit_of_the_held_items(
+        steps in prop::collection::vec(
+            (any::<bool>(), 0..3usize, 0..6usize, prop::collection::vec((0..4u8, any::<bool>(), 1..3u8), 0..3), 0.0..=1.0f64, any::<bool>()),
+            0..80),
+    ) {
+        let limits = QualityLimits {
+            max_task_items: 5,
+            reviewers: Some(ReviewerLimits { max_verdicts: 2, min_items: 1 }),
+            ..LIMITS
+        };
+        let mut q = Task::default();
+        for (i, (is_vote, project, item, verdicts, value, fit)) in steps.into_iter().enumerate() {
+            let (project, item) = (format!("p{project}"), format!("i{item}"));
+            if is_vote {
+                let verdicts: Vec<Verdict> = verdicts
+                    .iter()
+                    .map(|&(who, pass, w)| Verdict {
+                        reviewer: format!("r{who}").into(),
+                        pass,
+                        weight: f64::from(w),
+                        at: at(),
+                    })
+                    .collect();
+                q.votes((&project, &item), (&[(1.0, value)], &verdicts), at(), &limits);
+            } else {
+                let judge = format!("j{i}");
+                let scores = [(item.as_str(), judge.as_str(), value)];
+                q.completed((&project, "s"), &scores, at(), &limits);
+            }
+            prop_assert!(q.consistent());
+            if fit {
+                let task = &q.quality;
+                for p in q.projects.values_mut() {
+                    let mut expected = p.fit_reviewers(task, 3);
+                    for f in expected.reviewers.values_mut() {
+                        f.last_event_at = None;
+                    }
+                    prop_assert_eq!(p.checkpoint_fit(task, 3), expected);
+                    let book = p.reviewers.book().map_or(0, |b| b.len());
+                    prop_assert!(book <= 2 * p.items.len() + 16);
+                }
+                prop_assert!(q.consistent());
+            }
+        }
     }
 }
 

@@ -768,6 +768,51 @@ proptest! {
         prop_assert_eq!(fitted, all);
     }
 
+    /// A book's fit of the items' tags is their fit (without the latest times), whichever
+    /// reviewers it leaves out, however many patterns it held before, and after it is rebuilt
+    /// from the tags in use: tags stay with their patterns.
+    #[test]
+    fn a_books_fit_of_the_tags_is_the_fit_of_the_items(
+        batches in prop::collection::vec((0u8..8, prop::collection::vec((0u8..6, any::<bool>(), 0u8..4), 1..5), prop::option::of(0u8..5)), 1..80),
+        max_reviewers in 1usize..7,
+        stale in prop::collection::vec(prop::collection::vec((0u8..6, any::<bool>(), 0u8..4), 1..4), 0..10),
+    ) {
+        let limits = ReviewerLimits { max_verdicts: 3, min_items: 1 };
+        let mut r = Crowd::new(5, limits);
+        for (t, (item, votes, judge)) in batches.iter().enumerate() {
+            let item = format!("i{item}");
+            r.add((&item, &weighed(votes)), at(t as i64));
+            if let Some(s) = judge {
+                r.judge(&item, f64::from(*s) / 4.0);
+            }
+        }
+        let mut expected = fit(r.items.values(), max_reviewers);
+        for f in expected.reviewers.values_mut() {
+            f.last_event_at = None;
+        }
+        // Patterns no held item has any more: the book keeps them until it is rebuilt.
+        let mut book = Book::default();
+        for votes in &stale {
+            book.tag(&Review { verdicts: weighed(votes).into_iter().collect(), judged: None });
+        }
+        let mut tags: Vec<u32> = r.items.values().map(|review| book.tag(review)).collect();
+        let counted = |book: &Book, tags: &[u32]| {
+            let mut counts = vec![0; book.len()];
+            for &t in tags {
+                counts[t as usize] += 1;
+            }
+            book.fit(&counts, max_reviewers)
+        };
+        prop_assert_eq!(&counted(&book, &tags), &expected);
+        book.compact(tags.iter_mut());
+        for (review, &t) in r.items.values().zip(&tags) {
+            prop_assert!(book.tags(t, review));
+        }
+        let distinct: BTreeSet<u32> = tags.iter().copied().collect();
+        prop_assert_eq!(book.len(), distinct.len());
+        prop_assert_eq!(&counted(&book, &tags), &expected);
+    }
+
     /// However verdicts come, with small bounds that they reach, every figure is finite and in
     /// bounds, and the items, reviewers and verdicts per item stay within their bounds.
     #[test]
