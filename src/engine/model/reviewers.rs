@@ -492,6 +492,23 @@ pub struct Pattern {
 }
 
 impl Pattern {
+    /// The pattern of `review`, each verdict's reviewer numbered by `number` (`None` if it
+    /// has no number).
+    fn of<'r>(
+        review: &'r Review,
+        mut number: impl FnMut(&'r Verdict) -> Option<u32>,
+    ) -> Option<Pattern> {
+        let verdicts = review
+            .verdicts
+            .iter()
+            .map(|v| Some((number(v)?, v.pass, v.weight.to_bits())))
+            .collect::<Option<_>>()?;
+        Some(Pattern {
+            verdicts,
+            judges: review.judges_pass(),
+        })
+    }
+
     /// Each verdict's slot and pass.
     fn said(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
         self.verdicts
@@ -552,7 +569,7 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>, max_reviewers: usize) 
     let mut met: Vec<Met> = Vec::new();
     let mut patterns = Patterns::default();
     for review in reviews.filter(|r| !r.verdicts.is_empty()) {
-        let verdicts = review.verdicts.iter().map(|v| {
+        let pattern = Pattern::of(review, |v| {
             let id = v.reviewer.as_str();
             let n = *numbers.entry(id).or_insert_with(|| {
                 met.push((id, 0, Some(v.at)));
@@ -561,13 +578,11 @@ pub fn fit<'a>(reviews: impl Iterator<Item = &'a Review>, max_reviewers: usize) 
             let (_, count, latest) = &mut met[n as usize];
             *count += 1;
             *latest = (*latest).max(Some(v.at));
-            (n, v.pass, v.weight.to_bits())
+            Some(n)
         });
-        let pattern = Pattern {
-            verdicts: verdicts.collect(),
-            judges: review.judges_pass(),
-        };
-        *patterns.entry(pattern).or_default() += 1;
+        if let Some(pattern) = pattern {
+            *patterns.entry(pattern).or_default() += 1;
+        }
     }
     fit_counted(&met, patterns, max_reviewers)
 }
@@ -630,27 +645,14 @@ pub struct Book {
 impl Book {
     /// The tag of `review`'s pattern, added if new.
     pub fn tag(&mut self, review: &Review) -> u32 {
-        let mut verdicts = SmallVec::with_capacity(review.verdicts.len());
-        for v in &review.verdicts {
-            verdicts.push((self.number(&v.reviewer), v.pass, v.weight.to_bits()));
-        }
-        self.add(Pattern {
-            verdicts,
-            judges: review.judges_pass(),
-        })
+        let pattern = Pattern::of(review, |v| Some(self.number(&v.reviewer)))
+            .expect("every verdict is given a number");
+        self.add(pattern)
     }
 
     /// Whether `tag` is `review`'s pattern (for tests of the invariants).
     pub fn tags(&self, tag: u32, review: &Review) -> bool {
-        let verdicts: Option<SmallVec<_>> = review
-            .verdicts
-            .iter()
-            .map(|v| Some((self.find(&v.reviewer)?, v.pass, v.weight.to_bits())))
-            .collect();
-        let pattern = verdicts.map(|verdicts| Pattern {
-            verdicts,
-            judges: review.judges_pass(),
-        });
+        let pattern = Pattern::of(review, |v| self.find(&v.reviewer));
         pattern.is_some_and(|p| self.patterns.get(tag as usize) == Some(&p))
     }
 
