@@ -58,7 +58,7 @@ fn payloads() -> Vec<String> {
 /// The HumanJudge update of single-vote batches read ahead ([`Engine::prepare_votes`], outside
 /// the timing): what the service's processing thread does per vote record while its queue is
 /// deep.
-fn bench_apply_prepared(c: &mut Criterion) {
+fn bench_process_read_ahead(c: &mut Criterion) {
     let engine = Engine::new(Settings::default());
     let mut reps = ReputationTable::default();
     let payloads: Vec<String> = (0..EVENTS)
@@ -81,13 +81,14 @@ fn bench_apply_prepared(c: &mut Criterion) {
         .collect();
     let mut group = c.benchmark_group("engine");
     group.throughput(Throughput::Elements(EVENTS as u64));
-    group.bench_function("apply_prepared_single_vote_batches", |b| {
+    group.bench_function("process_read_ahead_single_vote_batches", |b| {
         b.iter_batched_ref(
             || (PartitionState::default(), Vec::<Output>::with_capacity(4)),
             |(state, out)| {
                 for (record, votes) in &prepared {
                     out.clear();
-                    black_box(engine.apply_prepared(state, &mut reps, record, votes, out));
+                    let record = record.read_ahead(Some(votes));
+                    black_box(engine.process(state, &mut reps, &record, out));
                 }
             },
             BatchSize::LargeInput,
@@ -540,7 +541,7 @@ criterion_group!(
     bench_list_page,
     bench_reviewer_fit,
     bench_prepare_votes,
-    bench_apply_prepared,
+    bench_process_read_ahead,
     bench_parse_validate_apply,
     bench_journaled_epoch,
     bench_complete_session,

@@ -106,13 +106,8 @@ fn run(config: &Config, events: &[String]) -> (f64, Written) {
                 .collect();
             for (i, prepared) in prepared.iter().enumerate() {
                 out.clear();
-                let record = record(i);
-                black_box(match prepared {
-                    Some(p) => {
-                        engine.apply_prepared(&mut state, &mut reputations, &record, p, &mut out)
-                    }
-                    None => engine.process(&mut state, &mut reputations, &record, &mut out),
-                });
+                let record = record(i).read_ahead(prepared.as_ref());
+                black_box(engine.process(&mut state, &mut reputations, &record, &mut out));
                 for o in &out {
                     black_box(o.render());
                 }

@@ -205,17 +205,9 @@ pub fn replay_reporting(
                 Ok((envelope, payload, prepared)) => {
                     let record = envelope
                         .record(topics, payload.as_deref())
-                        .received(None, state.project_count());
-                    match prepared {
-                        Some(prepared) => engine.apply_prepared(
-                            &mut state,
-                            &mut reputations,
-                            &record,
-                            prepared,
-                            &mut outs,
-                        ),
-                        None => engine.process(&mut state, &mut reputations, &record, &mut outs),
-                    }
+                        .received(None, state.project_count())
+                        .read_ahead(prepared.as_ref());
+                    engine.process(&mut state, &mut reputations, &record, &mut outs)
                 }
                 Err(e) => reject_line(engine, *line_no, &pass[at.clone()], e, &mut outs),
             };

@@ -74,13 +74,8 @@ fn records(input: InputTopic, topic: &str, data: &[u8]) {
         if let Some(prepared) = engine.prepare_votes(&record) {
             let (mut again, mut again_reps, mut again_out) =
                 (before.clone(), ReputationTable::default(), Vec::new());
-            let fast = engine.apply_prepared(
-                &mut again,
-                &mut again_reps,
-                &record,
-                &prepared,
-                &mut again_out,
-            );
+            let read = record.read_ahead(Some(&prepared));
+            let fast = engine.process(&mut again, &mut again_reps, &read, &mut again_out);
             assert_eq!(
                 fast, outcome,
                 "a batch read ahead and one read in place disagree"

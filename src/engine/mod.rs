@@ -53,10 +53,11 @@ impl Engine {
     }
 
     /// Processes one record: validates it, applies it to `state` (or to `reputations`), and
-    /// appends what to publish to `out`. A rejected record leaves all state unchanged but for
-    /// the note that its offset was processed ([`Origins`]), and appends exactly one dead
-    /// letter. A record at or below the last offset processed from its partition is a copy of
-    /// one processed before and is skipped ([`Outcome::Replayed`]).
+    /// appends what to publish to `out`. The one applier of every record, whether the runtime
+    /// read its vote batch ahead ([`Record::votes`]) or not. A rejected record leaves all state
+    /// unchanged but for the note that its offset was processed ([`Origins`]), and appends
+    /// exactly one dead letter. A record at or below the last offset processed from its
+    /// partition is a copy of one processed before and is skipped ([`Outcome::Replayed`]).
     pub fn process(
         &self,
         state: &mut PartitionState,
@@ -64,35 +65,11 @@ impl Engine {
         record: &Record<'_>,
         out: &mut Vec<Output>,
     ) -> Outcome {
-        self.process_read(state, reputations, (record, None), out)
-    }
-
-    /// [`Engine::process`] for a vote record whose batch was read ahead
-    /// ([`Engine::prepare_votes`]): the payload is not read again.
-    pub fn apply_prepared(
-        &self,
-        state: &mut PartitionState,
-        reputations: &mut ReputationTable,
-        record: &Record<'_>,
-        prepared: &PreparedVotes,
-        out: &mut Vec<Output>,
-    ) -> Outcome {
-        self.process_read(state, reputations, (record, Some(prepared)), out)
-    }
-
-    /// [`Engine::process`], with the record's vote batch if it was read ahead.
-    fn process_read(
-        &self,
-        state: &mut PartitionState,
-        reputations: &mut ReputationTable,
-        (record, prepared): (&Record<'_>, Option<&PreparedVotes>),
-        out: &mut Vec<Output>,
-    ) -> Outcome {
         if state.origins.is_copy(record) {
             return Outcome::Replayed;
         }
         let start = out.len();
-        let outcome = match self.try_process(state, reputations, (record, prepared), out) {
+        let outcome = match self.try_process(state, reputations, record, out) {
             Ok(outcome) => {
                 self.bound_outputs(record, &mut out[start..]);
                 outcome
@@ -153,10 +130,10 @@ impl Engine {
         &self,
         state: &mut PartitionState,
         reputations: &mut ReputationTable,
-        (record, prepared): (&Record<'_>, Option<&PreparedVotes>),
+        record: &Record<'_>,
         out: &mut Vec<Output>,
     ) -> Result<Outcome, Rejection> {
-        if let Some(prepared) = prepared {
+        if let Some(prepared) = record.votes {
             return self.apply_votes(state, reputations, record, prepared, out);
         }
         if record.is_tick() {

@@ -3,6 +3,7 @@
 
 use super::contract::rejection::ErrorCode;
 use super::output::Source;
+use super::votes::PreparedVotes;
 
 /// One input record, as Kafka delivers it (or as a replay file describes it).
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +36,10 @@ pub struct Record<'a> {
     /// record that would add one is dead-lettered (`project_limit`). The runtime counts, as only
     /// it sees every partition it owns.
     pub held_projects: usize,
+    /// Its vote batch, if the runtime read it ahead ([`super::Engine::prepare_votes`] of this
+    /// record): applying it then does not read the payload again. `None` for every other
+    /// record, and for a vote record the engine is to read itself.
+    pub votes: Option<&'a PreparedVotes>,
 }
 
 /// Where and when a runtime received a record, as far as applying a vote batch needs it.
@@ -65,6 +70,7 @@ impl<'a> Record<'a> {
             payload,
             clock_ms: None,
             held_projects: 0,
+            votes: None,
         }
     }
 
@@ -106,6 +112,11 @@ impl<'a> Record<'a> {
             held_projects,
             ..self
         }
+    }
+
+    /// The record whose vote batch was read ahead as `votes` (see [`Record::votes`]).
+    pub fn read_ahead(self, votes: Option<&'a PreparedVotes>) -> Self {
+        Record { votes, ..self }
     }
 
     /// Where and when the record was received.

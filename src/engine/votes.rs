@@ -3,7 +3,7 @@
 //! HumanJudge score; the `jury.scores` record, coalesced per project when the runtime has a clock.
 //! A batch is read once into a [`PreparedVotes`] and applied by one applier
 //! ([`Engine::apply_votes`]), whether the runtime read it ahead on another thread
-//! ([`Engine::prepare_votes`], [`Engine::apply_prepared`]) or not ([`Engine::process`]).
+//! ([`Engine::prepare_votes`], then [`Engine::process`] of the record carrying it) or not.
 
 use compact_str::CompactString;
 use smallvec::SmallVec;
@@ -144,9 +144,10 @@ impl Engine {
     }
 
     /// Reads and validates a `jury.votes` record without applying it, for a runtime that reads
-    /// records on one thread and applies them on another ([`Engine::apply_prepared`]). `Some`
-    /// for a valid batch; `None` for anything else (another topic, a rejection), which
-    /// [`Engine::process`] then reads again and words the rejection for. Reading takes only the
+    /// records on one thread and applies them on another: [`Engine::process`] of the record
+    /// carrying it ([`Record::read_ahead`]). `Some` for a valid batch; `None` for anything else
+    /// (another topic, a rejection), which [`Engine::process`] then reads again and words the
+    /// rejection for. Reading takes only the
     /// record and the configuration, so it can run ahead of state.
     pub fn prepare_votes(&self, record: &Record<'_>) -> Option<PreparedVotes> {
         if record.input != Some(InputTopic::Votes) {

@@ -220,14 +220,15 @@ pub(super) fn poll_records<'c>(
 }
 
 impl Polled<'_> {
-    /// The engine's view of the record.
+    /// The engine's view of the record, with its vote batch if that was read here.
     pub fn record<'m>(&'m self, topics: &'m TopicTable) -> Record<'m> {
-        match &self.source {
+        let record = match &self.source {
             Source::Repartitioned(origin) => origin.record(&self.msg, topics),
             Source::Forward | Source::Input => {
                 own_record(&self.msg, self.topic, topics.input_name(self.topic))
             }
-        }
+        };
+        record.read_ahead(self.votes.as_ref())
     }
 }
 

@@ -63,21 +63,12 @@ impl Core {
             // Timing every record would cost more than some records take: sample one in 16.
             self.processed += 1;
             let started = self.processed.is_multiple_of(16).then(Instant::now);
-            let outcome = match &polled.votes {
-                Some(prepared) => self.engine.apply_prepared(
-                    &mut unit.state,
-                    &mut self.reputations,
-                    &record,
-                    prepared,
-                    &mut self.out,
-                ),
-                None => self.engine.process(
-                    &mut unit.state,
-                    &mut self.reputations,
-                    &record,
-                    &mut self.out,
-                ),
-            };
+            let outcome = self.engine.process(
+                &mut unit.state,
+                &mut self.reputations,
+                &record,
+                &mut self.out,
+            );
             self.tasks.held_projects += unit.state.project_count().saturating_sub(before);
             self.view
                 .applied_after(key, &unit.state, journaled, &self.out);

@@ -37,8 +37,9 @@ fn a_batch_at_or_below_its_projects_last_offset_is_replayed() {
             record.position = Some(1);
             let p = h.engine.prepare_votes(&record).expect("a valid batch");
             h.out.clear();
+            let record = record.read_ahead(Some(&p));
             h.engine
-                .apply_prepared(&mut h.state, &mut h.reps, &record, &p, &mut h.out)
+                .process(&mut h.state, &mut h.reps, &record, &mut h.out)
         } else {
             h.send("jury.votes", &e3)
         };
@@ -436,8 +437,34 @@ fn prepare_votes_takes_valid_batches_and_leaves_the_rest_to_process() {
     });
     let record = rec("jury.votes", Some(escaped.as_bytes()));
     let p = e.prepare_votes(&record).expect("prepared");
-    let outcome = e.apply_prepared(&mut h.state, &mut h.reps, &record, &p, &mut h.out);
+    let record = record.read_ahead(Some(&p));
+    let outcome = e.process(&mut h.state, &mut h.reps, &record, &mut h.out);
     assert_eq!(outcome, Outcome::Rejected(ErrorCode::ZeroTotalReputation));
+}
+
+/// A record carrying its batch read ahead ([`Record::read_ahead`]) is applied from that batch:
+/// its payload is not read again, which is what reading ahead on another thread saves.
+#[test]
+fn a_batch_read_ahead_is_applied_without_reading_the_payload_again() {
+    let e = engine();
+    let valid = votes(
+        "e1",
+        "2026-11-20T10:00:00Z",
+        r#"{"voter_id": "u-1", "value": 1}"#,
+    );
+    let read = e
+        .prepare_votes(&rec("jury.votes", Some(valid.as_bytes())))
+        .expect("a valid batch");
+    let not_json = b"not json".as_slice();
+    let (mut ahead, mut alone) = (Harness::new(), Harness::new());
+    let record = rec("jury.votes", Some(not_json)).read_ahead(Some(&read));
+    assert_eq!(ahead.send_record(record), Outcome::Applied);
+    assert_eq!(ahead.last()["score"].as_f64(), Some(1.0));
+    let record = rec("jury.votes", Some(not_json));
+    assert_eq!(
+        alone.send_record(record),
+        Outcome::Rejected(ErrorCode::InvalidJson)
+    );
 }
 
 proptest! {
@@ -467,7 +494,8 @@ proptest! {
     }
 
     /// Validating on one thread and applying on another ([`Engine::prepare_votes`], then
-    /// [`Engine::apply_prepared`]) is the same as [`Engine::process`]: same outcomes, same
+    /// [`Engine::process`] of the record carrying the batch) is the same as processing the
+    /// record alone: same outcomes, same
     /// records, same state, including for rejections, escaped strings and record timestamps.
     #[test]
     fn prepared_votes_apply_like_process(
@@ -491,13 +519,10 @@ proptest! {
             record.position = Some(plain.next_offset);
             let expected = plain.send_record(record);
             split.out.clear();
-            let outcome = match split.engine.prepare_votes(&record) {
-                Some(p) => {
-                    prepared += 1;
-                    split.engine.apply_prepared(&mut split.state, &mut split.reps, &record, &p, &mut split.out)
-                }
-                None => split.engine.process(&mut split.state, &mut split.reps, &record, &mut split.out),
-            };
+            let read = split.engine.prepare_votes(&record);
+            prepared += usize::from(read.is_some());
+            let record = record.read_ahead(read.as_ref());
+            let outcome = split.engine.process(&mut split.state, &mut split.reps, &record, &mut split.out);
             prop_assert_eq!(outcome, expected);
             let render = |h: &Harness| h.out.iter().map(|o| o.render().into_owned()).collect::<Vec<String>>();
             prop_assert_eq!(render(&split), render(&plain));
