@@ -103,11 +103,7 @@ impl Restorer {
             let Some(&(key, bytes)) = chunks.get(&index) else {
                 return Ok(None);
             };
-            let chunk: RedoChunk<'_> =
-                serde_json::from_slice(bytes).map_err(|e| ChangelogError::Value {
-                    key: key.to_owned(),
-                    source: e.into(),
-                })?;
+            let chunk: RedoChunk<'_> = Read { key, value: bytes }.value()?;
             let write = |c: &RedoChunk<'_>| (c.run, c.offset);
             if read
                 .first()

@@ -268,7 +268,7 @@ fn a_project_count_of_the_layout_before_is_read_and_laid_out_again() {
 #[test]
 fn a_record_this_version_cannot_read_stops_the_restore_and_says_how_to_start_over() {
     let unit = Unit::projects(1);
-    let unreadable: [(&[u8], &[u8], &str); 4] = [
+    let unreadable: [(&[u8], &[u8], &str); 5] = [
         // A kind of state a newer version writes.
         (
             br#"["p",1,"sketch","proj-1"]"#,
@@ -292,6 +292,12 @@ fn a_record_this_version_cannot_read_stops_the_restore_and_says_how_to_start_ove
             br#"["p",1,"items","3"]"#,
             b"\x93\xc0",
             r#"changelog value of ["p",1,"items","3"]"#,
+        ),
+        // A flush's redo record whose first chunk is not one.
+        (
+            br#"["p",1,"redo","0"]"#,
+            b"{}",
+            r#"changelog value of ["p",1,"redo","0"]"#,
         ),
     ];
     for (key, value, reason) in unreadable {
