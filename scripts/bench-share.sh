@@ -4,7 +4,9 @@
 # statistics off taking turns, each run on a fresh broker. Prints each round's events/s, the
 # applying thread's CPU seconds and the defaults' share of both off's events/s, then the medians.
 # Rounds, not one run: on a shared host the same build's events/s moves by a third from one
-# minute to the next, so only the median of interleaved rounds compares the two.
+# minute to the next, so only the median of interleaved rounds compares the two. The defaults go
+# first in odd rounds and second in even ones, so that neither configuration always runs right
+# after the other's broker is torn down, or always first as the host drifts.
 #
 # usage: scripts/bench-share.sh [ROUNDS] [EVENTS] [PROJECTS]    (default 6 1000000 10000)
 # PEERS_SERVICE_CONFIG appends TOML to both runs' configuration; the broker is chosen as in
@@ -37,8 +39,13 @@ median() {
 echo "round  defaults events/s (applying s)  both off events/s (applying s)  share"
 shares=() defaults=() off=()
 for round in $(seq "$rounds"); do
-  defaults_run=$(run "")
-  off_run=$(run "$both_off")
+  if ((round % 2)); then
+    defaults_run=$(run "")
+    off_run=$(run "$both_off")
+  else
+    off_run=$(run "$both_off")
+    defaults_run=$(run "")
+  fi
   read -r d d_applying <<<"$defaults_run"
   read -r o o_applying <<<"$off_run"
   share=$(awk -v d="$d" -v o="$o" 'BEGIN { printf "%.0f", 100 * d / o }')
