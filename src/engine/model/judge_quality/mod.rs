@@ -390,12 +390,19 @@ impl ProjectQuality {
     pub fn checkpoint_fit(&mut self, task: &TaskQuality, max_reviewers: usize) -> Fit {
         let book = self.reviewers.book_mut();
         let mut counts = vec![0u64; book.len()];
+        // The review tagged last, and its tag: an item like it takes the same.
+        let mut last: Option<(&Review, u32)> = None;
         for (seq, tag) in self.items.held_tags_mut(&task.items) {
             if *tag == UNREAD {
                 let Some((_, votes)) = task.items.get(seq) else {
                     continue;
                 };
-                *tag = book.tag(&votes.review);
+                let review = &votes.review;
+                *tag = match last {
+                    Some((seen, t)) if seen.same_pattern(review) => t,
+                    _ => book.tag(review),
+                };
+                last = Some((review, *tag));
             }
             let at = *tag as usize;
             if counts.len() <= at {
@@ -1096,11 +1103,20 @@ pub fn item_mark(at: (&str, &str)) -> u64 {
 /// length), which is XXH3 of the same bytes as its streaming form, without setting up the
 /// streaming state for every vote.
 fn hash_of((a, b): (&str, &str)) -> u64 {
-    let mut joined: SmallVec<[u8; 96]> = SmallVec::with_capacity(a.len() + 1 + b.len());
-    joined.extend_from_slice(a.as_bytes());
-    joined.push(0xFF);
-    joined.extend_from_slice(b.as_bytes());
-    xxhash_rust::xxh3::xxh3_64(&joined)
+    let len = a.len() + 1 + b.len();
+    let mut stack = [0u8; 96];
+    let mut heap = Vec::new();
+    let joined = if len <= stack.len() {
+        &mut stack[..len]
+    } else {
+        heap.resize(len, 0);
+        &mut heap[..]
+    };
+    let (first, rest) = joined.split_at_mut(a.len());
+    first.copy_from_slice(a.as_bytes());
+    rest[0] = 0xFF;
+    rest[1..].copy_from_slice(b.as_bytes());
+    xxhash_rust::xxh3::xxh3_64(joined)
 }
 
 #[cfg(test)]

@@ -494,10 +494,14 @@ fn quiet_projects_hold_at_most_twice_the_task_bound_of_places() {
 #[test]
 fn an_items_mark_is_xxh3_of_its_joined_ids() {
     let long = "x".repeat(200);
+    // Joined, 96 bytes fit on the stack and 97 do not.
+    let (fits, spills) = ("x".repeat(95), "x".repeat(96));
     for (project, item) in [
         ("p", "i"),
         ("proj-000123", "trace-00000123"),
         (&long, "y"),
+        (&fits, ""),
+        ("", &spills),
         ("", ""),
     ] {
         let mut streaming = xxhash_rust::xxh3::Xxh3::new();
