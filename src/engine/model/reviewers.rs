@@ -249,18 +249,6 @@ impl Review {
         self.verdicts.is_empty() && self.judged.is_none()
     }
 
-    /// Whether `other` has the same pattern (its verdicts' reviewers, passes and weights, and
-    /// the judges' verdict), so the same tag in any [`Book`]: comparing two items costs less
-    /// than tagging one, and a project's items alike often come one after another.
-    pub fn same_pattern(&self, other: &Review) -> bool {
-        let alike = |(a, b): (&Verdict, &Verdict)| {
-            a.pass == b.pass && a.weight.to_bits() == b.weight.to_bits() && a.reviewer == b.reviewer
-        };
-        self.verdicts.len() == other.verdicts.len()
-            && self.verdicts.iter().zip(&other.verdicts).all(alike)
-            && self.judges_pass() == other.judges_pass()
-    }
-
     /// The judges' verdict on the item, once a judge score is paired with it.
     pub fn judges_pass(&self) -> Option<bool> {
         let (sum, n) = self.judged?;
@@ -1039,24 +1027,15 @@ impl Reviewers {
         limits: ReviewerLimits,
     ) -> Added {
         let mut added = Added::default();
+        // Most items get all their verdicts in their first batch: room for exactly those (beyond
+        // the two held inline), not the doubling growth's slack, in each of the task's many
+        // items (later batches grow it by doubling, so a verdict stays O(1) amortised).
+        if review.verdicts.is_empty() {
+            review.verdicts.reserve_exact(verdicts.len());
+        }
         let mut in_order = verdicts;
         // Stable: of one reviewer's verdicts in the batch, the last listed still counts.
         in_order.sort_by(|a, b| a.reviewer.as_str().cmp(b.reviewer.as_str()));
-        if review.verdicts.is_empty() {
-            let distinct = in_order.windows(2).all(|w| w[0].reviewer != w[1].reviewer);
-            if distinct && in_order.len() <= limits.max_verdicts {
-                // Most items get all their verdicts in their first batch, which is then theirs
-                // as it is, in room for exactly those (beyond the two held inline), not the
-                // doubling growth's slack, in each of the task's many items (later batches grow
-                // it by doubling, so a verdict stays O(1) amortised).
-                in_order.shrink_to_fit();
-                added.admitted = in_order.len() as u64;
-                added.changed = !in_order.is_empty();
-                review.verdicts = in_order;
-                return added;
-            }
-            review.verdicts.reserve_exact(in_order.len());
-        }
         for verdict in in_order {
             let at = review
                 .verdicts

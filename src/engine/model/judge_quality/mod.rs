@@ -390,19 +390,12 @@ impl ProjectQuality {
     pub fn checkpoint_fit(&mut self, task: &TaskQuality, max_reviewers: usize) -> Fit {
         let book = self.reviewers.book_mut();
         let mut counts = vec![0u64; book.len()];
-        // The review tagged last, and its tag: an item like it takes the same.
-        let mut last: Option<(&Review, u32)> = None;
         for (seq, tag) in self.items.held_tags_mut(&task.items) {
             if *tag == UNREAD {
                 let Some((_, votes)) = task.items.get(seq) else {
                     continue;
                 };
-                let review = &votes.review;
-                *tag = match last {
-                    Some((seen, t)) if seen.same_pattern(review) => t,
-                    _ => book.tag(review),
-                };
-                last = Some((review, *tag));
+                *tag = book.tag(&votes.review);
             }
             let at = *tag as usize;
             if counts.len() <= at {

@@ -813,38 +813,6 @@ proptest! {
         prop_assert_eq!(&counted(&book, &tags), &expected);
     }
 
-    /// Two reviews have the same pattern exactly when a book gives them the same tag, so a
-    /// checkpoint may give an item the tag of the one before it when the two are alike.
-    #[test]
-    fn reviews_alike_take_the_same_tag(
-        reviews in prop::collection::vec(
-            (prop::collection::btree_map(0u8..3, (any::<bool>(), 0u8..2), 0..3),
-             prop::option::of(prop::collection::vec(0u8..5, 1..3))),
-            2..12),
-    ) {
-        let reviews: Vec<Review> = reviews
-            .into_iter()
-            .map(|(verdicts, judged)| {
-                let votes: Vec<_> = verdicts.into_iter().map(|(r, (p, w))| (r, p, w)).collect();
-                let mut review = Review {
-                    verdicts: weighed(&votes).into_iter().collect(),
-                    judged: None,
-                };
-                for s in judged.into_iter().flatten() {
-                    review.judge(f64::from(s) / 4.0);
-                }
-                review
-            })
-            .collect();
-        let mut book = Book::default();
-        let tags: Vec<u32> = reviews.iter().map(|r| book.tag(r)).collect();
-        for (a, ta) in reviews.iter().zip(&tags) {
-            for (b, tb) in reviews.iter().zip(&tags) {
-                prop_assert_eq!(a.same_pattern(b), ta == tb, "{:?} and {:?}", a, b);
-            }
-        }
-    }
-
     /// However verdicts come, with small bounds that they reach, every figure is finite and in
     /// bounds, and the items, reviewers and verdicts per item stay within their bounds.
     #[test]
