@@ -19,6 +19,12 @@
 //! validates every event as the service's does (the least work any correct service does),
 //! `LOAD_QUERIES=1` for a run of interactive queries while the service ingests 10,000 events/s.
 
+#[allow(
+    dead_code,
+    reason = "the load benchmark times each event as it sends it (`event_at`)"
+)]
+#[path = "peers/event.rs"]
+mod peers;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -35,13 +41,12 @@ use support::{Broker, Service, create_topics, free_port, write_config};
 
 const PARTITIONS: i32 = 3;
 
+/// Vote event `i` of the peers corpus over `projects` projects at `at_ms`, with its key.
 fn event(i: usize, projects: usize, at_ms: i64) -> (String, String) {
-    let project = format!("proj-{:06}", i % projects);
-    let payload = format!(
-        r#"{{"event_id":"ev-{i:010}","project_id":"{project}","occurred_at":{at_ms},"item_id":"trace-{i:08}","votes":[{{"voter_id":"u-{:04}","verdict":"pass","reputation":0.9}},{{"voter_id":"u-8","value":0.75}}]}}"#,
-        i % 1000
-    );
-    (project, payload)
+    (
+        peers::project(i, projects),
+        peers::event_at(i, projects, at_ms),
+    )
 }
 
 /// How long the broker may hold a fetch, for every consumer in the run (the raw loops, the

@@ -2,7 +2,8 @@
 # What judge quality and reviewer reliability cost the service's events/s: jurystream alone over
 # the peers corpus (scripts/bench-peers.sh with PEERS_ONLY=jurystream), the defaults and both
 # statistics off taking turns, each run on a fresh broker. Prints each round's events/s, the
-# applying thread's CPU seconds and the defaults' share of both off's events/s, then the medians.
+# applying thread's and the broker's CPU seconds (the broker's when started here, with loading
+# the corpus) and the defaults' share of both off's events/s, then the medians.
 # Rounds, not one run: on a shared host the same build's events/s moves by a third from one
 # minute to the next, so only the median of interleaved rounds compares the two. The defaults go
 # first in odd rounds and second in even ones, so that neither configuration always runs right
@@ -19,7 +20,7 @@ projects="${3:-10000}"
 both_off=$'[judge_quality]\nenabled = false\n[reviewers]\nenabled = false\n'
 common="${PEERS_SERVICE_CONFIG:-}"
 
-# One run alone: "<events/s from start> <applying thread's CPU seconds>".
+# One run alone: "<events/s from start> <applying thread's CPU seconds> <broker's>".
 run() {
   local out
   out=$(PEERS_ONLY=jurystream PEERS_SERVICE_CONFIG="$common$1" \
@@ -28,7 +29,8 @@ run() {
   rate=$(awk '$1 == "jurystream" && $2 ~ /^[0-9,]+$/ { gsub(",", "", $2); print $2; exit }' \
     <<<"$out")
   applying=$(grep -o 'applying [0-9.]* s' <<<"$out" | awk '{ print $2 }')
-  echo "$rate ${applying:-?}"
+  broker=$(grep -o 'broker CPU [0-9.]* s' <<<"$out" | awk '{ print $3 }')
+  echo "$rate ${applying:-?} ${broker:-?}"
 }
 
 median() {
@@ -36,7 +38,7 @@ median() {
     END { printf "%.10g\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
-echo "round  defaults events/s (applying s)  both off events/s (applying s)  share"
+echo "round  defaults events/s (applying s, broker s)  both off events/s (applying s, broker s)  share"
 shares=() defaults=() off=()
 for round in $(seq "$rounds"); do
   if ((round % 2)); then
@@ -46,11 +48,11 @@ for round in $(seq "$rounds"); do
     off_run=$(run "$both_off")
     defaults_run=$(run "")
   fi
-  read -r d d_applying <<<"$defaults_run"
-  read -r o o_applying <<<"$off_run"
+  read -r d d_applying d_broker <<<"$defaults_run"
+  read -r o o_applying o_broker <<<"$off_run"
   share=$(awk -v d="$d" -v o="$o" 'BEGIN { printf "%.0f", 100 * d / o }')
-  printf "%5d  %14s (%s)  %14s (%s)  %4s%%\n" "$round" "$d" "$d_applying" "$o" "$o_applying" \
-    "$share"
+  printf "%5d  %14s (%s, %s)  %14s (%s, %s)  %4s%%\n" "$round" "$d" "$d_applying" "$d_broker" \
+    "$o" "$o_applying" "$o_broker" "$share"
   shares+=("$share") defaults+=("$d") off+=("$o")
 done
 printf "median  defaults %s events/s, both off %s events/s, share %s%% (%s rounds)\n" \
