@@ -44,14 +44,21 @@
 //! nothing outside `engine/` but [`config`] (its settings); [`changelog`]
 //! imports the engine; [`topics`] names the engine's topics; [`kafka`] and [`replay`] import
 //! the engine, the changelog and the topic table, and [`kafka`] reports through [`telemetry`].
+//!
+//! [`kafka`], [`queries`], [`telemetry`] and the binary are the `service` feature, on by
+//! default. Without it the crate is the core and the file runtime alone, with none of the
+//! Kafka, HTTP or async dependencies: the fuzzing harness builds it so.
 
 #![forbid(unsafe_code)]
 
 pub mod changelog;
 pub mod config;
 pub mod engine;
+#[cfg(feature = "service")]
 pub mod kafka;
+#[cfg(feature = "service")]
 pub mod queries;
 pub mod replay;
+#[cfg(feature = "service")]
 pub mod telemetry;
 pub mod topics;

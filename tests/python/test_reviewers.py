@@ -11,7 +11,7 @@ import pandas as pd
 from crowdkit.aggregation import DawidSkene, OneCoinDawidSkene
 from scipy.stats import spearmanr
 
-from test_statistics import START_MS, replay
+from test_statistics import START_MS, over_seeds, replay
 
 # Reviewers and the probability that each gives the true verdict; "yes" always says pass and
 # "coin" flips a fair coin whatever the truth.
@@ -191,26 +191,39 @@ def score_error(batches, truth, source, reputations=None):
     return sum(gaps[half:]) / (len(gaps) - half)
 
 
+SPAM = {"h1": 1.0, "h2": 1.0, "h3": 1.0, "adv": 0.5, "coin": 0.5, "yes1": 0.5, "yes2": 0.5}
+
+
+def spammer_errors(seed):
+    """The score's distance to the truth on spammer crowd `seed` weighed by a flat table, by
+    what was learned, by a table that halves the spammers' weight, and by both."""
+    batches, truth = spammer_crowd(seed, 400)
+    return (score_error(batches, truth, "table"), score_error(batches, truth, "learned"),
+            score_error(batches, truth, "table", SPAM),
+            score_error(batches, truth, "both", SPAM))
+
+
 def test_learned_weights_bring_the_score_nearer_the_truth():
     """Weighed by a flat table the spammers pull the score up; weighed by what jurystream
     learned of each reviewer (scoring.reputation_source = "learned") it stays nearer the truth,
     on every one of 50 crowds but at most 5% of them; `both`, with a table that halves the
     spammers' weight, is nearer than that table alone on as many, and differs from `learned`."""
-    spam = {"h1": 1.0, "h2": 1.0, "h3": 1.0, "adv": 0.5, "coin": 0.5, "yes1": 0.5, "yes2": 0.5}
     better, both_better, both_differs = 0, 0, 0
     seeds = range(50)
-    for seed in seeds:
-        batches, truth = spammer_crowd(seed, 400)
-        table = score_error(batches, truth, "table")
-        learned = score_error(batches, truth, "learned")
+    for table, learned, halved, both in over_seeds(spammer_errors, seeds):
         better += learned <= table
-        halved = score_error(batches, truth, "table", spam)
-        both = score_error(batches, truth, "both", spam)
         both_better += both <= halved
         both_differs += abs(both - learned) > 1e-9
     assert better >= 0.95 * len(seeds), better
     assert both_better >= 0.95 * len(seeds), both_better
     assert both_differs >= 0.95 * len(seeds), both_differs
+
+
+def varied_errors(seed):
+    """The score's distance to the truth on varied crowd `seed` weighed by a flat table and by
+    what was learned."""
+    batches, truth, _ = varied_crowd(seed)
+    return score_error(batches, truth, "table"), score_error(batches, truth, "learned")
 
 
 def test_learned_weights_on_varied_crowds_help_on_average_not_everywhere():
@@ -221,10 +234,7 @@ def test_learned_weights_on_varied_crowds_help_on_average_not_everywhere():
     help")."""
     nearer, table_total, learned_total = 0, 0.0, 0.0
     seeds = range(50)
-    for seed in seeds:
-        batches, truth, _ = varied_crowd(seed)
-        table = score_error(batches, truth, "table")
-        learned = score_error(batches, truth, "learned")
+    for table, learned in over_seeds(varied_errors, seeds):
         nearer += learned <= table
         table_total += table
         learned_total += learned
@@ -290,6 +300,23 @@ def crowd_right(estimates, accuracy, kinds, verdicts):
     return True
 
 
+def crowd_errors(seed):
+    """On varied crowd `seed`, for jurystream and crowd-kit's two aggregators: whether each is
+    right on the crowd (`crowd_right`), and its mean distance to the true accuracies."""
+    batches, truth, kinds = varied_crowd(seed)
+    accuracy = true_accuracy(batches, truth)
+    verdicts = {r: sum(1 for _, votes in batches for w, _ in votes if w == r) for r in kinds}
+    ours = {r: v["reliability"] for r, v in reviewer_records(replay(records(batches))).items()}
+    one_coin = crowdkit_skills(batches)
+    two_coin = {r: c[0] for r, c in crowdkit_coins(batches).items()}
+    rights, errors = {}, {}
+    for name, est in (("jurystream", ours), ("OneCoinDawidSkene", one_coin),
+                      ("DawidSkene", two_coin)):
+        rights[name] = crowd_right(est, accuracy, kinds, verdicts)
+        errors[name] = sum(abs(est[r] - accuracy[r]) for r in kinds) / len(kinds)
+    return rights, errors
+
+
 def test_reviewer_reliability_is_right_against_the_truth_over_many_crowds():
     """On 50 varied crowds jurystream is right (as `crowd_right` counts) on at least as many as
     the best of crowd-kit's batch aggregators (OneCoinDawidSkene, DawidSkene), its mean distance
@@ -298,18 +325,9 @@ def test_reviewer_reliability_is_right_against_the_truth_over_many_crowds():
     which crowd-kit's fits do not have."""
     right = {"jurystream": 0, "OneCoinDawidSkene": 0, "DawidSkene": 0}
     total = {name: 0.0 for name in right}
-    for seed in range(50):
-        batches, truth, kinds = varied_crowd(seed)
-        accuracy = true_accuracy(batches, truth)
-        verdicts = {r: sum(1 for _, votes in batches for w, _ in votes if w == r) for r in kinds}
-        ours = {r: v["reliability"] for r, v in reviewer_records(replay(records(batches))).items()}
-        one_coin = crowdkit_skills(batches)
-        two_coin = {r: c[0] for r, c in crowdkit_coins(batches).items()}
-        errors = {}
-        for name, est in (("jurystream", ours), ("OneCoinDawidSkene", one_coin),
-                          ("DawidSkene", two_coin)):
-            right[name] += crowd_right(est, accuracy, kinds, verdicts)
-            errors[name] = sum(abs(est[r] - accuracy[r]) for r in kinds) / len(kinds)
+    for seed, (rights, errors) in enumerate(over_seeds(crowd_errors, range(50))):
+        for name in right:
+            right[name] += rights[name]
             total[name] += errors[name]
         best = min(errors["OneCoinDawidSkene"], errors["DawidSkene"])
         assert errors["jurystream"] <= best + 0.015, (seed, errors)

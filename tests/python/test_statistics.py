@@ -4,11 +4,15 @@ models included. jurystream's prior (each model ties a reference rated 1000 once
 estimate as an unregularised fit on the data with one extra model that ties each model once;
 with every real comparison counted twice, that tie is one win and one loss against the
 reference, which choix takes as plain pairwise data."""
+import concurrent.futures
+import functools
 import json
 import math
+import os
 import pathlib
 import random
 import subprocess
+import tempfile
 
 import choix
 import numpy as np
@@ -17,15 +21,37 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 START_MS = 1_795_168_800_000
 
 
+@functools.cache
+def jurystream():
+    """The path of the jurystream binary, built once: `cargo run` would check the build again
+    on every replay, which cost more than most of these replays take."""
+    out = subprocess.run(["cargo", "build", "-q", "--locked", "--bin", "jurystream",
+                          "--message-format=json-render-diagnostics"],
+                         cwd=ROOT, check=True, capture_output=True, text=True)
+    built = [json.loads(line) for line in out.stdout.splitlines()]
+    return next(m["executable"] for m in built
+                if m.get("reason") == "compiler-artifact" and m.get("executable"))
+
+
 def replay(records, config=""):
-    cfg = ROOT / "target" / "bt-test.toml"
-    cfg.parent.mkdir(exist_ok=True)
-    cfg.write_text(config)
-    lines = "".join(json.dumps(r) + "\n" for r in records)
-    out = subprocess.run(
-        ["cargo", "run", "-q", "--", "replay", "--config", str(cfg), "--input", "-", "--output", "-"],
-        cwd=ROOT, check=True, capture_output=True, text=True, input=lines)
+    """The records jurystream's `replay` publishes for `records`, under `config` (TOML)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".toml") as cfg:
+        cfg.write(config)
+        cfg.flush()
+        lines = "".join(json.dumps(r) + "\n" for r in records)
+        out = subprocess.run(
+            [jurystream(), "replay", "--config", cfg.name, "--input", "-", "--output", "-"],
+            cwd=ROOT, check=True, capture_output=True, text=True, input=lines)
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def over_seeds(check, seeds):
+    """`[check(seed) for seed in seeds]`, on every core: the comparisons over many generated
+    crowds spend their time in replays and crowd-kit's fits, each independent of the others.
+    `check` must be a module's function (the workers import it by name)."""
+    jurystream()
+    with concurrent.futures.ProcessPoolExecutor(os.cpu_count()) as pool:
+        return list(pool.map(check, seeds))
 
 
 def session(i, winner, loser):
