@@ -332,9 +332,8 @@ fn finish(running: Vec<Service>, records: &[Rec]) {
     let refs: Vec<&Service> = running.iter().collect();
     assert!(
         support::wait_caught_up(&refs, records, Duration::from_secs(240)),
-        "not caught up:\n{}\n{}",
-        support::shortfall(&refs, records),
-        handovers(&refs)
+        "{}",
+        support::not_caught_up(&refs, records)
     );
     let logs: Vec<std::path::PathBuf> = running.iter().map(|s| s.log.clone()).collect();
     for s in running {
@@ -344,7 +343,7 @@ fn finish(running: Vec<Service>, records: &[Rec]) {
     // Shown only if the test fails: where each task went and what each restore read.
     for log in logs {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        eprintln!("--- {}:\n{}", log.display(), handover_lines(&text));
+        eprintln!("--- {}:\n{}", log.display(), support::handover_lines(&text));
     }
 }
 
@@ -354,23 +353,6 @@ fn tasks_owned(services: &[&Service]) -> Vec<u64> {
         .iter()
         .map(|s| metric_sum(&s.metrics(), "jurystream_partitions_owned"))
         .collect()
-}
-
-/// What each of `services` logged of its partitions coming and going, for a failure message.
-fn handovers(services: &[&Service]) -> String {
-    services
-        .iter()
-        .map(|s| handover_lines(&s.log_text()))
-        .collect::<Vec<_>>()
-        .join("\n--- the next instance:\n")
-}
-
-/// The lines of a service log that say where partitions went and what restores read.
-fn handover_lines(log: &str) -> String {
-    log.lines()
-        .filter(|l| l.contains("partitions") || l.contains("restore") || l.contains("reading on"))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Checks `check` every `every` until it holds; what it last saw otherwise, after `timeout`.
@@ -435,7 +417,7 @@ fn tasks_spread_over_instances_as_they_come_and_go() {
             panic!(
                 "{} instances own {owned:?} of {tasks} tasks:\n{}",
                 refs.len(),
-                handovers(&refs)
+                support::handovers(&refs)
             );
         }
         if i == 1 {
@@ -447,7 +429,7 @@ fn tasks_spread_over_instances_as_they_come_and_go() {
     if let Err(owned) = wait_spread(&refs, tasks, Duration::from_secs(30)) {
         panic!(
             "the survivors own {owned:?} of {tasks} tasks:\n{}",
-            handovers(&refs)
+            support::handovers(&refs)
         );
     }
     produce(&broker.bootstrap, &records[2 * third..]);
@@ -541,7 +523,7 @@ fn two_instances_started_together_share_the_tasks_and_apply_every_record() {
         panic!(
             "two instances own {owned:?} of {} tasks:\n{}",
             shape.partitions,
-            handovers(&refs)
+            support::handovers(&refs)
         );
     }
     finish(running, &records);

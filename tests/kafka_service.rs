@@ -156,7 +156,7 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
     assert!(
         service.wait_caught_up(&records, Duration::from_secs(180)),
         "{}",
-        service.metrics()
+        support::not_caught_up(&[&service], &records)
     );
     let metrics = service.metrics();
     assert!(
@@ -230,9 +230,8 @@ fn a_second_instance_takes_partitions_over_mid_stream_and_hands_them_back_with_n
     produce(&broker.bootstrap, &second_part[first_part.len()..]);
     assert!(
         support::wait_caught_up(&[&first, &second], second_part, Duration::from_secs(120)),
-        "{}\n{}",
-        first.metrics(),
-        second.metrics()
+        "{}",
+        support::not_caught_up(&[&first, &second], second_part)
     );
     let took_over = support::metric_sum(&second.metrics(), "jurystream_records_total") > 0;
     let second_log = second.log_text();
@@ -245,7 +244,7 @@ fn a_second_instance_takes_partitions_over_mid_stream_and_hands_them_back_with_n
     assert!(
         first.wait_caught_up(third_part, Duration::from_secs(120)),
         "{}\n{}",
-        first.metrics(),
+        support::not_caught_up(&[&first], third_part),
         first.log_text()
     );
     let first_log = first.log_text();
@@ -263,7 +262,7 @@ fn a_second_instance_takes_partitions_over_mid_stream_and_hands_them_back_with_n
     assert!(
         third.wait_caught_up(&records, Duration::from_secs(120)),
         "{}",
-        third.metrics()
+        support::not_caught_up(&[&third], &records)
     );
     let third_log = third.log_text();
     assert!(third.terminate().success(), "{third_log}");
@@ -339,7 +338,7 @@ fn a_crash_between_changelog_and_commit_is_not_counted_twice() {
     assert!(
         service.wait_caught_up(records, Duration::from_secs(120)),
         "{}",
-        service.metrics()
+        support::not_caught_up(&[&service], records)
     );
     let metrics = service.metrics();
     assert!(service.terminate().success());
@@ -383,7 +382,7 @@ fn a_crash_inside_a_changelog_write_counts_everything_once() {
     assert!(
         service.wait_caught_up(&crashed.setup.records, Duration::from_secs(120)),
         "{}",
-        service.metrics()
+        support::not_caught_up(&[&service], &crashed.setup.records)
     );
     assert!(service.terminate().success());
     assert_same(
@@ -420,7 +419,7 @@ fn a_restore_told_the_changelog_ends_early_reads_on_to_the_commit() {
     assert!(
         first.wait_caught_up(&records[..half], Duration::from_secs(120)),
         "{}",
-        first.metrics()
+        support::not_caught_up(&[&first], &records[..half])
     );
     assert!(first.terminate().success());
     produce(&broker.bootstrap, &records[half..]);
@@ -429,7 +428,7 @@ fn a_restore_told_the_changelog_ends_early_reads_on_to_the_commit() {
     assert!(
         second.wait_caught_up(records, Duration::from_secs(120)),
         "{}",
-        second.metrics()
+        support::not_caught_up(&[&second], records)
     );
     let log = second.log_text();
     assert!(second.terminate().success(), "{log}");
@@ -637,6 +636,9 @@ fn probes_on_the_admin_listener_answer_through_a_flood_of_half_sent_requests() {
             eprintln!("flood: {opened} opened, {failed} failed");
             opened
         });
+        // The flood stops however this closure ends: a failed probe must fail the test, not
+        // leave the scope waiting for a flood that never ends.
+        let stop = support::StopOnDrop(&flooding);
         std::thread::sleep(Duration::from_millis(500));
         produce(&broker.bootstrap, &records);
         let mut slowest = Duration::ZERO;
@@ -650,7 +652,7 @@ fn probes_on_the_admin_listener_answer_through_a_flood_of_half_sent_requests() {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        flooding.store(false, Ordering::Relaxed);
+        drop(stop);
         let opened = flood.join().expect("flood");
         assert!(opened >= 3000, "only {opened} half-sent requests");
         slowest
@@ -741,7 +743,7 @@ fn a_quiet_input_is_committed_before_the_epoch_is_over() {
     assert!(
         service.wait_caught_up(&records, Duration::from_secs(60)),
         "{}",
-        service.metrics()
+        support::not_caught_up(&[&service], &records)
     );
     let group = support::GroupOffsets::new(&broker.bootstrap, &format!("{prefix}-group"));
     assert!(

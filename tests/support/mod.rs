@@ -582,6 +582,78 @@ pub fn shortfall(services: &[&Service], records: &[Rec]) -> String {
     out
 }
 
+/// What each of `services` logged of its partitions coming and going, for a failure message.
+pub fn handovers(services: &[&Service]) -> String {
+    services
+        .iter()
+        .map(|s| handover_lines(&s.log_text()))
+        .collect::<Vec<_>>()
+        .join("\n--- the next instance:\n")
+}
+
+/// The lines of a service log that say where partitions went and what restores read.
+pub fn handover_lines(log: &str) -> String {
+    log.lines()
+        .filter(|l| l.contains("partitions") || l.contains("restore") || l.contains("reading on"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Clears its flag when dropped, also when a panic unwinds: a thread that runs while the flag
+/// is set then ends, so a scope that waits for it ends too.
+pub struct StopOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Why `services` are not caught up with `records`, for a failure message: what is not yet
+/// done ([`shortfall`]), where each service's partitions went, the counters that say which
+/// stage stalled, and the last warnings and errors each logged.
+pub fn not_caught_up(services: &[&Service], records: &[Rec]) -> String {
+    let counters: Vec<String> = services
+        .iter()
+        .map(|s| {
+            s.metrics()
+                .lines()
+                .filter(|l| {
+                    !l.starts_with('#')
+                        && [
+                            "jurystream_partitions_owned",
+                            "jurystream_records_forwarded_total",
+                            "jurystream_commits_total",
+                            "jurystream_input_position",
+                            "jurystream_ready",
+                        ]
+                        .iter()
+                        .any(|m| l.starts_with(m))
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    let troubles: Vec<String> = services
+        .iter()
+        .map(|s| {
+            let log = s.log_text();
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+                .collect();
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        })
+        .collect();
+    format!(
+        "not caught up:\n{}\n{}\n--- counters:\n{}\n--- the last warnings and errors:\n{}",
+        shortfall(services, records),
+        handovers(services),
+        counters.join("\n--- the next instance:\n"),
+        troubles.join("\n--- the next instance:\n")
+    )
+}
+
 /// Where everything of `records` is caught up, by (topic, partition): the offset after each
 /// input partition's last record ([`next_offsets`]), and the end of `group`'s repartition topic
 /// on `bootstrap` (none if it does not repartition).
