@@ -122,10 +122,15 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
         &records[cut(0.85)..],
     ];
     let log = dir.path().join("service.log");
+    // Each incarnation starts once the killed one's group sessions have expired (see
+    // `support::after_a_kill`).
     let mut produced = 0;
     for (i, part) in parts.iter().take(3).enumerate() {
         produce(&broker.bootstrap, part);
         produced += part.len();
+        if i > 0 {
+            support::after_a_kill();
+        }
         let service = Service::start_ready(&config, log.clone());
         match i {
             0 => {
@@ -150,9 +155,10 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
         service.kill();
     }
     produce(&broker.bootstrap, parts[3]);
+    support::after_a_kill();
     let service = Service::start_ready(&config, log.clone());
-    // The last incarnation owns all six input partitions once the killed members' sessions
-    // expire; then it skips what the changelog holds and processes the rest.
+    // The last incarnation owns all six input partitions; it skips what the changelog holds
+    // and processes the rest.
     assert!(
         service.wait_caught_up(&records, Duration::from_secs(180)),
         "{}",
@@ -285,6 +291,9 @@ fn crash_each(bootstrap: &str, prefix: &str, shape: &Shape, crashes: &[[&str; 3]
     let expect = replayed(&setup.config, &setup.records);
     let log = setup.dir.path().join("service.log");
     for (n, [var, value, line]) in crashes.iter().enumerate() {
+        if n > 0 {
+            support::after_a_kill();
+        }
         let mut crashing = Service::start_with(&setup.config, log.clone(), &[(*var, *value)]);
         // It dies at its first epoch with such a flush; one that never comes would hang here.
         let status = crashing.wait_exit(Duration::from_secs(120));
@@ -303,6 +312,7 @@ fn crash_each(bootstrap: &str, prefix: &str, shape: &Shape, crashes: &[[&str; 3]
 impl Crashed {
     /// The incarnation after the crashes.
     fn restart(&self) -> Service {
+        support::after_a_kill();
         Service::start(&self.setup.config, self.log.clone())
     }
 }
@@ -456,6 +466,20 @@ fn small_stream_produced(bootstrap: &str, prefix: &str) -> Setup {
 /// With everything committed, a restarted instance (`again`, ready) re-reads only the
 /// reputation table, which it always reads whole.
 fn assert_nothing_reread(again: Service, records: &[Rec]) {
+    // Only an instance that owns the partitions could re-read them: its tasks (all three) and
+    // the inputs it forwards.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let owns = || {
+        support::metric_sum(&again.metrics(), "jurystream_partitions_owned") == 3
+            && again
+                .log_text()
+                .lines()
+                .any(|l| l.contains("partitions assigned") && l.contains(".votes\""))
+    };
+    while !owns() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(owns(), "{}", support::handovers(&[&again]));
     std::thread::sleep(Duration::from_secs(3));
     let m = again.metrics();
     let reps = records
@@ -752,6 +776,7 @@ fn a_quiet_input_is_committed_before_the_epoch_is_over() {
         service.metrics()
     );
     service.kill();
+    support::after_a_kill();
     let again = Service::start_with(&config, dir.path().join("b.log"), &long);
     assert!(again.wait_ready(Duration::from_secs(60)));
     assert_nothing_reread(again, &records);
@@ -814,6 +839,7 @@ fn refused_commits_are_made_again_until_the_group_has_them() {
         "{m}"
     );
     service.kill();
+    support::after_a_kill();
     let again = Service::start_ready(&config, dir.path().join("b.log"));
     assert_nothing_reread(again, &records);
 }
