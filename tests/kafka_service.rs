@@ -122,15 +122,10 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
         &records[cut(0.85)..],
     ];
     let log = dir.path().join("service.log");
-    // Each incarnation starts once the killed one's group sessions have expired (see
-    // `support::after_a_kill`).
     let mut produced = 0;
     for (i, part) in parts.iter().take(3).enumerate() {
         produce(&broker.bootstrap, part);
         produced += part.len();
-        if i > 0 {
-            support::after_a_kill();
-        }
         let service = Service::start_ready(&config, log.clone());
         match i {
             0 => {
@@ -153,9 +148,10 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
             _ => std::thread::sleep(Duration::from_millis(300)),
         }
         service.kill();
+        // The next incarnation starts once this one's group sessions have expired.
+        support::after_a_kill();
     }
     produce(&broker.bootstrap, parts[3]);
-    support::after_a_kill();
     let service = Service::start_ready(&config, log.clone());
     // The last incarnation owns all six input partitions; it skips what the changelog holds
     // and processes the rest.
