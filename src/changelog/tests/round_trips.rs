@@ -309,10 +309,7 @@ fn an_item_forgotten_and_voted_again_in_one_flush_restores_at_its_new_place() {
     payloads.extend((38..40).map(|k| item_vote(k, 0, &item(k), k as i64)));
     let engine = engine_with_items(5, 20);
     let (clean, _) = clean_run(&engine, PROJECTS, &payloads, 32);
-    let held = |s: &PartitionState| {
-        s.quality("p/0")
-            .and_then(|q| q.items.get(s.quality.items(), "X"))
-    };
+    let held = |s: &PartitionState| s.quality.items().place("p/0", "X");
     assert_eq!(held(&clean), Some(37));
     // The restore reads the buckets in the order of a hash map: a few times over.
     for _ in 0..8 {

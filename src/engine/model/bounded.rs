@@ -1,12 +1,12 @@
 //! The orders judge quality (and reviewer reliability with it) keeps its state in: a project's
 //! values by key, oldest first ([`Bounded`]: waiting judge scores, judges' windows); every item
 //! a task holds, whatever its project, in order of arrival ([`Places`]), so that a task, not
-//! only a project, stays within a bound; and a project's index of its items with votes in its
-//! task's order ([`Index`]), which holds those items themselves. Each keeps its values in an
-//! [`Ordered`] run of places.
+//! only a project, stays within a bound; the items with votes themselves, with one table for
+//! the task that finds each by its project and key ([`Items`]); and each project's places of
+//! its items in that order ([`Held`]). Each keeps its values in an [`Ordered`] run of places.
 
 use std::collections::VecDeque;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash};
 use std::ops::Range;
 
 use hashbrown::HashTable;
@@ -212,7 +212,7 @@ impl<T> Ordered<T> {
 }
 
 /// Keys' places, each found by the key's hash and the key at that place in an order the table
-/// does not hold (`key_at`): what [`Bounded`] and [`Index`] find their keys with. A table keeps
+/// does not hold (`key_at`): what [`Bounded`] and [`Items`] find their keys with. A table keeps
 /// room for up to twice the places it holds ([`PlaceTable::fit`]).
 #[derive(Debug, Clone, Default)]
 struct PlaceTable {
@@ -223,27 +223,20 @@ struct PlaceTable {
 }
 
 impl PlaceTable {
-    fn hash(&self, key: &str) -> u64 {
+    fn hash<K: Hash + ?Sized>(&self, key: &K) -> u64 {
         self.hasher.hash_one(key)
     }
 
-    /// The place of `key`, whose hash is `hash`.
-    fn find<'k>(
-        &self,
-        hash: u64,
-        key: &str,
-        key_at: impl Fn(u64) -> Option<&'k str>,
-    ) -> Option<u64> {
-        self.places
-            .find(hash, |seq| key_at(*seq) == Some(key))
-            .copied()
+    /// The place whose key hashes to `hash` and is the key sought (`is_key` of the place).
+    fn find(&self, hash: u64, is_key: impl Fn(u64) -> bool) -> Option<u64> {
+        self.places.find(hash, |seq| is_key(*seq)).copied()
     }
 
     /// Adds place `seq` of a key whose hash is `hash` and that the table does not hold; every
-    /// place it holds must have its key in `key_at`, for the table to move them as it grows.
-    fn add<'k>(&mut self, hash: u64, seq: u64, key_at: impl Fn(u64) -> Option<&'k str>) {
+    /// place it holds must have its key in `key_of`, for the table to move them as it grows.
+    fn add<K: Hash>(&mut self, hash: u64, seq: u64, key_of: impl Fn(u64) -> Option<K>) {
         let hasher = &self.hasher;
-        let rehash = |seq: &u64| hasher.hash_one(key_at(*seq).unwrap_or(""));
+        let rehash = |seq: &u64| key_of(*seq).map_or(0, |k| hasher.hash_one(k));
         self.places.insert_unique(hash, seq, rehash);
     }
 
@@ -266,12 +259,12 @@ impl PlaceTable {
     /// Gives back the table's room once it holds less than a quarter of it ([`gives_back`]). A
     /// table keeps the room of the most places it ever held, and a project holds many for a
     /// while when its records arrive in a run (the task's bound then forgets them). Every place
-    /// held must have its key in `key_at`.
-    fn fit<'k>(&mut self, key_at: impl Fn(u64) -> Option<&'k str>) {
+    /// held must have its key in `key_of`.
+    fn fit<K: Hash>(&mut self, key_of: impl Fn(u64) -> Option<K>) {
         let (len, room) = (self.places.len(), self.places.capacity());
         if gives_back(len, room) {
             let hasher = &self.hasher;
-            let rehash = |seq: &u64| hasher.hash_one(key_at(*seq).unwrap_or(""));
+            let rehash = |seq: &u64| key_of(*seq).map_or(0, |k| hasher.hash_one(k));
             self.places.shrink_to(len * 2, rehash);
         }
     }
@@ -335,8 +328,9 @@ impl<V: Default> Bounded<V> {
 impl<V> Bounded<V> {
     /// The place of `key`, if held.
     fn place(&self, key: &str) -> Option<u64> {
+        let key_at = key_in(&self.order);
         self.places
-            .find(self.places.hash(key), key, key_in(&self.order))
+            .find(self.places.hash(key), |seq| key_at(seq) == Some(key))
     }
 
     pub fn get(&self, key: &str) -> Option<&V> {
@@ -367,7 +361,7 @@ impl<V> Bounded<V> {
             let Some((seq, (oldest, value))) = self.order.pop_first() else {
                 break;
             };
-            self.places.remove(self.places.hash(&oldest), seq);
+            self.places.remove(self.places.hash(oldest.as_str()), seq);
             forgotten.push((seq, oldest, value));
         }
         self.fit();
@@ -377,7 +371,7 @@ impl<V> Bounded<V> {
     /// later places of its own follow it. A restore puts values back this way.
     pub fn insert(&mut self, key: &str, seq: u64, value: V) -> Option<u64> {
         let hash = self.places.hash(key);
-        let held = self.places.find(hash, key, key_in(&self.order));
+        let held = self.place(key);
         match held {
             Some(held) if held != seq => {
                 self.places.repoint(hash, held, seq);
@@ -400,7 +394,7 @@ impl<V> Bounded<V> {
     /// Removes the value at place `seq`, returning its key and value.
     pub fn remove_at(&mut self, seq: u64) -> Option<(ProjectKey, V)> {
         let (key, v) = self.order.remove(seq)?;
-        self.places.remove(self.places.hash(&key), seq);
+        self.places.remove(self.places.hash(key.as_str()), seq);
         self.fit();
         Some((key, v))
     }
@@ -446,7 +440,7 @@ fn key_in<'a, V>(order: &'a Ordered<(ProjectKey, V)>) -> impl Fn(u64) -> Option<
 
 /// The items a task holds, over all its projects, in order of arrival: each place's project and
 /// value, so that the task forgets its oldest item first, whatever its project. A place is the
-/// item's place in its project's [`Index`] too, and the changelog writes items in buckets of
+/// item's place among its project's ([`Held`]) too, and the changelog writes items in buckets of
 /// places. The values live here, in the task's order, not in their projects: the item forgotten
 /// next is at the front, read in the order it was written rather than from wherever its project's
 /// memory lies, and a bucket of the changelog is one sweep of the run. (Waiting judge scores keep
@@ -542,119 +536,230 @@ impl<V> Places<V> {
     }
 }
 
-impl<V> Keyed<V> {
-    /// The key of the item at place `seq`.
-    fn key_at(&self, seq: u64) -> Option<&str> {
-        self.get(seq).map(|(k, _)| k.as_str())
+/// The project and key of each place of a task's items, for their [`PlaceTable`].
+fn item_in<'a, V>(keyed: &'a Keyed<V>) -> impl Fn(u64) -> Option<(&'a str, &'a str)> {
+    move |seq| {
+        keyed
+            .order
+            .get(seq)
+            .map(|(p, (k, _))| (p.as_str(), k.as_str()))
     }
 }
 
-/// A project's items in its task's [`Keyed`] places: each key's place, found by its hash and the
-/// key at that place in the task, and its places in order, oldest first (a project's own bound
-/// forgets its oldest). What a project holds of an item is this entry of a few bytes; the item
-/// itself is in the task's order. A table keeps room for up to twice the places it holds, as
-/// [`Bounded`]'s.
+/// A task's items ([`Keyed`]: in order of arrival, each with its project and key) and one table
+/// that finds an item's place by its project and key. One table for the task, not one for each
+/// project: a task's many small projects would each hold a table of their own, a few cache
+/// lines apart from everything else they touch, which a vote on a new item reads, grows and
+/// prunes; one table the size of the task's bound is a fraction of their memory in one piece,
+/// and forgetting the task's oldest item drops its place here without touching its project.
+/// Each project keeps only its places in order ([`Held`]).
+#[derive(Debug, Clone)]
+pub struct Items<V> {
+    keyed: Keyed<V>,
+    table: PlaceTable,
+}
+
+impl<V> Default for Items<V> {
+    fn default() -> Self {
+        Items {
+            keyed: Keyed::default(),
+            table: PlaceTable::default(),
+        }
+    }
+}
+
+/// Equal when their items are ([`Places`]' equality): the table only finds them.
+impl<V: PartialEq> PartialEq for Items<V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.keyed == other.keyed
+    }
+}
+
+/// An item as a task's [`Items`] holds it: its project, and its key and value.
+pub type Item<V> = (ProjectKey, (ProjectKey, V));
+
+/// An item [`Items::find`] did not find: its hash in that table, for [`Items::push`] on the
+/// same table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unheld(u64);
+
+impl<V> Items<V> {
+    /// The place of `project`'s `key`, if held, or else its hash, for [`Items::push`]: what a
+    /// caller that adds the key when it is not held reads, so that the key is hashed once.
+    pub fn find(&self, project: &str, key: &str) -> Result<u64, Unheld> {
+        let hash = self.table.hash(&(project, key));
+        let item_at = item_in(&self.keyed);
+        self.table
+            .find(hash, |seq| item_at(seq) == Some((project, key)))
+            .ok_or(Unheld(hash))
+    }
+
+    /// The place of `project`'s `key`, if held.
+    pub fn place(&self, project: &str, key: &str) -> Option<u64> {
+        self.find(project, key).ok()
+    }
+
+    /// The next place, taken by `project`'s `key` with `value`, in a task that holds at most
+    /// `max`: a key [`Items::find`] found unheld, which nothing added since.
+    pub fn push(
+        &mut self,
+        (project, key): (&str, &str),
+        unheld: Unheld,
+        value: V,
+        max: usize,
+    ) -> u64 {
+        let seq = self
+            .keyed
+            .push(project, (ProjectKey::from(key), value), max);
+        self.table.add(unheld.0, seq, item_in(&self.keyed));
+        seq
+    }
+
+    /// Puts a restored `value` of `project`'s `key` back at place `seq`, and returns the place
+    /// the key held, if another, which it takes out.
+    pub fn restore(&mut self, seq: u64, (project, key): (&str, &str), value: V) -> Option<u64> {
+        let found = self.find(project, key);
+        self.keyed
+            .restore(seq, project, (ProjectKey::from(key), value));
+        match found {
+            Ok(held) if held == seq => None,
+            Ok(held) => {
+                self.table
+                    .repoint(self.table.hash(&(project, key)), held, seq);
+                self.keyed.remove(held);
+                Some(held)
+            }
+            Err(Unheld(hash)) => {
+                self.table.add(hash, seq, item_in(&self.keyed));
+                None
+            }
+        }
+    }
+
+    /// Drops the place of the item `(project, (key, _))` taken out of place `seq`.
+    fn unplace(&mut self, seq: u64, (project, (key, _)): &Item<V>) {
+        let hash = self.table.hash(&(project.as_str(), key.as_str()));
+        self.table.remove(hash, seq);
+    }
+
+    /// Takes the item at place `seq`, with its project and key.
+    pub fn remove(&mut self, seq: u64) -> Option<Item<V>> {
+        let item = self.keyed.remove(seq)?;
+        self.unplace(seq, &item);
+        self.table.fit(item_in(&self.keyed));
+        Some(item)
+    }
+
+    /// The oldest item, removed, with its place, project and key.
+    pub fn pop_oldest(&mut self) -> Option<(u64, Item<V>)> {
+        let (seq, item) = self.keyed.pop_oldest()?;
+        self.unplace(seq, &item);
+        Some((seq, item))
+    }
+
+    /// The project of the item at place `seq`.
+    pub fn project_at(&self, seq: u64) -> Option<&ProjectKey> {
+        self.keyed.project_at(seq)
+    }
+
+    /// The key and value at place `seq`.
+    pub fn get(&self, seq: u64) -> Option<&(ProjectKey, V)> {
+        self.keyed.get(seq)
+    }
+
+    pub fn get_mut(&mut self, seq: u64) -> Option<&mut (ProjectKey, V)> {
+        self.keyed.get_mut(seq)
+    }
+
+    /// The place the next item takes.
+    pub fn next(&self) -> u64 {
+        self.keyed.next()
+    }
+
+    /// The oldest place held.
+    pub fn first(&self) -> Option<u64> {
+        self.keyed.first()
+    }
+
+    /// The items at `places`, their projects, keys and values, in order: a changelog bucket.
+    pub fn range(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &str, &(ProjectKey, V))> {
+        self.keyed.range(places)
+    }
+
+    pub fn len(&self) -> usize {
+        self.keyed.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keyed.is_empty()
+    }
+
+    /// Whether its table finds every item at its place, and holds nothing else (for tests of
+    /// the invariants).
+    pub fn consistent(&self) -> bool {
+        self.keyed.order.consistent()
+            && self.table.len() == self.keyed.len()
+            && self
+                .keyed
+                .order
+                .iter()
+                .all(|(seq, (p, (k, _)))| self.place(p, k) == Some(seq))
+    }
+}
+
+/// A project's items: their places in its task's [`Items`], oldest first (a project's own
+/// bound forgets its oldest, and its reviewers' fits read them in order), each with a tag. The
+/// items themselves, and the table that finds one by its key, are the task's.
 ///
 /// The task forgets its oldest item without touching the item's project (as a rule another
-/// project than the one whose vote made room, and out of the caches): the project's entry stays
-/// until its own next change drops every place the task no longer holds ([`Index::prune`]),
-/// with the hash kept beside each place, as the key went with the item. The task forgets oldest
-/// first, so those places are the oldest the project holds. Until then a place forgotten finds
-/// no key in the task, so it is never found ([`Index::get`]) nor read ([`Index::places`] are
-/// read through the task).
+/// project than the one whose vote made room, and out of the caches): the place stays here
+/// until the project's own next change drops every place the task no longer holds
+/// ([`Held::prune`]). The task forgets oldest first, so those places are the oldest the project
+/// holds, and until then a place forgotten finds no item in the task, so it is never read
+/// ([`Held::places`] are read through the task).
 ///
-/// Beside each place it keeps a tag: what the project knows of the item there without reading
-/// it, which a project's reviewers set to the item's pattern (see
-/// [`Book`](super::reviewers::Book)), so that a fit reads the places in order instead of every
-/// item wherever the task holds it. A place starts, and is written again, [`UNREAD`].
+/// The tag is what the project knows of the item there without reading it, which a project's
+/// reviewers set to the item's pattern (see [`Book`](super::reviewers::Book)), so that a fit
+/// reads the places in order instead of every item wherever the task holds it. A place starts,
+/// and is written again, [`UNREAD`].
 #[derive(Debug, Clone, Default)]
-pub struct Index {
-    places: PlaceTable,
-    /// The places held, ascending, each with its key's hash and its tag.
+pub struct Held {
     own: VecDeque<Owned>,
 }
 
 /// The tag of a place whose item its project has not read since it was written.
 pub const UNREAD: u32 = u32::MAX;
 
-/// A place an [`Index`] holds: its place in the task, its key's hash and its tag.
+/// A place a project holds: its place in the task and its tag.
 #[derive(Debug, Clone, Copy)]
 struct Owned {
     seq: u64,
-    hash: u64,
     tag: u32,
 }
 
-/// A key [`Index::find`] did not find: its hash in that index's table, for
-/// [`Index::insert_new`] on the same index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unheld(u64);
-
 /// Always equal: which items a project holds, and their order, are the task's ([`Places`]'s
 /// equality), and [`TaskQuality::consistent`](super::judge_quality::TaskQuality) checks that the
-/// two agree. (An index may still hold places its task forgot, which its next change drops.)
-impl PartialEq for Index {
+/// two agree. (A project may still hold places its task forgot, which its next change drops.)
+impl PartialEq for Held {
     fn eq(&self, _: &Self) -> bool {
         true
     }
 }
 
-impl Index {
-    /// The place of `key`, if held; `items` are the task's.
-    pub fn get<V>(&self, items: &Keyed<V>, key: &str) -> Option<u64> {
-        self.find(items, key).ok()
-    }
-
-    /// The place of `key`, if held, or else its hash, for [`Index::insert_new`]: what a caller
-    /// that adds the key when it is not held reads, so that the key is hashed once.
-    pub fn find<V>(&self, items: &Keyed<V>, key: &str) -> Result<u64, Unheld> {
-        let hash = self.places.hash(key);
-        let key_at = |seq| items.key_at(seq);
-        self.places.find(hash, key, key_at).ok_or(Unheld(hash))
-    }
-
-    /// Notes `key` at place `seq`, which `items` holds already (written anew: its tag is
-    /// [`UNREAD`]), and returns the place it held, if any (if another, the caller takes it out
-    /// of `items`).
-    pub fn insert<V>(&mut self, items: &Keyed<V>, key: &str, seq: u64) -> Option<u64> {
+impl Held {
+    /// Notes place `seq`, unread, among the places in order (the newest, as a rule; a restore
+    /// may put one back before it, or write one again). `items` are the task's: the places it
+    /// forgot go first.
+    pub fn push<V>(&mut self, items: &Items<V>, seq: u64) {
         self.prune(items);
-        let hash = self.places.hash(key);
-        let key_at = |seq| items.key_at(seq);
-        let held = self.places.find(hash, key, key_at);
-        match held {
-            Some(held) if held == seq => {
-                self.set_tag(seq, UNREAD);
-                return Some(seq);
-            }
-            Some(held) => {
-                self.places.repoint(hash, held, seq);
-                self.unown(held);
-            }
-            None => self.places.add(hash, seq, key_at),
-        }
-        self.own_place(seq, hash);
-        held
-    }
-
-    /// Notes the key [`Index::find`] found unheld at place `seq`, which `items` holds already
-    /// (its newest, as a rule). Nothing may have added the key since it was found unheld.
-    pub fn insert_new<V>(&mut self, items: &Keyed<V>, Unheld(hash): Unheld, seq: u64) {
-        self.prune(items);
-        self.places.add(hash, seq, |seq| items.key_at(seq));
-        self.own_place(seq, hash);
-    }
-
-    /// Puts place `seq`, of a key whose hash is `hash`, among the places in order, unread.
-    fn own_place(&mut self, seq: u64, hash: u64) {
-        let owned = Owned {
-            seq,
-            hash,
-            tag: UNREAD,
-        };
+        let owned = Owned { seq, tag: UNREAD };
         match self.own.back() {
-            Some(last) if last.seq > seq => {
+            Some(last) if last.seq >= seq => {
                 let at = self.own.partition_point(|o| o.seq < seq);
-                self.own.insert(at, owned);
+                match self.own.get_mut(at) {
+                    Some(held) if held.seq == seq => held.tag = UNREAD,
+                    _ => self.own.insert(at, owned),
+                }
             }
             _ => self.own.push_back(owned),
         }
@@ -672,13 +777,13 @@ impl Index {
     }
 
     /// The places held that the task (`items`) holds too, oldest first, each with its tag.
-    pub fn held_tags_mut<V>(&mut self, items: &Keyed<V>) -> impl Iterator<Item = (u64, &mut u32)> {
+    pub fn held_tags_mut<V>(&mut self, items: &Items<V>) -> impl Iterator<Item = (u64, &mut u32)> {
         let gone = self.own.len() - self.held(items);
         self.own.iter_mut().skip(gone).map(|o| (o.seq, &mut o.tag))
     }
 
-    /// [`Index::held_tags_mut`], to read.
-    pub fn held_tags<V>(&self, items: &Keyed<V>) -> impl Iterator<Item = (u64, u32)> + '_ {
+    /// [`Held::held_tags_mut`], to read.
+    pub fn held_tags<V>(&self, items: &Items<V>) -> impl Iterator<Item = (u64, u32)> + '_ {
         let gone = self.own.len() - self.held(items);
         self.own.iter().skip(gone).map(|o| (o.seq, o.tag))
     }
@@ -688,53 +793,33 @@ impl Index {
         self.own.iter_mut().map(|o| &mut o.tag)
     }
 
-    /// Drops place `seq` of `key` (which `items` may have given up already); whether it was
-    /// held.
-    pub fn remove<V>(&mut self, items: &Keyed<V>, key: &str, seq: u64) -> bool {
-        let held = self.places.remove(self.places.hash(key), seq);
-        if held {
-            self.unown(seq);
-        }
-        self.drop_forgotten(items);
-        self.places.fit(|seq| items.key_at(seq));
+    /// Drops place `seq` (the oldest, as a rule); whether it was held.
+    pub fn remove(&mut self, seq: u64) -> bool {
+        let at = if self.own.front().is_some_and(|o| o.seq == seq) {
+            Some(0)
+        } else {
+            self.own.binary_search_by_key(&seq, |o| o.seq).ok()
+        };
+        let held = at.and_then(|at| self.own.remove(at)).is_some();
+        self.give_back();
         held
     }
 
     /// Drops the places the task (`items`) no longer holds: those before its oldest, as it
-    /// forgets its oldest first. Every change runs it before the table can move its places, so
-    /// that the table never moves a place whose key is gone (it finds a key's new slot by the
-    /// key).
-    pub fn prune<V>(&mut self, items: &Keyed<V>) {
-        if self.drop_forgotten(items) {
-            self.places.fit(|seq| items.key_at(seq));
-        }
-    }
-
-    /// [`Index::prune`] without giving back the table's room; whether it dropped any.
-    fn drop_forgotten<V>(&mut self, items: &Keyed<V>) -> bool {
+    /// forgets its oldest first.
+    pub fn prune<V>(&mut self, items: &Items<V>) {
         let first = items.first();
+        let forgotten = |o: &Owned| first.is_none_or(|first| o.seq < first);
+        // One at a time from the front, not a search: as a rule one or none is forgotten, and
+        // the front is what the change reads anyway.
         let mut dropped = false;
-        while let Some(&Owned { seq, hash, .. }) = self.own.front()
-            && first.is_none_or(|first| seq < first)
-        {
-            self.places.remove(hash, seq);
+        while self.own.front().is_some_and(forgotten) {
             self.own.pop_front();
             dropped = true;
         }
         if dropped {
             self.give_back();
         }
-        dropped
-    }
-
-    /// Takes `seq` out of the places in order: the oldest, as a rule.
-    fn unown(&mut self, seq: u64) {
-        if self.own.front().is_some_and(|o| o.seq == seq) {
-            self.own.pop_front();
-        } else if let Ok(at) = self.own.binary_search_by_key(&seq, |o| o.seq) {
-            self.own.remove(at);
-        }
-        self.give_back();
     }
 
     /// Gives back the room of places in order that shrank to a quarter of it.
@@ -745,7 +830,7 @@ impl Index {
         }
     }
 
-    /// The oldest place held, once [`Index::prune`] has run.
+    /// The oldest place held, once [`Held::prune`] has run.
     pub fn oldest(&self) -> Option<u64> {
         self.own.front().map(|o| o.seq)
     }
@@ -759,7 +844,7 @@ impl Index {
     /// The places held that the task (`items`) holds too. Every change prunes first, so as a
     /// rule the oldest place is held and so is every other: one read at the front, which the
     /// change touched, instead of a search through places out of the caches.
-    pub fn held<V>(&self, items: &Keyed<V>) -> usize {
+    pub fn held<V>(&self, items: &Items<V>) -> usize {
         let first = items.first();
         let forgotten = |o: &Owned| first.is_none_or(|first| o.seq < first);
         if self.own.front().is_none_or(|o| !forgotten(o)) {
@@ -768,7 +853,7 @@ impl Index {
         self.own.len() - self.own.partition_point(forgotten)
     }
 
-    /// Places held, with any the task forgot since the last change ([`Index::held`] leaves
+    /// Places held, with any the task forgot since the last change ([`Held::held`] leaves
     /// those out).
     pub fn len(&self) -> usize {
         self.own.len()
@@ -778,10 +863,10 @@ impl Index {
         self.own.is_empty()
     }
 
-    /// Whether its table and its places in order agree with `items`, its project's being
-    /// `project` (for tests of the invariants): the places the task forgot since the last
-    /// change are the oldest, and every other is the task's, under its key.
-    pub fn consistent<V>(&self, items: &Keyed<V>, project: &str) -> bool {
+    /// Whether its places agree with `items`, its project's being `project` (for tests of the
+    /// invariants): they ascend, the places the task forgot since the last change are the
+    /// oldest, and every other is the task's, an item of `project`.
+    pub fn consistent<V>(&self, items: &Items<V>, project: &str) -> bool {
         let ascending = self
             .own
             .iter()
@@ -789,13 +874,11 @@ impl Index {
             .all(|(a, b)| a.seq < b.seq);
         let gone = self.own.len() - self.held(items);
         ascending
-            && self.places.len() == self.own.len()
-            && self.own.iter().skip(gone).all(|&Owned { seq, hash, .. }| {
-                items.project_at(seq).is_some_and(|p| p == project)
-                    && items.key_at(seq).is_some_and(|k| {
-                        self.get(items, k) == Some(seq) && self.places.hash(k) == hash
-                    })
-            })
+            && self
+                .own
+                .iter()
+                .skip(gone)
+                .all(|o| items.project_at(o.seq).is_some_and(|p| p == project))
     }
 }
 
@@ -950,8 +1033,8 @@ mod tests {
         }
     }
 
-    /// What a task's items and its projects' [`Index`]es are asked to do, over a few projects
-    /// and keys so that they come back.
+    /// What a task's [`Items`] and its projects' [`Held`] places are asked to do, over a few
+    /// projects and keys so that they come back.
     #[derive(Debug, Clone)]
     enum Item {
         /// A key of a project at the next place, replacing the place it held.
@@ -975,15 +1058,15 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// A task's items and its projects' indexes find, add, replace and forget as a plain
+        /// A task's items and its projects' places find, add, replace and forget as a plain
         /// list of (place, project, key, value) in order of place does, and always agree: the
-        /// task forgets its oldest without its project, whose index drops the place itself.
+        /// task forgets its oldest without its project, which drops the place itself.
         #[test]
-        fn the_task_items_and_their_indexes_hold_what_a_list_in_order_of_place_holds(
+        fn the_task_items_and_their_projects_hold_what_a_list_in_order_of_place_holds(
             ops in proptest::collection::vec(item(), 0..300),
         ) {
-            let mut items: Keyed<u64> = Keyed::default();
-            let mut indexes: [Index; 3] = Default::default();
+            let mut items: Items<u64> = Items::default();
+            let mut projects: [Held; 3] = Default::default();
             let mut model: Vec<(u64, u8, String, u64)> = Vec::new();
             let mut popped_through = None;
             for (i, op) in ops.into_iter().enumerate() {
@@ -991,14 +1074,19 @@ mod tests {
                 let (project, key, seq) = match op {
                     Item::Push(p, k) => (p, format!("key-{k}"), items.next()),
                     Item::Restore(p, k, seq) => {
-                        // A restore fills a fresh state: never below a place already forgotten.
-                        if model.iter().any(|(s, ..)| *s == seq) || popped_through >= Some(seq) {
+                        // A restore fills a fresh state: never below a place already forgotten,
+                        // and a place is given again only to the key it holds (written again).
+                        let key = format!("key-{k}");
+                        let taken = model
+                            .iter()
+                            .any(|(s, mp, mk, _)| *s == seq && (*mp != p || *mk != key));
+                        if taken || popped_through >= Some(seq) {
                             continue;
                         }
-                        (p, format!("key-{k}"), seq)
+                        (p, key, seq)
                     }
                     Item::PopOldest => {
-                        // The item's project is not told: its index drops the place itself.
+                        // The item's project is not told: it drops the place itself.
                         let expected = (!model.is_empty()).then(|| model.remove(0));
                         let popped = items.pop_oldest();
                         popped_through = popped_through.max(popped.as_ref().map(|(s, _)| *s));
@@ -1008,56 +1096,62 @@ mod tests {
                         continue;
                     }
                     Item::ProjectOldest(p) => {
-                        let index = &mut indexes[usize::from(p)];
-                        index.prune(&items);
+                        let held = &mut projects[usize::from(p)];
+                        held.prune(&items);
                         let at = model.iter().position(|(_, mp, ..)| *mp == p);
-                        proptest::prop_assert_eq!(index.oldest(), at.map(|at| model[at].0));
+                        proptest::prop_assert_eq!(held.oldest(), at.map(|at| model[at].0));
                         if let Some(at) = at {
-                            let (seq, _, key, _) = model.remove(at);
+                            let (seq, ..) = model.remove(at);
                             proptest::prop_assert!(items.remove(seq).is_some());
-                            proptest::prop_assert!(index.remove(&items, &key, seq));
+                            proptest::prop_assert!(held.remove(seq));
                         }
                         continue;
                     }
                 };
                 let name = format!("p{project}");
                 // A new item is looked for before it takes its place, as a vote's is: one
-                // not held then goes in by its hash (`insert_new`).
-                let pushed = matches!(op, Item::Push(..));
-                let found = indexes[usize::from(project)].find(&items, &key);
-                items.restore(seq, &name, (ProjectKey::from(key.as_str()), i));
+                // not held then goes in by its hash (`push`).
+                let found = items.find(&name, &key);
                 let held = model.iter().position(|(_, p, k, _)| *p == project && *k == key);
                 let was = held.map(|at| model.remove(at).0);
-                let index = &mut indexes[usize::from(project)];
                 proptest::prop_assert_eq!(found.ok(), was);
+                let own = &mut projects[usize::from(project)];
                 match found {
-                    Err(unheld) if pushed => index.insert_new(&items, unheld, seq),
-                    _ => proptest::prop_assert_eq!(index.insert(&items, &key, seq), was),
+                    Err(unheld) if matches!(op, Item::Push(..)) => {
+                        let pushed = items.push((&name, &key), unheld, i, usize::MAX);
+                        proptest::prop_assert_eq!(pushed, seq);
+                    }
+                    _ => {
+                        let displaced = items.restore(seq, (&name, &key), i);
+                        proptest::prop_assert_eq!(displaced, was.filter(|&was| was != seq));
+                        if let Some(displaced) = displaced {
+                            proptest::prop_assert!(own.remove(displaced));
+                        }
+                    }
                 }
-                if let Some(was) = was {
-                    items.remove(was);
-                }
+                own.push(&items, seq);
                 let at = model.partition_point(|(s, ..)| *s < seq);
                 model.insert(at, (seq, project, key, i));
-                for (p, index) in indexes.iter().enumerate() {
+                proptest::prop_assert!(items.consistent());
+                for (p, held) in projects.iter().enumerate() {
                     let name = format!("p{p}");
-                    proptest::prop_assert!(index.consistent(&items, &name));
+                    proptest::prop_assert!(held.consistent(&items, &name));
                     let own: Vec<u64> = model
                         .iter()
                         .filter(|(_, mp, ..)| usize::from(*mp) == p)
                         .map(|(s, ..)| *s)
                         .collect();
-                    let held: Vec<u64> =
-                        index.places().filter(|&s| items.get(s).is_some()).collect();
-                    proptest::prop_assert_eq!(index.held(&items), own.len());
-                    proptest::prop_assert_eq!(held, own);
+                    let still: Vec<u64> =
+                        held.places().filter(|&s| items.get(s).is_some()).collect();
+                    proptest::prop_assert_eq!(held.held(&items), own.len());
+                    proptest::prop_assert_eq!(still, own);
                     for k in 0..8 {
                         let key = format!("key-{k}");
                         let expected = model
                             .iter()
                             .find(|(_, mp, mk, _)| usize::from(*mp) == p && *mk == key)
                             .map(|(s, ..)| *s);
-                        proptest::prop_assert_eq!(index.get(&items, &key), expected);
+                        proptest::prop_assert_eq!(items.place(&name, &key), expected);
                     }
                 }
                 let held: Vec<(u64, String, String, u64)> = items

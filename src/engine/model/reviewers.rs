@@ -617,8 +617,8 @@ fn fit_counted(met: &[Met], mut patterns: Patterns, max_reviewers: usize) -> Fit
     fitted
 }
 
-/// The patterns of a project's items, each under a tag that the project's index keeps beside
-/// the item's place ([`Index`](super::bounded::Index)): what a checkpoint's fit counts
+/// The patterns of a project's items, each under a tag that the project keeps beside the
+/// item's place ([`Held`](super::bounded::Held)): what a checkpoint's fit counts
 /// ([`Book::fit`]), reading its project's places in order instead of every held item
 /// wherever its task holds it, out of the caches. Derived, not state: a place whose item's
 /// review changed (or was restored) is untagged, and the next fit reads the item and tags it.
@@ -628,7 +628,7 @@ fn fit_counted(met: &[Met], mut patterns: Patterns, max_reviewers: usize) -> Fit
 /// as its project holds places, and a few, which bounds it by the items held.
 ///
 /// Each reviewer and pattern is held once, in order of number; a table of numbers finds one
-/// by its hash, as [`Index`](super::bounded::Index) finds its keys.
+/// by its hash, as [`Items`](super::bounded::Items) finds its keys.
 #[derive(Debug, Clone, Default)]
 pub struct Book {
     /// Reviewers by number, and their numbers by the hash of the id.
@@ -665,7 +665,7 @@ impl Book {
         self.patterns.is_empty()
     }
 
-    /// Rebuilds the book from the patterns of `tags` (every tag its project's index holds),
+    /// Rebuilds the book from the patterns of `tags` (every tag its project's places hold),
     /// which take their new tags: what the places no longer name is forgotten.
     pub fn compact<'t>(&mut self, tags: impl Iterator<Item = &'t mut u32>) {
         let old = std::mem::take(self);

@@ -9,8 +9,9 @@
 //! a task holds one [`TaskQuality`] beside its projects: the items they hold in one order of
 //! arrival (each project holds its items' places in it), so that the task holds at most
 //! `judge_quality.max_items` split over the partitions, the oldest forgotten first whatever its
-//! project, without touching that project: its index drops the place at its own next change
-//! ([`Index::prune`]).
+//! project, without touching that project: it drops the place at its own next change
+//! ([`Held::prune`]). The task finds an item by its project and id in one table of its own
+//! ([`Items`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
@@ -21,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::agreement::kappa;
 pub use super::agreement::{Agreement, judge_agreement};
-pub use super::bounded::{Bounded, Index, Keyed, Places, UNREAD};
+pub use super::bounded::{Bounded, Held, Items, Places, UNREAD};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
 use super::reviewers::{Fit, Review, ReviewerLimits, Reviewers, StoredReview, Verdicts};
 use crate::engine::contract::time::EventTime;
@@ -294,7 +295,7 @@ impl Observed {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProjectQuality {
     /// Its items with votes: their places in the task's [`TaskQuality`], which holds them.
-    pub items: Index,
+    pub items: Held,
     pub waiting: Bounded<Vec<Waiting>>,
     pub judges: Bounded<JudgeWindow>,
     /// The last candidates' judge scores, by their place in the project's order.
@@ -461,7 +462,7 @@ impl ProjectQuality {
 }
 
 /// What judge quality keeps across a task's projects, in one order of arrival each: the items
-/// with votes themselves (their projects hold their places, see [`Index`]), and the places of
+/// with votes themselves (their projects hold their places, see [`Held`]), and the places of
 /// the items with waiting judge scores (their projects hold those). Beside each project's bound
 /// (`max_pending_items`), the task holds at most `max_task_items` of each, and forgets its
 /// oldest first, whatever its project: with a new item per vote that is one item per vote, and
@@ -471,7 +472,7 @@ impl ProjectQuality {
 /// bucket one sweep of the order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskQuality {
-    items: Keyed<ItemVotes>,
+    items: Items<ItemVotes>,
     waits: Places,
     /// What the current flush changed of the items, when the state journals.
     undo: Undo,
@@ -486,7 +487,7 @@ struct Tally {
     /// Items and waiting judge scores forgotten since the task was taken (restored or
     /// started), for the metrics.
     forgotten: u64,
-    /// Items the task forgot since it last dropped their places from every project's index
+    /// Items the task forgot since it last dropped their places from every project's places
     /// ([`TaskQuality::sweep`]).
     unswept: usize,
 }
@@ -650,34 +651,29 @@ impl TaskQuality {
     /// Forgets a restored item at `seq` that the flush the state was restored to had forgotten
     /// (see [`ItemUndo`]).
     pub fn drop_restored<P: HoldsQuality>(&mut self, projects: &mut Projects<P>, seq: u64) {
-        let Some((project, (key, _))) = self.items.remove(seq) else {
+        let Some((project, _)) = self.items.remove(seq) else {
             return;
         };
         if let Some(p) = projects.get_mut(project.as_str()) {
-            p.quality_mut().items.remove(&self.items, &key, seq);
+            p.quality_mut().items.remove(seq);
         }
     }
 
     /// The humans' votes on `item` of `project` so far.
-    pub fn item<'a, P: HoldsQuality>(
-        &'a self,
-        projects: &'a Projects<P>,
-        (project, item): (&str, &str),
-    ) -> Option<&'a ItemVotes> {
-        let seq = of(projects, project)?.items.get(&self.items, item)?;
+    pub fn item(&self, (project, item): (&str, &str)) -> Option<&ItemVotes> {
+        let seq = self.items.place(project, item)?;
         self.items.get(seq).map(|(_, votes)| votes)
     }
 
-    /// The reviews of the items a project holds (its `index`), oldest first.
-    pub fn reviews<'a>(&'a self, index: &'a Index) -> impl Iterator<Item = &'a Review> + 'a {
+    /// The reviews of the items a project holds (its places, `held`), oldest first.
+    pub fn reviews<'a>(&'a self, held: &'a Held) -> impl Iterator<Item = &'a Review> + 'a {
         let items = &self.items;
-        index
-            .places()
+        held.places()
             .filter_map(move |seq| items.get(seq).map(|(_, votes)| &votes.review))
     }
 
     /// The items with votes, in order of place: each its project, key and votes.
-    pub fn items(&self) -> &Keyed<ItemVotes> {
+    pub fn items(&self) -> &Items<ItemVotes> {
         &self.items
     }
 
@@ -708,9 +704,9 @@ impl TaskQuality {
         self.votes_in((project, q), item, votes, at, limits)
     }
 
-    /// Drops from every project's index the places the task forgot ([`Index::prune`]), once it
+    /// Drops from every project's places those the task forgot ([`Held::prune`]), once it
     /// has forgotten `max_task_items` (as many as it holds at most) since it last did: so that
-    /// its projects' indexes hold at most twice that many places (and one vote's), whichever
+    /// its projects hold at most twice that many places (and one vote's), whichever
     /// projects stop changing. `O(projects)` each `max_task_items` items forgotten. A caller of
     /// [`TaskQuality::votes_in`] runs it before each vote, before it takes the vote's project.
     pub fn sweep<P: HoldsQuality>(&mut self, projects: &mut Projects<P>, max_task_items: usize) {
@@ -813,7 +809,7 @@ impl TaskQuality {
         scores: &[f64],
         observed: &mut Observed,
     ) {
-        let Some(seq) = q.items.get(&self.items, item) else {
+        let Some(seq) = self.items.place(project, item) else {
             return;
         };
         let Some((_, entry)) = self.items.get_mut(seq) else {
@@ -845,9 +841,7 @@ impl TaskQuality {
     ) -> Observed {
         let mut observed = Observed::default();
         for &(item, judge, s) in scores {
-            let ready = self
-                .item(projects, (project, item))
-                .and_then(ItemVotes::ready);
+            let ready = self.item((project, item)).and_then(ItemVotes::ready);
             if let Some((h, ready_at)) = ready {
                 observed.pairs.push(Pair {
                     judge: judge.to_owned(),
@@ -921,15 +915,12 @@ impl TaskQuality {
         seq: u64,
         votes: ItemVotes,
     ) {
-        self.items
-            .restore(seq, project, (ProjectKey::from(item), votes));
-        if let Some(held) = held_quality(projects, project)
-            .items
-            .insert(&self.items, item, seq)
-            && held != seq
-        {
-            self.items.remove(held);
+        let held = self.items.restore(seq, (project, item), votes);
+        let q = held_quality(projects, project);
+        if let Some(held) = held {
+            q.items.remove(held);
         }
+        q.items.push(&self.items, seq);
     }
 
     /// Puts a restored item's waiting judge scores back at its place.
@@ -955,9 +946,11 @@ impl TaskQuality {
         let (items, waits) = projects.values().map(P::quality).fold((0, 0), |(i, w), q| {
             (i + q.items.held(&self.items), w + q.waiting.len())
         });
-        let items_held = self.items.range(0..u64::MAX).all(|(seq, p, (item, _))| {
-            of(projects, p).is_some_and(|q| q.items.get(&self.items, item) == Some(seq))
-        });
+        let items_held = self.items.consistent()
+            && self.items.range(0..u64::MAX).all(|(seq, p, _)| {
+                of(projects, p)
+                    .is_some_and(|q| q.items.held_tags(&self.items).any(|(s, _)| s == seq))
+            });
         let waits_held = self
             .waits
             .range(0..u64::MAX)
@@ -985,17 +978,17 @@ type Gone<V> = (u64, ProjectKey, ProjectKey, V);
 /// The place of `project`'s `item` in the task's `items` (which hold its votes), `q` being the
 /// project's judge quality, taking the next place if it is new: first the task's oldest are
 /// forgotten down to `max_task_items` (their projects untouched: each drops the places at its
-/// own next change, [`Index::prune`], as this project does here, or at the task's next
+/// own next change, [`Held::prune`], as this project does here, or at the task's next
 /// [`TaskQuality::sweep`]), then the project's down to `max_pending_items`. The places
 /// forgotten and the reviewers they change are noted in `observed`, the items forgotten handed
 /// to `undo` and counted in `forgotten`.
 fn place_item(
-    (q, items): (&mut ProjectQuality, &mut Keyed<ItemVotes>),
+    (q, items): (&mut ProjectQuality, &mut Items<ItemVotes>),
     (project, item): (&str, &str),
     limits: &QualityLimits,
     (observed, undo, forgotten): (&mut Observed, &mut Undo, &mut Tally),
 ) -> u64 {
-    let unheld = match q.items.find(items, item) {
+    let unheld = match items.find(project, item) {
         Ok(seq) => {
             q.items.prune(items);
             return seq;
@@ -1017,15 +1010,15 @@ fn place_item(
         let Some((owner, (key, value))) = items.remove(seq) else {
             break;
         };
-        q.items.remove(items, &key, seq);
+        q.items.remove(seq);
         if !value.review.verdicts.is_empty() {
             observed.reviewed((owner.as_str(), q));
         }
         let_go((seq, owner, key, value), (observed, undo, forgotten));
     }
-    let value = (ProjectKey::from(item), ItemVotes::default());
-    let seq = items.push(project, value, limits.max_task_items);
-    q.items.insert_new(items, unheld, seq);
+    let value = ItemVotes::default();
+    let seq = items.push((project, item), unheld, value, limits.max_task_items);
+    q.items.push(items, seq);
     seq
 }
 

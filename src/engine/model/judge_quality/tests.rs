@@ -76,7 +76,7 @@ fn at() -> EventTime {
 }
 
 fn item<'q>(q: &'q Task, item: &str) -> Option<&'q ItemVotes> {
-    q.quality.item(&q.projects, ("p", item))
+    q.quality.item(("p", item))
 }
 
 fn pairs(o: &Observed) -> Vec<(&str, &str, f64, f64)> {
@@ -232,7 +232,7 @@ fn a_task_forgets_its_oldest_item_whatever_its_project() {
     assert_eq!(fourth.items.as_slice(), [0, 3]);
     assert_eq!(q.quality.forgotten(), 1);
     assert_eq!(q.held(), (3, 0));
-    assert!(q.quality.item(&q.projects, ("p1", "a")).is_none());
+    assert!(q.quality.item(("p1", "a")).is_none());
     // p1 was not touched: its index keeps the place until its own next change drops it.
     let p1 = &q.get("p1").unwrap().items;
     assert_eq!((p1.len(), p1.held(q.quality.items())), (2, 1));
