@@ -212,8 +212,8 @@ impl<T> Ordered<T> {
 }
 
 /// Keys' places, each found by the key's hash and the key at that place in an order the table
-/// does not hold (`key_at`): what [`Bounded`] and [`Items`] find their keys with. A table keeps
-/// room for up to twice the places it holds ([`PlaceTable::fit`]).
+/// does not hold (`key_of` a place): what [`Bounded`] and [`Items`] find their keys with. A
+/// table keeps room for up to twice the places it holds ([`PlaceTable::fit`]).
 #[derive(Debug, Clone, Default)]
 struct PlaceTable {
     places: HashTable<u64>,
