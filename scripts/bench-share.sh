@@ -3,7 +3,8 @@
 # the peers corpus (scripts/bench-peers.sh with PEERS_ONLY=jurystream), the defaults and both
 # statistics off taking turns, each run on a fresh broker. Prints each round's events/s, the
 # applying thread's and the broker's CPU seconds (the broker's when started here, with loading
-# the corpus) and the defaults' share of both off's events/s, then the medians.
+# the corpus) and the defaults' share of both off's events/s, then the medians, and the span of
+# rounds that holds the median share with 90% confidence or more.
 # Rounds, not one run: on a shared host the same build's events/s moves by a third from one
 # minute to the next, so only the median of interleaved rounds compares the two. The defaults go
 # first in odd rounds and second in even ones, so that neither configuration always runs right
@@ -38,6 +39,24 @@ median() {
     END { printf "%.10g\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# The rounds' k-th lowest and k-th highest, with the largest k whose span holds the true median
+# with probability 90% or more (each round falls below the median with probability 1/2, so the
+# k-th lowest exceeds it with the binomial odds of fewer than k below): how far the host's noise
+# leaves the median, whatever the rounds' distribution.
+median_span() {
+  sort -g | awk '{ v[NR] = $1 }
+    END {
+      n = NR; k = 1; below = 0.5 ^ n; term = below
+      # below: the chance of at most k - 1 rounds under the median, Bin(n, 1/2).
+      while (k < n / 2) {
+        next_term = term * (n - k + 1) / k
+        if (1 - 2 * (below + next_term) < 0.9) break
+        below += next_term; term = next_term; k++
+      }
+      printf "%s-%s%% (%.0f%% sure)\n", v[k], v[n + 1 - k], 100 * (1 - 2 * below)
+    }'
+}
+
 echo "round  defaults events/s (applying s, broker s)  both off events/s (applying s, broker s)  share"
 shares=() defaults=() off=()
 for round in $(seq "$rounds"); do
@@ -58,3 +77,4 @@ done
 printf "median  defaults %s events/s, both off %s events/s, share %s%% (%s rounds)\n" \
   "$(printf '%s\n' "${defaults[@]}" | median)" "$(printf '%s\n' "${off[@]}" | median)" \
   "$(printf '%s\n' "${shares[@]}" | median)" "$rounds"
+printf "the median share lies in %s\n" "$(printf '%s\n' "${shares[@]}" | median_span)"

@@ -380,6 +380,7 @@ fn check_cut_flush_with(
         flush,
         &mut log,
     );
+    let at_cut = first.quality.items().clone();
     let mut torn = Vec::new();
     let end = (cut + flush).min(payloads.len());
     run(
@@ -391,6 +392,7 @@ fn check_cut_flush_with(
         flush,
         &mut torn,
     );
+    let at_end = first.quality.items().clone();
     torn.pop(); // the offset record is written last: it never made it
     let keep = keep.min(torn.len());
     // A judge-scores flush starts with its redo record, a projects flush with its vote
@@ -412,6 +414,12 @@ fn check_cut_flush_with(
     assert_eq!(
         offset, expect,
         "cut after {keep} records of the flush at {cut}"
+    );
+    // The judge-quality items are the flush's whole or as it found them: those it changed or
+    // forgot as they were, those it took dropped.
+    assert!(
+        restored.quality.items() == if redone { &at_end } else { &at_cut },
+        "items cut after {keep} records of the flush at {cut}"
     );
     // The runtime skips records at or below the restored offset and replays the rest.
     let next = offset.map_or(0, |o| o as usize + 1);
