@@ -79,7 +79,7 @@ use crate::engine::contract::time::EventTime;
 use crate::engine::model::bias::ProjectAudit;
 use crate::engine::model::dedupe::RecentIds;
 use crate::engine::model::judge_quality::ProjectQuality;
-use crate::engine::model::judge_quality::{ItemVotes, Waiting};
+use crate::engine::model::judge_quality::{ITEM_BUCKET, ItemVotes, Waiting};
 use crate::engine::model::leaderboard::{BlockId, Ranking, StoredRow};
 use crate::engine::model::reviewers::{Findings, Kept as ReviewerKept};
 use crate::engine::model::score::ProjectScore;
@@ -312,11 +312,6 @@ const SEEN_BUCKET: u64 = 32;
 /// cost a record per few ids where one project gets them all (buckets of 8 cost a single busy
 /// project 7% of its events/s; see docs/performance-history.md).
 const VOTE_BUCKET: u64 = 16;
-
-/// Item places per judge-quality bucket record ([`Slot::Items`], [`Slot::Waits`]): a flush
-/// writes its new items' buckets once each, and rewrites the older buckets of items voted on
-/// again, a few kilobytes each at most.
-const ITEM_BUCKET: u64 = 16;
 
 /// A dedupe fingerprint as it is written: 32 lowercase hex digits.
 struct Hex(u128);

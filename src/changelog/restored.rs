@@ -101,11 +101,14 @@ impl Restored {
         for &seq in &items_forgotten {
             state.quality.drop_restored(&mut state.projects, seq);
         }
+        // The next flush writes these buckets whatever else it changes, so its undo keeps the
+        // items it forgets from them.
+        let written = items_forgotten.iter().chain(&rerender).copied();
+        state.quality.start_undo(written);
         state.note_items_forgotten(items_forgotten);
         for seq in rerender {
             state.note_item(seq);
         }
-        state.quality.start_undo();
         for (project, mut entries) in seen {
             // Ids newer than the project record's are from a flush cut short: their events are
             // not in the score and will be replayed. (Ids written twice by a cut flush are

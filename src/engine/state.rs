@@ -228,7 +228,7 @@ impl PartitionState {
             journal: Some(Vec::new()),
             ..PartitionState::default()
         };
-        state.quality.start_undo();
+        state.quality.start_undo([]);
         state
     }
 

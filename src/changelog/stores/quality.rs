@@ -1,16 +1,10 @@
 //! Judge quality and reviewer reliability: the task's item and waiting buckets, judges'
 //! windows of pairs, recent scores, and the counts and findings kept per project.
 
-use std::ops::Range;
-
 use serde::{Deserialize, Serialize};
 
 use super::*;
-
-/// The item places of judge-quality bucket `bucket` (see [`ITEM_BUCKET`]).
-pub(in crate::changelog) fn places(bucket: u64) -> Range<u64> {
-    bucket * ITEM_BUCKET..(bucket + 1) * ITEM_BUCKET
-}
+use crate::engine::model::judge_quality::bucket_places;
 
 /// See [`Slot::Items`].
 pub(in crate::changelog) struct ItemsStore;
@@ -56,7 +50,7 @@ impl Store for ItemsStore {
         let quality = &from.state.quality;
         let first = bucket * ITEM_BUCKET;
         let items: Vec<_> = quality
-            .items_at(places(bucket))
+            .items_at(bucket_places(bucket))
             .map(|(seq, p, i, v)| (seq - first, p, i, v))
             .collect();
         let undo = quality.undo();
@@ -64,7 +58,7 @@ impl Store for ItemsStore {
         let before: Vec<_> = undo
             .filter(|_| from.at.is_some())
             .map(|u| {
-                let found = u.found(places(bucket)).into_iter();
+                let found = u.found(bucket_places(bucket)).into_iter();
                 found
                     .map(|(seq, (p, i, v))| (seq - first, p.as_str(), i.as_str(), v))
                     .collect()
@@ -173,7 +167,7 @@ impl Store for WaitsStore {
     fn render(from: &Source<'_>, bucket: u64, out: &mut Vec<u8>) -> bool {
         let quality = &from.state.quality;
         let waits: Vec<_> = quality
-            .waits_at(&from.state.projects, places(bucket))
+            .waits_at(&from.state.projects, bucket_places(bucket))
             .collect();
         !waits.is_empty() && push_json(out, &waits)
     }

@@ -13,7 +13,7 @@
 //! ([`Held::prune`]). The task finds an item by its project and id in one table of its own
 //! ([`Items`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Range;
 
 use smallvec::SmallVec;
@@ -531,13 +531,33 @@ fn of<'a, P: HoldsQuality>(projects: &'a Projects<P>, project: &str) -> Option<&
     projects.get(project).map(P::quality)
 }
 
+/// Item places per changelog record of a task's items (and of its items with waiting judge
+/// scores): a flush writes its new items' records once each, and rewrites the older records of
+/// items voted on again, a few kilobytes each at most. The flush's [`ItemUndo`] needs it too:
+/// only a record the flush writes needs the items it forgot.
+pub const ITEM_BUCKET: u64 = 16;
+
+/// The item places of changelog record `bucket` ([`ITEM_BUCKET`]).
+pub fn bucket_places(bucket: u64) -> Range<u64> {
+    bucket * ITEM_BUCKET..(bucket + 1) * ITEM_BUCKET
+}
+
 /// What a flush changed of a task's items, for the changelog's recovery rule (see
 /// `crate::changelog`): item buckets are written once, before the rest of the flush, so a
 /// bucket written by a flush a crash cut short must read back as it was when the flush began.
-/// That needs only the places the flush took (new items: dropped) and the items it changed or
-/// forgot that existed before it (their values then), which with a new item per vote is
-/// almost nothing; items forgotten are deleted from the changelog in the next flush, once this
-/// one is whole, and `forgotten` tells a restore which to drop until then.
+/// That needs only the places the flush took (new items: dropped) and, in the buckets it
+/// writes, the items it changed or forgot that existed before it (their values then), which
+/// with a new item per vote is almost nothing; items forgotten are deleted from the changelog
+/// in the next flush, once this one is whole, and `forgotten` tells a restore which to drop
+/// until then.
+///
+/// A bucket the flush does not write keeps its record of before the flush, which holds its
+/// forgotten items as the flush found them: the undo keeps a forgotten item only while its
+/// bucket may still be written (it holds other items, which a vote may change), and drops the
+/// bucket's once it holds none. The task forgets its oldest first, so beside the items of the
+/// buckets the flush writes it holds a bucket's worth at most, taken and dropped while in the
+/// caches, where keeping every item a flush forgot until its end wrote each to memory of its
+/// own and read it again there.
 #[derive(Debug, Clone, Default)]
 pub struct ItemUndo {
     /// The first place this flush took: items at or after it are new.
@@ -549,8 +569,18 @@ pub struct ItemUndo {
     /// ascending places, in chunks of [`GONE_CHUNK`]. A task forgets its oldest first, so
     /// nearly every forgotten item joins at the end here, where a map would take a node's room
     /// and search for each; one that would not goes to `before`. Chunks, not one run, so that a
-    /// flush's many items never move to a run twice the size, each flush alike.
+    /// flush's many items (when its buckets are written) never move to a run twice the size.
+    /// Only the last chunk is ever empty, and only when it is the one.
     gone: Vec<Vec<(u64, Found)>>,
+    /// The buckets before `from`'s this flush writes whatever else it changes: those it
+    /// changed an item of, and those it began with (the places the flush before forgot, or a
+    /// restore's: see [`TaskQuality::start_undo`]). A flush writes no other bucket before
+    /// `from`'s: the journal notes an old item's bucket when it changes, and a bucket of the
+    /// places forgotten when the flush ends, for the next.
+    written: BTreeSet<u64>,
+    /// The first and last of `written`, read before it: nearly every item forgotten lies past
+    /// them.
+    written_span: Option<(u64, u64)>,
     /// The places forgotten in this flush.
     pub forgotten: Vec<u64>,
 }
@@ -563,30 +593,79 @@ const GONE_CHUNK: usize = 256;
 
 impl ItemUndo {
     /// Notes what the item at `seq` was when the flush began (its project, id and value, made
-    /// only if needed), the first time the flush changes it.
+    /// only if needed), the first time the flush changes it: its bucket is written.
     fn changed(&mut self, seq: u64, found: impl FnOnce() -> Found) {
         if seq < self.from && !self.before.contains_key(&seq) {
             self.before.insert(seq, found());
+            self.note_written([seq]);
         }
     }
 
-    /// Notes that the item at `seq`, `found` now, was forgotten: what it was when the flush
-    /// began, unless the flush took it or changed it before.
-    fn forgot(&mut self, seq: u64, found: Found) {
+    /// Notes that this flush writes the buckets of `places`, whatever else it changes: places
+    /// in order, as a flush forgets them, are noted a bucket at a time.
+    fn note_written(&mut self, places: impl IntoIterator<Item = u64>) {
+        let mut noted = None;
+        for seq in places.into_iter().filter(|&seq| seq < self.from) {
+            let bucket = seq / ITEM_BUCKET;
+            if noted != Some(bucket) {
+                noted = Some(bucket);
+                self.written.insert(bucket);
+                self.written_span = Some(match self.written_span {
+                    Some((first, last)) => (first.min(bucket), last.max(bucket)),
+                    None => (bucket, bucket),
+                });
+            }
+        }
+    }
+
+    /// Whether this flush writes `bucket`, as far as is known now: a bucket it does not holds
+    /// items it may still change, or none.
+    fn writes(&self, bucket: u64) -> bool {
+        bucket >= self.from / ITEM_BUCKET
+            || self.written_span.is_some_and(|(first, last)| {
+                (first..=last).contains(&bucket) && self.written.contains(&bucket)
+            })
+    }
+
+    /// Notes that the item at `seq`, `found` now, was forgotten, its bucket then holding no
+    /// item if `emptied`: keeps what it was when the flush began, unless the flush took it or
+    /// changed it before, or no restore can read it (its bucket, empty, is not written).
+    fn forgot(&mut self, seq: u64, found: Found, emptied: bool) {
         self.forgotten.push(seq);
         if seq >= self.from || self.before.contains_key(&seq) {
             return;
         }
+        let last = self.gone.last().and_then(|chunk| chunk.last());
+        if last.is_some_and(|&(last, _)| last >= seq) {
+            self.before.insert(seq, found);
+            return;
+        }
+        let bucket = seq / ITEM_BUCKET;
+        if emptied && !self.writes(bucket) {
+            // The bucket's items kept before are the last in `gone`: places ascend there.
+            self.drop_gone_from(bucket * ITEM_BUCKET);
+            return;
+        }
         match self.gone.last_mut() {
-            Some(chunk) if chunk.last().is_some_and(|&(last, _)| last >= seq) => {
-                self.before.insert(seq, found);
-            }
             Some(chunk) if chunk.len() < GONE_CHUNK => chunk.push((seq, found)),
             _ => {
                 let mut chunk = Vec::with_capacity(GONE_CHUNK);
                 chunk.push((seq, found));
                 self.gone.push(chunk);
             }
+        }
+    }
+
+    /// Drops the forgotten items kept in `gone` at place `from` or after, keeping an emptied
+    /// chunk's room if it is the only one.
+    fn drop_gone_from(&mut self, from: u64) {
+        while let Some(chunk) = self.gone.last_mut() {
+            let before = chunk.iter().rposition(|&(seq, _)| seq < from);
+            chunk.truncate(before.map_or(0, |at| at + 1));
+            if !chunk.is_empty() || self.gone.len() == 1 {
+                return;
+            }
+            self.gone.pop();
         }
     }
 
@@ -622,12 +701,16 @@ impl PartialEq for Undo {
 
 impl TaskQuality {
     /// Starts noting what each flush changes of the items (see [`ItemUndo`]): a journaling
-    /// state's, from now on.
-    pub fn start_undo(&mut self) {
-        self.undo = Undo(Some(ItemUndo {
+    /// state's, from now on, whose next flush writes the buckets of `written` whatever else it
+    /// changes (a restored state's: the places forgotten by the flush it was restored to, and
+    /// those of buckets a flush cut short wrote).
+    pub fn start_undo(&mut self, written: impl IntoIterator<Item = u64>) {
+        let mut undo = ItemUndo {
             from: self.items.next(),
             ..ItemUndo::default()
-        }));
+        };
+        undo.note_written(written);
+        self.undo = Undo(Some(undo));
     }
 
     /// What the current flush changed of the items, if noted.
@@ -635,8 +718,8 @@ impl TaskQuality {
         self.undo.0.as_ref()
     }
 
-    /// Ends a flush (its changelog is rendered): returns the places it forgot, which the next
-    /// flush deletes, and starts noting the next.
+    /// Ends a flush (its changelog is rendered): returns the places it forgot, whose buckets the
+    /// next flush writes (to delete them), and starts noting the next.
     pub fn end_flush(&mut self) -> Vec<u64> {
         let next = self.items.next();
         let Some(undo) = self.undo.0.as_mut() else {
@@ -645,7 +728,11 @@ impl TaskQuality {
         undo.from = next;
         undo.before.clear();
         undo.gone.clear();
-        std::mem::take(&mut undo.forgotten)
+        undo.written.clear();
+        undo.written_span = None;
+        let forgotten = std::mem::take(&mut undo.forgotten);
+        undo.note_written(forgotten.iter().copied());
+        forgotten
     }
 
     /// Forgets a restored item at `seq` that the flush the state was restored to had forgotten
@@ -999,7 +1086,7 @@ fn place_item(
         let Some((seq, (owner, (key, value)))) = items.pop_oldest() else {
             break;
         };
-        let_go((seq, owner, key, value), (observed, undo, forgotten));
+        let_go((seq, owner, key, value), items, (observed, undo, forgotten));
         forgotten.unswept += 1;
     }
     q.items.prune(items);
@@ -1014,7 +1101,7 @@ fn place_item(
         if !value.review.verdicts.is_empty() {
             observed.reviewed((owner.as_str(), q));
         }
-        let_go((seq, owner, key, value), (observed, undo, forgotten));
+        let_go((seq, owner, key, value), items, (observed, undo, forgotten));
     }
     let value = ItemVotes::default();
     let seq = items.push((project, item), unheld, value, limits.max_task_items);
@@ -1022,15 +1109,19 @@ fn place_item(
     seq
 }
 
-/// Takes an item forgotten to stay within the bounds: counts it and hands it to `undo` (the
-/// flush's), where the value moves once: from the task's items to there.
+/// Takes an item forgotten to stay within the bounds, out of the task's `items` now: counts it
+/// and hands it to `undo` (the flush's), with whether its bucket holds any item still.
 fn let_go(
     (seq, project, key, value): Gone<ItemVotes>,
+    items: &Items<ItemVotes>,
     (observed, undo, forgotten): (&mut Observed, &mut Undo, &mut Tally),
 ) {
     forgotten.forgotten += 1;
     match &mut undo.0 {
-        Some(undo) => undo.forgot(seq, (project, key, value)),
+        Some(undo) => {
+            let emptied = !items.holds_any(bucket_places(seq / ITEM_BUCKET));
+            undo.forgot(seq, (project, key, value), emptied);
+        }
         // Without an undo its bucket is rewritten by this flush, if anything is.
         None => observed.items.push(seq),
     }

@@ -245,33 +245,32 @@ fn a_task_forgets_its_oldest_item_whatever_its_project() {
     assert!(q.consistent());
 }
 
+/// An item as a flush's undo finds it, told apart by its count of `votes`.
+fn found(votes: u64) -> Found {
+    let value = ItemVotes {
+        votes,
+        ..ItemVotes::default()
+    };
+    let id = ProjectKey::from(format!("i{votes}"));
+    (ProjectKey::from("p"), id, value)
+}
+
 #[test]
 fn an_undo_finds_the_items_a_flush_changed_or_forgot_as_it_found_them_in_place_order() {
-    let found = |votes: u64| {
-        let value = ItemVotes {
-            votes,
-            ..ItemVotes::default()
-        };
-        (
-            ProjectKey::from("p"),
-            ProjectKey::from(format!("i{votes}")),
-            value,
-        )
-    };
     let mut undo = ItemUndo {
         from: 1_000,
         ..ItemUndo::default()
     };
     // Changed, then forgotten: what the flush found is the value before the change.
     undo.changed(5, || found(5));
-    undo.forgot(5, found(55));
+    undo.forgot(5, found(55), false);
     // Forgotten oldest first, over several chunks; one out of order; one the flush took.
     let oldest = 10..10 + 2 * GONE_CHUNK as u64 + 7;
     for seq in oldest.clone() {
-        undo.forgot(seq, found(seq));
+        undo.forgot(seq, found(seq), false);
     }
-    undo.forgot(7, found(7));
-    undo.forgot(1_000, found(1_000));
+    undo.forgot(7, found(7), false);
+    undo.forgot(1_000, found(1_000), false);
     let kept = |places: Range<u64>| -> Vec<(u64, u64)> {
         let found = undo.found(places).into_iter();
         found.map(|(seq, (_, _, v))| (seq, v.votes)).collect()
@@ -291,6 +290,52 @@ fn an_undo_finds_the_items_a_flush_changed_or_forgot_as_it_found_them_in_place_o
     forgotten.extend(oldest);
     forgotten.extend([7, 1_000]);
     assert_eq!(undo.forgotten, forgotten);
+}
+
+#[test]
+fn an_undo_keeps_the_items_forgotten_from_the_buckets_the_flush_writes_and_drops_the_rest() {
+    let mut undo = ItemUndo {
+        from: 1_000,
+        ..ItemUndo::default()
+    };
+    // The flush begins writing bucket 3 (the flush before forgot some of it).
+    undo.note_written([3 * ITEM_BUCKET + 2]);
+    let kept = |undo: &ItemUndo, bucket: u64| -> Vec<u64> {
+        let found = undo.found(bucket_places(bucket)).into_iter();
+        found
+            .map(|(seq, (_, _, v))| v.votes * 1_000 + seq)
+            .collect()
+    };
+    let forget = |undo: &mut ItemUndo, places: Range<u64>| {
+        let last = places.end - 1;
+        for seq in places {
+            undo.forgot(seq, found(seq), seq == last);
+        }
+    };
+    // Bucket 0: an item changed (its bucket is written), then the whole bucket forgotten.
+    undo.changed(3, || found(7));
+    forget(&mut undo, 0..16);
+    // Bucket 1: nothing changed; once it holds no item no restore reads what it held.
+    forget(&mut undo, 16..32);
+    // Bucket 2: half forgotten, the rest held, which a vote may still change.
+    for seq in 32..40 {
+        undo.forgot(seq, found(seq), false);
+    }
+    // Bucket 3: written from the flush's start.
+    forget(&mut undo, 48..64);
+    let whole = |places: Range<u64>| places.map(|s| s * 1_000 + s).collect::<Vec<_>>();
+    let mut bucket_0 = whole(0..16);
+    bucket_0[3] = 7_003;
+    assert_eq!(kept(&undo, 0), bucket_0);
+    assert!(kept(&undo, 1).is_empty());
+    assert_eq!(kept(&undo, 2), whole(32..40));
+    assert_eq!(kept(&undo, 3), whole(48..64));
+    // An item of bucket 2 changes: what it forgot so far stays, and so does the rest.
+    undo.changed(40, || found(40));
+    forget(&mut undo, 40..48);
+    assert_eq!(kept(&undo, 2), whole(32..48));
+    let in_order: Vec<u64> = (0..40).chain(48..64).chain(40..48).collect();
+    assert_eq!(undo.forgotten, in_order);
 }
 
 #[test]
