@@ -578,9 +578,6 @@ pub struct ItemUndo {
     /// `from`'s: the journal notes an old item's bucket when it changes, and a bucket of the
     /// places forgotten when the flush ends, for the next.
     written: BTreeSet<u64>,
-    /// The first and last of `written`, read before it: nearly every item forgotten lies past
-    /// them.
-    written_span: Option<(u64, u64)>,
     /// The places forgotten in this flush.
     pub forgotten: Vec<u64>,
 }
@@ -610,10 +607,6 @@ impl ItemUndo {
             if noted != Some(bucket) {
                 noted = Some(bucket);
                 self.written.insert(bucket);
-                self.written_span = Some(match self.written_span {
-                    Some((first, last)) => (first.min(bucket), last.max(bucket)),
-                    None => (bucket, bucket),
-                });
             }
         }
     }
@@ -621,10 +614,7 @@ impl ItemUndo {
     /// Whether this flush writes `bucket`, as far as is known now: a bucket it does not holds
     /// items it may still change, or none.
     fn writes(&self, bucket: u64) -> bool {
-        bucket >= self.from / ITEM_BUCKET
-            || self.written_span.is_some_and(|(first, last)| {
-                (first..=last).contains(&bucket) && self.written.contains(&bucket)
-            })
+        bucket >= self.from / ITEM_BUCKET || self.written.contains(&bucket)
     }
 
     /// Notes that the item at `seq`, `found` now, was forgotten, its bucket then holding no
@@ -729,7 +719,6 @@ impl TaskQuality {
         undo.before.clear();
         undo.gone.clear();
         undo.written.clear();
-        undo.written_span = None;
         let forgotten = std::mem::take(&mut undo.forgotten);
         undo.note_written(forgotten.iter().copied());
         forgotten
