@@ -200,22 +200,6 @@ impl<T> Ordered<T> {
             .filter_map(|(seq, v)| v.as_ref().map(|v| (*seq, v)))
     }
 
-    /// Whether a value is held at any of `places`: the slots from where they begin, read one
-    /// by one until a value or their end.
-    pub fn holds_any(&self, places: Range<u64>) -> bool {
-        let mut at = self.find(places.start).unwrap_or_else(|i| i);
-        while let Some((seq, value)) = self.slots.get(at) {
-            if *seq >= places.end {
-                return false;
-            }
-            if value.is_some() {
-                return true;
-            }
-            at += 1;
-        }
-        false
-    }
-
     /// Whether the places ascend and the count of values is right (for tests).
     fn consistent(&self) -> bool {
         let ascending = self
@@ -697,11 +681,6 @@ impl<V> Items<V> {
         self.keyed.first()
     }
 
-    /// Whether an item is held at any of `places`.
-    pub fn holds_any(&self, places: Range<u64>) -> bool {
-        self.keyed.order.holds_any(places)
-    }
-
     /// The items at `places`, their projects, keys and values, in order: a changelog bucket.
     pub fn range(&self, places: Range<u64>) -> impl Iterator<Item = (u64, &str, &(ProjectKey, V))> {
         self.keyed.range(places)
@@ -1051,11 +1030,6 @@ mod tests {
                 let ranged: Vec<u64> = run.range(a..b).map(|(s, _)| s).collect();
                 let expected: Vec<u64> = model.range(a..b).map(|(s, _)| *s).collect();
                 proptest::prop_assert_eq!(ranged, expected);
-                for start in (0..next + 1).step_by(4) {
-                    let places = start..start + 4;
-                    let any = model.range(places.clone()).next().is_some();
-                    proptest::prop_assert_eq!(run.holds_any(places), any);
-                }
             }
         }
     }

@@ -1108,7 +1108,10 @@ fn let_go(
     forgotten.forgotten += 1;
     match &mut undo.0 {
         Some(undo) => {
-            let emptied = !items.holds_any(bucket_places(seq / ITEM_BUCKET));
+            let emptied = items
+                .range(bucket_places(seq / ITEM_BUCKET))
+                .next()
+                .is_none();
             undo.forgot(seq, (project, key, value), emptied);
         }
         // Without an undo its bucket is rewritten by this flush, if anything is.
