@@ -990,8 +990,7 @@ mod tests {
     proptest::proptest! {
         /// Whatever is pushed, put back at any place, taken from the middle or forgotten from
         /// the front, the run holds what a sorted map holds, in its order, by place and in
-        /// every range (and knows whether it holds any there), and never more than twice its
-        /// values in slots (the gaps are dropped).
+        /// every range, and never more than twice its values in slots (the gaps are dropped).
         #[test]
         fn an_ordered_run_holds_what_a_sorted_map_holds(
             steps in proptest::collection::vec(step(), 0..300),
