@@ -158,6 +158,7 @@ fn judge_quality() {
         window: ITEMS,
         max_judges: 100,
         max_task_items: ITEMS,
+        max_waiting_bytes: usize::MAX,
         reviewers: None,
     };
     let at = jurystream::engine::contract::time::EventTime::from_epoch_millis(1_795_168_800_000)

@@ -91,6 +91,7 @@ use stores::Slot;
 
 pub use render::{RecordRef, Records, Renderer};
 pub use restore::Restorer;
+pub use stores::largest_item_bytes;
 
 /// One changelog record, owned; `value: None` is a tombstone. Keys are JSON; values are JSON
 /// or, for the task's buckets of places, MessagePack (see `push_packed`).

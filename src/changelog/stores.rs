@@ -25,6 +25,7 @@ pub(super) use super::restored::Restored;
 use super::*;
 pub(super) use flush::*;
 pub(super) use judging::*;
+pub use quality::largest_item_bytes;
 pub(super) use quality::*;
 pub(super) use votes::*;
 

@@ -6,6 +6,8 @@ use super::{
     Config, ConfigError, MAX_DEDUPE_WINDOW, ReputationSource, at_most, invalid, positive, rate,
     unit_interval,
 };
+use crate::changelog::largest_item_bytes;
+use crate::engine::model::judge_quality::{item_share, largest_waiting_bytes};
 
 /// Checks the engine's sections.
 pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
@@ -156,5 +158,54 @@ pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
         1_000,
         "per project",
     )?;
+    item_records_fit(c)
+}
+
+/// Whether every changelog record of a task's judge-quality items fits the largest record the
+/// producer sends, however long the ids: each item must fit its share of one
+/// ([`item_share`]). A record the producer refused would stop the service, and stop it again
+/// at every restart as the same records come back, so settings under which an item could
+/// outgrow its share are refused here: its verdicts (`reviewers.max_verdicts`) and ids
+/// (`limits.max_id_bytes`) bound an item with votes; an item's waiting judge scores are kept
+/// within the share as they come, so one of them, on its own, must fit.
+fn item_records_fit(c: &Config) -> Result<(), ConfigError> {
+    // Items are held only where judge scores pair with votes (see `Settings::pairs_judges`).
+    if !(c.judge_quality.enabled && c.input.repartitions()) {
+        return Ok(());
+    }
+    let limit = c.producer_record_limit();
+    let share = item_share(limit);
+    let ids = c.limits.max_id_bytes;
+    let verdicts = if c.reviewers.enabled {
+        c.reviewers.max_verdicts
+    } else {
+        0
+    };
+    let too_large = |key: &str, what: String, bytes: usize| {
+        invalid(
+            key,
+            format!(
+                "{what} could take {bytes} bytes of a changelog record, above an item's share \
+                 of {share} bytes (of the producer's records of at most {limit}): lower \
+                 reviewers.max_verdicts or limits.max_id_bytes, or raise \
+                 limits.max_message_bytes (and kafka.producer's message.max.bytes, if set)"
+            ),
+        )
+    };
+    let waiting = largest_waiting_bytes(ids);
+    if waiting > share {
+        let what = format!("an item with one waiting judge score and ids of {ids} bytes");
+        return Err(too_large("limits.max_id_bytes", what, waiting));
+    }
+    let item = largest_item_bytes(ids, verdicts);
+    if item > share {
+        let key = if largest_item_bytes(ids, 0) > share {
+            "limits.max_id_bytes"
+        } else {
+            "reviewers.max_verdicts"
+        };
+        let what = format!("an item with {verdicts} verdicts and ids of {ids} bytes");
+        return Err(too_large(key, what, item));
+    }
     Ok(())
 }

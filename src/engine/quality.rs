@@ -43,6 +43,7 @@ impl Engine {
             window: q.window,
             max_judges: q.max_judges,
             max_task_items: self.settings.quality_task_items,
+            max_waiting_bytes: self.settings.item_record_bytes,
             reviewers: self.learns_reviewers().then_some(ReviewerLimits {
                 max_verdicts: self.settings.reviewers.max_verdicts,
                 min_items: self.settings.reviewers.min_items,

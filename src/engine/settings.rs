@@ -39,6 +39,10 @@ pub struct Settings {
     /// [`super::state::KeptConsensus`]): a quarter of the largest record the runtime's producer
     /// sends, so the changelog record that holds it, and the redo chunk around that, fit.
     pub kept_record_bytes: usize,
+    /// The most bytes one judge-quality item may take in a changelog record of its task's
+    /// items ([`super::model::judge_quality::item_share`] of the largest record the runtime's
+    /// producer sends), so that every such record fits.
+    pub item_record_bytes: usize,
 }
 
 impl Settings {
@@ -332,7 +336,9 @@ pub struct JudgeQuality {
     /// Pairs per judge its agreement is computed over; candidates the effective number of
     /// judges is computed over.
     pub window: usize,
-    /// Judges per project with a window; the one seen first is forgotten first.
+    /// Judges per project with a window; the one seen first is forgotten first. Also the most
+    /// judge scores waiting per item: the newest, within the item's share of a changelog record
+    /// ([`Settings::item_record_bytes`]).
     pub max_judges: usize,
     /// Shared candidates a judge pair needs for its correlation to count.
     pub min_shared: usize,
@@ -385,7 +391,9 @@ pub struct Reviewers {
     /// Reviewers per project a fit reads, those with the most verdicts held; the others'
     /// verdicts are left out of it.
     pub max_reviewers: usize,
-    /// Reviewers' verdicts kept per item; a new reviewer's verdict beyond them is left out.
+    /// Reviewers' verdicts kept per item; a new reviewer's verdict beyond them is left out. The
+    /// configuration refuses more than an item's share of a changelog record holds
+    /// ([`Settings::item_record_bytes`]) with ids of `limits.max_id_bytes`.
     pub max_verdicts: usize,
 }
 

@@ -158,6 +158,14 @@ fn run_id() -> u64 {
     nanos ^ (u64::from(std::process::id()) << 40)
 }
 
+/// The most records' bytes one redo chunk carries (see [`changelog::Renderer::new`]): half of
+/// the largest record, the input's (`limits.max_message_bytes`) or the producer's when that is
+/// lower, so that a chunk of many records fits what the producer sends.
+fn redo_chunk_bytes(config: &Config) -> usize {
+    let largest = config.limits.max_message_bytes;
+    largest.min(config.producer_record_limit()) / 2
+}
+
 /// Reads the whole reputation table (every partition to its end; `partitions` says how many each
 /// topic has) before processing starts, like a Kafka Streams GlobalKTable; afterwards the same
 /// consumer keeps the table current.
@@ -213,7 +221,7 @@ pub fn run(
             &config,
             (engine.clone(), topics.clone()),
             Collector::new(&config, stage, &metrics)?,
-            Epochs::new(run_id(), config.limits.max_message_bytes / 2),
+            Epochs::new(run_id(), redo_chunk_bytes(&config)),
             (&metrics, &health, &stop),
             Arc::clone(&view),
         );
@@ -396,5 +404,18 @@ mod tests {
             assert!(text.contains("To start over from the inputs"), "{text}");
             assert!(!text.contains("  "), "a run of spaces in: {text}");
         }
+    }
+
+    /// A redo chunk of many records is half the largest record: the input's by default, the
+    /// producer's where it is set lower, so that no chunk of many records is refused.
+    #[test]
+    fn redo_chunks_are_half_the_largest_record_the_producer_sends() {
+        let mut config = Config::default();
+        assert_eq!(redo_chunk_bytes(&config), 512 << 10);
+        config
+            .kafka
+            .producer
+            .insert("message.max.bytes".into(), "150000".into());
+        assert_eq!(redo_chunk_bytes(&config), 75_000);
     }
 }

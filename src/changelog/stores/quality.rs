@@ -29,6 +29,23 @@ pub(in crate::changelog) struct ItemBucket<S, V> {
     before: Vec<(u64, S, S, V)>,
 }
 
+/// The most bytes an item with votes can take in its bucket (`ItemBucket`, MessagePack)
+/// when ids are at most `max_id_bytes` and an item keeps at most `max_verdicts` verdicts:
+/// `[n, project, item, [weighted, weight, votes, ready_at, [[verdict...], judged]]]`, each
+/// verdict `[reviewer, pass, weight, at]`. Counted generously (an integer as 9 bytes, a
+/// string's or array's head as 5, a time as `[secs, nanos]`): an item of the longest ids and
+/// the most verdicts takes a little less.
+pub fn largest_item_bytes(max_id_bytes: usize, max_verdicts: usize) -> usize {
+    const HEAD: usize = 5;
+    const NUMBER: usize = 9;
+    const TIME: usize = 1 + 2 * NUMBER;
+    let id = HEAD + max_id_bytes;
+    let verdict = 1 + id + 1 + NUMBER + TIME;
+    let review = 1 + HEAD + max_verdicts.saturating_mul(verdict) + (1 + 2 * NUMBER);
+    let votes = 1 + 3 * NUMBER + TIME + review;
+    (1 + NUMBER + 2 * id).saturating_add(votes)
+}
+
 /// An item as read: its place, project, id and votes.
 type StoredItem = (u64, String, String, ItemVotes);
 

@@ -5,6 +5,7 @@
 mod cuts;
 mod keys;
 mod round_trips;
+mod sizes;
 
 use proptest::prelude::*;
 

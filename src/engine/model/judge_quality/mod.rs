@@ -47,6 +47,10 @@ pub struct QualityLimits {
     /// Items a task remembers votes for, over all its projects, and items with judge scores
     /// waiting for votes (each bound on its own); the oldest is forgotten first.
     pub max_task_items: usize,
+    /// The most bytes an item's waiting judge scores may take in their changelog record
+    /// ([`waiting_bytes`]): the item's share of the largest record ([`item_share`]). Beyond
+    /// them, as beyond `max_judges`, the oldest are forgotten first.
+    pub max_waiting_bytes: usize,
     /// The reviewer model's bounds, when it learns from the items' verdicts; `None` when off.
     pub reviewers: Option<ReviewerLimits>,
 }
@@ -537,6 +541,51 @@ fn of<'a, P: HoldsQuality>(projects: &'a Projects<P>, project: &str) -> Option<&
 /// only a record the flush writes needs the items it forgot.
 pub const ITEM_BUCKET: u64 = 16;
 
+/// Bytes of a changelog record of a task's items that [`item_share`] leaves to the rest: its
+/// key, the bucket's own fields, and the redo record's around a bucket of waiting scores.
+const BUCKET_ENVELOPE: usize = 4096;
+
+/// The most bytes one item may take in a changelog record of its task's items when the
+/// largest record the runtime's producer sends is `record_limit`: a record holds the items of
+/// [`ITEM_BUCKET`] places and, in an item bucket, those items again as its flush found them,
+/// so at most twice `ITEM_BUCKET` items share it. Within that share every such record fits,
+/// however long the ids: the configuration refuses settings whose items could outgrow it
+/// (`crate::config`), and an item's waiting judge scores are kept within it
+/// ([`QualityLimits::max_waiting_bytes`]).
+pub fn item_share(record_limit: usize) -> usize {
+    record_limit.saturating_sub(BUCKET_ENVELOPE) / (2 * ITEM_BUCKET as usize)
+}
+
+/// The bytes of an item's entry in its changelog record of waiting judge scores
+/// (`[seq,"proj-42","trace-100",[{...},...]]`, JSON: the changelog's `WaitsStore`) with
+/// `waiting` as its scores.
+pub fn waiting_bytes((seq, project, item): (u64, &str, &str), waiting: &[Waiting]) -> usize {
+    /// Counts what serde_json writes.
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter fails only for a value JSON cannot hold, which none of these is.
+    match serde_json::to_writer(&mut count, &(seq, project, item, waiting)) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
+/// The most bytes [`waiting_bytes`] can count for an item with one waiting score when ids are
+/// at most `max_id_bytes`: its project, id, session and judge of the longest ids, each
+/// character spelled in six bytes (`\u0001`), its place, score and time of the longest.
+pub fn largest_waiting_bytes(max_id_bytes: usize) -> usize {
+    max_id_bytes.saturating_mul(4 * 6).saturating_add(160)
+}
+
 /// The item places of changelog record `bucket` ([`ITEM_BUCKET`]).
 pub fn bucket_places(bucket: u64) -> Range<u64> {
     bucket * ITEM_BUCKET..(bucket + 1) * ITEM_BUCKET
@@ -950,8 +999,17 @@ impl TaskQuality {
                 at,
             });
             // An item scored in session after session without votes keeps only its last
-            // `max_judges` scores.
-            let excess = waiting.len().saturating_sub(limits.max_judges.max(1));
+            // `max_judges` scores, and only as many of those as its changelog record has room
+            // for: sessions and judges are named by ids of up to `limits.max_id_bytes`, which
+            // JSON may spell in six bytes a byte. (The newest always fits on its own: the
+            // configuration refuses ids too long for that.)
+            let mut excess = waiting.len().saturating_sub(limits.max_judges.max(1));
+            while excess + 1 < waiting.len()
+                && waiting_bytes((seq, project, item), &waiting[excess..])
+                    > limits.max_waiting_bytes
+            {
+                excess += 1;
+            }
             waiting.drain(..excess);
             self.forgotten.forgotten += excess as u64;
             if observed.waiting.last() != Some(&seq) {

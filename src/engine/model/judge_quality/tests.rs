@@ -9,6 +9,7 @@ const LIMITS: QualityLimits = QualityLimits {
     window: 4,
     max_judges: 3,
     max_task_items: 100,
+    max_waiting_bytes: usize::MAX,
     reviewers: None,
 };
 
@@ -167,6 +168,73 @@ fn a_pair_is_the_same_whether_the_session_or_the_votes_come_last() {
     // h = (1 + 0 + 2) / 4 over the first three votes; the fourth does not count.
     assert_eq!(a, b);
     assert_eq!((a[0].h, a[0].at), (0.75, t(30)));
+}
+
+/// Hand-checked: `[7,"p","i",[{"session":"s1","judge":"j","s":0.5,"at":1795168800000}]]` is 69
+/// bytes (12 before the score, 55 of it, 2 after), and each score after the first adds its 55
+/// and a comma.
+#[test]
+fn waiting_bytes_count_the_entry_as_written() {
+    let waiting = |session: &str| Waiting {
+        session: session.to_owned(),
+        judge: "j".to_owned(),
+        s: 0.5,
+        at: at(),
+    };
+    let one = [waiting("s1")];
+    assert_eq!(waiting_bytes((7, "p", "i"), &one), 69);
+    let two = [waiting("s1"), waiting("s2")];
+    assert_eq!(waiting_bytes((7, "p", "i"), &two), 69 + 55 + 1);
+    // A control character is spelled in six bytes.
+    let hostile = [waiting("\u{1}1")];
+    assert_eq!(waiting_bytes((7, "p", "i"), &hostile), 69 + 5);
+}
+
+/// `largest_waiting_bytes` bounds an item with one waiting score from above, closely: every id
+/// of 256 control characters, the longest place, score and time.
+#[test]
+fn the_largest_waiting_score_is_bounded_closely() {
+    let id = "\u{1}".repeat(256);
+    let score = Waiting {
+        session: id.clone(),
+        judge: id.clone(),
+        s: -1.234_567_890_123_456_7e-300,
+        at: EventTime::new(253_402_300_799, 999_999_999).unwrap(),
+    };
+    let bytes = waiting_bytes((u64::MAX, &id, &id), &[score]);
+    let bound = largest_waiting_bytes(256);
+    assert!(
+        bytes <= bound && bytes * 100 >= bound * 95,
+        "{bytes} of {bound}"
+    );
+}
+
+/// Beyond the bytes an item's record has room for, an item's oldest waiting scores are
+/// forgotten, as beyond `max_judges`; the newest stays.
+#[test]
+fn waiting_scores_beyond_their_bytes_are_forgotten_oldest_first() {
+    let limits = QualityLimits {
+        max_judges: 100,
+        max_waiting_bytes: 69 + 2 * 56,
+        ..LIMITS
+    };
+    let mut q = Task::default();
+    for session in ["s1", "s2", "s3", "s4"] {
+        q.completed(("p", session), &[("i", "j", 0.5)], at(), &limits);
+    }
+    // Three scores take 69 + 2 · 56 bytes: the first went when the fourth came.
+    assert_eq!(q.quality.forgotten(), 1);
+    let sessions = |q: &Task| -> Vec<String> {
+        let quality = q.get("p").expect("the project is held");
+        let waiting = quality.waiting.get("i").expect("the item waits");
+        waiting.iter().map(|w| w.session.clone()).collect()
+    };
+    assert_eq!(sessions(&q), ["s2", "s3", "s4"]);
+    // One score longer than the room on its own takes the others' place, and stays.
+    let long = "s".repeat(200);
+    q.completed(("p", &long), &[("i", "j", 0.5)], at(), &limits);
+    assert_eq!(sessions(&q), [long]);
+    assert_eq!(q.quality.forgotten(), 4);
 }
 
 #[test]

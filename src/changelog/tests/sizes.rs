@@ -1,0 +1,235 @@
+//! Every changelog record of judge quality's items fits the largest record the producer sends,
+//! however long and hostile the ids: a record the producer refused would stop the service at
+//! every restart.
+
+use super::*;
+
+/// An id of `bytes` bytes, `tag` and `n` first, then control characters, which JSON spells in
+/// six bytes each (`\u0001`): the longest an id can be written.
+fn hostile_id(tag: char, n: usize, bytes: usize) -> String {
+    let head = format!("{tag}{n:04}");
+    format!("{head}{}", "\\u0001".repeat(bytes - head.len()))
+}
+
+/// The largest record of `log`, key and value, with its key.
+fn largest(log: &[StateRecord]) -> (usize, String) {
+    let size = |r: &StateRecord| r.key.len() + r.value.as_ref().map_or(0, Vec::len);
+    let sizes = log.iter().map(|r| (size(r), r.key.clone()));
+    sizes.max().unwrap_or_default()
+}
+
+/// A project's sessions, each scoring the same 16 items (a bucket's places) with one judge:
+/// with no votes, every score waits, up to `judge_quality.max_judges` an item.
+fn scores_waiting(config: &Config, sessions: usize) -> Vec<String> {
+    let ids = config.limits.max_id_bytes;
+    let item = |i: usize| hostile_id('i', i, ids);
+    let scores: Vec<String> = (0..16).map(|i| format!(r#""{}": 5"#, item(i))).collect();
+    let candidates: Vec<String> = (0..16)
+        .map(|i| format!(r#""{}": {{"author": "m/a", "position": {i}}}"#, item(i)))
+        .collect();
+    (0..sessions)
+        .map(|s| {
+            format!(
+                r#"{{"event_id": "{}", "project_id": "{}", "session_id": "{}", "occurred_at": 1795168800000, "judge": "{}", "scores": {{{}}}, "candidates": {{{}}}, "expected_judges": 1, "category": "c"}}"#,
+                hostile_id('e', s, ids),
+                hostile_id('p', 0, ids),
+                hostile_id('s', s, ids),
+                hostile_id('j', s, ids),
+                scores.join(","),
+                candidates.join(",")
+            )
+        })
+        .collect()
+}
+
+/// Votes on 16 items of 16 projects (a bucket's places), each item given `verdicts` verdicts in
+/// each of two flushes by reviewers of the longest ids: the second flush's buckets hold every
+/// item twice, as it found them and as it left them.
+fn verdicts_on_items(config: &Config, verdicts: usize) -> Vec<String> {
+    let ids = config.limits.max_id_bytes;
+    let batch = |round: usize, item: usize| {
+        let votes: Vec<String> = (0..verdicts)
+            .map(|v| {
+                let reviewer = hostile_id('r', round * verdicts + v, ids);
+                format!(r#"{{"voter_id": "{reviewer}", "verdict": "pass", "reputation": 0.9}}"#)
+            })
+            .collect();
+        format!(
+            r#"{{"event_id": "{}", "project_id": "{}", "item_id": "{}", "occurred_at": {}, "votes": [{}]}}"#,
+            hostile_id('e', round * 16 + item, ids),
+            hostile_id('p', item, ids),
+            hostile_id('i', item, ids),
+            1_795_168_800_000 + round * 1_000 + item,
+            votes.join(",")
+        )
+    };
+    (0..2)
+        .flat_map(|round| (0..16).map(move |item| batch(round, item)))
+        .collect()
+}
+
+/// The changelog `payloads` write, one flush per 16 records, with `config`'s engine.
+fn changelog_of(config: &Config, payloads: &[String]) -> Vec<StateRecord> {
+    let engine = Engine::new(config.engine_settings());
+    let mut state = PartitionState::journaled();
+    let mut log = Vec::new();
+    run(
+        &engine,
+        Unit::projects(0),
+        &mut state,
+        payloads,
+        0,
+        16,
+        &mut log,
+    );
+    log
+}
+
+/// With the defaults, 16 items each waiting for votes with `judge_quality.max_judges` scores of
+/// sessions and judges of the longest ids (the changelog would write 4.9 MB of them in one
+/// record): each item keeps the newest scores that fit its share of a record.
+#[test]
+fn waiting_judge_scores_of_the_longest_ids_fit_a_record() {
+    let config = Config::default();
+    let payloads = scores_waiting(&config, config.judge_quality.max_judges);
+    let limit = config.producer_record_limit();
+    assert!(
+        payloads
+            .iter()
+            .all(|p| p.len() <= config.limits.max_message_bytes)
+    );
+    let log = changelog_of(&config, &payloads);
+    let (bytes, key) = largest(&log);
+    assert!(bytes <= limit, "{key}: {bytes} bytes, above {limit}");
+    // The items do wait: their buckets are most of a record.
+    let waits = log.iter().filter(|r| r.key.contains("\"waits\""));
+    let (waits_bytes, _) = largest(&waits.cloned().collect::<Vec<_>>());
+    assert!(waits_bytes > limit / 4, "{waits_bytes}");
+}
+
+/// Items of the longest ids with as many verdicts of the longest reviewer ids as the
+/// configuration accepts, in two flushes: every item bucket fits, holding each item twice.
+#[test]
+fn items_with_the_most_verdicts_the_configuration_accepts_fit_a_record() {
+    let mut config = Config::default();
+    // The defaults' 32 verdicts, and the most the defaults' record limit accepts.
+    let accepted = |config: &Config| config.validate().is_ok();
+    let mut most = config.reviewers.max_verdicts;
+    while {
+        config.reviewers.max_verdicts = most + 1;
+        accepted(&config)
+    } {
+        most += 1;
+    }
+    // An item's share of the default record limit is (1,114,112 - 4,096) / 32 = 34,688 bytes;
+    // an item of 256-byte ids takes at most 604 of them, and each verdict 291 more: 117.
+    assert_eq!(most, 117);
+    let limit = config.producer_record_limit();
+    for verdicts in [32, most] {
+        config.reviewers.max_verdicts = verdicts;
+        assert!(accepted(&config));
+        let log = changelog_of(&config, &verdicts_on_items(&config, verdicts));
+        let (bytes, key) = largest(&log);
+        assert!(
+            bytes <= limit,
+            "{verdicts} verdicts: {key}: {bytes} bytes, above {limit}"
+        );
+        // The bound is near: the largest bucket takes most of a record.
+        if verdicts == most {
+            assert!(bytes > limit * 3 / 4, "{bytes}");
+        }
+    }
+}
+
+/// The configuration refuses verdicts and ids its items could not hold, naming the key to
+/// change, and accepts them once the record limit is raised.
+#[test]
+fn settings_whose_items_could_outgrow_a_record_are_refused() {
+    let mut config = Config::default();
+    assert!(config.validate().is_ok());
+    config.reviewers.max_verdicts = 1_000;
+    let error = config
+        .validate()
+        .expect_err("1,000 verdicts of 256 bytes do not fit")
+        .to_string();
+    assert!(error.contains("reviewers.max_verdicts"), "{error}");
+    assert!(error.contains("limits.max_message_bytes"), "{error}");
+    config.limits.max_message_bytes = 16 << 20;
+    assert!(config.validate().is_ok());
+    // Without the reviewers an item keeps no verdicts.
+    config.limits.max_message_bytes = Config::default().limits.max_message_bytes;
+    config.reviewers.enabled = false;
+    assert!(config.validate().is_ok());
+    // Ids too long for even one waiting score.
+    config.limits.max_id_bytes = 4_096;
+    let error = config
+        .validate()
+        .expect_err("ids of 4 kB do not fit")
+        .to_string();
+    assert!(error.contains("limits.max_id_bytes"), "{error}");
+    // Nor are items held where judge scores do not pair with votes.
+    config.input.partitioning = crate::config::Partitioning::ByKey;
+    assert!(config.validate().is_ok());
+    config.input.partitioning = crate::config::Partitioning::Repartition;
+    config.judge_quality.enabled = false;
+    assert!(config.validate().is_ok());
+    // The producer's own limit counts where it is set.
+    let mut config = Config::default();
+    assert!(config.validate().is_ok());
+    let producer = &mut config.kafka.producer;
+    producer.insert("message.max.bytes".into(), "150000".into());
+    let error = config
+        .validate()
+        .expect_err("150 kB records are too small")
+        .to_string();
+    assert!(error.contains("message.max.bytes"), "{error}");
+}
+
+/// `largest_item_bytes` bounds an item's bytes in its bucket from above, closely: an item of
+/// the longest ids and the most verdicts, timed to the nanosecond, judged.
+#[test]
+fn the_largest_item_is_bounded_closely() {
+    use crate::engine::model::reviewers::{Review, Verdict};
+    let ids = 256;
+    let long = |c: char| c.to_string().repeat(ids);
+    // Times of the year 9999 to the nanosecond, each verdict's unlike the one before it, so
+    // that every one is written.
+    let at = |secs| EventTime::new(secs, 999_999_999).unwrap();
+    let (ready, other) = (at(253_402_300_799), at(253_402_300_798));
+    for verdicts in [0, 1, 32, 117] {
+        let review = Review {
+            verdicts: (0..verdicts)
+                .map(|v| Verdict {
+                    reviewer: ProjectKey::from(format!("{v:04}{}", "r".repeat(ids - 4))),
+                    pass: true,
+                    weight: 0.1,
+                    at: if v % 2 == 0 { other } else { ready },
+                })
+                .collect(),
+            judged: Some((0.3, u32::MAX)),
+        };
+        let item = ItemVotes {
+            weighted: 0.1,
+            weight: 0.3,
+            votes: u64::MAX,
+            ready_at: Some(ready),
+            review,
+        };
+        let mut bytes = Vec::new();
+        assert!(push_packed(
+            &mut bytes,
+            &(u64::MAX, long('p'), long('i'), &item)
+        ));
+        let bound = largest_item_bytes(ids, verdicts);
+        assert!(
+            bytes.len() <= bound,
+            "{verdicts}: {} > {bound}",
+            bytes.len()
+        );
+        assert!(
+            bytes.len() * 100 >= bound * 95,
+            "{verdicts}: {} of {bound}",
+            bytes.len()
+        );
+    }
+}
