@@ -23,7 +23,6 @@ pub use self::service::{
     log_filter_error,
 };
 pub use crate::engine::model::dedupe::MAX_WINDOW as MAX_DEDUPE_WINDOW;
-use crate::engine::model::judge_quality::item_share;
 pub use crate::engine::settings::{
     Bias, JudgeQuality, Leaderboard, Limits, Method, ReputationSource, Reviewers, Scoring,
     Sessions, Settings, Strategy, Weighting,
@@ -88,8 +87,7 @@ impl Config {
                 .div_ceil(self.kafka.partitions.max(1) as usize),
             scores_coalesce_ms: self.output.scores_coalesce_ms,
             key_is_project: !self.input.repartitions(),
-            kept_record_bytes: self.producer_record_limit() / 4,
-            item_record_bytes: item_share(self.producer_record_limit()),
+            record_bytes: self.producer_record_limit(),
         }
     }
 

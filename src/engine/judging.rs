@@ -14,6 +14,7 @@ use super::model::bias::{audit_session, session_alerts};
 use super::model::consensus::{Consensus, JudgeCounts, Ranked, interpretation};
 use super::model::effective_judges::Basis;
 use super::model::leaderboard::Standing;
+use super::model::record_bytes::{ENVELOPE, json_bytes};
 use super::model::session::{BookLimits, Completed, SessionBook};
 use super::output::{Counted, Output, OutputTopic, OutputValue, Shows};
 use super::quality::Weights;
@@ -160,7 +161,10 @@ impl Engine {
 
     /// Refuses a ballot that would bring its session beyond `sessions.max_judges` judges or
     /// `sessions.max_candidates` candidates: a session's memory and its consensus record grow
-    /// with both.
+    /// with both. Or beyond what its changelog record holds: at the most judges and candidates
+    /// an open session's record could take many times the largest record the producer sends
+    /// (a hundred ballots of a megabyte each), and a record the producer refused would stop
+    /// the service at every restart.
     fn check_session_size(
         &self,
         state: &PartitionState,
@@ -189,6 +193,19 @@ impl Engine {
                     ),
                 ));
             }
+        }
+        let largest = self.settings.record_bytes;
+        let room = largest.saturating_sub(ENVELOPE.saturating_add(json_bytes(&(project, session))));
+        let fits = SessionBook::fits(&state.projects, (project, session), ballot, room);
+        if let Err(bytes) = fits {
+            return Err(Rejection::new(
+                ErrorCode::SessionLimit,
+                format!(
+                    "the ballot would make session {session:?} of project {project:?} {bytes} \
+                     bytes of state, more than the {room} its changelog record holds (records \
+                     of at most {largest} bytes: limits.max_message_bytes)"
+                ),
+            ));
         }
         Ok(())
     }
@@ -242,7 +259,7 @@ impl Engine {
         }
         let kept = match &consensus.value {
             // One the changelog could not hold is not kept.
-            OutputValue::Json(text) if text.len() <= cfg.kept_record_bytes => {
+            OutputValue::Json(text) if text.len() <= cfg.record_bytes / 4 => {
                 Some(Arc::<str>::from(text.as_str()))
             }
             _ => None,

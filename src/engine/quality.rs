@@ -21,7 +21,7 @@ use super::model::bias::{BiasAlert, risk_level};
 use super::model::consensus::{Analysis, analyze};
 use super::model::effective_judges::{Basis, CandidateScores};
 use super::model::judge_quality::{
-    Agreement, JudgeWindow, Observed, Pair, ProjectQuality, QualityLimits, TaskQuality,
+    Agreement, JudgeWindow, Observed, Pair, ProjectQuality, QualityLimits, TaskQuality, item_share,
 };
 use super::model::reviewers::{ReviewerLimits, Verdict, Verdicts};
 use super::model::session::Session;
@@ -43,7 +43,7 @@ impl Engine {
             window: q.window,
             max_judges: q.max_judges,
             max_task_items: self.settings.quality_task_items,
-            max_waiting_bytes: self.settings.item_record_bytes,
+            max_waiting_bytes: item_share(self.settings.record_bytes),
             reviewers: self.learns_reviewers().then_some(ReviewerLimits {
                 max_verdicts: self.settings.reviewers.max_verdicts,
                 min_items: self.settings.reviewers.min_items,

@@ -35,14 +35,14 @@ pub struct Settings {
     /// its records are keyed to, so a record must be keyed by its project
     /// (`key_not_project_id`).
     pub key_is_project: bool,
-    /// The longest `jury.consensus` record a project keeps (see
-    /// [`super::state::KeptConsensus`]): a quarter of the largest record the runtime's producer
-    /// sends, so the changelog record that holds it, and the redo chunk around that, fit.
-    pub kept_record_bytes: usize,
-    /// The most bytes one judge-quality item may take in a changelog record of its task's
-    /// items ([`super::model::judge_quality::item_share`] of the largest record the runtime's
-    /// producer sends), so that every such record fits.
-    pub item_record_bytes: usize,
+    /// The largest record the runtime's producer sends (`limits.max_message_bytes` and room
+    /// for its envelope, or `kafka.producer`'s `message.max.bytes`). What the engine keeps is
+    /// bounded so that its changelog record, and a redo chunk around it, fit: a kept
+    /// `jury.consensus` record takes at most a quarter of it (see
+    /// [`super::state::KeptConsensus`]), an open session's ballots at most what its record
+    /// holds ([`super::model::session::Session::bytes_with`]), a judge-quality item its share
+    /// of a bucket ([`super::model::judge_quality::item_share`]).
+    pub record_bytes: usize,
 }
 
 impl Settings {
@@ -338,7 +338,7 @@ pub struct JudgeQuality {
     pub window: usize,
     /// Judges per project with a window; the one seen first is forgotten first. Also the most
     /// judge scores waiting per item: the newest, within the item's share of a changelog record
-    /// ([`Settings::item_record_bytes`]).
+    /// ([`super::model::judge_quality::item_share`]).
     pub max_judges: usize,
     /// Shared candidates a judge pair needs for its correlation to count.
     pub min_shared: usize,
@@ -393,7 +393,7 @@ pub struct Reviewers {
     pub max_reviewers: usize,
     /// Reviewers' verdicts kept per item; a new reviewer's verdict beyond them is left out. The
     /// configuration refuses more than an item's share of a changelog record holds
-    /// ([`Settings::item_record_bytes`]) with ids of `limits.max_id_bytes`.
+    /// ([`super::model::judge_quality::item_share`]) with ids of `limits.max_id_bytes`.
     pub max_verdicts: usize,
 }
 

@@ -1,6 +1,6 @@
-//! Every changelog record of judge quality's items fits the largest record the producer sends,
-//! however long and hostile the ids: a record the producer refused would stop the service at
-//! every restart.
+//! Every changelog record of judge quality's items and of open sessions fits the largest
+//! record the producer sends, however long and hostile the ids: a record the producer refused
+//! would stop the service at every restart.
 
 use super::*;
 
@@ -121,7 +121,7 @@ fn items_with_the_most_verdicts_the_configuration_accepts_fit_a_record() {
     } {
         most += 1;
     }
-    // An item's share of the default record limit is (1,114,112 - 4,096) / 32 = 34,688 bytes;
+    // An item's share of the default record limit is (1,114,112 - 512) / 32 = 34,800 bytes;
     // an item of 256-byte ids takes at most 604 of them, and each verdict 291 more: 117.
     assert_eq!(most, 117);
     let limit = config.producer_record_limit();
@@ -232,4 +232,53 @@ fn the_largest_item_is_bounded_closely() {
             bytes.len()
         );
     }
+}
+
+/// With the defaults, an open session of `sessions.max_judges` judges, each ballot scoring 200
+/// candidates of the longest ids (its record took 28 MB): the ballots the record cannot hold
+/// are refused (`session_limit`), and every record fits.
+#[test]
+fn an_open_session_of_the_longest_ids_fits_a_record() {
+    let config = Config::default();
+    let ids = config.limits.max_id_bytes;
+    let judges = config.sessions.max_judges;
+    let candidate = |i: usize| hostile_id('c', i, ids);
+    let scores: Vec<String> = (0..200)
+        .map(|i| format!(r#""{}": 5"#, candidate(i)))
+        .collect();
+    let payloads: Vec<String> = (0..judges)
+        .map(|j| {
+            format!(
+                r#"{{"event_id": "{}", "project_id": "{}", "session_id": "{}", "occurred_at": 1795168800000, "judge": "{}", "scores": {{{}}}, "expected_judges": {judges}}}"#,
+                hostile_id('e', j, ids),
+                hostile_id('p', 0, ids),
+                hostile_id('s', 0, ids),
+                hostile_id('j', j, ids),
+                scores.join(",")
+            )
+        })
+        .collect();
+    assert!(
+        payloads
+            .iter()
+            .all(|p| p.len() <= config.limits.max_message_bytes)
+    );
+    let log = changelog_of(&config, &payloads);
+    let limit = config.producer_record_limit();
+    let (bytes, key) = largest(&log);
+    assert!(bytes <= limit, "{key}: {bytes} bytes, above {limit}");
+    // The session is open with the ballots that fit: some, not all.
+    let sessions: Vec<&StateRecord> = log
+        .iter()
+        .filter(|r| r.key.contains("\"session\""))
+        .collect();
+    let last = sessions
+        .last()
+        .and_then(|r| r.value.as_ref())
+        .expect("the session was written");
+    let session: serde_json::Value = serde_json::from_slice(last).unwrap();
+    let ballots = session["ballots"]
+        .as_object()
+        .map_or(0, serde_json::Map::len);
+    assert!((1..judges).contains(&ballots), "{ballots} ballots");
 }

@@ -14,6 +14,7 @@ pub mod dedupe;
 pub mod effective_judges;
 pub mod judge_quality;
 pub mod leaderboard;
+pub mod record_bytes;
 pub mod reviewers;
 pub mod score;
 pub mod session;

@@ -17,6 +17,7 @@ use crate::engine::ids::{ProjectKey, Projects};
 use serde::{Deserialize, Serialize};
 
 use super::dedupe::{RecentIds, Remembered};
+use super::record_bytes::json_bytes;
 use crate::engine::contract::judge::{BallotEvent, CandidateMeta, Status};
 use crate::engine::contract::time::EventTime;
 
@@ -92,12 +93,127 @@ impl Session {
         (judges, candidates_with(Some(self), ballot))
     }
 
+    /// The bytes of the session's changelog record (its JSON) once `ballot` is added, or a few
+    /// more: the judge's ballot it replaces goes; the ballot comes, with its candidates'
+    /// metadata, category and expected judges (each merged into what the session holds, which
+    /// may then take fewer than both).
+    pub fn bytes_with(&self, ballot: &BallotEvent<'_>) -> usize {
+        let replaced = self.ballots.get(ballot.judge);
+        let replaced = replaced.map_or(0, |b| json_bytes(&(ballot.judge, b)));
+        json_bytes(self)
+            .saturating_sub(replaced)
+            .saturating_add(added_bytes(ballot))
+    }
+
+    /// At least [`Session::bytes_with`], from the lengths of the ids alone (each as JSON could
+    /// spell it, six bytes a byte, and each number of the longest): what a ballot is checked
+    /// against first, so that the session is written out to be counted only when long ids
+    /// could make its record too large.
+    pub fn bytes_at_most_with(&self, ballot: &BallotEvent<'_>) -> usize {
+        let kept = self
+            .ballots
+            .iter()
+            .filter(|(judge, _)| judge.as_str() != ballot.judge);
+        let ballots = kept.map(|(judge, b)| ballot_at_most(judge, &b.scores, &b.ranking));
+        let metas = self
+            .candidates
+            .iter()
+            .map(|(id, meta)| meta_at_most(id, meta));
+        let category = self.category.as_deref().map_or(0, id_at_most);
+        [
+            EMPTY_SESSION_BYTES.saturating_add(category),
+            ballots.fold(0, usize::saturating_add),
+            metas.fold(0, usize::saturating_add),
+            added_at_most(ballot),
+        ]
+        .into_iter()
+        .fold(0, usize::saturating_add)
+    }
+
     /// All expected judges have reported.
     pub fn is_full(&self) -> bool {
         self.expected_judges
             .is_some_and(|n| self.ballots.len() >= n as usize)
     }
 }
+
+/// At least the bytes of a new session's changelog record before its first ballot
+/// (`{"seq":...,"ballots":{},...}`, its numbers and time of the longest).
+const EMPTY_SESSION_BYTES: usize = 192;
+
+/// A ballot as [`Ballot`] writes it, borrowed from its event.
+#[derive(Serialize)]
+struct BallotWritten<'a> {
+    status: Status,
+    scores: &'a BTreeMap<String, f64>,
+    ranking: &'a Option<Vec<String>>,
+}
+
+/// What `ballot` can add to its session's record: the judge's ballot as the session keeps it,
+/// each candidate's metadata, the category and the expected judges, each with room for its
+/// name and separators.
+fn added_bytes(ballot: &BallotEvent<'_>) -> usize {
+    let written = BallotWritten {
+        status: ballot.status,
+        scores: &ballot.scores,
+        ranking: &ballot.ranking,
+    };
+    let candidates = ballot.candidates.iter().map(|c| json_bytes(&c));
+    [
+        json_bytes(&(ballot.judge, written)),
+        candidates.fold(0, usize::saturating_add),
+        json_bytes(&ballot.category),
+        json_bytes(&ballot.expected_judges),
+    ]
+    .into_iter()
+    .fold(0, usize::saturating_add)
+}
+
+/// At least the bytes an id takes in a session's record: itself as JSON could spell it, its
+/// quotes and a separator.
+fn id_at_most(id: &str) -> usize {
+    id.len().saturating_mul(6).saturating_add(3)
+}
+
+/// At least the bytes a judge's ballot takes in its session's record: the judge, each score's
+/// candidate and number, the ranking, and the ballot's field names.
+fn ballot_at_most(
+    judge: &str,
+    scores: &BTreeMap<String, f64>,
+    ranking: &Option<Vec<String>>,
+) -> usize {
+    let scores = scores.keys().map(|c| id_at_most(c).saturating_add(NUMBER));
+    let ranked = ranking.iter().flatten().map(|c| id_at_most(c));
+    [id_at_most(judge), 64]
+        .into_iter()
+        .chain(scores)
+        .chain(ranked)
+        .fold(0, usize::saturating_add)
+}
+
+/// At least the bytes a candidate's metadata takes in its session's record.
+fn meta_at_most(id: &str, meta: &CandidateMeta) -> usize {
+    let author = meta.author.as_deref().map_or(0, id_at_most);
+    id_at_most(id)
+        .saturating_add(author)
+        .saturating_add(48 + 2 * NUMBER)
+}
+
+/// [`added_bytes`] at least, from lengths alone.
+fn added_at_most(ballot: &BallotEvent<'_>) -> usize {
+    let metas = ballot.candidates.iter().map(|(id, m)| meta_at_most(id, m));
+    [
+        ballot_at_most(ballot.judge, &ballot.scores, &ballot.ranking),
+        ballot.category.map_or(0, id_at_most),
+        NUMBER,
+    ]
+    .into_iter()
+    .chain(metas)
+    .fold(0, usize::saturating_add)
+}
+
+/// The most bytes a number takes in JSON (`-1.2345678901234567e-300`), with a separator.
+const NUMBER: usize = 26;
 
 /// The distinct candidate ids of `session` (if any) and `ballot` together.
 fn candidates_with(session: Option<&Session>, ballot: &BallotEvent<'_>) -> usize {
@@ -255,6 +371,30 @@ impl SessionBook {
             Some(s) => s.size_with(ballot),
             None => (1, candidates_with(None, ballot)),
         }
+    }
+
+    /// Whether the changelog record of `project`'s session `session_id` takes at most `room`
+    /// bytes with `ballot` added; if not, about how many it would take
+    /// ([`Session::bytes_with`]).
+    pub fn fits<P: HoldsSessions>(
+        projects: &Projects<P>,
+        (project, session_id): (&str, &str),
+        ballot: &BallotEvent<'_>,
+        room: usize,
+    ) -> Result<(), usize> {
+        let open = of(projects, project).and_then(|p| p.open.get(session_id));
+        let at_most = match open {
+            Some(s) => s.bytes_at_most_with(ballot),
+            None => EMPTY_SESSION_BYTES.saturating_add(added_at_most(ballot)),
+        };
+        if at_most <= room {
+            return Ok(());
+        }
+        let bytes = match open {
+            Some(s) => s.bytes_with(ballot),
+            None => EMPTY_SESSION_BYTES.saturating_add(added_bytes(ballot)),
+        };
+        if bytes <= room { Ok(()) } else { Err(bytes) }
     }
 
     /// Open sessions on this partition.
@@ -476,5 +616,121 @@ impl SessionBook {
             }
         }
         SessionBook { next_seq, by_age }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event<'a>(
+        judge: &'a str,
+        scores: &[(&str, f64)],
+        category: Option<&'a str>,
+    ) -> BallotEvent<'a> {
+        BallotEvent {
+            judge,
+            status: Status::Ok,
+            scores: scores.iter().map(|(c, s)| ((*c).to_owned(), *s)).collect(),
+            ranking: Some(scores.iter().map(|(c, _)| (*c).to_owned()).collect()),
+            candidates: [(
+                "A".to_owned(),
+                CandidateMeta {
+                    author: Some("m/\u{1}".to_owned()),
+                    words: Some(1e300),
+                    position: Some(u64::MAX),
+                },
+            )]
+            .into(),
+            expected_judges: Some(u32::MAX),
+            category,
+        }
+    }
+
+    /// What a ballot adds is counted from above, and not by much: a new judge, a judge's
+    /// ballot replaced by a shorter one, a candidate's metadata merged again.
+    #[test]
+    fn a_sessions_bytes_with_a_ballot_bound_its_record_closely() {
+        let at = EventTime::from_epoch_millis(1_795_168_800_000).unwrap();
+        let mut session = Session::new(7, at);
+        let ballots = [
+            event("j1", &[("A", 0.25), ("B\"", 0.5)], Some("chat")),
+            event("j2", &[("A", 1.0 / 3.0)], None),
+            event("j1", &[("A", 0.75)], Some("code")),
+        ];
+        for ballot in &ballots {
+            let counted = session.bytes_with(ballot);
+            let at_most = session.bytes_at_most_with(ballot);
+            session.add(ballot, at);
+            let written = json_bytes(&session);
+            assert!(counted >= written, "{counted} < {written}");
+            assert!(counted <= written + 128, "{counted} against {written}");
+            assert!(at_most >= written, "{at_most} < {written}");
+        }
+        // The ballot as counted is the ballot as kept.
+        let kept = &session.ballots["j1"];
+        let written = BallotWritten {
+            status: kept.status,
+            scores: &kept.scores,
+            ranking: &kept.ranking,
+        };
+        assert_eq!(
+            serde_json::to_string(&written).ok(),
+            serde_json::to_string(kept).ok()
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the ids (quotes, control characters, any length) and scores, both counts
+        /// of a ballot's session are at least the bytes its record then takes.
+        #[test]
+        fn a_sessions_counts_are_never_below_its_record(
+            ballots in proptest::collection::vec(
+                (
+                    "[a-c\"\\\u{1}é]{0,6}",
+                    proptest::collection::btree_map("[a-c\"\u{1}]{0,5}", -1e300f64..1e300, 0..4),
+                    proptest::option::of("[x\u{1f}]{0,4}"),
+                    proptest::option::of(0u32..u32::MAX),
+                ),
+                1..8,
+            ),
+        ) {
+            let at = EventTime::from_epoch_millis(1_795_168_800_000).unwrap();
+            let mut session = Session::new(3, at);
+            for (judge, scores, category, expected) in &ballots {
+                let ranking = Some(scores.keys().cloned().collect());
+                let candidates = scores
+                    .keys()
+                    .map(|c| (c.clone(), CandidateMeta { author: category.clone(), ..Default::default() }))
+                    .collect();
+                let ballot = BallotEvent {
+                    judge,
+                    status: Status::Ok,
+                    scores: scores.clone(),
+                    ranking,
+                    candidates,
+                    expected_judges: *expected,
+                    category: category.as_deref(),
+                };
+                let (counted, at_most) = (session.bytes_with(&ballot), session.bytes_at_most_with(&ballot));
+                session.add(&ballot, at);
+                let written = json_bytes(&session);
+                proptest::prop_assert!(counted >= written && at_most >= written, "{counted}, {at_most} < {written}");
+            }
+        }
+    }
+
+    /// A session before its first ballot, of the longest place and time, fits what is counted
+    /// for it.
+    #[test]
+    fn an_empty_session_takes_at_most_what_is_counted() {
+        let late = EventTime::new(253_402_300_799, 999_999_999).unwrap();
+        let mut session = Session::new(u64::MAX, late);
+        session.idle_since = Some(i64::MIN);
+        assert!(
+            json_bytes(&session) <= EMPTY_SESSION_BYTES,
+            "{}",
+            json_bytes(&session)
+        );
     }
 }

@@ -308,9 +308,54 @@ fn a_ballot_beyond_the_session_limits_is_dead_lettered() {
     );
 }
 
+/// A ballot that would make its open session more than the session's changelog record holds
+/// is dead-lettered, naming the limit; a judge's new ballot that takes no more room than its
+/// old one is not.
+#[test]
+fn a_ballot_beyond_what_its_sessions_record_holds_is_dead_lettered() {
+    let mut config = Config::default();
+    // Records of at most 4,000 bytes: a session's takes at most 4,000 - 512 - 15 (its key's
+    // project and session, `["proj-42","s"]`) = 3,473 bytes.
+    let producer = &mut config.kafka.producer;
+    producer.insert("message.max.bytes".into(), "4000".into());
+    let mut h = Harness::with(&config);
+    // Fifty scores of about 28 bytes each: a ballot takes about 1,450 bytes of the session.
+    let scores: Vec<String> = (0..50)
+        .map(|i| format!(r#""c{i:05}": {}"#, i % 10 + 1))
+        .collect();
+    let rest = format!(r#", "scores": {{{}}}"#, scores.join(", "));
+    let b = |event: &str, judge: &str| ballot(event, "s", 0, judge, &rest);
+    assert_eq!(
+        h.send("jury.judge-scores", &b("e1", "j1")),
+        Outcome::Applied
+    );
+    assert_eq!(
+        h.send("jury.judge-scores", &b("e2", "j2")),
+        Outcome::Applied
+    );
+    let before = h.state.clone();
+    assert_eq!(
+        h.send("jury.judge-scores", &b("e3", "j3")),
+        Outcome::Rejected(ErrorCode::SessionLimit)
+    );
+    let message = h.last()["message"].as_str().unwrap_or("").to_owned();
+    assert!(
+        message.contains("more than the 3473 its changelog record holds"),
+        "{message}"
+    );
+    assert_eq!(h.state, before);
+    // j1 again: its ballot replaces one as large.
+    assert_eq!(
+        h.send("jury.judge-scores", &b("e4", "j1")),
+        Outcome::Applied
+    );
+}
+
 /// An output that would exceed the record limit is replaced by a dead letter that names it,
-/// whatever the configuration lets through: here a consensus of three ballots of 300
-/// candidates each, with 250-byte ids, under a 100 kB message limit.
+/// whatever the configuration lets through: here a consensus of three ballots of 1,500
+/// candidates each under a 100 kB message limit, a session whose state fits its changelog
+/// record (a score takes about 30 bytes there) and whose consensus does not (a candidate's
+/// result takes several times that).
 #[test]
 fn an_output_beyond_the_record_limit_becomes_a_dead_letter() {
     let mut config = Config::default();
@@ -319,8 +364,8 @@ fn an_output_beyond_the_record_limit_becomes_a_dead_letter() {
     let max = config.limits.max_record_bytes();
     let mut h = Harness::with(&config);
     for judge in 0..3 {
-        let scores: Vec<String> = (judge * 300..judge * 300 + 300)
-            .map(|i| format!(r#""{}{i:05}": {}"#, "c".repeat(245), i % 10 + 1))
+        let scores: Vec<String> = (judge * 1500..judge * 1500 + 1500)
+            .map(|i| format!(r#""c{i:05}": {}"#, i % 10 + 1))
             .collect();
         let rest = format!(
             r#", "expected_judges": 3, "scores": {{{}}}"#,

@@ -24,6 +24,7 @@ use super::agreement::kappa;
 pub use super::agreement::{Agreement, judge_agreement};
 pub use super::bounded::{Bounded, Held, Items, Places, UNREAD};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
+use super::record_bytes::{ENVELOPE, json_bytes};
 use super::reviewers::{Fit, Review, ReviewerLimits, Reviewers, StoredReview, Verdicts};
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{ProjectKey, Projects};
@@ -541,10 +542,6 @@ fn of<'a, P: HoldsQuality>(projects: &'a Projects<P>, project: &str) -> Option<&
 /// only a record the flush writes needs the items it forgot.
 pub const ITEM_BUCKET: u64 = 16;
 
-/// Bytes of a changelog record of a task's items that [`item_share`] leaves to the rest: its
-/// key, the bucket's own fields, and the redo record's around a bucket of waiting scores.
-const BUCKET_ENVELOPE: usize = 4096;
-
 /// The most bytes one item may take in a changelog record of its task's items when the
 /// largest record the runtime's producer sends is `record_limit`: a record holds the items of
 /// [`ITEM_BUCKET`] places and, in an item bucket, those items again as its flush found them,
@@ -553,30 +550,31 @@ const BUCKET_ENVELOPE: usize = 4096;
 /// (`crate::config`), and an item's waiting judge scores are kept within it
 /// ([`QualityLimits::max_waiting_bytes`]).
 pub fn item_share(record_limit: usize) -> usize {
-    record_limit.saturating_sub(BUCKET_ENVELOPE) / (2 * ITEM_BUCKET as usize)
+    record_limit.saturating_sub(ENVELOPE) / (2 * ITEM_BUCKET as usize)
 }
 
 /// The bytes of an item's entry in its changelog record of waiting judge scores
 /// (`[seq,"proj-42","trace-100",[{...},...]]`, JSON: the changelog's `WaitsStore`) with
 /// `waiting` as its scores.
 pub fn waiting_bytes((seq, project, item): (u64, &str, &str), waiting: &[Waiting]) -> usize {
-    /// Counts what serde_json writes.
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing to a counter fails only for a value JSON cannot hold, which none of these is.
-    match serde_json::to_writer(&mut count, &(seq, project, item, waiting)) {
-        Ok(()) => count.0,
-        Err(_) => usize::MAX,
-    }
+    json_bytes(&(seq, project, item, waiting))
+}
+
+/// At least [`waiting_bytes`], from the ids' lengths alone: each id's bytes as JSON could spell
+/// them (six a byte, `\u0001`), each score's number and time of the longest. What an item's
+/// waiting scores are checked against first, so that the scores are written out to be counted
+/// only when long ids could make them too many bytes.
+fn waiting_bytes_at_most((_, project, item): (u64, &str, &str), waiting: &[Waiting]) -> usize {
+    let id = |s: &str| s.len().saturating_mul(6).saturating_add(2);
+    let score = |w: &Waiting| {
+        id(&w.session)
+            .saturating_add(id(&w.judge))
+            .saturating_add(96)
+    };
+    let scores = waiting.iter().map(score).fold(0, usize::saturating_add);
+    (32 + id(project))
+        .saturating_add(id(item))
+        .saturating_add(scores)
 }
 
 /// The most bytes [`waiting_bytes`] can count for an item with one waiting score when ids are
@@ -1004,11 +1002,13 @@ impl TaskQuality {
             // JSON may spell in six bytes a byte. (The newest always fits on its own: the
             // configuration refuses ids too long for that.)
             let mut excess = waiting.len().saturating_sub(limits.max_judges.max(1));
-            while excess + 1 < waiting.len()
-                && waiting_bytes((seq, project, item), &waiting[excess..])
-                    > limits.max_waiting_bytes
-            {
-                excess += 1;
+            let at = (seq, project, item);
+            if waiting_bytes_at_most(at, &waiting[excess..]) > limits.max_waiting_bytes {
+                while excess + 1 < waiting.len()
+                    && waiting_bytes(at, &waiting[excess..]) > limits.max_waiting_bytes
+                {
+                    excess += 1;
+                }
             }
             waiting.drain(..excess);
             self.forgotten.forgotten += excess as u64;

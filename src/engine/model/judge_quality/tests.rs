@@ -188,6 +188,11 @@ fn waiting_bytes_count_the_entry_as_written() {
     // A control character is spelled in six bytes.
     let hostile = [waiting("\u{1}1")];
     assert_eq!(waiting_bytes((7, "p", "i"), &hostile), 69 + 5);
+    // Counted from the ids' lengths alone, never fewer.
+    for scores in [&one[..], &two, &hostile] {
+        let at = (u64::MAX, "\u{1}", "i\"");
+        assert!(waiting_bytes_at_most(at, scores) >= waiting_bytes(at, scores));
+    }
 }
 
 /// `largest_waiting_bytes` bounds an item with one waiting score from above, closely: every id
