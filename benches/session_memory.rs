@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 
 use jurystream::changelog::Unit;
 use jurystream::config::Config;
+use jurystream::engine::model::record_bytes::json_bytes;
 use jurystream::engine::output::Output;
 use jurystream::engine::reputation::ReputationTable;
 use jurystream::engine::{Engine, PartitionState, Record, Settings};
@@ -277,7 +278,8 @@ fn projects() {
 }
 
 /// One session at the default limits (`sessions.max_judges` ballots, each scoring
-/// `sessions.max_candidates` candidates, all with metadata), held open.
+/// `sessions.max_candidates` candidates, all with metadata), held open: the ballots its
+/// changelog record holds (the largest record the producer sends), the rest dead-lettered.
 fn largest_session() {
     let s = Config::default().sessions;
     let (judges, candidates) = (s.max_judges, s.max_candidates);
@@ -302,13 +304,14 @@ fn largest_session() {
     });
     let (state, held) = held_by("jury.judge-scores", payloads);
     let open = &state.projects["proj-1"].sessions.open["sess-1"];
-    assert_eq!(
-        (open.ballots.len(), open.candidates.len()),
-        (judges, candidates)
-    );
+    let held_judges = open.ballots.len();
+    assert!((1..=judges).contains(&held_judges), "{held_judges} judges");
+    assert_eq!(open.candidates.len(), candidates);
+    let record = json_bytes(open);
+    assert!(record <= Settings::default().record_bytes, "{record} bytes");
     println!(
-        "sessions/largest_session_memory: one session of {judges} judges x {candidates} candidates holds {held} bytes = {} bytes per score",
-        held / (judges * candidates) as isize
+        "sessions/largest_session_memory: one session of {held_judges} judges (of {judges}: its changelog record, {record} bytes, holds no more) x {candidates} candidates holds {held} bytes = {} bytes per score",
+        held / (held_judges * candidates) as isize
     );
 }
 
