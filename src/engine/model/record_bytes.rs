@@ -10,6 +10,13 @@ use serde::Serialize;
 /// record batch.
 pub const ENVELOPE: usize = 512;
 
+/// The most bytes a string of `bytes` bytes takes in JSON: its quotes, and each byte as JSON
+/// may spell it, in six (`\u0001`). What the bounds count an id from before, or instead of,
+/// writing it out.
+pub fn json_str_at_most(bytes: usize) -> usize {
+    bytes.saturating_mul(6).saturating_add(2)
+}
+
 /// The bytes serde_json writes for `value`: what a changelog record written as JSON takes for
 /// it. `usize::MAX` for a value JSON cannot hold (none the engine keeps).
 pub fn json_bytes(value: &impl Serialize) -> usize {
@@ -42,5 +49,9 @@ mod tests {
         // A control character is written in six bytes, a quote in two.
         assert_eq!(json_bytes(&"\u{1}\""), 2 + 6 + 2);
         assert_eq!(json_bytes(&f64::NAN), 4); // null
+        // A string of control characters is the longest a string of its bytes can be written.
+        let controls = "\u{1}".repeat(5);
+        assert_eq!(json_bytes(&controls), json_str_at_most(5));
+        assert!(json_bytes(&"abcde") < json_str_at_most(5));
     }
 }

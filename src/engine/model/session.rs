@@ -17,7 +17,7 @@ use crate::engine::ids::{ProjectKey, Projects};
 use serde::{Deserialize, Serialize};
 
 use super::dedupe::{RecentIds, Remembered};
-use super::record_bytes::json_bytes;
+use super::record_bytes::{json_bytes, json_str_at_most};
 use crate::engine::contract::judge::{BallotEvent, CandidateMeta, Status};
 use crate::engine::contract::time::EventTime;
 
@@ -172,7 +172,7 @@ fn added_bytes(ballot: &BallotEvent<'_>) -> usize {
 /// At least the bytes an id takes in a session's record: itself as JSON could spell it, its
 /// quotes and a separator.
 fn id_at_most(id: &str) -> usize {
-    id.len().saturating_mul(6).saturating_add(3)
+    json_str_at_most(id.len()).saturating_add(1)
 }
 
 /// At least the bytes a judge's ballot takes in its session's record: the judge, each score's

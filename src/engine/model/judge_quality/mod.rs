@@ -24,7 +24,7 @@ use super::agreement::kappa;
 pub use super::agreement::{Agreement, judge_agreement};
 pub use super::bounded::{Bounded, Held, Items, Places, UNREAD};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
-use super::record_bytes::{ENVELOPE, json_bytes};
+use super::record_bytes::{ENVELOPE, json_bytes, json_str_at_most};
 use super::reviewers::{Fit, Review, ReviewerLimits, Reviewers, StoredReview, Verdicts};
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{ProjectKey, Projects};
@@ -565,7 +565,7 @@ pub fn waiting_bytes((seq, project, item): (u64, &str, &str), waiting: &[Waiting
 /// waiting scores are checked against first, so that the scores are written out to be counted
 /// only when long ids could make them too many bytes.
 fn waiting_bytes_at_most((_, project, item): (u64, &str, &str), waiting: &[Waiting]) -> usize {
-    let id = |s: &str| s.len().saturating_mul(6).saturating_add(2);
+    let id = |s: &str| json_str_at_most(s.len());
     let score = |w: &Waiting| {
         id(&w.session)
             .saturating_add(id(&w.judge))
@@ -581,7 +581,9 @@ fn waiting_bytes_at_most((_, project, item): (u64, &str, &str), waiting: &[Waiti
 /// at most `max_id_bytes`: its project, id, session and judge of the longest ids, each
 /// character spelled in six bytes (`\u0001`), its place, score and time of the longest.
 pub fn largest_waiting_bytes(max_id_bytes: usize) -> usize {
-    max_id_bytes.saturating_mul(4 * 6).saturating_add(160)
+    json_str_at_most(max_id_bytes)
+        .saturating_mul(4)
+        .saturating_add(152)
 }
 
 /// The item places of changelog record `bucket` ([`ITEM_BUCKET`]).
