@@ -50,6 +50,36 @@ fn main() {
     query_view();
     judge_quality();
     reviewers();
+    bias_audit();
+}
+
+/// One project's sessions, each of one judge new to it (ids of 11 bytes), three times as many
+/// as its audit follows (`bias.project_max_judges`): the heap bytes of the audit, measured by
+/// cloning it.
+fn bias_audit() {
+    let followed = Config::default().bias.project_max_judges;
+    let payloads = (0..3 * followed).map(|s| {
+        format!(
+            r#"{{"event_id":"e-{s}","project_id":"proj-1","session_id":"sess-{s}","occurred_at":{},"judge":"judge-{s:05}","scores":{{"a":7}},"candidates":{{"a":{{"author":"m-a","position":0}}}},"expected_judges":1}}"#,
+            1_795_168_800_000 + s as i64
+        )
+    });
+    let (state, _) = held_by("jury.judge-scores", payloads);
+    let audit = &state.projects["proj-1"]
+        .judges
+        .as_ref()
+        .expect("judged")
+        .audit;
+    assert_eq!(audit.judges_followed(), followed);
+    let before = LIVE.load(Ordering::Relaxed);
+    let copy = audit.clone();
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    drop(copy);
+    println!(
+        "bias/project_audit_memory: a project's audit following {followed} judges (of {} seen) holds {held} bytes = {} bytes per judge",
+        3 * followed,
+        held / followed as isize
+    );
 }
 
 /// Items' votes through the engine, one project, `items` batches each of one new item and

@@ -7,7 +7,9 @@ use super::{
     unit_interval,
 };
 use crate::changelog::largest_item_bytes;
+use crate::engine::model::bias::largest_audit_bytes;
 use crate::engine::model::judge_quality::{item_share, largest_waiting_bytes};
+use crate::engine::model::record_bytes::{ENVELOPE, json_str_at_most};
 
 /// Checks the engine's sections.
 pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
@@ -86,6 +88,8 @@ pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
     if !b.self_vote_inflation.is_finite() {
         return Err(invalid("bias.self_vote_inflation", "must be finite"));
     }
+    positive("bias.project_max_judges", b.project_max_judges)?;
+    audit_record_fits(c)?;
     positive(
         "leaderboard.window_days",
         c.leaderboard.window_days as usize,
@@ -159,6 +163,36 @@ pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
         "per project",
     )?;
     item_records_fit(c)
+}
+
+/// Whether a project's bias audit, at `bias.project_max_judges` judges and
+/// `bias.project_max_positions` positions with ids of `limits.max_id_bytes`, fits its changelog
+/// record (the largest the producer sends, less its key and [`ENVELOPE`]): a record the producer
+/// refused would stop the service at every restart.
+fn audit_record_fits(c: &Config) -> Result<(), ConfigError> {
+    let (b, ids) = (&c.bias, c.limits.max_id_bytes);
+    let limit = c.producer_record_limit();
+    let room = limit.saturating_sub(ENVELOPE.saturating_add(json_str_at_most(ids)));
+    let bytes = largest_audit_bytes(ids, b.project_max_judges, b.project_max_positions);
+    if bytes <= room {
+        return Ok(());
+    }
+    let key = if largest_audit_bytes(ids, 0, b.project_max_positions) > room {
+        "bias.project_max_positions"
+    } else {
+        "bias.project_max_judges"
+    };
+    Err(invalid(
+        key,
+        format!(
+            "a project's bias audit of {} judges with ids of {ids} bytes and {} positions could \
+             take {bytes} bytes, above the {room} its changelog record holds (records of at \
+             most {limit} bytes): lower bias.project_max_judges, bias.project_max_positions or \
+             limits.max_id_bytes, or raise limits.max_message_bytes (and kafka.producer's \
+             message.max.bytes, if set)",
+            b.project_max_judges, b.project_max_positions
+        ),
+    ))
 }
 
 /// Whether every changelog record of a task's judge-quality items fits the largest record the

@@ -266,6 +266,13 @@ pub struct Bias {
     /// Project scope: a judge is harsh/generous when its mean's 95% CI lies entirely more than
     /// this far below/above the project's mean.
     pub project_calibration_margin: f64,
+    /// Project scope: judges a project's audit follows. Beyond, the judge last seen longest ago
+    /// is forgotten (its statistics and findings), so that the audit's changelog record stays
+    /// within the largest record the producer sends (the configuration checks that it can).
+    pub project_max_judges: usize,
+    /// Project scope: display positions pooled, `0..project_max_positions`; a score shown at a
+    /// later position counts in its session's audit only.
+    pub project_max_positions: u64,
 }
 
 impl Default for Bias {
@@ -281,6 +288,8 @@ impl Default for Bias {
             project_min_position_sessions: 20,
             project_min_self_votes: 20,
             project_calibration_margin: 0.1,
+            project_max_judges: 100,
+            project_max_positions: 1_000,
         }
     }
 }

@@ -201,6 +201,9 @@ impl Core {
         metrics
             .reviewers_limit
             .set(i64::try_from(config.reviewers.max_reviewers).unwrap_or(i64::MAX));
+        metrics
+            .audit_judges_limit
+            .set(i64::try_from(config.bias.project_max_judges).unwrap_or(i64::MAX));
         Core {
             stage,
             engine,
@@ -497,7 +500,16 @@ impl Core {
         }
         let (mut votes, mut waiting, mut forgotten) = (0, 0, 0);
         let (mut reviewers, mut largest, mut left_out) = (0, 0, 0);
+        let (mut audit_largest, mut audit_forgotten) = (0, 0);
         for state in self.tasks.units.values().map(|o| &o.state) {
+            for audit in state
+                .projects
+                .values()
+                .filter_map(|p| Some(&p.judges.as_ref()?.audit))
+            {
+                audit_largest = audit_largest.max(audit.judges_followed());
+                audit_forgotten += audit.forgotten;
+            }
             let (items, waits) = state.quality.held();
             votes += items;
             waiting += waits;
@@ -514,6 +526,10 @@ impl Core {
         m.reviewers_in_largest_project.set(largest as i64);
         m.reviewer_verdicts_left_out
             .set(i64::try_from(left_out).unwrap_or(i64::MAX));
+        m.audit_judges_in_largest_project
+            .set(i64::try_from(audit_largest).unwrap_or(i64::MAX));
+        m.audit_judges_forgotten
+            .set(i64::try_from(audit_forgotten).unwrap_or(i64::MAX));
         let items = &self.metrics.judge_items;
         items.with_label_values(&["votes"]).set(votes as i64);
         items.with_label_values(&["waiting"]).set(waiting as i64);

@@ -76,6 +76,11 @@ pub struct Metrics {
     pub reviewers_limit: IntGauge,
     /// Verdicts the reviewer model left out to stay within its bounds.
     pub reviewer_verdicts_left_out: IntGauge,
+    /// Judges a project's bias audit follows, in the project with the most; the most it follows
+    /// (`bias.project_max_judges`); and those it forgot beyond, over the owned projects.
+    pub audit_judges_in_largest_project: IntGauge,
+    pub audit_judges_limit: IntGauge,
+    pub audit_judges_forgotten: IntGauge,
     /// The reliability of the least reliable reviewers (with `reviewers.min_items` shared
     /// items) of the projects `jurystream_project_score` shows.
     pub reviewer_reliability: GaugeVec,
@@ -422,6 +427,23 @@ impl Metrics {
                 "jurystream_reviewer_verdicts_left_out",
                 "Verdicts left out at the vote so far (reviewers.max_verdicts) and by each \
                  project's last fit (max_reviewers), over the owned partitions' projects",
+            ),
+            audit_judges_in_largest_project: gauge(
+                &r,
+                "jurystream_audit_judges_in_largest_project",
+                "Judges the bias audit follows in the owned project that has the most",
+            ),
+            audit_judges_limit: gauge(
+                &r,
+                "jurystream_audit_judges_limit",
+                "bias.project_max_judges: the most judges a project's bias audit follows (beyond, \
+                 the one last seen longest ago is forgotten)",
+            ),
+            audit_judges_forgotten: gauge(
+                &r,
+                "jurystream_audit_judges_forgotten",
+                "Judges the bias audit forgot so far beyond bias.project_max_judges, over the \
+                 owned partitions' projects",
             ),
             reviewer_reliability,
             ready: gauge(

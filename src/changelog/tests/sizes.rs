@@ -1,8 +1,9 @@
-//! Every changelog record of judge quality's items and of open sessions fits the largest
-//! record the producer sends, however long and hostile the ids: a record the producer refused
-//! would stop the service at every restart.
+//! Every changelog record of judge quality's items, of open sessions and of a project's bias
+//! audit fits the largest record the producer sends, however long and hostile the ids: a
+//! record the producer refused would stop the service at every restart.
 
 use super::*;
+use crate::engine::model::bias::{ProjectAudit, largest_audit_bytes};
 
 /// An id of `bytes` bytes, `tag` and `n` first, then control characters, which JSON spells in
 /// six bytes each (`\u0001`): the longest an id can be written.
@@ -160,7 +161,8 @@ fn settings_whose_items_could_outgrow_a_record_are_refused() {
     config.limits.max_message_bytes = Config::default().limits.max_message_bytes;
     config.reviewers.enabled = false;
     assert!(config.validate().is_ok());
-    // Ids too long for even one waiting score.
+    // Ids too long for even one waiting score (a project's audit of five judges holds them).
+    config.bias.project_max_judges = 5;
     config.limits.max_id_bytes = 4_096;
     let error = config
         .validate()
@@ -281,4 +283,91 @@ fn an_open_session_of_the_longest_ids_fits_a_record() {
         .as_object()
         .map_or(0, serde_json::Map::len);
     assert!((1..judges).contains(&ballots), "{ballots} ballots");
+}
+
+/// With the defaults, 800 one-judge sessions of a project, each judge and candidate of the
+/// longest ids and shown at a position of its own (the audit's record took 1.26 MB, above the
+/// producer's limit): the audit follows the judges it saw last, pools the first positions, and
+/// every record fits.
+#[test]
+fn a_project_audit_of_the_longest_ids_fits_a_record() {
+    let config = Config::default();
+    let ids = config.limits.max_id_bytes;
+    let payloads: Vec<String> = (0..800)
+        .map(|s| {
+            format!(
+                r#"{{"event_id": "{}", "project_id": "{}", "session_id": "{}", "occurred_at": 1795168800000, "judge": "{}", "scores": {{"{}": 5}}, "candidates": {{"{}": {{"position": {}}}}}, "expected_judges": 1}}"#,
+                hostile_id('e', s, ids),
+                hostile_id('p', 0, ids),
+                hostile_id('s', s, ids),
+                hostile_id('j', s, ids),
+                hostile_id('c', s, ids),
+                hostile_id('c', s, ids),
+                1_000 * s,
+            )
+        })
+        .collect();
+    let log = changelog_of(&config, &payloads);
+    let limit = config.producer_record_limit();
+    let (bytes, key) = largest(&log);
+    assert!(bytes <= limit, "{key}: {bytes} bytes, above {limit}");
+    let audit = log
+        .iter()
+        .rfind(|r| r.key.contains("\"audit\""))
+        .and_then(|r| r.value.as_ref())
+        .expect("the audit was written");
+    let audit: ProjectAudit = serde_json::from_slice(audit).unwrap();
+    let followed = config.bias.project_max_judges;
+    assert_eq!(audit.judges_followed(), followed);
+    assert_eq!(audit.forgotten, 800 - followed as u64);
+    assert!(
+        audit
+            .judges
+            .contains_key(&hostile_id('j', 799, ids).replace("\\u0001", "\u{1}"))
+    );
+    // Positions 0, 1,000, ..., of which the first only is below 1,000.
+    assert_eq!(audit.positions.keys().collect::<Vec<_>>(), [&0]);
+}
+
+/// The configuration refuses an audit its record could not hold, naming the key to change, and
+/// accepts it once the record limit is raised.
+#[test]
+fn settings_whose_audit_could_outgrow_a_record_are_refused() {
+    let mut config = Config::default();
+    let accepted = |config: &Config| config.validate().is_ok();
+    let mut most = config.bias.project_max_judges;
+    while {
+        config.bias.project_max_judges = most + 1;
+        accepted(&config)
+    } {
+        most += 1;
+    }
+    // The record holds 1,114,112 - 512 - 1,538 (the key's project id) = 1,112,062 bytes; the
+    // audit takes at most 464 of them, 1,000 positions 112,000 and each judge 7,891: 126.
+    // The record holds 1,114,112 - 512 - 1,538 (the key's project id) = 1,112,062 bytes. An
+    // audit takes 387 for its own fields, 112 a position (22 + 88 + 2: `"<u64>":<running>,`)
+    // and 7,932 a judge: 4,816 for its entries (1,538 + 88 + 2 in `judges` and
+    // `self_inflation`, 1,538 + 20 + 2 in `seen`) and 3,116 for two findings. (1,112,062 -
+    // 387 - 112,000) / 7,932 = 126.
+    assert_eq!(most, 126);
+    assert_eq!(largest_audit_bytes(256, 0, 1_000), 387 + 112_000);
+    assert_eq!(
+        largest_audit_bytes(256, 1, 0) - largest_audit_bytes(256, 0, 0),
+        7_932
+    );
+    config.bias.project_max_judges = 1_000;
+    let error = config
+        .validate()
+        .expect_err("1,000 judges do not fit")
+        .to_string();
+    assert!(error.contains("bias.project_max_judges"), "{error}");
+    assert!(error.contains("limits.max_message_bytes"), "{error}");
+    config.limits.max_message_bytes = 16 << 20;
+    assert!(accepted(&config));
+    config.bias.project_max_positions = 1 << 20;
+    let error = config
+        .validate()
+        .expect_err("a million positions do not fit")
+        .to_string();
+    assert!(error.contains("bias.project_max_positions"), "{error}");
 }

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::consensus::Analysis;
+use super::record_bytes::{json_bytes, json_str_at_most};
 use super::stats::{self, Running};
 use crate::engine::settings::Bias;
 
@@ -300,7 +301,9 @@ impl FisherPool {
     }
 }
 
-/// A project's pooled audit state.
+/// A project's pooled audit state. It follows at most `bias.project_max_judges` judges and
+/// pools `bias.project_max_positions` display positions, so that its changelog record stays
+/// within [`largest_audit_bytes`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProjectAudit {
     pub length: FisherPool,
@@ -311,6 +314,16 @@ pub struct ProjectAudit {
     pub self_inflation: BTreeMap<String, Running>,
     /// Findings currently true ("kind" or "kind/subject"): alerts fire on entering this set.
     pub active: BTreeSet<String>,
+    /// Sessions audited: the clock of `seen`.
+    #[serde(default)]
+    pub sessions: u64,
+    /// The session (counted by `sessions`) each judge of `judges` or `self_inflation` was last
+    /// seen in; one missing (restored from a record written before) counts as seen first.
+    #[serde(default)]
+    pub seen: BTreeMap<String, u64>,
+    /// Judges forgotten beyond `bias.project_max_judges`.
+    #[serde(default)]
+    pub forgotten: u64,
 }
 
 impl ProjectAudit {
@@ -323,6 +336,7 @@ impl ProjectAudit {
         audit: &SessionAudit,
         cfg: &Bias,
     ) -> Vec<BiasAlert> {
+        self.sessions += 1;
         if audit.length_defined {
             self.length.add(audit.length_r, audit.length_n);
         }
@@ -330,11 +344,13 @@ impl ProjectAudit {
             for (judge, n) in scores {
                 self.judges.entry(judge.to_string()).or_default().push(*n);
                 self.reviews.push(*n);
+                self.see(judge);
             }
         }
-        if !audit.position_scores.is_empty() {
+        let pooled = audit.position_scores.range(..cfg.project_max_positions);
+        if pooled.clone().next().is_some() {
             self.position_sessions += 1;
-            for (pos, scores) in &audit.position_scores {
+            for (pos, scores) in pooled {
                 self.positions.entry(*pos).or_default().merge(scores);
             }
         }
@@ -343,8 +359,60 @@ impl ProjectAudit {
                 .entry(judge.to_string())
                 .or_default()
                 .push(*inflation);
+            self.see(judge);
         }
+        self.forget_beyond(cfg.project_max_judges);
         self.findings(project, session, cfg)
+    }
+
+    /// Notes that `judge` was seen in the session being added.
+    fn see(&mut self, judge: &str) {
+        match self.seen.get_mut(judge) {
+            Some(at) => *at = self.sessions,
+            None => {
+                self.seen.insert(judge.to_owned(), self.sessions);
+            }
+        }
+    }
+
+    /// The judges followed: those of `judges` and of `self_inflation`, each once.
+    fn followed(&self) -> impl Iterator<Item = &String> {
+        let inflating = self.self_inflation.keys();
+        let only_inflating = inflating.filter(|j| !self.judges.contains_key(*j));
+        self.judges.keys().chain(only_inflating)
+    }
+
+    /// How many judges it follows (at most `bias.project_max_judges`).
+    pub fn judges_followed(&self) -> usize {
+        self.followed().count()
+    }
+
+    /// Forgets the judges last seen longest ago (ties by id) until at most `max` are followed:
+    /// their statistics go, and so do their findings, since `findings` recomputes the set.
+    /// Their reviews stay in the project's mean.
+    fn forget_beyond(&mut self, max: usize) {
+        if self.judges.len() + self.self_inflation.len() <= max {
+            return;
+        }
+        let mut followed: Vec<(u64, &String)> = self
+            .followed()
+            .map(|j| (self.seen.get(j).copied().unwrap_or(0), j))
+            .collect();
+        let excess = followed.len().saturating_sub(max);
+        if excess == 0 {
+            return;
+        }
+        followed.sort_unstable();
+        let gone: Vec<String> = followed[..excess]
+            .iter()
+            .map(|(_, j)| (*j).clone())
+            .collect();
+        for judge in &gone {
+            self.judges.remove(judge);
+            self.self_inflation.remove(judge);
+            self.seen.remove(judge);
+        }
+        self.forgotten += gone.len() as u64;
     }
 
     fn findings(&mut self, project: &str, session: &str, cfg: &Bias) -> Vec<BiasAlert> {
@@ -500,6 +568,45 @@ impl ProjectAudit {
         self.active = current;
         fresh
     }
+}
+
+/// The most bytes a project's audit takes in its changelog record (JSON), with `judges` judges
+/// and `positions` positions and ids of `max_id_bytes`, counted from above: every number at
+/// its longest, every id of control characters (six bytes each), and each judge in both maps,
+/// in `seen`, and in two findings (one of harsh and generous, and self-vote inflation). The
+/// configuration refuses settings under which it exceeds a record.
+pub fn largest_audit_bytes(max_id_bytes: usize, judges: usize, positions: u64) -> usize {
+    // The longest a float is written (ryu: seventeen digits, a sign and a three-digit exponent).
+    const LONGEST: f64 = -2.225_073_858_507_201_4e-308;
+    let running = Running {
+        n: u64::MAX,
+        mean: LONGEST,
+        m2: LONGEST,
+    };
+    let fixed = json_bytes(&ProjectAudit {
+        length: FisherPool {
+            weight: LONGEST,
+            weighted_z: LONGEST,
+            pairs: u64::MAX,
+        },
+        reviews: running,
+        position_sessions: u64::MAX,
+        sessions: u64::MAX,
+        forgotten: u64::MAX,
+        ..ProjectAudit::default()
+    });
+    let id = json_str_at_most(max_id_bytes);
+    // `"id":{..},` in `judges` and in `self_inflation`, `"id":N,` in `seen`.
+    let entries = 2 * (id + json_bytes(&running) + 2) + id + json_bytes(&u64::MAX) + 2;
+    let findings = ["self_vote_inflation/", "generous_reviewer/"]
+        .iter()
+        .map(|kind| id + kind.len() + 1)
+        .sum::<usize>();
+    let position = json_bytes(&u64::MAX.to_string()) + json_bytes(&running) + 2;
+    let positions = usize::try_from(positions).unwrap_or(usize::MAX);
+    fixed
+        .saturating_add(judges.saturating_mul(entries + findings))
+        .saturating_add(positions.saturating_mul(position))
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Hand-checked bias-audit tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 use crate::engine::contract::judge::CandidateMeta;
@@ -269,4 +269,231 @@ fn project_alerts_need_evidence_and_fire_on_crossing_only() {
     assert!(!project.active.contains("length_bias"));
     let alert = project.findings_after(&strong, &audit, &cfg, 200);
     assert_eq!(alert, 1);
+}
+
+/// A session in which candidate `A` (shown at `position`) is scored by `judges`, and by each of
+/// `authors`, which wrote it, with an excluded self-score.
+fn session_of<'s>(
+    judges: &[(&'s str, f64)],
+    authors: &[(&'s str, f64)],
+    candidates: &'s BTreeMap<String, CandidateMeta>,
+) -> Analysis<'s> {
+    Analysis {
+        judges: JudgeCounts {
+            ok: judges.len() + authors.len(),
+            failed: 0,
+            abstained: 0,
+        },
+        consensus: None,
+        agreement: None,
+        krippendorff_alpha: None,
+        rankings: vec![],
+        scores: BTreeMap::from([("A", judges.to_vec())]),
+        self_scores: authors.iter().map(|(j, n)| (*j, "A", *n)).collect(),
+        candidates,
+    }
+}
+
+fn shown_at(position: u64) -> BTreeMap<String, CandidateMeta> {
+    BTreeMap::from([(
+        "A".to_owned(),
+        CandidateMeta {
+            author: None,
+            words: None,
+            position: Some(position),
+        },
+    )])
+}
+
+/// Hand-checked: with room for two judges, a third forgets the judge last seen longest ago
+/// (ties by id), and its finding with it; the project's mean keeps its reviews; a forgotten
+/// judge that comes back starts afresh.
+#[test]
+fn a_project_follows_the_judges_it_saw_last() {
+    let cfg = Bias {
+        project_max_judges: 2,
+        project_min_judge_reviews: 2,
+        ..Bias::default()
+    };
+    let shown = shown_at(0);
+    let mut project = ProjectAudit::default();
+    let mut add = |i: usize, judges: &[(&str, f64)]| {
+        let a = session_of(judges, &[], &shown);
+        let audit = audit_session(&a, &cfg);
+        let alerts = project.update("p", &format!("s{i}"), &a, &audit, &cfg);
+        let kinds = alerts
+            .iter()
+            .map(|x| format!("{}/{}", x.kind, x.subject.clone().unwrap_or_default()));
+        (kinds.collect::<Vec<_>>(), project.clone())
+    };
+    // Sessions 1 and 2: `a` scores 0 and `b` 1. Project mean 0.5; with two reviews `a`'s CI
+    // [0, 0] lies below 0.5 - 0.1 (harsh) and `b`'s [1, 1] above 0.5 + 0.1 (generous).
+    assert!(add(1, &[("a", 0.0), ("b", 1.0)]).0.is_empty());
+    let (alerts, after) = add(2, &[("a", 0.0), ("b", 1.0)]);
+    assert_eq!(alerts, ["harsh_reviewer/a", "generous_reviewer/b"]);
+    assert!(after.active.contains("harsh_reviewer/a"));
+    // Session 3: `b` and `c`. Three judges: `a`, last seen in session 2, is forgotten, and its
+    // finding with it; `b` (mean 1 against 4/6) stays generous.
+    let (alerts, after) = add(3, &[("b", 1.0), ("c", 1.0)]);
+    assert!(alerts.is_empty());
+    assert_eq!(after.judges.keys().collect::<Vec<_>>(), ["b", "c"]);
+    assert_eq!(
+        after.seen,
+        BTreeMap::from([("b".into(), 3), ("c".into(), 3)])
+    );
+    assert_eq!(after.active, BTreeSet::from(["generous_reviewer/b".into()]));
+    assert_eq!((after.forgotten, after.reviews.n), (1, 6));
+    assert!(close(after.reviews.mean, 4.0 / 6.0, 1e-15));
+    // Session 4: `a` again. `b` and `c` were both last seen in session 3: `b` goes first by id.
+    let (alerts, after) = add(4, &[("a", 0.0)]);
+    assert!(alerts.is_empty() && after.active.is_empty());
+    assert_eq!(after.judges.keys().collect::<Vec<_>>(), ["a", "c"]);
+    assert_eq!((after.judges["a"].n, after.forgotten), (1, 2));
+    // With a second review `a` is harsh again (mean 4/8 = 0.5; its CI [0, 0]), a new alert.
+    assert_eq!(add(5, &[("a", 0.0)]).0, ["harsh_reviewer/a"]);
+}
+
+/// A judge seen only through its self-votes is followed too, and a judge restored from a record
+/// written before `seen` counts as seen before any other.
+#[test]
+fn self_voting_judges_and_restored_ones_are_followed() {
+    let cfg = Bias {
+        project_max_judges: 2,
+        ..Bias::default()
+    };
+    let shown = shown_at(0);
+    let mut project: ProjectAudit = serde_json::from_str(
+        r#"{"length":{"weight":0.0,"weighted_z":0.0,"pairs":0},"reviews":{"n":1,"mean":0.5,"m2":0.0},
+        "judges":{"old":{"n":1,"mean":0.5,"m2":0.0}},"positions":{},"position_sessions":0,
+        "self_inflation":{},"active":[]}"#,
+    )
+    .unwrap();
+    assert_eq!((project.judges_followed(), project.sessions), (1, 0));
+    let a = session_of(&[("x", 0.5)], &[("author", 0.9)], &shown);
+    let audit = audit_session(&a, &cfg);
+    project.update("p", "s", &a, &audit, &cfg);
+    // `x` and `author` (inflating by 0.4) are followed; `old` is forgotten.
+    assert_eq!(project.judges.keys().collect::<Vec<_>>(), ["x"]);
+    assert_eq!(
+        project.self_inflation.keys().collect::<Vec<_>>(),
+        ["author"]
+    );
+    assert!(close(project.self_inflation["author"].mean, 0.4, 1e-15));
+    assert_eq!((project.judges_followed(), project.forgotten), (2, 1));
+}
+
+/// Hand-checked: positions at or beyond `project_max_positions` stay in their session's audit
+/// and out of the project's; a session with none below counts as no position session.
+#[test]
+fn a_project_pools_its_first_positions() {
+    let cfg = Bias {
+        project_max_positions: 2,
+        ..Bias::default()
+    };
+    let mut project = ProjectAudit::default();
+    for (i, position) in [1, 2, 7].into_iter().enumerate() {
+        let shown = shown_at(position);
+        let a = session_of(&[("j", 0.25)], &[], &shown);
+        let audit = audit_session(&a, &cfg);
+        assert_eq!(
+            audit.position_scores.keys().collect::<Vec<_>>(),
+            [&position]
+        );
+        project.update("p", &format!("s{i}"), &a, &audit, &cfg);
+    }
+    assert_eq!(project.positions.keys().collect::<Vec<_>>(), [&1]);
+    assert_eq!((project.positions[&1].n, project.position_sessions), (1, 1));
+}
+
+/// `largest_audit_bytes` bounds a project's audit from above, closely: judges of the longest
+/// ids in every map and two findings each, numbers at their longest.
+#[test]
+fn the_largest_audit_is_bounded_closely() {
+    let ids = 256;
+    let longest = -2.225_073_858_507_201_4e-308;
+    let running = Running {
+        n: u64::MAX,
+        mean: longest,
+        m2: longest,
+    };
+    for (judges, positions) in [(0, 0), (1, 0), (0, 10), (100, 1_000), (140, 10)] {
+        let id = |j: usize| format!("{j:04}{}", "\u{1}".repeat(ids - 4));
+        let mut audit = ProjectAudit {
+            length: FisherPool {
+                weight: longest,
+                weighted_z: longest,
+                pairs: u64::MAX,
+            },
+            reviews: running,
+            position_sessions: u64::MAX,
+            sessions: u64::MAX,
+            forgotten: u64::MAX,
+            ..ProjectAudit::default()
+        };
+        for j in 0..judges {
+            audit.judges.insert(id(j), running);
+            audit.self_inflation.insert(id(j), running);
+            audit.seen.insert(id(j), u64::MAX);
+            audit.active.insert(format!("generous_reviewer/{}", id(j)));
+            audit
+                .active
+                .insert(format!("self_vote_inflation/{}", id(j)));
+        }
+        for p in 0..positions {
+            audit.positions.insert(u64::MAX - p, running);
+        }
+        let bytes = serde_json::to_vec(&audit).unwrap().len();
+        let bound = largest_audit_bytes(ids, judges, positions);
+        assert!(bytes <= bound, "{judges}, {positions}: {bytes} > {bound}");
+        assert!(
+            bytes * 100 >= bound * 98,
+            "{judges}, {positions}: {bytes} of {bound}"
+        );
+    }
+}
+
+proptest::proptest! {
+    /// However sessions come, a project follows at most `project_max_judges` judges and pools
+    /// at most `project_max_positions` positions, and its record stays within
+    /// `largest_audit_bytes`: ids of eight bytes with quotes and control characters, every
+    /// finding reachable (one review or self-vote is evidence enough).
+    #[test]
+    fn a_project_audit_stays_within_its_bounds(
+        max_judges in 1usize..5,
+        max_positions in 1u64..4,
+        sessions in proptest::collection::vec(
+            (
+                proptest::collection::vec((0usize..9, 0.0f64..=1.0), 1..5),
+                proptest::collection::vec((0usize..9, 0.0f64..=1.0), 0..3),
+                0u64..6,
+            ),
+            1..40,
+        ),
+    ) {
+        let cfg = Bias {
+            project_max_judges: max_judges,
+            project_max_positions: max_positions,
+            project_min_judge_reviews: 1,
+            project_min_self_votes: 1,
+            ..Bias::default()
+        };
+        let ids: Vec<String> = (0..9).map(|i| format!("\u{1}\"{i:06}")).collect();
+        let mut project = ProjectAudit::default();
+        for (i, (scores, authors, position)) in sessions.iter().enumerate() {
+            let shown = shown_at(*position);
+            let named = |v: &[(usize, f64)]| -> Vec<(&str, f64)> {
+                let mut v: Vec<(&str, f64)> = v.iter().map(|(j, n)| (ids[*j].as_str(), *n)).collect();
+                v.sort_by(|a, b| a.0.cmp(b.0));
+                v.dedup_by(|a, b| a.0 == b.0);
+                v
+            };
+            let a = session_of(&named(scores), &named(authors), &shown);
+            let audit = audit_session(&a, &cfg);
+            project.update("p", &format!("s{i}"), &a, &audit, &cfg);
+            proptest::prop_assert!(project.judges_followed() <= max_judges);
+            proptest::prop_assert!(project.positions.len() as u64 <= max_positions);
+            let bytes = serde_json::to_vec(&project).unwrap().len();
+            proptest::prop_assert!(bytes <= largest_audit_bytes(8, max_judges, max_positions));
+        }
+    }
 }
