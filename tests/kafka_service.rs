@@ -1185,8 +1185,10 @@ fn poison_records_never_wedge_the_service() {
     let port = free_port();
     // Applied where produced (`by_key`: every record here is keyed by its project): a
     // producer limit this low would also refuse to forward the 900 kB verdict below, which
-    // `repartition_hostile_records_are_dead_lettered_where_they_are_read` covers.
-    let extra = "[input]\npartitioning = \"by_key\"\n\n[limits]\ndead_letter_payload_bytes = 4096\n\n[kafka.producer]\n\"message.max.bytes\" = \"150000\"\n";
+    // `repartition_hostile_records_are_dead_lettered_where_they_are_read` covers. A project's
+    // bias audit and a category's ranking that such records hold are refused at start unless
+    // bounded to fit.
+    let extra = "[input]\npartitioning = \"by_key\"\n\n[limits]\ndead_letter_payload_bytes = 4096\n\n[kafka.producer]\n\"message.max.bytes\" = \"150000\"\n\n[bias]\nproject_max_judges = 16\nproject_max_positions = 100\n\n[leaderboard]\nmax_models = 20\n";
     let Setup {
         dir,
         config,

@@ -9,6 +9,7 @@ use super::{
 use crate::changelog::largest_item_bytes;
 use crate::engine::model::bias::largest_audit_bytes;
 use crate::engine::model::judge_quality::{item_share, largest_waiting_bytes};
+use crate::engine::model::leaderboard::{largest_block_bytes, largest_ranking_bytes};
 use crate::engine::model::record_bytes::{ENVELOPE, json_str_at_most};
 
 /// Checks the engine's sections.
@@ -114,6 +115,7 @@ pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
         1_000,
         "models per category (a refit costs their square)",
     )?;
+    leaderboard_records_fit(c)?;
     let q = &c.judge_quality;
     positive("judge_quality.min_human_votes", q.min_human_votes as usize)?;
     positive("judge_quality.max_pending_items", q.max_pending_items)?;
@@ -191,6 +193,38 @@ fn audit_record_fits(c: &Config) -> Result<(), ConfigError> {
              limits.max_id_bytes, or raise limits.max_message_bytes (and kafka.producer's \
              message.max.bytes, if set)",
             b.project_max_judges, b.project_max_positions
+        ),
+    ))
+}
+
+/// Whether a category's Bradley-Terry records fit the largest record the producer sends, less
+/// their keys' ids and [`ENVELOPE`], at `leaderboard.max_models` models of ids of
+/// `limits.max_id_bytes`: a block holds a total for every pair of models compared in it (their
+/// square), the ranking each model's id and standing.
+fn leaderboard_records_fit(c: &Config) -> Result<(), ConfigError> {
+    let (models, ids) = (c.leaderboard.max_models, c.limits.max_id_bytes);
+    let limit = c.producer_record_limit();
+    let keys = ENVELOPE.saturating_add(json_str_at_most(ids).saturating_mul(2));
+    let room = limit.saturating_sub(keys);
+    let (block, ranking) = (
+        largest_block_bytes(models),
+        largest_ranking_bytes(ids, models),
+    );
+    let (what, bytes) = if block >= ranking {
+        ("a block (a total for every pair of them)".to_owned(), block)
+    } else {
+        (format!("its ranking (with ids of {ids} bytes)"), ranking)
+    };
+    if bytes <= room {
+        return Ok(());
+    }
+    Err(invalid(
+        "leaderboard.max_models",
+        format!(
+            "a category of {models} models could take {bytes} bytes in {what}, above the {room} \
+             a changelog record holds (records of at most {limit} bytes): lower \
+             leaderboard.max_models or limits.max_id_bytes, or raise limits.max_message_bytes \
+             (and kafka.producer's message.max.bytes, if set)"
         ),
     ))
 }

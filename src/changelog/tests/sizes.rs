@@ -4,12 +4,26 @@
 
 use super::*;
 use crate::engine::model::bias::{ProjectAudit, largest_audit_bytes};
+use crate::engine::model::leaderboard::{largest_block_bytes, largest_ranking_bytes};
 
 /// An id of `bytes` bytes, `tag` and `n` first, then control characters, which JSON spells in
 /// six bytes each (`\u0001`): the longest an id can be written.
 fn hostile_id(tag: char, n: usize, bytes: usize) -> String {
     let head = format!("{tag}{n:04}");
     format!("{head}{}", "\\u0001".repeat(bytes - head.len()))
+}
+
+/// The most `setting` of `config` accepts, counting up from its value; `config` is left with
+/// one more.
+fn most_accepted(config: &mut Config, setting: impl Fn(&mut Config) -> &mut usize) -> usize {
+    let mut most = *setting(config);
+    while {
+        *setting(config) = most + 1;
+        config.validate().is_ok()
+    } {
+        most += 1;
+    }
+    most
 }
 
 /// The largest record of `log`, key and value, with its key.
@@ -115,13 +129,7 @@ fn items_with_the_most_verdicts_the_configuration_accepts_fit_a_record() {
     let mut config = Config::default();
     // The defaults' 32 verdicts, and the most the defaults' record limit accepts.
     let accepted = |config: &Config| config.validate().is_ok();
-    let mut most = config.reviewers.max_verdicts;
-    while {
-        config.reviewers.max_verdicts = most + 1;
-        accepted(&config)
-    } {
-        most += 1;
-    }
+    let most = most_accepted(&mut config, |c| &mut c.reviewers.max_verdicts);
     // An item's share of the default record limit is (1,114,112 - 512) / 32 = 34,800 bytes;
     // an item of 256-byte ids takes at most 604 of them, and each verdict 291 more: 117.
     assert_eq!(most, 117);
@@ -161,8 +169,10 @@ fn settings_whose_items_could_outgrow_a_record_are_refused() {
     config.limits.max_message_bytes = Config::default().limits.max_message_bytes;
     config.reviewers.enabled = false;
     assert!(config.validate().is_ok());
-    // Ids too long for even one waiting score (a project's audit of five judges holds them).
+    // Ids too long for even one waiting score (a project's audit of five judges and a category
+    // of five models hold them).
     config.bias.project_max_judges = 5;
+    config.leaderboard.max_models = 5;
     config.limits.max_id_bytes = 4_096;
     let error = config
         .validate()
@@ -335,13 +345,7 @@ fn a_project_audit_of_the_longest_ids_fits_a_record() {
 fn settings_whose_audit_could_outgrow_a_record_are_refused() {
     let mut config = Config::default();
     let accepted = |config: &Config| config.validate().is_ok();
-    let mut most = config.bias.project_max_judges;
-    while {
-        config.bias.project_max_judges = most + 1;
-        accepted(&config)
-    } {
-        most += 1;
-    }
+    let most = most_accepted(&mut config, |c| &mut c.bias.project_max_judges);
     // The record holds 1,114,112 - 512 - 1,538 (the key's project id) = 1,112,062 bytes; the
     // audit takes at most 464 of them, 1,000 positions 112,000 and each judge 7,891: 126.
     // The record holds 1,114,112 - 512 - 1,538 (the key's project id) = 1,112,062 bytes. An
@@ -370,4 +374,114 @@ fn settings_whose_audit_could_outgrow_a_record_are_refused() {
         .expect_err("a million positions do not fit")
         .to_string();
     assert!(error.contains("bias.project_max_positions"), "{error}");
+}
+
+/// The configuration refuses more models than a category's Bradley-Terry records hold: a
+/// block grows with the square of the models (1,000, accepted before, could take 30 MB).
+#[test]
+fn settings_whose_leaderboard_could_outgrow_a_record_are_refused() {
+    let mut config = Config::default();
+    let accepted = |config: &Config| config.validate().is_ok();
+    let most = most_accepted(&mut config, |c| &mut c.leaderboard.max_models);
+    // A record holds 1,114,112 - 512 - 2 x 1,538 (the key's project and category ids) =
+    // 1,110,524 bytes; a block of m models takes 2 and 60 a pair (`[191,191,f,f],` with
+    // floats of 24 bytes): m (m - 1) / 2 x 60 + 2 <= 1,110,524 for m = 192, not 193.
+    assert_eq!(most, 192);
+    assert_eq!(largest_block_bytes(192), 192 * 191 / 2 * 60 + 2);
+    config.leaderboard.max_models = 1_000;
+    let error = config
+        .validate()
+        .expect_err("1,000 models do not fit")
+        .to_string();
+    assert!(error.contains("leaderboard.max_models"), "{error}");
+    assert!(error.contains("a block"), "{error}");
+    config.limits.max_message_bytes = 64 << 20;
+    assert!(accepted(&config));
+}
+
+/// The largest block and ranking are bounded closely: every pair of models compared, ids of
+/// control characters, standings with the longest notes and numbers.
+#[test]
+fn the_largest_leaderboard_records_are_bounded_closely() {
+    use crate::engine::model::bradley_terry::Prior;
+    use crate::engine::model::leaderboard::{BlockPair, BtStanding, Ranking};
+    let longest = crate::engine::model::record_bytes::LONGEST_F64;
+    for models in [1usize, 2, 50, 192] {
+        let last = u32::try_from(models).unwrap();
+        let block: Vec<BlockPair> = (0..last)
+            .flat_map(|a| (a + 1..last).map(move |b| BlockPair(a, b, longest, longest)))
+            .collect();
+        let bytes = serde_json::to_vec(&block).unwrap().len();
+        let bound = largest_block_bytes(models);
+        assert!(bytes <= bound, "{models}: {bytes} > {bound}");
+        assert!(
+            models < 50 || bytes * 100 >= bound * 90,
+            "{models}: {bytes} of {bound}"
+        );
+        let id = |m: usize| format!("{m:04}{}", "\u{1}".repeat(252));
+        let ranking = Ranking {
+            models: (0..models).map(id).collect(),
+            fitted_at: EventTime::new(-62_167_219_200, 999_999_999).ok(),
+            fitted: (0..models)
+                .map(|m| {
+                    let standing = BtStanding {
+                        rating: Some(longest),
+                        interval: Some((Some(longest), Some(longest))),
+                        rank: Some(usize::MAX),
+                        comparisons: longest,
+                        note: Some(Prior::Separated.note().to_owned()),
+                    };
+                    (id(m), standing)
+                })
+                .collect(),
+            ..Ranking::default()
+        };
+        let bytes = serde_json::to_vec(&ranking).unwrap().len();
+        let bound = largest_ranking_bytes(256, models);
+        assert!(bytes <= bound, "{models}: {bytes} > {bound}");
+        assert!(bytes * 100 >= bound * 98, "{models}: {bytes} of {bound}");
+    }
+}
+
+/// One session ranking as many models of the longest ids as the configuration accepts, each
+/// candidate by a model of its own: every pair of them is compared in one block, and every
+/// record fits.
+#[test]
+fn a_leaderboard_of_the_most_models_fits_a_record() {
+    let mut config = Config::default();
+    config.leaderboard.max_models = 192;
+    config.leaderboard.bootstrap_rounds = 2;
+    assert!(config.validate().is_ok());
+    let ids = config.limits.max_id_bytes;
+    let models = config.leaderboard.max_models;
+    let scores: Vec<String> = (0..models)
+        .map(|c| format!(r#""{}": {}"#, hostile_id('c', c, ids), 1 + c % 10))
+        .collect();
+    let candidates: Vec<String> = (0..models)
+        .map(|c| {
+            format!(
+                r#""{}": {{"author": "{}"}}"#,
+                hostile_id('c', c, ids),
+                hostile_id('m', c, ids)
+            )
+        })
+        .collect();
+    let ballot = format!(
+        r#"{{"event_id": "e", "project_id": "{}", "session_id": "s", "occurred_at": 1795168800000, "judge": "j", "scores": {{{}}}, "candidates": {{{}}}, "expected_judges": 1, "category": "{}"}}"#,
+        hostile_id('p', 0, ids),
+        scores.join(","),
+        candidates.join(","),
+        hostile_id('k', 0, ids),
+    );
+    assert!(ballot.len() <= config.limits.max_message_bytes);
+    let log = changelog_of(&config, &[ballot]);
+    let limit = config.producer_record_limit();
+    let (bytes, key) = largest(&log);
+    assert!(bytes <= limit, "{key}: {bytes} bytes, above {limit}");
+    let block = log.iter().find(|r| r.key.contains("\"block\""));
+    let block = block
+        .and_then(|r| r.value.as_ref())
+        .expect("a block was written");
+    let pairs: Vec<serde_json::Value> = serde_json::from_slice(block).unwrap();
+    assert_eq!(pairs.len(), models * (models - 1) / 2);
 }

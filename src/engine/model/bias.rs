@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::consensus::Analysis;
-use super::record_bytes::{json_bytes, json_str_at_most};
+use super::record_bytes::{LONGEST_F64, json_bytes, json_str_at_most};
 use super::stats::{self, Running};
 use crate::engine::settings::Bias;
 
@@ -576,8 +576,7 @@ impl ProjectAudit {
 /// in `seen`, and in two findings (one of harsh and generous, and self-vote inflation). The
 /// configuration refuses settings under which it exceeds a record.
 pub fn largest_audit_bytes(max_id_bytes: usize, judges: usize, positions: u64) -> usize {
-    // The longest a float is written (ryu: seventeen digits, a sign and a three-digit exponent).
-    const LONGEST: f64 = -2.225_073_858_507_201_4e-308;
+    const LONGEST: f64 = LONGEST_F64;
     let running = Running {
         n: u64::MAX,
         mean: LONGEST,

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::bradley_terry::{self, Games, Interval};
 use super::consensus::Analysis;
+use super::record_bytes::{LONGEST_F64, json_bytes, json_str_at_most};
 use crate::engine::contract::time::EventTime;
 use crate::engine::settings::Leaderboard;
 
@@ -186,6 +187,42 @@ pub struct Ranking {
     pub fitted_at: Option<EventTime>,
     /// The last fit, by model.
     pub fitted: BTreeMap<String, BtStanding>,
+}
+
+/// The most bytes a block of a category of `max_models` models takes in its changelog record
+/// (JSON), counted from above: every pair of models compared, every total at its longest. It
+/// grows with the square of the models, so it bounds `leaderboard.max_models` by the largest
+/// record the producer sends, as the configuration checks.
+pub fn largest_block_bytes(max_models: usize) -> usize {
+    let last = u32::try_from(max_models.saturating_sub(1)).unwrap_or(u32::MAX);
+    let pair = json_bytes(&BlockPair(last, last, LONGEST_F64, LONGEST_F64)) + 1;
+    let pairs = max_models.saturating_mul(max_models.saturating_sub(1)) / 2;
+    pairs.saturating_mul(pair).saturating_add(2)
+}
+
+/// The most bytes a category's [`Ranking`] record takes with `max_models` models of ids of
+/// `max_id_bytes`, counted from above: every id of control characters (six bytes each), named
+/// twice (its place and its standing), every standing with the longest note and numbers.
+pub fn largest_ranking_bytes(max_id_bytes: usize, max_models: usize) -> usize {
+    let at = EventTime::new(-62_167_219_200, 999_999_999).ok();
+    let fixed = json_bytes(&Ranking {
+        fitted_at: at,
+        ..Ranking::default()
+    });
+    use bradley_terry::Prior;
+    let notes = [Prior::NeverLost, Prior::NeverWon, Prior::Separated].map(Prior::note);
+    let longest_note = notes.iter().chain([&NOT_COMPARED]).map(|n| n.len()).max();
+    let standing = json_bytes(&BtStanding {
+        rating: Some(LONGEST_F64),
+        interval: Some((Some(LONGEST_F64), Some(LONGEST_F64))),
+        rank: Some(usize::MAX),
+        comparisons: LONGEST_F64,
+        note: Some("n".repeat(longest_note.unwrap_or(0))),
+    });
+    let id = json_str_at_most(max_id_bytes);
+    // `"id",` in `models`, `"id":{..},` in `fitted`.
+    let model = (id + 1) + (id + 1 + standing + 1);
+    fixed.saturating_add(max_models.saturating_mul(model))
 }
 
 /// The note of a model in the category's table without a comparison in the window.

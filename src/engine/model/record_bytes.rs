@@ -10,6 +10,10 @@ use serde::Serialize;
 /// record batch.
 pub const ENVELOPE: usize = 512;
 
+/// A float as long as JSON writes one (seventeen digits, a sign and a three-digit exponent):
+/// what the bounds count a float as.
+pub const LONGEST_F64: f64 = -2.225_073_858_507_201_4e-308;
+
 /// The most bytes a string of `bytes` bytes takes in JSON: its quotes, and each byte as JSON
 /// may spell it, in six (`\u0001`). What the bounds count an id from before, or instead of,
 /// writing it out.
