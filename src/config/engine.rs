@@ -8,7 +8,9 @@ use super::{
 };
 use crate::changelog::largest_item_bytes;
 use crate::engine::model::bias::largest_audit_bytes;
-use crate::engine::model::judge_quality::{item_share, largest_waiting_bytes};
+use crate::engine::model::judge_quality::{
+    item_share, largest_waiting_bytes, largest_window_bytes,
+};
 use crate::engine::model::leaderboard::{largest_block_bytes, largest_ranking_bytes};
 use crate::engine::model::record_bytes::{ENVELOPE, json_str_at_most};
 
@@ -164,7 +166,7 @@ pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
         1_000,
         "per project",
     )?;
-    item_records_fit(c)
+    quality_records_fit(c)
 }
 
 /// Whether a project's bias audit, at `bias.project_max_judges` judges and
@@ -229,14 +231,15 @@ fn leaderboard_records_fit(c: &Config) -> Result<(), ConfigError> {
     ))
 }
 
-/// Whether every changelog record of a task's judge-quality items fits the largest record the
-/// producer sends, however long the ids: each item must fit its share of one
-/// ([`item_share`]). A record the producer refused would stop the service, and stop it again
-/// at every restart as the same records come back, so settings under which an item could
-/// outgrow its share are refused here: its verdicts (`reviewers.max_verdicts`) and ids
+/// Whether every changelog record of judge quality fits the largest record the producer sends,
+/// however long the ids: each of a task's items must fit its share of one ([`item_share`]), and
+/// a judge's window a record. A record the producer refused would stop the service, and stop
+/// it again at every restart as the same records come back, so settings under which one could
+/// outgrow its room are refused here: its verdicts (`reviewers.max_verdicts`) and ids
 /// (`limits.max_id_bytes`) bound an item with votes; an item's waiting judge scores are kept
-/// within the share as they come, so one of them, on its own, must fit.
-fn item_records_fit(c: &Config) -> Result<(), ConfigError> {
+/// within the share as they come, so one of them, on its own, must fit; `judge_quality.window`
+/// bounds a window.
+fn quality_records_fit(c: &Config) -> Result<(), ConfigError> {
     // Items are held only where judge scores pair with votes (see `Settings::pairs_judges`).
     if !(c.judge_quality.enabled && c.input.repartitions()) {
         return Ok(());
@@ -274,6 +277,21 @@ fn item_records_fit(c: &Config) -> Result<(), ConfigError> {
         };
         let what = format!("an item with {verdicts} verdicts and ids of {ids} bytes");
         return Err(too_large(key, what, item));
+    }
+    // A judge's window is a record of its own, keyed by its project and judge.
+    let room = limit.saturating_sub(ENVELOPE.saturating_add(json_str_at_most(ids) * 2));
+    let window = largest_window_bytes(c.judge_quality.window);
+    if window > room {
+        return Err(invalid(
+            "judge_quality.window",
+            format!(
+                "a judge's window of {} pairs could take {window} bytes, above the {room} a \
+                 changelog record holds (records of at most {limit} bytes): lower \
+                 judge_quality.window or limits.max_id_bytes, or raise \
+                 limits.max_message_bytes (and kafka.producer's message.max.bytes, if set)",
+                c.judge_quality.window
+            ),
+        ));
     }
     Ok(())
 }

@@ -421,7 +421,7 @@ fn the_largest_leaderboard_records_are_bounded_closely() {
         let id = |m: usize| format!("{m:04}{}", "\u{1}".repeat(252));
         let ranking = Ranking {
             models: (0..models).map(id).collect(),
-            fitted_at: EventTime::new(-62_167_219_200, 999_999_999).ok(),
+            fitted_at: Some(EventTime::LONGEST),
             fitted: (0..models)
                 .map(|m| {
                     let standing = BtStanding {
@@ -484,4 +484,48 @@ fn a_leaderboard_of_the_most_models_fits_a_record() {
         .expect("a block was written");
     let pairs: Vec<serde_json::Value> = serde_json::from_slice(block).unwrap();
     assert_eq!(pairs.len(), models * (models - 1) / 2);
+}
+
+/// A judge's window is bounded closely, and the configuration refuses a window its record could
+/// not hold where records are small.
+#[test]
+fn a_judges_window_fits_a_record() {
+    use crate::engine::model::judge_quality::{JudgeWindow, TimedPair, largest_window_bytes};
+    let longest = crate::engine::model::record_bytes::LONGEST_F64;
+    for pairs in [0, 1, 500, 10_000] {
+        let pair = TimedPair(EventTime::LONGEST, u64::MAX, longest, longest);
+        let window = JudgeWindow {
+            pairs: std::iter::repeat_n(pair, pairs).collect(),
+            disagreeing: false,
+            drifting: false,
+            last_event_at: Some(EventTime::LONGEST),
+        };
+        let bytes = serde_json::to_vec(&window).unwrap().len();
+        let bound = largest_window_bytes(pairs);
+        assert!(
+            bytes <= bound && bytes + 1 >= bound,
+            "{pairs}: {bytes} of {bound}"
+        );
+    }
+    // 98 bytes a pair: `[[-62167219200,999999999],18446744073709551615,f,f],`, floats of 24.
+    assert_eq!(largest_window_bytes(1) - largest_window_bytes(0), 98);
+    // The defaults accept the largest window; records of 150,000 bytes hold 1,000 pairs (ids
+    // of 128 bytes: room for 150,000 - 512 - 2 x 770 = 147,948 bytes), not 10,000.
+    let mut config = Config::default();
+    config.judge_quality.window = 10_000;
+    assert!(config.validate().is_ok());
+    let producer = &mut config.kafka.producer;
+    producer.insert("message.max.bytes".into(), "150000".into());
+    config.bias.project_max_judges = 16;
+    config.bias.project_max_positions = 100;
+    config.leaderboard.max_models = 20;
+    config.reviewers.max_verdicts = 8;
+    config.limits.max_id_bytes = 128;
+    let error = config
+        .validate()
+        .expect_err("10,000 pairs do not fit 150 kB")
+        .to_string();
+    assert!(error.contains("judge_quality.window"), "{error}");
+    config.judge_quality.window = 1_000;
+    assert!(config.validate().is_ok());
 }

@@ -74,6 +74,13 @@ impl EventTime {
         nanos: 0,
     };
 
+    /// An instant as long as state records write one (`[-62167219200,999999999]`): what the
+    /// bounds on records' sizes count a time as.
+    pub const LONGEST: EventTime = EventTime {
+        secs: MIN_SECS,
+        nanos: 999_999_999,
+    };
+
     /// Builds a time from seconds and nanoseconds since the Unix epoch.
     pub fn new(secs: i64, nanos: u32) -> Result<Self, TimeError> {
         if nanos >= 1_000_000_000 || !(MIN_SECS..=MAX_SECS).contains(&secs) {

@@ -204,9 +204,8 @@ pub fn largest_block_bytes(max_models: usize) -> usize {
 /// `max_id_bytes`, counted from above: every id of control characters (six bytes each), named
 /// twice (its place and its standing), every standing with the longest note and numbers.
 pub fn largest_ranking_bytes(max_id_bytes: usize, max_models: usize) -> usize {
-    let at = EventTime::new(-62_167_219_200, 999_999_999).ok();
     let fixed = json_bytes(&Ranking {
-        fitted_at: at,
+        fitted_at: Some(EventTime::LONGEST),
         ..Ranking::default()
     });
     use bradley_terry::Prior;

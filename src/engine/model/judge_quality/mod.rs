@@ -24,7 +24,7 @@ use super::agreement::kappa;
 pub use super::agreement::{Agreement, judge_agreement};
 pub use super::bounded::{Bounded, Held, Items, Places, UNREAD};
 use super::effective_judges::{Basis, CandidateScores, Correlations};
-use super::record_bytes::{ENVELOPE, json_bytes, json_str_at_most};
+use super::record_bytes::{ENVELOPE, LONGEST_F64, json_bytes, json_str_at_most};
 use super::reviewers::{Fit, Review, ReviewerLimits, Reviewers, StoredReview, Verdicts};
 use crate::engine::contract::time::EventTime;
 use crate::engine::ids::{ProjectKey, Projects};
@@ -584,6 +584,19 @@ pub fn largest_waiting_bytes(max_id_bytes: usize) -> usize {
     json_str_at_most(max_id_bytes)
         .saturating_mul(4)
         .saturating_add(152)
+}
+
+/// The most bytes a judge's window of `window` pairs takes in its changelog record (JSON),
+/// counted from above: every pair's time to the nanosecond, its tie-break and scores at their
+/// longest. The configuration refuses a `judge_quality.window` whose window outgrows a record.
+pub fn largest_window_bytes(window: usize) -> usize {
+    let at = EventTime::LONGEST;
+    let fixed = json_bytes(&JudgeWindow {
+        last_event_at: Some(at),
+        ..JudgeWindow::default()
+    });
+    let pair = json_bytes(&TimedPair(at, u64::MAX, LONGEST_F64, LONGEST_F64)) + 1;
+    fixed.saturating_add(window.saturating_mul(pair))
 }
 
 /// The item places of changelog record `bucket` ([`ITEM_BUCKET`]).
