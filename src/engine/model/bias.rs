@@ -347,6 +347,8 @@ impl ProjectAudit {
                 self.see(judge);
             }
         }
+        // Positions a larger bound pooled before (a restored audit) go.
+        drop(self.positions.split_off(&cfg.project_max_positions));
         let pooled = audit.position_scores.range(..cfg.project_max_positions);
         if pooled.clone().next().is_some() {
             self.position_sessions += 1;

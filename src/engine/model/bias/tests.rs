@@ -403,6 +403,16 @@ fn a_project_pools_its_first_positions() {
     }
     assert_eq!(project.positions.keys().collect::<Vec<_>>(), [&1]);
     assert_eq!((project.positions[&1].n, project.position_sessions), (1, 1));
+    // A lower bound (a restart with other settings) drops the positions beyond it.
+    let cfg = Bias {
+        project_max_positions: 1,
+        ..cfg
+    };
+    let shown = shown_at(0);
+    let a = session_of(&[("j", 0.25)], &[], &shown);
+    project.update("p", "s3", &a, &audit_session(&a, &cfg), &cfg);
+    assert_eq!(project.positions.keys().collect::<Vec<_>>(), [&0]);
+    assert_eq!(project.position_sessions, 2);
 }
 
 /// `largest_audit_bytes` bounds a project's audit from above, closely: judges of the longest
