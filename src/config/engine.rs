@@ -169,45 +169,77 @@ pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
     quality_records_fit(c)
 }
 
+/// Room for state in a changelog record: the bytes the bounds may fill, and of what.
+struct Room {
+    bytes: usize,
+    /// Whose room, before "changelog record holds": "a", or "an item's share of a".
+    whose: &'static str,
+    /// The largest record the producer sends.
+    limit: usize,
+}
+
+impl Room {
+    /// A record keyed by `key_ids` ids of `limits.max_id_bytes`: the producer's largest record
+    /// less them and [`ENVELOPE`].
+    fn of_record(c: &Config, key_ids: usize) -> Room {
+        let limit = c.producer_record_limit();
+        let key = json_str_at_most(c.limits.max_id_bytes).saturating_mul(key_ids);
+        Room {
+            bytes: limit.saturating_sub(ENVELOPE.saturating_add(key)),
+            whose: "a",
+            limit,
+        }
+    }
+
+    /// Refuses settings under which `what` could take `bytes` bytes, more than this room,
+    /// naming `key` and the settings to `lower`. A record the producer refused would stop the
+    /// service, and stop it again at every restart as the same records came back.
+    fn exceeded(&self, key: &str, what: &str, bytes: usize, lower: &str) -> ConfigError {
+        let Room {
+            bytes: room,
+            whose,
+            limit,
+        } = self;
+        invalid(
+            key,
+            format!(
+                "{what} could take {bytes} bytes, above the {room} {whose} changelog record \
+                 holds (records of at most {limit} bytes): lower {lower}, or raise \
+                 limits.max_message_bytes (and kafka.producer's message.max.bytes, if set)"
+            ),
+        )
+    }
+}
+
 /// Whether a project's bias audit, at `bias.project_max_judges` judges and
 /// `bias.project_max_positions` positions with ids of `limits.max_id_bytes`, fits its changelog
-/// record (the largest the producer sends, less its key and [`ENVELOPE`]): a record the producer
-/// refused would stop the service at every restart.
+/// record.
 fn audit_record_fits(c: &Config) -> Result<(), ConfigError> {
     let (b, ids) = (&c.bias, c.limits.max_id_bytes);
-    let limit = c.producer_record_limit();
-    let room = limit.saturating_sub(ENVELOPE.saturating_add(json_str_at_most(ids)));
+    let room = Room::of_record(c, 1);
     let bytes = largest_audit_bytes(ids, b.project_max_judges, b.project_max_positions);
-    if bytes <= room {
+    if bytes <= room.bytes {
         return Ok(());
     }
-    let key = if largest_audit_bytes(ids, 0, b.project_max_positions) > room {
+    let key = if largest_audit_bytes(ids, 0, b.project_max_positions) > room.bytes {
         "bias.project_max_positions"
     } else {
         "bias.project_max_judges"
     };
-    Err(invalid(
-        key,
-        format!(
-            "a project's bias audit of {} judges with ids of {ids} bytes and {} positions could \
-             take {bytes} bytes, above the {room} its changelog record holds (records of at \
-             most {limit} bytes): lower bias.project_max_judges, bias.project_max_positions or \
-             limits.max_id_bytes, or raise limits.max_message_bytes (and kafka.producer's \
-             message.max.bytes, if set)",
-            b.project_max_judges, b.project_max_positions
-        ),
-    ))
+    let what = format!(
+        "a project's bias audit of {} judges with ids of {ids} bytes and {} positions",
+        b.project_max_judges, b.project_max_positions
+    );
+    let lower = "bias.project_max_judges, bias.project_max_positions or limits.max_id_bytes";
+    Err(room.exceeded(key, &what, bytes, lower))
 }
 
-/// Whether a category's Bradley-Terry records fit the largest record the producer sends, less
-/// their keys' ids and [`ENVELOPE`], at `leaderboard.max_models` models of ids of
-/// `limits.max_id_bytes`: a block holds a total for every pair of models compared in it (their
-/// square), the ranking each model's id and standing.
+/// Whether a category's Bradley-Terry records fit theirs at `leaderboard.max_models` models of
+/// ids of `limits.max_id_bytes`: a block holds a total for every pair of models compared in it
+/// (their square), the ranking each model's id and standing.
 fn leaderboard_records_fit(c: &Config) -> Result<(), ConfigError> {
     let (models, ids) = (c.leaderboard.max_models, c.limits.max_id_bytes);
-    let limit = c.producer_record_limit();
-    let keys = ENVELOPE.saturating_add(json_str_at_most(ids).saturating_mul(2));
-    let room = limit.saturating_sub(keys);
+    let room = Room::of_record(c, 2);
     let (block, ranking) = (
         largest_block_bytes(models),
         largest_ranking_bytes(ids, models),
@@ -217,81 +249,59 @@ fn leaderboard_records_fit(c: &Config) -> Result<(), ConfigError> {
     } else {
         (format!("its ranking (with ids of {ids} bytes)"), ranking)
     };
-    if bytes <= room {
+    if bytes <= room.bytes {
         return Ok(());
     }
-    Err(invalid(
-        "leaderboard.max_models",
-        format!(
-            "a category of {models} models could take {bytes} bytes in {what}, above the {room} \
-             a changelog record holds (records of at most {limit} bytes): lower \
-             leaderboard.max_models or limits.max_id_bytes, or raise limits.max_message_bytes \
-             (and kafka.producer's message.max.bytes, if set)"
-        ),
-    ))
+    let what = format!("a category of {models} models, in {what},");
+    let lower = "leaderboard.max_models or limits.max_id_bytes";
+    Err(room.exceeded("leaderboard.max_models", &what, bytes, lower))
 }
 
-/// Whether every changelog record of judge quality fits the largest record the producer sends,
-/// however long the ids: each of a task's items must fit its share of one ([`item_share`]), and
-/// a judge's window a record. A record the producer refused would stop the service, and stop
-/// it again at every restart as the same records come back, so settings under which one could
-/// outgrow its room are refused here: its verdicts (`reviewers.max_verdicts`) and ids
-/// (`limits.max_id_bytes`) bound an item with votes; an item's waiting judge scores are kept
-/// within the share as they come, so one of them, on its own, must fit; `judge_quality.window`
-/// bounds a window.
+/// Whether every changelog record of judge quality fits, however long the ids: each of a task's
+/// items must fit its share of one ([`item_share`]), and a judge's window a record. Its
+/// verdicts (`reviewers.max_verdicts`) and ids (`limits.max_id_bytes`) bound an item with votes;
+/// an item's waiting judge scores are kept within the share as they come, so one of them, on
+/// its own, must fit; `judge_quality.window` bounds a window.
 fn quality_records_fit(c: &Config) -> Result<(), ConfigError> {
     // Items are held only where judge scores pair with votes (see `Settings::pairs_judges`).
     if !(c.judge_quality.enabled && c.input.repartitions()) {
         return Ok(());
     }
     let limit = c.producer_record_limit();
-    let share = item_share(limit);
+    let share = Room {
+        bytes: item_share(limit),
+        whose: "an item's share of a",
+        limit,
+    };
     let ids = c.limits.max_id_bytes;
     let verdicts = if c.reviewers.enabled {
         c.reviewers.max_verdicts
     } else {
         0
     };
-    let too_large = |key: &str, what: String, bytes: usize| {
-        invalid(
-            key,
-            format!(
-                "{what} could take {bytes} bytes of a changelog record, above an item's share \
-                 of {share} bytes (of the producer's records of at most {limit}): lower \
-                 reviewers.max_verdicts or limits.max_id_bytes, or raise \
-                 limits.max_message_bytes (and kafka.producer's message.max.bytes, if set)"
-            ),
-        )
-    };
+    let lower = "reviewers.max_verdicts or limits.max_id_bytes";
     let waiting = largest_waiting_bytes(ids);
-    if waiting > share {
+    if waiting > share.bytes {
         let what = format!("an item with one waiting judge score and ids of {ids} bytes");
-        return Err(too_large("limits.max_id_bytes", what, waiting));
+        return Err(share.exceeded("limits.max_id_bytes", &what, waiting, lower));
     }
     let item = largest_item_bytes(ids, verdicts);
-    if item > share {
-        let key = if largest_item_bytes(ids, 0) > share {
+    if item > share.bytes {
+        let key = if largest_item_bytes(ids, 0) > share.bytes {
             "limits.max_id_bytes"
         } else {
             "reviewers.max_verdicts"
         };
         let what = format!("an item with {verdicts} verdicts and ids of {ids} bytes");
-        return Err(too_large(key, what, item));
+        return Err(share.exceeded(key, &what, item, lower));
     }
     // A judge's window is a record of its own, keyed by its project and judge.
-    let room = limit.saturating_sub(ENVELOPE.saturating_add(json_str_at_most(ids) * 2));
+    let room = Room::of_record(c, 2);
     let window = largest_window_bytes(c.judge_quality.window);
-    if window > room {
-        return Err(invalid(
-            "judge_quality.window",
-            format!(
-                "a judge's window of {} pairs could take {window} bytes, above the {room} a \
-                 changelog record holds (records of at most {limit} bytes): lower \
-                 judge_quality.window or limits.max_id_bytes, or raise \
-                 limits.max_message_bytes (and kafka.producer's message.max.bytes, if set)",
-                c.judge_quality.window
-            ),
-        ));
+    if window > room.bytes {
+        let what = format!("a judge's window of {} pairs", c.judge_quality.window);
+        let lower = "judge_quality.window or limits.max_id_bytes";
+        return Err(room.exceeded("judge_quality.window", &what, window, lower));
     }
     Ok(())
 }
