@@ -99,3 +99,48 @@ fn mistakes_fail_naming_what_to_fix() {
         assert!(out.stdout.is_empty(), "{vars:?}");
     }
 }
+
+#[test]
+fn every_mistake_is_named_in_one_refusal() {
+    // Two variables that name nothing: both, in one refusal.
+    let out = check(
+        &[],
+        &[
+            ("JURYSTREAM_SCORING_LAMBDA", "0.02"),
+            ("JURYSTREAM_HTTP_BIND", "0.0.0.0:9464"),
+        ],
+    );
+    let said = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(said.contains("the configuration has 2 problems"), "{said}");
+    for name in ["JURYSTREAM_SCORING_LAMBDA", "JURYSTREAM_HTTP_BIND"] {
+        assert!(
+            said.contains(&format!("- environment variable {name}")),
+            "{said}"
+        );
+    }
+    // Three bad values, from the file and the environment: all three.
+    let dir = std::env::temp_dir().join(format!("check-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let file = dir.join("jurystream.toml");
+    std::fs::write(
+        &file,
+        "[scoring]\nlambda = -1\n[sessions]\nmax_judges = 0\n",
+    )
+    .expect("write the file");
+    let path = file.to_string_lossy().into_owned();
+    let out = check(
+        &["--config", &path],
+        &[("JURYSTREAM_HTTP__BIND", "nowhere")],
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    let said = text(&out.stderr);
+    assert!(!out.status.success());
+    for key in ["http.bind", "scoring.lambda", "sessions.max_judges"] {
+        assert!(
+            said.contains(&format!("- configuration key `{key}`")),
+            "{said}"
+        );
+    }
+    assert!(out.stdout.is_empty());
+}

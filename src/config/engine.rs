@@ -3,8 +3,8 @@
 //! key.
 
 use super::{
-    Config, ConfigError, MAX_DEDUPE_WINDOW, ReputationSource, at_most, invalid, positive, rate,
-    unit_interval,
+    Config, ConfigError, MAX_DEDUPE_WINDOW, Problems, ReputationSource, at_most, invalid, positive,
+    rate, unit_interval,
 };
 use crate::changelog::largest_item_bytes;
 use crate::engine::model::bias::largest_audit_bytes;
@@ -14,38 +14,46 @@ use crate::engine::model::judge_quality::{
 use crate::engine::model::leaderboard::{largest_block_bytes, largest_ranking_bytes};
 use crate::engine::model::record_bytes::{ENVELOPE, json_str_at_most};
 
-/// Checks the engine's sections.
-pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
+/// Checks the engine's sections, noting every problem in `p`.
+pub(super) fn validate(c: &Config, p: &mut Problems) {
+    let before = p.len();
     let l = &c.limits;
-    positive("limits.max_message_bytes", l.max_message_bytes)?;
-    positive("limits.max_votes_per_event", l.max_votes_per_event)?;
-    positive("limits.max_id_bytes", l.max_id_bytes)?;
-    positive(
-        "limits.dead_letter_payload_bytes",
-        l.dead_letter_payload_bytes,
-    )?;
-    positive("limits.dedupe_window", l.dedupe_window)?;
-    positive("limits.max_projects", l.max_projects)?;
-    at_most(
+    for (key, value) in [
+        ("limits.max_message_bytes", l.max_message_bytes),
+        ("limits.max_votes_per_event", l.max_votes_per_event),
+        ("limits.max_id_bytes", l.max_id_bytes),
+        (
+            "limits.dead_letter_payload_bytes",
+            l.dead_letter_payload_bytes,
+        ),
+        ("limits.dedupe_window", l.dedupe_window),
+        ("limits.max_projects", l.max_projects),
+    ] {
+        p.check(positive(key, value));
+    }
+    p.check(at_most(
         "limits.dedupe_window",
         l.dedupe_window,
         MAX_DEDUPE_WINDOW,
         "ids per project (the window's index limit)",
-    )?;
-    at_most(
+    ));
+    p.check(at_most(
         "limits.max_message_bytes",
         l.max_message_bytes,
         1_000_000_000,
         "(librdkafka's limit)",
-    )?;
-    rate("scoring.lambda", c.scoring.lambda)?;
+    ));
+    p.check(rate("scoring.lambda", c.scoring.lambda));
     for (project, lambda) in &c.scoring.project_lambda {
-        rate(&format!("scoring.project_lambda.{project}"), *lambda)?;
+        p.check(rate(&format!("scoring.project_lambda.{project}"), *lambda));
     }
-    unit_interval("scoring.initial_score", c.scoring.initial_score)?;
+    p.check(unit_interval(
+        "scoring.initial_score",
+        c.scoring.initial_score,
+    ));
     let learns = c.reviewers.enabled && c.judge_quality.enabled && c.input.repartitions();
     if c.scoring.reputation_source != ReputationSource::Table && !learns {
-        return Err(invalid(
+        p.push(invalid(
             "scoring.reputation_source",
             "learned weights need reviewer reliability: reviewers.enabled and \
              judge_quality.enabled, with input.partitioning = \"repartition\"",
@@ -56,20 +64,23 @@ pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
         || !se.default_scale_max.is_finite()
         || se.default_scale_min >= se.default_scale_max
     {
-        return Err(invalid(
+        p.push(invalid(
             "sessions.default_scale_min",
             "must be finite and below sessions.default_scale_max",
         ));
     }
-    positive("sessions.timeout_secs", se.timeout_secs as usize)?;
-    positive("sessions.max_open_per_project", se.max_open_per_project)?;
-    positive("sessions.max_open_total", se.max_open_total)?;
-    positive("sessions.completed_window", se.completed_window)?;
-    positive("sessions.max_candidates", se.max_candidates)?;
-    positive("sessions.max_judges", se.max_judges)?;
+    p.check(positive("sessions.timeout_secs", se.timeout_secs as usize));
+    p.check(positive(
+        "sessions.max_open_per_project",
+        se.max_open_per_project,
+    ));
+    p.check(positive("sessions.max_open_total", se.max_open_total));
+    p.check(positive("sessions.completed_window", se.completed_window));
+    p.check(positive("sessions.max_candidates", se.max_candidates));
+    p.check(positive("sessions.max_judges", se.max_judges));
     for (judge, w) in &se.judge_weights {
         if !w.is_finite() || *w <= 0.0 {
-            return Err(invalid(
+            p.push(invalid(
                 &format!("sessions.judge_weights.{judge}"),
                 format!("must be a finite number > 0, got {w}"),
             ));
@@ -86,87 +97,98 @@ pub(super) fn validate(c: &Config) -> Result<(), ConfigError> {
             b.project_calibration_margin,
         ),
     ] {
-        unit_interval(key, v)?;
+        p.check(unit_interval(key, v));
     }
     if !b.self_vote_inflation.is_finite() {
-        return Err(invalid("bias.self_vote_inflation", "must be finite"));
+        p.push(invalid("bias.self_vote_inflation", "must be finite"));
     }
-    positive("bias.project_max_judges", b.project_max_judges)?;
-    audit_record_fits(c)?;
-    positive(
+    p.check(positive("bias.project_max_judges", b.project_max_judges));
+    p.check(positive(
         "leaderboard.window_days",
         c.leaderboard.window_days as usize,
-    )?;
-    at_most(
+    ));
+    p.check(at_most(
         "leaderboard.window_days",
         c.leaderboard.window_days as usize,
         366,
         "days (a category keeps resampling blocks for each)",
-    )?;
-    at_most(
+    ));
+    p.check(at_most(
         "leaderboard.bootstrap_rounds",
         c.leaderboard.bootstrap_rounds,
         10_000,
         "resamples (each refits the window)",
-    )?;
-    positive("leaderboard.max_models", c.leaderboard.max_models)?;
-    positive("leaderboard.max_categories", c.leaderboard.max_categories)?;
-    at_most(
+    ));
+    p.check(positive("leaderboard.max_models", c.leaderboard.max_models));
+    p.check(positive(
+        "leaderboard.max_categories",
+        c.leaderboard.max_categories,
+    ));
+    p.check(at_most(
         "leaderboard.max_models",
         c.leaderboard.max_models,
         1_000,
         "models per category (a refit costs their square)",
-    )?;
-    leaderboard_records_fit(c)?;
+    ));
     let q = &c.judge_quality;
-    positive("judge_quality.min_human_votes", q.min_human_votes as usize)?;
-    positive("judge_quality.max_pending_items", q.max_pending_items)?;
-    positive("judge_quality.max_items", q.max_items)?;
-    positive("judge_quality.window", q.window)?;
-    at_most(
+    for (key, value) in [
+        ("judge_quality.min_human_votes", q.min_human_votes as usize),
+        ("judge_quality.max_pending_items", q.max_pending_items),
+        ("judge_quality.max_items", q.max_items),
+        ("judge_quality.window", q.window),
+    ] {
+        p.check(positive(key, value));
+    }
+    p.check(at_most(
         "judge_quality.window",
         q.window,
         10_000,
         "pairs (each pair recomputes the window's statistics)",
-    )?;
-    positive("judge_quality.max_judges", q.max_judges)?;
+    ));
+    p.check(positive("judge_quality.max_judges", q.max_judges));
     for (key, v) in [
         ("judge_quality.max_kappa_drop", q.max_kappa_drop),
         ("judge_quality.review_gap", q.review_gap),
     ] {
-        unit_interval(key, v)?;
+        p.check(unit_interval(key, v));
     }
     if !(-1.0..=1.0).contains(&q.min_kappa) {
-        return Err(invalid("judge_quality.min_kappa", "must be in [-1, 1]"));
+        p.push(invalid("judge_quality.min_kappa", "must be in [-1, 1]"));
     }
     let r = &c.reviewers;
-    positive("reviewers.max_reviewers", r.max_reviewers)?;
-    positive("reviewers.max_verdicts", r.max_verdicts)?;
-    at_most(
+    p.check(positive("reviewers.max_reviewers", r.max_reviewers));
+    p.check(positive("reviewers.max_verdicts", r.max_verdicts));
+    p.check(at_most(
         "reviewers.max_verdicts",
         r.max_verdicts,
         1_000,
         "verdicts per item (an item's changelog record carries them)",
-    )?;
+    ));
     for (key, v) in [
         ("reviewers.min_reliability", r.min_reliability),
         ("reviewers.max_same_verdict", r.max_same_verdict),
     ] {
-        unit_interval(key, v)?;
+        p.check(unit_interval(key, v));
     }
     if r.max_same_verdict <= 0.5 {
-        return Err(invalid(
+        p.push(invalid(
             "reviewers.max_same_verdict",
             "must be above 0.5 (a share of the same verdict)",
         ));
     }
-    at_most(
+    p.check(at_most(
         "sessions.completed_records",
         c.sessions.completed_records,
         1_000,
         "per project",
-    )?;
-    quality_records_fit(c)
+    ));
+    // The records' bounds are counted from the values above: only once those are valid, so
+    // that one mistyped limit is one problem, not one per record it would size.
+    if p.len() == before {
+        p.check(audit_record_fits(c));
+        p.check(leaderboard_records_fit(c));
+        quality_records_fit(c, p);
+    }
 }
 
 /// Room for state in a changelog record: the bytes the bounds may fill, and of what.
@@ -261,11 +283,12 @@ fn leaderboard_records_fit(c: &Config) -> Result<(), ConfigError> {
 /// items must fit its share of one ([`item_share`]), and a judge's window a record. Its
 /// verdicts (`reviewers.max_verdicts`) and ids (`limits.max_id_bytes`) bound an item with votes;
 /// an item's waiting judge scores are kept within the share as they come, so one of them, on
-/// its own, must fit; `judge_quality.window` bounds a window.
-fn quality_records_fit(c: &Config) -> Result<(), ConfigError> {
+/// its own, must fit; `judge_quality.window` bounds a window. Each that does not is a problem
+/// in `p`.
+fn quality_records_fit(c: &Config, p: &mut Problems) {
     // Items are held only where judge scores pair with votes (see `Settings::pairs_judges`).
     if !(c.judge_quality.enabled && c.input.repartitions()) {
-        return Ok(());
+        return;
     }
     let limit = c.producer_record_limit();
     let share = Room {
@@ -283,17 +306,20 @@ fn quality_records_fit(c: &Config) -> Result<(), ConfigError> {
     let waiting = largest_waiting_bytes(ids);
     if waiting > share.bytes {
         let what = format!("an item with one waiting judge score and ids of {ids} bytes");
-        return Err(share.exceeded("limits.max_id_bytes", &what, waiting, lower));
+        let lower = "limits.max_id_bytes";
+        p.push(share.exceeded("limits.max_id_bytes", &what, waiting, lower));
     }
     let item = largest_item_bytes(ids, verdicts);
-    if item > share.bytes {
+    // One problem of `limits.max_id_bytes`, not two: an item too large for its waiting score
+    // is too large with its verdicts.
+    if item > share.bytes && waiting <= share.bytes {
         let key = if largest_item_bytes(ids, 0) > share.bytes {
             "limits.max_id_bytes"
         } else {
             "reviewers.max_verdicts"
         };
         let what = format!("an item with {verdicts} verdicts and ids of {ids} bytes");
-        return Err(share.exceeded(key, &what, item, lower));
+        p.push(share.exceeded(key, &what, item, lower));
     }
     // A judge's window is a record of its own, keyed by its project and judge.
     let room = Room::of_record(c, 2);
@@ -301,7 +327,6 @@ fn quality_records_fit(c: &Config) -> Result<(), ConfigError> {
     if window > room.bytes {
         let what = format!("a judge's window of {} pairs", c.judge_quality.window);
         let lower = "judge_quality.window or limits.max_id_bytes";
-        return Err(room.exceeded("judge_quality.window", &what, window, lower));
+        p.push(room.exceeded("judge_quality.window", &what, window, lower));
     }
-    Ok(())
 }

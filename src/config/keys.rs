@@ -5,7 +5,7 @@
 use figment::{Figment, Source};
 use serde_json::Value;
 
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, Problems};
 
 /// The prefix of every variable jurystream reads.
 const PREFIX: &str = "JURYSTREAM_";
@@ -67,11 +67,12 @@ pub fn variable(key: &str) -> String {
 
 /// Checks that every `JURYSTREAM_` variable among `names` names a key
 /// (`JURYSTREAM_SECTION__KEY`) or is one of the few that are not settings. One that names
-/// nothing fails the start, naming the nearest variable that would: a mistyped variable must
-/// never leave a default in force.
+/// nothing fails the start, naming the nearest variable that would (every such variable, in
+/// the order given): a mistyped variable must never leave a default in force.
 pub fn check_environment(names: impl IntoIterator<Item = String>) -> Result<(), ConfigError> {
     let keys = keys();
     let others = other_variables();
+    let mut problems = Problems::default();
     for name in names {
         if !name.starts_with(PREFIX) || others.contains(&name.as_str()) {
             continue;
@@ -86,13 +87,13 @@ pub fn check_environment(names: impl IntoIterator<Item = String>) -> Result<(), 
                             .is_some_and(|rest| rest.starts_with('.')))
             });
         if !names_a_key {
-            return Err(ConfigError::Variable {
+            problems.push(ConfigError::Variable {
                 nearest: nearest(&name, &keys, &others),
                 name,
             });
         }
     }
-    Ok(())
+    problems.into_result()
 }
 
 /// The variable nearest to `name` by edit distance, underscores and dots alike (so that
@@ -206,6 +207,28 @@ mod tests {
             message.contains("JURYSTREAM_HTTP_BIND") && message.contains("JURYSTREAM_HTTP__BIND"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn every_variable_that_names_nothing_is_named_at_once() {
+        let names = vars(&[
+            "JURYSTREAM_SCORING_LAMBDA",
+            "JURYSTREAM_SCORING__LAMBDA",
+            "JURYSTREAM_HTTP_BIND",
+        ]);
+        match check_environment(names) {
+            Err(ConfigError::Several(problems)) => {
+                let named: Vec<_> = problems
+                    .iter()
+                    .map(|p| match p {
+                        ConfigError::Variable { name, .. } => name.as_str(),
+                        other => panic!("{other:?}"),
+                    })
+                    .collect();
+                assert_eq!(named, ["JURYSTREAM_SCORING_LAMBDA", "JURYSTREAM_HTTP_BIND"]);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

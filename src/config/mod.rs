@@ -2,6 +2,8 @@
 //!
 //! Every key has a default, so an empty file is a valid configuration. Unknown keys and bad values
 //! fail at start with an error naming the key: a typo must never silently fall back to a default.
+//! The checks note every problem they find ([`ConfigError::Several`]), so that a deployment with
+//! several mistakes learns of all of them from one refusal.
 //!
 //! The engine's sections (limits, scoring, sessions, bias, leaderboard, judge quality,
 //! reviewers) are its
@@ -40,6 +42,49 @@ pub enum ConfigError {
         "environment variable {name} names no setting (a setting is JURYSTREAM_<SECTION>__<KEY>, two underscores between them); the nearest is {nearest}"
     )]
     Variable { name: String, nearest: String },
+    /// More than one of the others, each on a line of its own: a refused start names every
+    /// problem the checks found, not one per attempt.
+    #[error("the configuration has {} problems:\n{}", .0.len(), lines(.0))]
+    Several(Vec<ConfigError>),
+}
+
+fn lines(problems: &[ConfigError]) -> String {
+    let line = |p: &ConfigError| format!("- {p}");
+    problems.iter().map(line).collect::<Vec<_>>().join("\n")
+}
+
+/// The problems the checks have found so far: each check notes its own and goes on, so that a
+/// configuration with several mistakes is refused once, naming all of them.
+#[derive(Debug, Default)]
+pub(super) struct Problems(Vec<ConfigError>);
+
+impl Problems {
+    /// Notes what `check` found, if anything.
+    pub(super) fn check(&mut self, check: Result<(), ConfigError>) {
+        if let Err(problem) = check {
+            self.push(problem);
+        }
+    }
+
+    pub(super) fn push(&mut self, problem: ConfigError) {
+        match problem {
+            ConfigError::Several(problems) => self.0.extend(problems),
+            problem => self.0.push(problem),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// None, the one, or [`ConfigError::Several`].
+    pub(super) fn into_result(mut self) -> Result<(), ConfigError> {
+        match self.0.len() {
+            0 => Ok(()),
+            1 => Err(self.0.remove(0)),
+            _ => Err(ConfigError::Several(self.0)),
+        }
+    }
 }
 
 pub(super) fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
@@ -149,10 +194,12 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks every value a type cannot express.
+    /// Checks every value a type cannot express; refused, it names every value refused.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        service::validate(self)?;
-        engine::validate(self)
+        let mut problems = Problems::default();
+        service::validate(self, &mut problems);
+        engine::validate(self, &mut problems);
+        problems.into_result()
     }
 }
 

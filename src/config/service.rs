@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, invalid, positive};
+use super::{Problems, invalid, positive};
 
 /// The Kafka service (`jurystream run`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -276,7 +276,7 @@ impl Default for Topics {
 }
 
 impl Topics {
-    fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self, p: &mut Problems) {
         let t = self;
         for (key, name) in [
             ("topics.votes", &t.votes),
@@ -292,54 +292,59 @@ impl Topics {
             ("topics.reviewer_quality", &t.reviewer_quality),
         ] {
             if name.is_empty() || name.len() > 249 {
-                return Err(invalid(key, "a topic name has 1 to 249 characters"));
+                p.push(invalid(key, "a topic name has 1 to 249 characters"));
             }
         }
         if t.state.len() > 249 {
-            return Err(invalid(
+            p.push(invalid(
                 "topics.state",
                 "a topic name has 1 to 249 characters",
             ));
         }
         let inputs = [&t.votes, &t.judge_scores, &t.reputations];
         if inputs[0] == inputs[1] || inputs[0] == inputs[2] || inputs[1] == inputs[2] {
-            return Err(invalid("topics", "the three input topics must be distinct"));
+            p.push(invalid("topics", "the three input topics must be distinct"));
         }
-        Ok(())
     }
 }
 
 impl Kafka {
-    fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self, p: &mut Problems) {
         let k = self;
         if k.bootstrap_servers.is_empty() {
-            return Err(invalid("kafka.bootstrap_servers", "must not be empty"));
+            p.push(invalid("kafka.bootstrap_servers", "must not be empty"));
         }
         if k.group_id.is_empty() {
-            return Err(invalid("kafka.group_id", "must not be empty"));
+            p.push(invalid("kafka.group_id", "must not be empty"));
         }
-        positive("kafka.partitions", k.partitions.max(0) as usize)?;
-        positive(
+        p.check(positive("kafka.partitions", k.partitions.max(0) as usize));
+        p.check(positive(
             "kafka.replication_factor",
             k.replication_factor.max(0) as usize,
-        )?;
-        positive("kafka.commit_interval_ms", k.commit_interval_ms as usize)?;
-        positive("kafka.session_timeout_ms", k.session_timeout_ms as usize)?;
+        ));
+        p.check(positive(
+            "kafka.commit_interval_ms",
+            k.commit_interval_ms as usize,
+        ));
+        p.check(positive(
+            "kafka.session_timeout_ms",
+            k.session_timeout_ms as usize,
+        ));
         for (key, setting) in [
             ("group.instance.id", "kafka.instance_id"),
             ("session.timeout.ms", "kafka.session_timeout_ms"),
         ] {
             if self.consumer.contains_key(key) {
-                return Err(invalid(
+                p.push(invalid(
                     &format!("kafka.consumer.{key}"),
                     format!("is set by {setting}; set that instead"),
                 ));
             }
         }
-        positive(
+        p.check(positive(
             "kafka.connect_timeout_secs",
             k.connect_timeout_secs as usize,
-        )?;
+        ));
         // The repartition stage's copy detection (`engine::Origins`) and the changelog assume
         // a retried produce never writes a record twice: the idempotent producer, acks=all.
         for (key, allowed) in [
@@ -349,7 +354,7 @@ impl Kafka {
             if let Some(v) = self.producer.get(key)
                 && !allowed.contains(&v.trim().to_ascii_lowercase().as_str())
             {
-                return Err(invalid(
+                p.push(invalid(
                     &format!("kafka.producer.{key}"),
                     format!(
                         "jurystream's exactly-once counting relies on the idempotent producer \
@@ -358,19 +363,18 @@ impl Kafka {
                 ));
             }
         }
-        Ok(())
     }
 }
 
 impl Http {
-    fn validate(&self) -> Result<(), ConfigError> {
-        positive("http.max_connections", self.max_connections)?;
-        positive(
+    fn validate(&self, p: &mut Problems) {
+        p.check(positive("http.max_connections", self.max_connections));
+        p.check(positive(
             "http.header_timeout_ms",
             usize::try_from(self.header_timeout_ms).unwrap_or(usize::MAX),
-        )?;
+        ));
         if !is_host_and_port(&self.bind) {
-            return Err(invalid(
+            p.push(invalid(
                 "http.bind",
                 format!(
                     "{:?} is not a host and port like 127.0.0.1:9464 or localhost:9464",
@@ -380,7 +384,7 @@ impl Http {
         }
         if !self.admin_bind.is_empty() {
             if !is_host_and_port(&self.admin_bind) {
-                return Err(invalid(
+                p.push(invalid(
                     "http.admin_bind",
                     format!(
                         "{:?} is not a host and port like 127.0.0.1:9465 or localhost:9465",
@@ -389,13 +393,12 @@ impl Http {
                 ));
             }
             if self.admin_bind == self.bind {
-                return Err(invalid(
+                p.push(invalid(
                     "http.admin_bind",
                     "must differ from http.bind (leave it empty to serve everything there)",
                 ));
             }
         }
-        Ok(())
     }
 }
 
@@ -449,21 +452,20 @@ pub fn log_filter_error(filter: &str) -> Option<String> {
 }
 
 impl Log {
-    fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self, p: &mut Problems) {
         if !["text", "json"].contains(&self.format.as_str()) {
-            return Err(invalid("log.format", "must be \"text\" or \"json\""));
+            p.push(invalid("log.format", "must be \"text\" or \"json\""));
         }
         if let Some(error) = log_filter_error(&self.level) {
-            return Err(invalid("log.level", error));
+            p.push(invalid("log.level", error));
         }
-        Ok(())
     }
 }
 
-/// Checks the runtimes' sections.
-pub(super) fn validate(c: &super::Config) -> Result<(), ConfigError> {
-    c.topics.validate()?;
-    c.kafka.validate()?;
-    c.http.validate()?;
-    c.log.validate()
+/// Checks the runtimes' sections, noting every problem in `p`.
+pub(super) fn validate(c: &super::Config, p: &mut Problems) {
+    c.topics.validate(p);
+    c.kafka.validate(p);
+    c.http.validate(p);
+    c.log.validate(p);
 }

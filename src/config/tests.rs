@@ -163,3 +163,64 @@ fn http_bind_takes_an_address_or_a_host_name_with_a_port() {
         );
     }
 }
+
+/// The keys a refusal names, in order: one for a single problem, each of several.
+fn refused_keys(text: &str) -> Vec<String> {
+    match Config::from_toml(text) {
+        Err(ConfigError::Invalid { key, .. }) => vec![key],
+        Err(ConfigError::Several(problems)) => problems
+            .into_iter()
+            .map(|p| match p {
+                ConfigError::Invalid { key, .. } => key,
+                other => panic!("{text}: {other:?}"),
+            })
+            .collect(),
+        other => panic!("{text}: {other:?}"),
+    }
+}
+
+#[test]
+fn every_mistake_is_named_at_once() {
+    let text = "[http]\nbind = \"nowhere\"\n[scoring]\nlambda = -1\n\
+                [sessions]\nmax_judges = 0\n[sessions.judge_weights]\na = 0\nb = -1\n";
+    assert_eq!(
+        refused_keys(text),
+        [
+            "http.bind",
+            "scoring.lambda",
+            "sessions.max_judges",
+            "sessions.judge_weights.a",
+            "sessions.judge_weights.b",
+        ]
+    );
+    let message = Config::from_toml(text).unwrap_err().to_string();
+    assert!(
+        message.starts_with("the configuration has 5 problems:\n- configuration key `http.bind`"),
+        "{message}"
+    );
+    assert_eq!(message.lines().count(), 6, "{message}");
+    // One mistake reads as before.
+    assert_eq!(refused_keys("[scoring]\nlambda = -1"), ["scoring.lambda"]);
+}
+
+#[test]
+fn every_record_a_lower_limit_cannot_hold_is_named_at_once() {
+    // Under a producer limit of 150,000 bytes the defaults' audit, leaderboard and items are
+    // all too large: each is named, not one per attempt, and an item too long for its waiting
+    // score is one problem of the ids, not also one of its verdicts.
+    let text = "[kafka.producer]\n\"message.max.bytes\" = \"150000\"\n";
+    assert_eq!(
+        refused_keys(text),
+        [
+            "bias.project_max_judges",
+            "leaderboard.max_models",
+            "limits.max_id_bytes",
+        ]
+    );
+    // The records are sized from the limits only once those are valid: a limit of 0 is one
+    // problem, not one for every record it would size.
+    assert_eq!(
+        refused_keys("[limits]\nmax_message_bytes = 0"),
+        ["limits.max_message_bytes"]
+    );
+}
