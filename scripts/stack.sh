@@ -29,6 +29,9 @@ case "${1:-}" in
   *) echo "usage: scripts/stack.sh [--check]" >&2; exit 2 ;;
 esac
 
+for tool in curl python3; do
+  command -v "$tool" >/dev/null || { echo "scripts/stack.sh needs $tool" >&2; exit 1; }
+done
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 print(s.getsockname()[1])'
@@ -113,7 +116,11 @@ start producer env BOOTSTRAP_SERVERS="$bootstrap" DEMO_FILE=examples/demo.jsonl 
   PRODUCER_INTERVAL="${PRODUCER_INTERVAL:-0.5}" "$python" -u deploy/compose/producer.py
 
 prometheus=false
-if command -v prometheus >/dev/null; then
+if ! command -v prometheus >/dev/null; then
+  why="not installed (scripts/install-prometheus.sh adds Debian's)"
+elif listening "$prometheus_port"; then
+  why="not started: port $prometheus_port is in use (PROMETHEUS_PORT)"
+else
   cat >"$run/prometheus.yml" <<EOF
 global:
   scrape_interval: 2s
@@ -169,7 +176,7 @@ EOF
 if $prometheus; then
   echo "  prometheus  http://localhost:$prometheus_port (Status > Rules: the shipped rules)"
 else
-  echo "  prometheus  not installed (scripts/install-prometheus.sh adds Debian's)"
+  echo "  prometheus  $why"
 fi
 echo "  grafana     import grafana/jurystream.json into any Grafana that reads that Prometheus"
 wait "${pids[@]}"

@@ -20,7 +20,8 @@
 //!   - `engine::state`, `engine::journal`, `engine::origins`, `engine::ids`: per-partition
 //!     state (one map of projects, each a `Project` that owns all of it), what changed in it,
 //!     which input records it holds, and the maps and keys of ids;
-//!   - `engine::record`, `engine::output`: what goes in and what comes out;
+//!   - `engine::record`, `engine::output`: what goes in and what comes out; `engine::prepared`:
+//!     a vote batch read and checked, not yet applied (a record may carry one, read ahead);
 //!   - `engine::settings`: all the engine may know of the configuration.
 //! - [`changelog`]: partition state as compacted changelog records and back: `stores` declares
 //!   each kind of state once (its key, its value, its recovery), `render` writes a flush from

@@ -12,6 +12,7 @@ mod judging;
 pub mod model;
 pub mod origins;
 pub mod output;
+mod prepared;
 pub mod quality;
 pub mod record;
 pub mod reputation;
@@ -31,11 +32,11 @@ pub use ids::{IdMap, ProjectKey};
 pub use journal::{Change, JournalHint};
 pub use judging::leaderboard_record;
 pub use origins::Origins;
+pub use prepared::PreparedVotes;
 pub use record::{InputTopic, Outcome, Receipt, Record, TICK_TOPIC};
 pub use reviewers::reviewer_record;
 pub use settings::Settings;
 pub use state::{Coalescing, JudgeProject, Kept, KeptConsensus, PartitionState, VoteProject};
-pub use votes::PreparedVotes;
 
 /// The stateless processor: its settings plus the code that applies records to state.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 
 use super::contract::rejection::ErrorCode;
 use super::output::Source;
-use super::votes::PreparedVotes;
+use super::prepared::PreparedVotes;
 
 /// One input record, as Kafka delivers it (or as a replay file describes it).
 #[derive(Debug, Clone, Copy)]

@@ -17,37 +17,10 @@ use super::journal::{Change, note_votes};
 use super::model::dedupe;
 use super::model::score::{ProjectScore, weighted_mean};
 use super::output::{Output, OutputTopic, OutputValue, ScoreValue};
+use super::prepared::{PreparedVote, PreparedVotes};
 use super::reputation::ReputationTable;
 use super::state::{Coalescing, PartitionState, Project, VoteProject};
 use super::{Engine, InputTopic, Outcome, Receipt, Record, parse_rejection};
-
-/// A `jury.votes` record read and validated, not yet applied: what applying it takes from the
-/// batch, owned, so that the service can read it on its polling thread while the queue is deep
-/// ([`Engine::prepare_votes`]) and the payload is never read twice. Every vote batch is applied
-/// from one of these, by one applier (`Engine::apply_votes`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct PreparedVotes {
-    votes: SmallVec<[PreparedVote; 4]>,
-    at: EventTime,
-    project: ProjectKey,
-    /// The event id (for a rejection's message) and its dedupe fingerprint.
-    event_id: CompactString,
-    fingerprint: u128,
-    /// The batch's `item_id`, kept when judge scores pair with votes (see
-    /// [`Engine::observe_votes`]).
-    item: Option<CompactString>,
-}
-
-/// One vote of a [`PreparedVotes`]: its value, its explicit reputation, and its voter, whose
-/// reputation the table gives when the batch is applied and none is explicit (see
-/// [`vote::weight`]), and whose verdict the reviewer model learns. Ids of up to 24 bytes are
-/// kept inline, so preparing a vote allocates nothing.
-#[derive(Debug, Clone, PartialEq)]
-struct PreparedVote {
-    value: f64,
-    reputation: Option<f64>,
-    voter: CompactString,
-}
 
 /// A batch's votes as `(weight, value)`, each vote's weight its explicit reputation or else its
 /// voter's in the table ([`vote::weight`]): found once per batch, for the score's mean and for
