@@ -502,23 +502,20 @@ impl Core {
         let (mut reviewers, mut largest, mut left_out) = (0, 0, 0);
         let (mut audit_largest, mut audit_forgotten) = (0, 0);
         for state in self.tasks.units.values().map(|o| &o.state) {
-            for audit in state
-                .projects
-                .values()
-                .filter_map(|p| Some(&p.judges.as_ref()?.audit))
-            {
-                audit_largest = audit_largest.max(audit.judges_followed());
-                audit_forgotten += audit.forgotten;
-            }
             let (items, waits) = state.quality.held();
             votes += items;
             waiting += waits;
             forgotten += state.quality.forgotten();
-            for q in state.projects.values().map(|p| &p.quality) {
+            for project in state.projects.values() {
+                let q = &project.quality;
                 let held = q.reviewers.fitted();
                 reviewers += held;
                 largest = largest.max(held);
                 left_out += q.reviewers.left_out();
+                if let Some(audit) = project.judges.as_ref().map(|j| &j.audit) {
+                    audit_largest = audit_largest.max(audit.judges_followed());
+                    audit_forgotten += audit.forgotten;
+                }
             }
         }
         let m = &self.metrics;

@@ -346,8 +346,6 @@ fn settings_whose_audit_could_outgrow_a_record_are_refused() {
     let mut config = Config::default();
     let accepted = |config: &Config| config.validate().is_ok();
     let most = most_accepted(&mut config, |c| &mut c.bias.project_max_judges);
-    // The record holds 1,114,112 - 512 - 1,538 (the key's project id) = 1,112,062 bytes; the
-    // audit takes at most 464 of them, 1,000 positions 112,000 and each judge 7,891: 126.
     // The record holds 1,114,112 - 512 - 1,538 (the key's project id) = 1,112,062 bytes. An
     // audit takes 387 for its own fields, 112 a position (22 + 88 + 2: `"<u64>":<running>,`)
     // and 7,932 a judge: 4,816 for its entries (1,538 + 88 + 2 in `judges` and
