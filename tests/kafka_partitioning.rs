@@ -337,8 +337,7 @@ fn finish(running: Vec<Service>, records: &[Rec]) {
     );
     let logs: Vec<std::path::PathBuf> = running.iter().map(|s| s.log.clone()).collect();
     for s in running {
-        let log = s.log_text();
-        assert!(s.terminate().success(), "{log}");
+        s.stop_cleanly();
     }
     // Shown only if the test fails: where each task went and what each restore read.
     for log in logs {
@@ -604,8 +603,7 @@ fn an_instance_restarted_with_its_identity_resumes_before_the_session_timeout() 
         "{}",
         again.metrics()
     );
-    let log = again.log_text();
-    assert!(again.terminate().success(), "{log}");
+    again.stop_cleanly();
     assert_repartitioned(&broker.bootstrap, prefix, &config, &keyed, &records);
 }
 

@@ -479,6 +479,18 @@ impl Service {
         self.child.wait().expect("wait for jurystream")
     }
 
+    /// SIGTERM, failing the test unless the process then exits cleanly, with its exit status and
+    /// its whole log (what it did after the signal included).
+    pub fn stop_cleanly(self) {
+        let log = self.log.clone();
+        let status = self.terminate();
+        assert!(
+            status.success(),
+            "it stopped with {status}: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+
     /// Waits for the process to exit by itself (a crash the test injected), failing the test
     /// with its log if it is still running after `timeout`.
     pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
