@@ -161,11 +161,7 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
         support::not_caught_up(&[&service], &records)
     );
     let metrics = service.metrics();
-    assert!(
-        service.terminate().success(),
-        "{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    service.stop_cleanly();
     assert!(
         support::metric_sum(&metrics, "jurystream_state_restore_records_total") > 0,
         "{metrics}"
