@@ -7,7 +7,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::published::{Published, assert_same, published, replayed};
 use support::stream::{self, Shape};
@@ -441,6 +441,49 @@ fn a_restore_told_the_changelog_ends_early_reads_on_to_the_commit() {
     assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
 }
 
+/// A stop does not wait for a restore: with its changelog gone (the topic deleted), an instance
+/// reads on toward its group's commit, which it would give up on only after 30 s, with an
+/// error; told to stop meanwhile, it leaves the restore unfinished and exits cleanly at once.
+#[test]
+fn a_stop_during_a_restore_exits_cleanly_without_waiting_for_it() {
+    let broker = Broker::shared();
+    let prefix = "stoprestore";
+    let Setup {
+        dir,
+        config,
+        records,
+    } = small_stream_produced(&broker.bootstrap, prefix);
+    let first = Service::start(&config, dir.path().join("a.log"));
+    assert!(
+        first.wait_caught_up(&records, Duration::from_secs(90)),
+        "{}",
+        support::not_caught_up(&[&first], &records)
+    );
+    first.stop_cleanly();
+    support::delete_topic(&broker.bootstrap, &format!("{prefix}.state"));
+    std::thread::sleep(Duration::from_secs(1));
+    let second = Service::start(&config, dir.path().join("b.log"));
+    let reading_on = "below the group's commit: reading on";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !second.log_text().contains(reading_on) {
+        assert!(Instant::now() < deadline, "{}", second.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let signalled = Instant::now();
+    let log = second.log.clone();
+    second.stop_cleanly();
+    let took = signalled.elapsed();
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(
+        took < Duration::from_secs(10),
+        "stopped after {took:?}: {log}"
+    );
+    assert!(
+        log.contains("stopping: a restore under way left unfinished"),
+        "{log}"
+    );
+}
+
 /// A small stream on `prefix`'s topics, produced: three projects of four vote batches and two
 /// sessions each, over three partitions.
 fn small_stream_produced(bootstrap: &str, prefix: &str) -> Setup {
@@ -460,7 +503,7 @@ fn small_stream_produced(bootstrap: &str, prefix: &str) -> Setup {
 fn assert_nothing_reread(again: Service, records: &[Rec]) {
     // Only an instance that owns the partitions could re-read them: its tasks (all three) and
     // the inputs it forwards.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let owns = || {
         support::metric_sum(&again.metrics(), "jurystream_partitions_owned") == 3
             && again
@@ -468,7 +511,7 @@ fn assert_nothing_reread(again: Service, records: &[Rec]) {
                 .lines()
                 .any(|l| l.contains("partitions assigned") && l.contains(".votes\""))
     };
-    while !owns() && std::time::Instant::now() < deadline {
+    while !owns() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(owns(), "{}", support::handovers(&[&again]));
@@ -500,7 +543,7 @@ fn sigterm_finishes_commits_and_a_restart_redoes_nothing() {
         service.wait_handled(inputs(&records), Duration::from_secs(90)),
         inputs(&records)
     );
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     assert!(service.terminate().success());
     assert!(started.elapsed() < Duration::from_secs(20));
     // Everything was committed: a restart only re-reads the reputation table.
@@ -546,11 +589,11 @@ fn half_sent_requests_beyond_the_connection_limit_never_starve_the_service() {
         .collect();
     assert_eq!(held.len(), 30);
     produce(&broker.bootstrap, &records);
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(120);
     let mut slowest = Duration::ZERO;
-    while service.records_handled() < inputs(&records) && std::time::Instant::now() < deadline {
+    while service.records_handled() < inputs(&records) && Instant::now() < deadline {
         for path in ["/readyz", "/metrics"] {
-            let asked = std::time::Instant::now();
+            let asked = Instant::now();
             while support::http_answer(port, path).is_none_or(|a| a.status != 200)
                 && asked.elapsed() < Duration::from_secs(10)
             {
@@ -658,10 +701,10 @@ fn probes_on_the_admin_listener_answer_through_a_flood_of_half_sent_requests() {
         std::thread::sleep(Duration::from_millis(500));
         produce(&broker.bootstrap, &records);
         let mut slowest = Duration::ZERO;
-        let until = std::time::Instant::now() + Duration::from_secs(8);
-        while std::time::Instant::now() < until {
+        let until = Instant::now() + Duration::from_secs(8);
+        while Instant::now() < until {
             for path in ["/readyz", "/metrics"] {
-                let asked = std::time::Instant::now();
+                let asked = Instant::now();
                 let answer = support::http_answer(admin, path);
                 assert_eq!(answer.map(|a| a.status), Some(200), "{path}");
                 slowest = slowest.max(asked.elapsed());
@@ -798,8 +841,8 @@ fn refused_commits_are_made_again_until_the_group_has_them() {
         inputs(&records)
     );
     let ready = || support::http_get(service.http_port, "/readyz").is_some_and(|b| b == "ready\n");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while ready() && std::time::Instant::now() < deadline {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ready() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(
@@ -818,8 +861,8 @@ fn refused_commits_are_made_again_until_the_group_has_them() {
         "{}",
         service.metrics()
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !ready() && std::time::Instant::now() < deadline {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ready() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(ready(), "not ready again: {}", service.metrics());
@@ -1327,9 +1370,9 @@ fn poison_records_never_wedge_the_service() {
 
     let service = Service::start_ready(&config, dir.path().join("service.log"));
     // Ready throughout: /readyz polled every 50 ms until every record is handled.
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(120);
     let mut not_ready = 0;
-    while service.records_handled() < inputs(&records) && std::time::Instant::now() < deadline {
+    while service.records_handled() < inputs(&records) && Instant::now() < deadline {
         if !support::http_get(port, "/readyz").is_some_and(|b| b.starts_with("ready")) {
             not_ready += 1;
         }
@@ -1389,7 +1432,7 @@ fn a_session_in_a_quiet_project_completes_by_the_idle_timeout() {
         r#"{"event_id": "b1", "project_id": "p-idle", "session_id": "s-idle", "occurred_at": 1795168800000, "judge": "j", "scores": {"A": 8, "B": 3}}"#,
     );
     produce(&broker.bootstrap, &records);
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let service = Service::start_ready(&config, dir.path().join("service.log"));
     let consensus = support::read_all(
         &broker.bootstrap,

@@ -250,7 +250,7 @@ impl Core {
         }
         let restored = self.tasks.restore_assigned(
             (&self.config, &self.topics, &self.metrics),
-            self.faults.restore_stops_short,
+            (self.faults.restore_stops_short, &self.stop),
         )?;
         for key in restored {
             if let Some(owned) = self.tasks.units.get_mut(&key) {

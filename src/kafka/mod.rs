@@ -79,7 +79,7 @@ use poll::{BATCHES_IN_FLIGHT, poll_records};
 pub use process::message_record;
 use process::process_records;
 use stage::Stage;
-use tasks::read_to_end;
+use tasks::{Read, read_to_end};
 
 /// Why the service stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -116,15 +116,17 @@ pub enum ServiceError {
     #[error(
         "restoring {unit:?}: the changelog holds the state through input offset {restored:?}, \
          but the group committed offset {committed} of that partition, and a commit follows its \
-         state's changelog: the changelog lost records (the topic `{group}-state` was deleted \
-         or its records expired). {}",
-        changelog::start_over(group)
+         state's changelog: the changelog lost records (the topic `{state}` was deleted or its \
+         records expired). {}",
+        changelog::start_over(group, state)
     )]
     RestoreBehind {
         unit: Unit,
         restored: Option<i64>,
         committed: i64,
         group: String,
+        /// The changelog's name.
+        state: String,
     },
     #[error("shutdown did not finish within {0} s")]
     ShutdownTimeout(u64),
@@ -138,7 +140,7 @@ pub enum ServiceError {
         "partition {partition} of {topic} went back: the first record read is at offset {offset}, \
          below the group's committed offset {committed}, so the topic was deleted and recreated \
          or truncated. Its old state no longer matches it. {}",
-        changelog::start_over(group)
+        changelog::start_over(group, state)
     )]
     LogWentBack {
         topic: String,
@@ -146,6 +148,8 @@ pub enum ServiceError {
         offset: i64,
         committed: i64,
         group: String,
+        /// The changelog's name.
+        state: String,
     },
 }
 
@@ -177,12 +181,16 @@ fn bootstrap_reputations(
     let count = |topic: &str| partitions.get(topic).copied().unwrap_or_default();
     let table = cfg.topics.reputations.as_str();
     clients::assign_from_beginning(reader, (table, count(table)))?;
-    let complete = read_to_end(reader, count(table), "reputation bootstrap", |m| {
+    let stop = Arc::clone(&lock(core).stop);
+    let read = read_to_end(reader, (count(table), &stop), "reputation bootstrap", |m| {
         lock(core).global(m)
     })?;
-    if !complete {
+    match read {
+        Read::Whole => {}
         // As before: start with what was read; the same consumer keeps reading the rest.
-        tracing::warn!("the reputation table did not reach its end in time");
+        Read::TimedOut => tracing::warn!("the reputation table did not reach its end in time"),
+        // The processing loop that comes next sees the stop at once.
+        Read::Stopped => tracing::info!("stopping: the reputation table's read left unfinished"),
     }
     // The instance directory is read by the same consumer from here on (see
     // `crate::queries`): until an owner's announcement arrives, a query for its projects is
@@ -369,7 +377,8 @@ mod tests {
     use crate::changelog::UnitKind;
 
     /// The errors that end in starting over say it whole, in one wording: both of the group's
-    /// consumer groups and both of its topics, and no run of spaces from a broken line.
+    /// consumer groups and both of its topics, the changelog by the name it has (`topics.state`
+    /// where set), and no run of spaces from a broken line.
     #[test]
     fn errors_that_start_over_name_every_group_and_topic() {
         let unit = Unit {
@@ -382,6 +391,7 @@ mod tests {
                 restored: Some(7),
                 committed: 12,
                 group: "jury".into(),
+                state: "jury-state".into(),
             },
             ServiceError::LogWentBack {
                 topic: "jury.votes".into(),
@@ -389,18 +399,35 @@ mod tests {
                 offset: 0,
                 committed: 12,
                 group: "jury".into(),
+                state: "jury-state".into(),
+            },
+            ServiceError::RestoreBehind {
+                unit,
+                restored: None,
+                committed: 12,
+                group: "jury".into(),
+                state: "evals.changelog".into(),
             },
         ];
         for error in errors {
             let text = error.to_string();
-            for name in [
-                "`jury`",
-                "`jury-tasks`",
-                "`jury-state`",
-                "`jury-repartition`",
-            ] {
+            let state = match &error {
+                ServiceError::RestoreBehind { state, .. }
+                | ServiceError::LogWentBack { state, .. } => {
+                    format!("`{state}`")
+                }
+                _ => unreachable!("only the errors above"),
+            };
+            for name in ["`jury`", "`jury-tasks`", &state, "`jury-repartition`"] {
                 assert!(text.contains(name), "{name} missing from: {text}");
             }
+            let other_state = ["`jury-state`", "`evals.changelog`"]
+                .into_iter()
+                .find(|n| *n != state);
+            assert!(
+                other_state.is_none_or(|n| !text.contains(n)),
+                "another changelog's name in: {text}"
+            );
             assert!(text.contains("To start over from the inputs"), "{text}");
             assert!(!text.contains("  "), "a run of spaces in: {text}");
         }

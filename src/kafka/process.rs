@@ -120,6 +120,7 @@ impl Core {
                 offset,
                 committed,
                 group: self.config.kafka.group_id.clone(),
+                state: self.topics.state().to_owned(),
             });
         }
         Ok(())

@@ -3,6 +3,7 @@
 //! when it is revoked.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -91,10 +92,16 @@ impl Tasks {
     /// partition p), then reading on until each state reaches its group's commit (see
     /// [`catch_up`]; `stops_short`: the first read takes every end as reached at once, a fault
     /// the tests inject). Returns the units restored.
+    ///
+    /// Once `stop` is set nothing more is restored, and a restore under way is left where it
+    /// is, its units assigned and unrestored: the service is stopping, its records of those
+    /// units are neither applied nor committed, and their next owner restores them anyway. A
+    /// large changelog, or one that stops short of the commit, would otherwise hold a stop for
+    /// as long as the restore may take, past a deployment's grace period to its `kill -9`.
     pub fn restore_assigned(
         &mut self,
         (cfg, topics, metrics): (&Config, &TopicTable, &Metrics),
-        stops_short: bool,
+        (stops_short, stop): (bool, &AtomicBool),
     ) -> Result<Vec<Unit>, ServiceError> {
         let mut wanted: Vec<Unit> = std::mem::take(&mut self.assigned)
             .into_iter()
@@ -103,8 +110,9 @@ impl Tasks {
         // A unit assigned and also wanted by a record is restored once.
         wanted.sort();
         wanted.dedup();
-        if wanted.is_empty() {
-            return Ok(wanted);
+        if wanted.is_empty() || stop.load(Ordering::Relaxed) {
+            self.assigned = wanted;
+            return Ok(Vec::new());
         }
         let started = Instant::now();
         let reader: BaseConsumer<QuietReader> =
@@ -116,21 +124,35 @@ impl Tasks {
         }
         reader.assign(&tpl)?;
         let mut restorers: Vec<Restorer> = wanted.iter().map(|&u| Restorer::new(u)).collect();
-        let complete = stops_short
-            || read_to_end(&reader, partitions.len(), "restore read", |m| {
+        let read = if stops_short {
+            Read::Whole
+        } else {
+            read_to_end(&reader, (partitions.len(), stop), "restore read", |m| {
                 accept(&mut restorers, m);
                 Ok(())
-            })?;
-        if !complete {
-            return Err(ServiceError::RestoreTimeout(restorers[0].unit()));
-        }
+            })?
+        };
         let committed = |unit: Unit| {
             let log = unit_log(topics, unit);
             let mut at = self.committed.iter();
             at.find(|(t, p, _)| t == log && *p == unit.partition)
                 .map(|&(_, _, offset)| offset)
         };
-        catch_up(&reader, &mut restorers, committed, &cfg.kafka.group_id)?;
+        let names = (cfg.kafka.group_id.as_str(), topics.state());
+        let read = match read {
+            Read::TimedOut => return Err(ServiceError::RestoreTimeout(restorers[0].unit())),
+            Read::Stopped => Read::Stopped,
+            Read::Whole => catch_up(&reader, &mut restorers, (committed, stop), names)?,
+        };
+        if read == Read::Stopped {
+            tracing::info!(
+                tasks = wanted.len(),
+                seconds = started.elapsed().as_secs_f64(),
+                "stopping: a restore under way left unfinished"
+            );
+            self.assigned = wanted;
+            return Ok(Vec::new());
+        }
         for (restorer, &key) in restorers.into_iter().zip(&wanted) {
             let unit = restorer.unit();
             let (records, bytes) = (restorer.records, restorer.bytes);
@@ -224,13 +246,13 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(30);
 /// state restored from there would lack the last flushes of the partition's previous owner,
 /// and its new owner would go on from the commit without them, its figures silently wrong. A
 /// state still short after [`CATCH_UP_WAIT`] fails the restore
-/// ([`ServiceError::RestoreBehind`]).
+/// ([`ServiceError::RestoreBehind`]); `Read::Stopped` once `stop` is set, never `TimedOut`.
 fn catch_up(
     reader: &BaseConsumer<QuietReader>,
     restorers: &mut [Restorer],
-    committed: impl Fn(Unit) -> Option<i64>,
-    group: &str,
-) -> Result<(), ServiceError> {
+    (committed, stop): (impl Fn(Unit) -> Option<i64>, &AtomicBool),
+    (group, state): (&str, &str),
+) -> Result<Read, ServiceError> {
     let deadline = Instant::now() + CATCH_UP_WAIT;
     let mut reading_on = false;
     loop {
@@ -249,14 +271,18 @@ fn catch_up(
             }
         }
         let Some((unit, restored, committed)) = short else {
-            return Ok(());
+            return Ok(Read::Whole);
         };
+        if stop.load(Ordering::Relaxed) {
+            return Ok(Read::Stopped);
+        }
         if Instant::now() > deadline {
             return Err(ServiceError::RestoreBehind {
                 unit,
                 restored,
                 committed,
                 group: group.to_owned(),
+                state: state.to_owned(),
             });
         }
         if !reading_on {
@@ -275,27 +301,41 @@ fn catch_up(
                 Err(KafkaError::PartitionEOF(_)) => {}
                 Err(e) => tracing::warn!(error = %e, "restore read"),
             }
-            if Instant::now() > deadline {
+            if Instant::now() > deadline || stop.load(Ordering::Relaxed) {
                 break;
             }
         }
     }
 }
 
+/// How a read that a stop can cut short ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Read {
+    /// Every partition reached its end (reading on: every state its group's commit).
+    Whole,
+    /// The time allowed ran out first.
+    TimedOut,
+    /// The service was told to stop first.
+    Stopped,
+}
+
 /// Reads a reader's assigned partitions (`partitions` of them) from where they are to their ends,
-/// handing every record to `accept`. `Ok(false)` if they did not all reach their end within five
-/// minutes.
+/// handing every record to `accept`, unless they do not all reach their end within five minutes
+/// (`Read::TimedOut`) or `stop` is set first (`Read::Stopped`).
 pub(super) fn read_to_end(
     reader: &BaseConsumer<QuietReader>,
-    partitions: usize,
+    (partitions, stop): (usize, &AtomicBool),
     what: &str,
     mut accept: impl FnMut(&BorrowedMessage<'_>) -> Result<(), ServiceError>,
-) -> Result<bool, ServiceError> {
+) -> Result<Read, ServiceError> {
     let mut at_end = empty_partitions(reader);
     let deadline = Instant::now() + Duration::from_secs(300);
     while at_end.len() < partitions {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(Read::Stopped);
+        }
         if Instant::now() > deadline {
-            return Ok(false);
+            return Ok(Read::TimedOut);
         }
         match reader.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => accept(&m)?,
@@ -306,5 +346,5 @@ pub(super) fn read_to_end(
             None => {}
         }
     }
-    Ok(true)
+    Ok(Read::Whole)
 }
