@@ -13,6 +13,7 @@
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, IsTerminal, Read, Write};
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -68,7 +69,21 @@ enum Command {
     CheckConfig,
 }
 
-fn main() -> Result<()> {
+/// Runs the command. An error ends it with exit status 1 and its message, causes included, on
+/// stderr: printed here rather than returned from `main`, whose report adds a stack backtrace
+/// whenever `RUST_BACKTRACE` is set, a trace of this function under every mistyped setting
+/// that tells the user nothing and buries what to fix.
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("Error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     if let Command::CheckConfig = cli.command {
         let (config, shown) = Config::load_shown(cli.config.as_deref())?;

@@ -28,7 +28,7 @@ fn text(bytes: &[u8]) -> String {
 
 #[test]
 fn every_value_is_shown_with_where_it_came_from() {
-    let dir = std::env::temp_dir().join(format!("check-config-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("check-config-shown-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("jurystream.toml");
     std::fs::write(
@@ -100,6 +100,26 @@ fn mistakes_fail_naming_what_to_fix() {
     }
 }
 
+/// A refusal is its message alone, even where `RUST_BACKTRACE` asks panics for a backtrace: no
+/// stack trace of the binary under a mistyped setting.
+#[test]
+fn a_refusal_carries_no_stack_backtrace() {
+    let out = check(
+        &[],
+        &[
+            ("JURYSTREAM_SCORING_LAMBDA", "0.02"),
+            ("RUST_BACKTRACE", "1"),
+        ],
+    );
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.starts_with("Error: ") && said.contains("JURYSTREAM_SCORING_LAMBDA names no setting"),
+        "{said}"
+    );
+    assert!(!said.contains("backtrace"), "{said}");
+}
+
 #[test]
 fn every_mistake_is_named_in_one_refusal() {
     // Two variables that name nothing: both, in one refusal.
@@ -120,7 +140,7 @@ fn every_mistake_is_named_in_one_refusal() {
         );
     }
     // Three bad values, from the file and the environment: all three.
-    let dir = std::env::temp_dir().join(format!("check-config-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("check-config-refused-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let file = dir.join("jurystream.toml");
     std::fs::write(
