@@ -88,6 +88,11 @@ fn mistakes_fail_naming_what_to_fix() {
             [("RUST_LOG", "verbose")],
             "environment variable RUST_LOG: \"verbose\" is neither a level",
         ),
+        (
+            [("JURYSTREAM_SCORING__LAMBDA", "fast")],
+            "configuration key `scoring.lambda` (from environment variable \
+             JURYSTREAM_SCORING__LAMBDA): invalid type: found string \"fast\", expected f64",
+        ),
     ] {
         let out = check(&[], &vars);
         assert!(!out.status.success(), "{vars:?}");
@@ -98,6 +103,38 @@ fn mistakes_fail_naming_what_to_fix() {
         );
         assert!(out.stdout.is_empty(), "{vars:?}");
     }
+}
+
+/// Keys of the file that name no setting are refused, each with the nearest one, before any
+/// value is read: a mistyped key must never leave a default in force.
+#[test]
+fn a_mistyped_file_key_is_refused_naming_the_nearest() {
+    let dir = std::env::temp_dir().join(format!("check-config-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let file = dir.join("jurystream.toml");
+    std::fs::write(
+        &file,
+        "[kafka]\npartitons = 3\n[judge_qualty]\nenabled = false\n[kafka.consumer]\n\"fetch.max.bytes\" = \"1\"\n",
+    )
+    .expect("write the file");
+    let path = file.to_string_lossy().into_owned();
+    let out = check(&["--config", &path], &[]);
+    std::fs::remove_dir_all(&dir).ok();
+    let said = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(said.contains("the configuration has 2 problems"), "{said}");
+    for (key, nearest) in [
+        ("kafka.partitons", "kafka.partitions"),
+        ("judge_qualty.enabled", "judge_quality.enabled"),
+    ] {
+        assert!(
+            said.contains(&format!(
+                "configuration file {path}: `{key}` names no setting; the nearest is `{nearest}`"
+            )),
+            "{said}"
+        );
+    }
+    assert!(out.stdout.is_empty());
 }
 
 /// A refusal is its message alone, even where `RUST_BACKTRACE` asks panics for a backtrace: no

@@ -1,8 +1,12 @@
-//! The keys of the configuration, for what names them from outside a file: the `JURYSTREAM_`
-//! variables, each of which must name a key (or the start fails naming the nearest one), and
-//! `jurystream check-config`, which lists every key's effective value with where it came from.
+//! The keys of the configuration, for what names them: the `JURYSTREAM_` variables and the
+//! keys of the configuration file, each of which must name a key (or the start fails naming
+//! the nearest one), and `jurystream check-config`, which lists every key's effective value
+//! with where it came from.
 
-use figment::{Figment, Source};
+use std::path::Path;
+
+use figment::providers::{Format, Toml};
+use figment::{Figment, Profile, Provider, Source};
 use serde_json::Value;
 
 use super::{Config, ConfigError, Problems};
@@ -99,22 +103,74 @@ pub fn check_environment(names: impl IntoIterator<Item = String>) -> Result<(), 
 /// The variable nearest to `name` by edit distance, underscores and dots alike (so that
 /// `JURYSTREAM_SCORING_LAMBDA` finds `JURYSTREAM_SCORING__LAMBDA`), with its key if a setting.
 fn nearest(name: &str, keys: &[Key], others: &[&str]) -> String {
-    let plain = |text: &str| text.to_ascii_lowercase().replace(['.', '_'], "");
-    let wanted = plain(&name[PREFIX.len()..]);
     let settings = keys.iter().map(|k| {
         (
-            plain(&k.path),
+            k.path.as_str(),
             format!("{} ({})", variable(&k.path), k.path),
         )
     });
-    let rest = others
-        .iter()
-        .map(|o| (plain(&o[PREFIX.len()..]), (*o).to_owned()));
-    settings
-        .chain(rest)
-        .min_by_key(|(candidate, _)| strsim::levenshtein(candidate, &wanted))
+    let rest = others.iter().map(|o| (&o[PREFIX.len()..], (*o).to_owned()));
+    closest(&name[PREFIX.len()..], settings.chain(rest))
+}
+
+/// Of `candidates` (each a name and how to show it), the one whose name is nearest to `name` by
+/// edit distance, without case, dots or underscores.
+fn closest<'a>(name: &str, candidates: impl Iterator<Item = (&'a str, String)>) -> String {
+    let plain = |text: &str| text.to_ascii_lowercase().replace(['.', '_'], "");
+    let wanted = plain(name);
+    candidates
+        .min_by_key(|(candidate, _)| strsim::levenshtein(&plain(candidate), &wanted))
         .map(|(_, shown)| shown)
         .unwrap_or_default()
+}
+
+/// Checks that every key of the configuration file `path` names a setting, as
+/// [`check_environment`] checks the variables: one that names nothing fails the start naming
+/// the nearest key, every such key at once (the file's values are then read, and refused, as
+/// they were). A file that is not TOML is left to the read that reports where.
+pub fn check_file(path: &Path) -> Result<(), ConfigError> {
+    match Toml::file(path).data() {
+        Ok(data) => check_keys(&path.display().to_string(), &data),
+        Err(_) => Ok(()),
+    }
+}
+
+/// [`check_file`] of a file `file` whose values by profile are `data`.
+fn check_keys(
+    file: &str,
+    data: &figment::value::Map<Profile, figment::value::Dict>,
+) -> Result<(), ConfigError> {
+    let keys = keys();
+    let mut problems = Problems::default();
+    for dict in data.values() {
+        let mut leaves = Vec::new();
+        leaves_of(
+            "",
+            &serde_json::to_value(dict).unwrap_or(Value::Null),
+            &mut leaves,
+        );
+        for (key, _) in leaves {
+            let names_a_key = keys.iter().any(|k| {
+                k.path == key
+                    || (k.map
+                        && key
+                            .strip_prefix(k.path.as_str())
+                            .is_some_and(|r| r.starts_with('.')))
+                    || k.path
+                        .strip_prefix(key.as_str())
+                        .is_some_and(|r| r.starts_with('.'))
+            });
+            if !names_a_key {
+                let candidates = keys.iter().map(|k| (k.path.as_str(), k.path.clone()));
+                problems.push(ConfigError::FileKey {
+                    file: file.to_owned(),
+                    nearest: closest(&key, candidates),
+                    key,
+                });
+            }
+        }
+    }
+    problems.into_result()
 }
 
 /// The effective configuration of `figment` (extracted and valid), one `key = value` line per
@@ -207,6 +263,50 @@ mod tests {
             message.contains("JURYSTREAM_HTTP_BIND") && message.contains("JURYSTREAM_HTTP__BIND"),
             "{message}"
         );
+    }
+
+    /// The keys of a file that name no setting, each with the nearest (a section misspelled
+    /// too), every one at once; the keys of maps, sections alone and settings pass.
+    #[test]
+    fn a_file_key_that_names_no_setting_fails_naming_the_nearest() {
+        let text = "[kafka]\npartitons = 3\nbootstrap_servers = \"b:9092\"\n\
+                    [kafka.consumer]\n\"fetch.max.bytes\" = \"1\"\n\
+                    [scoring.project_lambda]\nproj-1 = 0.1\n[scoring]\nlambda = 0.1\n\
+                    [leaderbord]\nwindow_days = 3\n[http]\n";
+        let data = Toml::string(text).data().expect("TOML");
+        match check_keys("jurystream.toml", &data) {
+            Err(ConfigError::Several(problems)) => {
+                let named: Vec<(&str, &str)> = problems
+                    .iter()
+                    .map(|p| match p {
+                        ConfigError::FileKey { key, nearest, .. } => {
+                            (key.as_str(), nearest.as_str())
+                        }
+                        other => panic!("{other:?}"),
+                    })
+                    .collect();
+                assert_eq!(
+                    named,
+                    [
+                        ("kafka.partitons", "kafka.partitions"),
+                        ("leaderbord.window_days", "leaderboard.window_days"),
+                    ]
+                );
+                let message = ConfigError::Several(problems).to_string();
+                assert!(
+                    message.contains(
+                        "configuration file jurystream.toml: `kafka.partitons` names no \
+                         setting; the nearest is `kafka.partitions`"
+                    ),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let fine = Toml::string("[kafka]\npartitions = 3\n[kafka.producer]\nlinger_ms = \"5\"\n")
+            .data()
+            .expect("TOML");
+        assert!(check_keys("jurystream.toml", &fine).is_ok());
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub use crate::engine::settings::{
 /// A configuration that could not be loaded or is invalid; `key` is the dotted path, e.g. `scoring.lambda`.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("configuration: {0}")]
+    #[error("{}", load_message(.0))]
     Load(Box<figment::Error>),
     #[error("configuration key `{key}`: {message}")]
     Invalid { key: String, message: String },
@@ -42,10 +42,45 @@ pub enum ConfigError {
         "environment variable {name} names no setting (a setting is JURYSTREAM_<SECTION>__<KEY>, two underscores between them); the nearest is {nearest}"
     )]
     Variable { name: String, nearest: String },
+    /// A key of the configuration file that names no setting.
+    #[error("configuration file {file}: `{key}` names no setting; the nearest is `{nearest}`")]
+    FileKey {
+        file: String,
+        key: String,
+        nearest: String,
+    },
     /// More than one of the others, each on a line of its own: a refused start names every
     /// problem the checks found, not one per attempt.
     #[error("the configuration has {} problems:\n{}", .0.len(), lines(.0))]
     Several(Vec<ConfigError>),
+}
+
+/// A value that could not be read, in the words of the other refusals: its key, where the value
+/// came from and what is wrong with it, a line for each (figment's own words name the key with
+/// its profile, `"default.kafka.partitions"`, and where it came from last). An error of no key
+/// (a file that is not TOML) keeps figment's words, which say where.
+fn load_message(error: &figment::Error) -> String {
+    let line = |e: figment::Error| {
+        if e.path.is_empty() {
+            return format!("configuration: {e}");
+        }
+        let key = e.path.join(".");
+        let metadata = e.metadata.as_ref();
+        let from = match metadata.and_then(|m| m.source.as_ref()) {
+            Some(figment::Source::File(path)) => format!("file {}", path.display()),
+            _ if metadata.is_some_and(|m| m.name.contains("environment")) => {
+                format!("environment variable {}", keys::variable(&key))
+            }
+            _ => "the defaults".to_owned(),
+        };
+        format!("configuration key `{key}` (from {from}): {}", e.kind)
+    };
+    error
+        .clone()
+        .into_iter()
+        .map(line)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn lines(problems: &[ConfigError]) -> String {
@@ -163,9 +198,10 @@ impl Config {
     /// The defaults, `path` over them and the environment over both; every `JURYSTREAM_`
     /// variable must name a setting.
     fn sources(path: Option<&Path>) -> Result<Figment, ConfigError> {
-        keys::check_environment(
+        let mut problems = Problems::default();
+        problems.check(keys::check_environment(
             std::env::vars_os().map(|(name, _)| name.to_string_lossy().into_owned()),
-        )?;
+        ));
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         if let Some(path) = path {
             if !path.exists() {
@@ -174,8 +210,10 @@ impl Config {
                     format!("file {} does not exist", path.display()),
                 ));
             }
+            problems.check(keys::check_file(path));
             figment = figment.merge(Toml::file(path));
         }
+        problems.into_result()?;
         Ok(figment.merge(env_overrides()))
     }
 
