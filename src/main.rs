@@ -69,18 +69,30 @@ enum Command {
     CheckConfig,
 }
 
-/// Runs the command. An error ends it with exit status 1 and its message, causes included, on
-/// stderr: printed here rather than returned from `main`, whose report adds a stack backtrace
-/// whenever `RUST_BACKTRACE` is set, a trace of this function under every mistyped setting
-/// that tells the user nothing and buries what to fix.
+/// Runs the command. An error ends it with exit status 1 and its message on stderr, printed here
+/// rather than returned from `main`, whose report adds a stack backtrace whenever
+/// `RUST_BACKTRACE` is set: a trace of this function under every mistyped setting, which tells
+/// the user nothing and buries what to fix.
 fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("Error: {error:#}");
+            eprintln!("Error: {}", message(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `error` and each of its causes that its words do not already say (most of the library's
+/// errors say their cause), on one line.
+fn message(error: &anyhow::Error) -> String {
+    let mut said = error.to_string();
+    for cause in error.chain().skip(1).map(ToString::to_string) {
+        if !said.contains(&cause) {
+            said = format!("{said}: {cause}");
+        }
+    }
+    said
 }
 
 fn run() -> Result<()> {
@@ -270,4 +282,27 @@ fn run_replay(config: Config, input: &str, output: &str) -> Result<()> {
         summary.records as f64 / secs.max(1e-9)
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that says its cause in its own words, as most of the library's do.
+    #[derive(Debug, thiserror::Error)]
+    #[error("restoring: {0}")]
+    struct SaysItsCause(#[source] io::Error);
+
+    /// A cause is added once: after a context that does not say it, not after an error that
+    /// already does.
+    #[test]
+    fn a_message_says_each_cause_once() {
+        let missing = || io::Error::new(io::ErrorKind::NotFound, "no such file");
+        let context = anyhow::Error::new(missing()).context("opening input votes.jsonl");
+        assert_eq!(message(&context), "opening input votes.jsonl: no such file");
+        let said = anyhow::Error::new(SaysItsCause(missing()));
+        assert_eq!(message(&said), "restoring: no such file");
+        let both = anyhow::Error::new(SaysItsCause(missing())).context("starting");
+        assert_eq!(message(&both), "starting: restoring: no such file");
+    }
 }

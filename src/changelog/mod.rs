@@ -120,8 +120,7 @@ pub enum ChangelogError {
     #[error(
         "changelog partition {partition} holds state of another layout (key {key}), not the \
          {expected} this configuration keeps: written with the other input.partitioning, or by \
-         a version that kept votes and judge scores in separate states. {}",
-        start_over_unnamed()
+         a version that kept votes and judge scores in separate states"
     )]
     Layout {
         partition: i32,
@@ -132,15 +131,13 @@ pub enum ChangelogError {
     /// version) or damaged. Skipping it would lose state without a word.
     #[error(
         "changelog key {key}: {reason}; it was written by another version of jurystream or is \
-         damaged, and is not read as anything else. {}",
-        start_over_unnamed()
+         damaged, and is not read as anything else"
     )]
     Key { key: String, reason: String },
     /// A value this version cannot read, for the same reasons.
     #[error(
         "changelog value of {key}: {source}; it was written by another version of jurystream \
-         or is damaged, and is not read as anything else. {}",
-        start_over_unnamed()
+         or is damaged, and is not read as anything else"
     )]
     Value {
         key: String,
@@ -163,9 +160,8 @@ pub enum ValueError {
 
 /// How to start a group over from its inputs, when its state cannot be used: what every restore
 /// error says, naming consumer group `group` and its changelog `state` (`topics.state`, by
-/// default `<group_id>-state`; the changelog's own errors, which know neither, name them by
-/// their settings). One text, so that no error leaves out one of the group's topics or
-/// consumer groups.
+/// default `<group_id>-state`). One text, so that no error leaves out one of the group's topics
+/// or consumer groups.
 pub fn start_over(group: &str, state: &str) -> String {
     format!(
         "To start over from the inputs: stop every instance, delete the consumer groups \
@@ -173,11 +169,6 @@ pub fn start_over(group: &str, state: &str) -> String {
          (or set a new kafka.group_id), and start again; the inputs are then read again from \
          their earliest retained records"
     )
-}
-
-/// [`start_over`] where the names are not known: by their settings.
-fn start_over_unnamed() -> String {
-    start_over("<group_id>", "<topics.state, by default <group_id>-state>")
 }
 
 /// The state of one task in the changelog: the state of one partition of the log it follows.

@@ -196,7 +196,7 @@ impl Config {
     }
 
     /// The defaults, `path` over them and the environment over both; every `JURYSTREAM_`
-    /// variable must name a setting.
+    /// variable and every key of the file must name a setting.
     fn sources(path: Option<&Path>) -> Result<Figment, ConfigError> {
         let mut problems = Problems::default();
         problems.check(keys::check_environment(

@@ -101,11 +101,19 @@ pub enum ServiceError {
     Topic(String),
     #[error("delivery failed, nothing committed: {0}")]
     Delivery(String),
-    #[error("restoring {unit:?}: {source}")]
+    /// A changelog record this version cannot read (see [`ChangelogError`]): going on without
+    /// it would lose state without a word.
+    #[error(
+        "restoring {unit:?}: {source}. {}",
+        changelog::start_over(group, state)
+    )]
     Restore {
         unit: Unit,
         #[source]
         source: ChangelogError,
+        group: String,
+        /// The changelog's name.
+        state: String,
     },
     #[error("restoring {0:?}: the changelog did not reach its end in time")]
     RestoreTimeout(Unit),
@@ -189,7 +197,7 @@ fn bootstrap_reputations(
         Read::Whole => {}
         // As before: start with what was read; the same consumer keeps reading the rest.
         Read::TimedOut => tracing::warn!("the reputation table did not reach its end in time"),
-        // The processing loop that comes next sees the stop at once.
+        // The processing loop sees the stop as it starts, and ends.
         Read::Stopped => tracing::info!("stopping: the reputation table's read left unfinished"),
     }
     // The instance directory is read by the same consumer from here on (see
@@ -408,12 +416,22 @@ mod tests {
                 group: "jury".into(),
                 state: "evals.changelog".into(),
             },
+            ServiceError::Restore {
+                unit,
+                source: ChangelogError::Key {
+                    key: "[\"p\",2,\"sketch\",\"proj-1\"]".into(),
+                    reason: "unknown kind of state".into(),
+                },
+                group: "jury".into(),
+                state: "evals.changelog".into(),
+            },
         ];
         for error in errors {
             let text = error.to_string();
             let state = match &error {
                 ServiceError::RestoreBehind { state, .. }
-                | ServiceError::LogWentBack { state, .. } => {
+                | ServiceError::LogWentBack { state, .. }
+                | ServiceError::Restore { state, .. } => {
                     format!("`{state}`")
                 }
                 _ => unreachable!("only the errors above"),

@@ -14,7 +14,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::ServiceError;
 use super::clients;
 use super::clients::QuietReader;
-use crate::changelog::{Restorer, Unit, UnitKind};
+use crate::changelog::{ChangelogError, Restorer, Unit, UnitKind};
 use crate::config::Config;
 use crate::engine::{IdMap, InputTopic, PartitionState};
 use crate::telemetry::events::{InternalEvent, PartitionRestored, RestoreFinished};
@@ -132,13 +132,13 @@ impl Tasks {
                 Ok(())
             })?
         };
+        let names = (cfg.kafka.group_id.as_str(), topics.state());
         let committed = |unit: Unit| {
             let log = unit_log(topics, unit);
             let mut at = self.committed.iter();
             at.find(|(t, p, _)| t == log && *p == unit.partition)
                 .map(|&(_, _, offset)| offset)
         };
-        let names = (cfg.kafka.group_id.as_str(), topics.state());
         let read = match read {
             Read::TimedOut => return Err(ServiceError::RestoreTimeout(restorers[0].unit())),
             Read::Stopped => Read::Stopped,
@@ -158,7 +158,7 @@ impl Tasks {
             let (records, bytes) = (restorer.records, restorer.bytes);
             let (state, offset) = restorer
                 .finish()
-                .map_err(|source| ServiceError::Restore { unit, source })?;
+                .map_err(|source| restore_error(unit, source, names))?;
             PartitionRestored {
                 unit: &unit,
                 records,
@@ -264,7 +264,7 @@ fn catch_up(
             };
             let restored = r
                 .through()
-                .map_err(|source| ServiceError::Restore { unit, source })?;
+                .map_err(|source| restore_error(unit, source, (group, state)))?;
             if restored.is_none_or(|t| t < commit - 1) {
                 short = Some((unit, restored, commit));
                 break;
@@ -305,6 +305,16 @@ fn catch_up(
                 break;
             }
         }
+    }
+}
+
+/// [`ServiceError::Restore`] of `unit`, whose changelog of group `group` is `state`.
+fn restore_error(unit: Unit, source: ChangelogError, (group, state): (&str, &str)) -> ServiceError {
+    ServiceError::Restore {
+        unit,
+        source,
+        group: group.to_owned(),
+        state: state.to_owned(),
     }
 }
 
