@@ -176,24 +176,36 @@ fn every_mistake_is_named_in_one_refusal() {
             "{said}"
         );
     }
-    // Three bad values, from the file and the environment: all three.
+    // Bad values, from the file and the environment: every one.
     let dir = std::env::temp_dir().join(format!("check-config-refused-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let file = dir.join("jurystream.toml");
     std::fs::write(
         &file,
-        "[scoring]\nlambda = -1\n[sessions]\nmax_judges = 0\n",
+        "[scoring]\nlambda = -1\n[sessions]\nmax_judges = 0\n[kafka]\npartitions = \"six\"\n",
     )
     .expect("write the file");
     let path = file.to_string_lossy().into_owned();
     let out = check(
         &["--config", &path],
-        &[("JURYSTREAM_HTTP__BIND", "nowhere")],
+        &[
+            ("JURYSTREAM_HTTP__BIND", "nowhere"),
+            ("JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS", "soon"),
+        ],
     );
     std::fs::remove_dir_all(&dir).ok();
     let said = text(&out.stderr);
     assert!(!out.status.success());
-    for key in ["http.bind", "scoring.lambda", "sessions.max_judges"] {
+    // Two values of the wrong type, from the file and the environment, with the three out of
+    // range: all five.
+    assert!(said.contains("the configuration has 5 problems"), "{said}");
+    for key in [
+        "http.bind",
+        "scoring.lambda",
+        "sessions.max_judges",
+        "kafka.partitions",
+        "kafka.commit_interval_ms",
+    ] {
         assert!(
             said.contains(&format!("- configuration key `{key}`")),
             "{said}"

@@ -65,15 +65,18 @@ fn load_message(error: &figment::Error) -> String {
             return format!("configuration: {e}");
         }
         let key = e.path.join(".");
-        let metadata = e.metadata.as_ref();
-        let from = match metadata.and_then(|m| m.source.as_ref()) {
-            Some(figment::Source::File(path)) => format!("file {}", path.display()),
-            _ if metadata.is_some_and(|m| m.name.contains("environment")) => {
-                format!("environment variable {}", keys::variable(&key))
+        let from = e.metadata.as_ref().map(|m| match &m.source {
+            Some(figment::Source::File(path)) => format!(" (from file {})", path.display()),
+            _ if m.name.contains("environment") => {
+                format!(" (from environment variable {})", keys::variable(&key))
             }
-            _ => "the defaults".to_owned(),
-        };
-        format!("configuration key `{key}` (from {from}): {}", e.kind)
+            _ => format!(" (from {})", m.name),
+        });
+        format!(
+            "configuration key `{key}`{}: {}",
+            from.unwrap_or_default(),
+            e.kind
+        )
     };
     error
         .clone()
@@ -112,6 +115,15 @@ impl Problems {
         self.0.len()
     }
 
+    /// The refusal of `last` and of every problem noted before it.
+    pub(super) fn refuse(mut self, last: ConfigError) -> ConfigError {
+        self.push(last);
+        match self.0.len() {
+            1 => self.0.remove(0),
+            _ => ConfigError::Several(self.0),
+        }
+    }
+
     /// None, the one, or [`ConfigError::Several`].
     pub(super) fn into_result(mut self) -> Result<(), ConfigError> {
         match self.0.len() {
@@ -121,6 +133,22 @@ impl Problems {
         }
     }
 }
+
+/// The value of the key at `path` in `defaults`, if it is one.
+fn default_at(defaults: &serde_json::Value, path: &[String]) -> Option<serde_json::Value> {
+    if path.is_empty() {
+        return None;
+    }
+    let mut value = defaults;
+    for name in path {
+        value = value.get(name)?;
+    }
+    Some(value.clone())
+}
+
+/// The most values of the wrong type one refusal names, more than the configuration has keys:
+/// a bound on reading again should a default not mend its key.
+const MAX_UNREADABLE: usize = 200;
 
 pub(super) fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -224,11 +252,33 @@ impl Config {
         )
     }
 
-    fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
-        let config: Config = figment
-            .extract()
-            .map_err(|e| ConfigError::Load(Box::new(e)))?;
-        config.validate()?;
+    /// Reads and validates `figment`, refusing every value it cannot read and every value out of
+    /// range in one refusal. Reading stops at the first value of the wrong type, so each one
+    /// refused is put back to its default and the rest read again, until they read; then the
+    /// values read are validated too (those put back are valid).
+    fn from_figment(mut figment: Figment) -> Result<Config, ConfigError> {
+        let defaults = serde_json::to_value(Config::default()).unwrap_or_default();
+        let mut problems = Problems::default();
+        let config = loop {
+            let error = match figment.extract::<Config>() {
+                Ok(config) => break config,
+                Err(error) => error,
+            };
+            let key = error.path.join(".");
+            let default = default_at(&defaults, &error.path);
+            let refused = ConfigError::Load(Box::new(error));
+            match default {
+                // Not a key with a default (a map's entry, a file that is not TOML): the
+                // refusal is what was found so far.
+                Some(default) if problems.len() < MAX_UNREADABLE => {
+                    problems.push(refused);
+                    figment = figment.merge(Serialized::default(&key, default));
+                }
+                _ => return Err(problems.refuse(refused)),
+            }
+        };
+        problems.check(config.validate());
+        problems.into_result()?;
         Ok(config)
     }
 

@@ -166,17 +166,49 @@ fn http_bind_takes_an_address_or_a_host_name_with_a_port() {
 
 /// The keys a refusal names, in order: one for a single problem, each of several.
 fn refused_keys(text: &str) -> Vec<String> {
+    let key = |p: ConfigError| match p {
+        ConfigError::Invalid { key, .. } => key,
+        ConfigError::Load(e) => e.path.join("."),
+        other => panic!("{text}: {other:?}"),
+    };
     match Config::from_toml(text) {
-        Err(ConfigError::Invalid { key, .. }) => vec![key],
-        Err(ConfigError::Several(problems)) => problems
-            .into_iter()
-            .map(|p| match p {
-                ConfigError::Invalid { key, .. } => key,
-                other => panic!("{text}: {other:?}"),
-            })
-            .collect(),
+        Err(ConfigError::Several(problems)) => problems.into_iter().map(key).collect(),
+        Err(problem) => vec![key(problem)],
         other => panic!("{text}: {other:?}"),
     }
+}
+
+/// Values of the wrong type are refused together, each put back to its default so that the
+/// rest is read, and with the values out of range; a map's entry of the wrong type, which has
+/// no default, ends the refusal with what was found.
+#[test]
+fn values_of_the_wrong_type_are_named_with_the_others() {
+    let text = "[kafka]\npartitions = \"six\"\ncommit_interval_ms = \"soon\"\n\
+                [scoring]\nlambda = -1\n";
+    assert_eq!(
+        refused_keys(text),
+        [
+            "kafka.commit_interval_ms",
+            "kafka.partitions",
+            "scoring.lambda"
+        ]
+    );
+    let message = Config::from_toml(text).unwrap_err().to_string();
+    assert!(
+        message.contains(
+            "- configuration key `kafka.partitions` (from TOML source string): invalid type: \
+             found string \"six\", expected i32"
+        ),
+        "{message}"
+    );
+    // Read in the order of the keys: `bootstrap_servers`, then the map `consumer`, whose
+    // refusal ends the reading before `partitions`.
+    let text = "[kafka]\nbootstrap_servers = 9092\npartitions = \"six\"\n\
+                [kafka.consumer]\n\"fetch.max.bytes\" = 5\n";
+    assert_eq!(
+        refused_keys(text),
+        ["kafka.bootstrap_servers", "kafka.consumer.fetch.max.bytes"]
+    );
 }
 
 #[test]
