@@ -137,6 +137,19 @@ fn a_mistyped_file_key_is_refused_naming_the_nearest() {
     assert!(out.stdout.is_empty());
 }
 
+/// An empty file is the defaults: it names nothing, so nothing is refused.
+#[test]
+fn an_empty_file_is_the_defaults() {
+    let dir = std::env::temp_dir().join(format!("check-config-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let file = dir.join("jurystream.toml");
+    std::fs::write(&file, "").expect("write the file");
+    let out = check(&["--config", &file.to_string_lossy()], &[]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("kafka.partitions = 6  # default"));
+}
+
 /// A refusal is its message alone, even where `RUST_BACKTRACE` asks panics for a backtrace: no
 /// stack trace of the binary under a mistyped setting.
 #[test]
