@@ -26,18 +26,24 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// `check-config --config FILE` where FILE holds `toml`, in a directory of the test's own
+/// (`name`: tests run in parallel), with `vars`; the output and the file's path.
+fn check_file(name: &str, toml: &str, vars: &[(&str, &str)]) -> (Output, String) {
+    let dir = std::env::temp_dir().join(format!("check-config-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let file = dir.join("jurystream.toml");
+    std::fs::write(&file, toml).expect("write the file");
+    let path = file.to_string_lossy().into_owned();
+    let out = check(&["--config", &path], vars);
+    std::fs::remove_dir_all(&dir).ok();
+    (out, path)
+}
+
 #[test]
 fn every_value_is_shown_with_where_it_came_from() {
-    let dir = std::env::temp_dir().join(format!("check-config-shown-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("jurystream.toml");
-    std::fs::write(
-        &file,
+    let (out, path) = check_file(
+        "shown",
         "[kafka]\nbootstrap_servers = \"broker:9092\"\n[kafka.producer]\n\"sasl.password\" = \"hunter2\"\n",
-    )
-    .unwrap();
-    let out = check(
-        &["--config", file.to_str().unwrap()],
         &[("JURYSTREAM_SCORING__LAMBDA", "0.02")],
     );
     let stdout = text(&out.stdout);
@@ -55,10 +61,7 @@ fn every_value_is_shown_with_where_it_came_from() {
     );
     assert_eq!(
         line("kafka.bootstrap_servers"),
-        format!(
-            "kafka.bootstrap_servers = \"broker:9092\"  # file {}",
-            file.display()
-        )
+        format!("kafka.bootstrap_servers = \"broker:9092\"  # file {path}")
     );
     assert_eq!(
         line("sessions.timeout_secs"),
@@ -66,7 +69,6 @@ fn every_value_is_shown_with_where_it_came_from() {
     );
     assert!(line("kafka.producer.sasl.password").contains("\"<redacted>\""));
     assert!(!stdout.contains("hunter2"), "{stdout}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -109,17 +111,11 @@ fn mistakes_fail_naming_what_to_fix() {
 /// value is read: a mistyped key must never leave a default in force.
 #[test]
 fn a_mistyped_file_key_is_refused_naming_the_nearest() {
-    let dir = std::env::temp_dir().join(format!("check-config-keys-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let file = dir.join("jurystream.toml");
-    std::fs::write(
-        &file,
+    let (out, path) = check_file(
+        "keys",
         "[kafka]\npartitons = 3\n[judge_qualty]\nenabled = false\n[kafka.consumer]\n\"fetch.max.bytes\" = \"1\"\n",
-    )
-    .expect("write the file");
-    let path = file.to_string_lossy().into_owned();
-    let out = check(&["--config", &path], &[]);
-    std::fs::remove_dir_all(&dir).ok();
+        &[],
+    );
     let said = text(&out.stderr);
     assert!(!out.status.success());
     assert!(said.contains("the configuration has 2 problems"), "{said}");
@@ -140,12 +136,7 @@ fn a_mistyped_file_key_is_refused_naming_the_nearest() {
 /// An empty file is the defaults: it names nothing, so nothing is refused.
 #[test]
 fn an_empty_file_is_the_defaults() {
-    let dir = std::env::temp_dir().join(format!("check-config-empty-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let file = dir.join("jurystream.toml");
-    std::fs::write(&file, "").expect("write the file");
-    let out = check(&["--config", &file.to_string_lossy()], &[]);
-    std::fs::remove_dir_all(&dir).ok();
+    let (out, _) = check_file("empty", "", &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("kafka.partitions = 6  # default"));
 }
@@ -190,23 +181,14 @@ fn every_mistake_is_named_in_one_refusal() {
         );
     }
     // Bad values, from the file and the environment: every one.
-    let dir = std::env::temp_dir().join(format!("check-config-refused-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let file = dir.join("jurystream.toml");
-    std::fs::write(
-        &file,
+    let (out, _) = check_file(
+        "refused",
         "[scoring]\nlambda = -1\n[sessions]\nmax_judges = 0\n[kafka]\npartitions = \"six\"\n",
-    )
-    .expect("write the file");
-    let path = file.to_string_lossy().into_owned();
-    let out = check(
-        &["--config", &path],
         &[
             ("JURYSTREAM_HTTP__BIND", "nowhere"),
             ("JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS", "soon"),
         ],
     );
-    std::fs::remove_dir_all(&dir).ok();
     let said = text(&out.stderr);
     assert!(!out.status.success());
     // Two values of the wrong type, from the file and the environment, with the three out of
