@@ -41,6 +41,19 @@ struct Key {
     map: bool,
 }
 
+impl Key {
+    /// Whether `path` is this key, or an entry of it if it is a map.
+    fn holds(&self, path: &str) -> bool {
+        self.path == path || (self.map && below(path, &self.path))
+    }
+}
+
+/// Whether dotted `path` lies below `prefix` (`kafka.consumer.linger.ms` below `kafka.consumer`).
+fn below(path: &str, prefix: &str) -> bool {
+    path.strip_prefix(prefix)
+        .is_some_and(|rest| rest.starts_with('.'))
+}
+
 /// Every key of the configuration, from its defaults' leaves: a map is empty by default, so
 /// it is a leaf whose value is an object.
 fn keys() -> Vec<Key> {
@@ -82,14 +95,7 @@ pub fn check_environment(names: impl IntoIterator<Item = String>) -> Result<(), 
             continue;
         }
         let key = name[PREFIX.len()..].to_ascii_lowercase().replace("__", ".");
-        let names_a_key = name.contains("__")
-            && keys.iter().any(|k| {
-                k.path == key
-                    || (k.map
-                        && key
-                            .strip_prefix(k.path.as_str())
-                            .is_some_and(|rest| rest.starts_with('.')))
-            });
+        let names_a_key = name.contains("__") && keys.iter().any(|k| k.holds(&key));
         if !names_a_key {
             problems.push(ConfigError::Variable {
                 nearest: nearest(&name, &keys, &others),
@@ -151,16 +157,8 @@ fn check_keys(
         );
         // An empty file is one leaf, the root, of no key.
         for (key, _) in leaves.into_iter().filter(|(key, _)| !key.is_empty()) {
-            let names_a_key = keys.iter().any(|k| {
-                k.path == key
-                    || (k.map
-                        && key
-                            .strip_prefix(k.path.as_str())
-                            .is_some_and(|r| r.starts_with('.')))
-                    || k.path
-                        .strip_prefix(key.as_str())
-                        .is_some_and(|r| r.starts_with('.'))
-            });
+            // A bare section (`[http]` with nothing under it) is the start of a key.
+            let names_a_key = keys.iter().any(|k| k.holds(&key) || below(&k.path, &key));
             if !names_a_key {
                 let candidates = keys.iter().map(|k| (k.path.as_str(), k.path.clone()));
                 problems.push(ConfigError::FileKey {
