@@ -330,11 +330,7 @@ fn start_unready(
 /// (each must exit cleanly).
 fn finish(running: Vec<Service>, records: &[Rec]) {
     let refs: Vec<&Service> = running.iter().collect();
-    assert!(
-        support::wait_caught_up(&refs, records, Duration::from_secs(240)),
-        "{}",
-        support::not_caught_up(&refs, records)
-    );
+    support::assert_caught_up(&refs, records, Duration::from_secs(240));
     let logs: Vec<std::path::PathBuf> = running.iter().map(|s| s.log.clone()).collect();
     for s in running {
         s.stop_cleanly();
@@ -598,11 +594,7 @@ fn an_instance_restarted_with_its_identity_resumes_before_the_session_timeout() 
         took < Duration::from_secs(20),
         "the restart waited {took:?}, as long as a new member waits for the session timeout"
     );
-    assert!(
-        again.wait_caught_up(&records, Duration::from_secs(120)),
-        "{}",
-        again.metrics()
-    );
+    again.assert_caught_up(&records, Duration::from_secs(120));
     again.stop_cleanly();
     assert_repartitioned(&broker.bootstrap, prefix, &config, &keyed, &records);
 }
@@ -639,11 +631,7 @@ fn a_crash_between_forwarding_and_committing_counts_nothing_twice() {
     );
     assert!(!crashing.wait_exit(Duration::from_secs(120)).success());
     let service = Service::start(&config, dir.path().join("service.log"));
-    assert!(
-        service.wait_caught_up(&records, Duration::from_secs(120)),
-        "{}",
-        service.metrics()
-    );
+    service.assert_caught_up(&records, Duration::from_secs(120));
     let metrics = service.metrics();
     assert!(service.terminate().success());
     // Records were forwarded again after the crash, and the copies skipped where they arrived.
@@ -718,11 +706,7 @@ fn by_key_dead_letters_a_mis_keyed_record_and_keeps_its_project_whole() {
         "{codes:?}"
     );
     let service = Service::start(&config, dir.path().join("service.log"));
-    assert!(
-        service.wait_caught_up(&records, Duration::from_secs(90)),
-        "{}",
-        service.metrics()
-    );
+    service.assert_caught_up(&records, Duration::from_secs(90));
     let metrics = service.metrics();
     assert!(service.terminate().success());
     assert!(
@@ -791,11 +775,7 @@ fn a_forward_the_broker_refuses_is_dead_lettered_at_its_origin() {
         "{}",
         service.log_text()
     );
-    assert!(
-        service.wait_caught_up(&records, Duration::from_secs(120)),
-        "{}",
-        service.log_text()
-    );
+    service.assert_caught_up(&records, Duration::from_secs(120));
     // The input's position moves past the record when it is read, a little before its dead
     // letter is written: read the letters until it is there.
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -201,12 +201,7 @@ fn two_instances_answer_for_every_project_as_the_topics_say_and_after_a_handover
     produce(&broker.bootstrap, &records);
     let a = start_instance(dir.path(), "a", prefix, &broker.bootstrap, &[]);
     let b = start_instance(dir.path(), "b", prefix, &broker.bootstrap, &[]);
-    assert!(
-        support::wait_caught_up(&[&a, &b], &records, Duration::from_secs(180)),
-        "{}\n{}",
-        a.metrics(),
-        b.metrics()
-    );
+    support::assert_caught_up(&[&a, &b], &records, Duration::from_secs(180));
     let expect = replayed(&config, &records);
     let projects: Vec<String> = expect.scores.keys().cloned().collect();
     assert_eq!(projects.len(), shape.projects);
@@ -328,12 +323,7 @@ fn instances_bound_to_every_interface_answer_for_each_other_through_their_advert
         service
     };
     let (a, b) = (start("a"), start("b"));
-    assert!(
-        support::wait_caught_up(&[&a, &b], &records, Duration::from_secs(180)),
-        "{}\n{}",
-        a.metrics(),
-        b.metrics()
-    );
+    support::assert_caught_up(&[&a, &b], &records, Duration::from_secs(180));
     let expect = replayed(&config, &records);
     let token = "Authorization: Bearer t0ken\r\n";
     for project in expect.scores.keys() {

@@ -155,11 +155,7 @@ fn kill_9_at_any_point_ends_in_the_clean_run_tables() {
     let service = Service::start_ready(&config, log.clone());
     // The last incarnation owns all six input partitions; it skips what the changelog holds
     // and processes the rest.
-    assert!(
-        service.wait_caught_up(&records, Duration::from_secs(180)),
-        "{}",
-        support::not_caught_up(&[&service], &records)
-    );
+    service.assert_caught_up(&records, Duration::from_secs(180));
     let metrics = service.metrics();
     service.stop_cleanly();
     assert!(
@@ -226,11 +222,7 @@ fn a_second_instance_takes_partitions_over_mid_stream_and_hands_them_back_with_n
     // over while more of the stream arrives.
     let second = start("second");
     produce(&broker.bootstrap, &second_part[first_part.len()..]);
-    assert!(
-        support::wait_caught_up(&[&first, &second], second_part, Duration::from_secs(120)),
-        "{}",
-        support::not_caught_up(&[&first, &second], second_part)
-    );
+    support::assert_caught_up(&[&first, &second], second_part, Duration::from_secs(120));
     let took_over = support::metric_sum(&second.metrics(), "jurystream_records_total") > 0;
     let second_log = second.log_text();
     assert!(second.terminate().success(), "{second_log}");
@@ -239,12 +231,7 @@ fn a_second_instance_takes_partitions_over_mid_stream_and_hands_them_back_with_n
     // so this checks they are forwarded again when they are assigned again.
     let third_part = &records[..cut(0.9)];
     produce(&broker.bootstrap, &third_part[second_part.len()..]);
-    assert!(
-        first.wait_caught_up(third_part, Duration::from_secs(120)),
-        "{}\n{}",
-        support::not_caught_up(&[&first], third_part),
-        first.log_text()
-    );
+    first.assert_caught_up(third_part, Duration::from_secs(120));
     let first_log = first.log_text();
     assert!(first.terminate().success(), "{first_log}");
     let revoked = first_log.contains("partitions revoked");
@@ -257,11 +244,7 @@ fn a_second_instance_takes_partitions_over_mid_stream_and_hands_them_back_with_n
     // scores build on the restored ones, so state handed over wrongly shows in the tables.
     produce(&broker.bootstrap, &records[third_part.len()..]);
     let third = start("third");
-    assert!(
-        third.wait_caught_up(&records, Duration::from_secs(120)),
-        "{}",
-        support::not_caught_up(&[&third], &records)
-    );
+    third.assert_caught_up(&records, Duration::from_secs(120));
     let third_log = third.log_text();
     assert!(third.terminate().success(), "{third_log}");
     assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
@@ -337,11 +320,7 @@ fn a_crash_between_changelog_and_commit_is_not_counted_twice() {
     );
     let records = &crashed.setup.records;
     let service = crashed.restart();
-    assert!(
-        service.wait_caught_up(records, Duration::from_secs(120)),
-        "{}",
-        support::not_caught_up(&[&service], records)
-    );
+    service.assert_caught_up(records, Duration::from_secs(120));
     let metrics = service.metrics();
     assert!(service.terminate().success());
     assert!(
@@ -381,11 +360,7 @@ fn a_crash_inside_a_changelog_write_counts_everything_once() {
         ],
     );
     let service = crashed.restart();
-    assert!(
-        service.wait_caught_up(&crashed.setup.records, Duration::from_secs(120)),
-        "{}",
-        support::not_caught_up(&[&service], &crashed.setup.records)
-    );
+    service.assert_caught_up(&crashed.setup.records, Duration::from_secs(120));
     assert!(service.terminate().success());
     assert_same(
         &published(&broker.bootstrap, "torn", &crashed.expect),
@@ -418,20 +393,12 @@ fn a_restore_told_the_changelog_ends_early_reads_on_to_the_commit() {
     let half = records.len() / 2;
     produce(&broker.bootstrap, &records[..half]);
     let first = Service::start(&setup.config, setup.dir.path().join("a.log"));
-    assert!(
-        first.wait_caught_up(&records[..half], Duration::from_secs(120)),
-        "{}",
-        support::not_caught_up(&[&first], &records[..half])
-    );
+    first.assert_caught_up(&records[..half], Duration::from_secs(120));
     assert!(first.terminate().success());
     produce(&broker.bootstrap, &records[half..]);
     let short = [("JURYSTREAM_RESTORE_STOPS_SHORT", "1")];
     let second = Service::start_with(&setup.config, setup.dir.path().join("b.log"), &short);
-    assert!(
-        second.wait_caught_up(records, Duration::from_secs(120)),
-        "{}",
-        support::not_caught_up(&[&second], records)
-    );
+    second.assert_caught_up(records, Duration::from_secs(120));
     let log = second.log_text();
     assert!(second.terminate().success(), "{log}");
     assert!(
@@ -454,11 +421,7 @@ fn a_stop_during_a_restore_exits_cleanly_without_waiting_for_it() {
         records,
     } = small_stream_produced(&broker.bootstrap, prefix);
     let first = Service::start(&config, dir.path().join("a.log"));
-    assert!(
-        first.wait_caught_up(&records, Duration::from_secs(90)),
-        "{}",
-        support::not_caught_up(&[&first], &records)
-    );
+    first.assert_caught_up(&records, Duration::from_secs(90));
     first.stop_cleanly();
     support::delete_topic(&broker.bootstrap, &format!("{prefix}.state"));
     std::thread::sleep(Duration::from_secs(1));
@@ -609,7 +572,7 @@ fn half_sent_requests_beyond_the_connection_limit_never_starve_the_service() {
         "{}",
         service.log_text()
     );
-    assert!(service.wait_caught_up(&records, Duration::from_secs(60)));
+    service.assert_caught_up(&records, Duration::from_secs(60));
     eprintln!("slowest probe answer under the flood: {slowest:?}");
     assert!(
         slowest < Duration::from_secs(3),
@@ -721,7 +684,7 @@ fn probes_on_the_admin_listener_answer_through_a_flood_of_half_sent_requests() {
         slowest < Duration::from_secs(1),
         "a probe waited {slowest:?}"
     );
-    assert!(service.wait_caught_up(&records, Duration::from_secs(60)));
+    service.assert_caught_up(&records, Duration::from_secs(60));
     assert_eq!(
         support::http_answer(admin, "/v1/projects/p").map(|a| a.status),
         Some(404)
@@ -753,7 +716,7 @@ fn a_topic_recreated_below_the_committed_offsets_stops_the_service_with_advice()
         records,
     } = small_stream_produced(&broker.bootstrap, prefix);
     let service = Service::start_ready(&config, dir.path().join("a.log"));
-    assert!(service.wait_caught_up(&records, Duration::from_secs(90)));
+    service.assert_caught_up(&records, Duration::from_secs(90));
     assert!(service.terminate().success());
     let votes = format!("{prefix}.votes");
     let busiest = (0..3)
@@ -799,11 +762,7 @@ fn a_quiet_input_is_committed_before_the_epoch_is_over() {
     } = small_stream_produced(&broker.bootstrap, prefix);
     let long = [("JURYSTREAM_KAFKA__COMMIT_INTERVAL_MS", "600000")];
     let service = Service::start_with(&config, dir.path().join("a.log"), &long);
-    assert!(
-        service.wait_caught_up(&records, Duration::from_secs(60)),
-        "{}",
-        support::not_caught_up(&[&service], &records)
-    );
+    service.assert_caught_up(&records, Duration::from_secs(60));
     let group = support::GroupOffsets::new(&broker.bootstrap, &format!("{prefix}-group"));
     assert!(
         group.wait_committed(&records, Duration::from_secs(30)),
@@ -963,12 +922,7 @@ fn broker_outage_is_reported_by_readyz_and_loses_nothing() {
         service.log_text()
     );
     produce(&bootstrap, &records[half..]);
-    assert!(
-        service.wait_caught_up(&records, Duration::from_secs(120)),
-        "{}\n{}",
-        service.metrics(),
-        service.log_text()
-    );
+    service.assert_caught_up(&records, Duration::from_secs(120));
     assert!(service.terminate().success());
     assert_same(&published(&bootstrap, prefix, &expect), &expect);
     proxy.stop();
@@ -1390,7 +1344,7 @@ fn poison_records_never_wedge_the_service() {
         "not ready {not_ready} times: {}",
         service.log_text()
     );
-    assert!(service.wait_caught_up(&records, Duration::from_secs(30)));
+    service.assert_caught_up(&records, Duration::from_secs(30));
     let metrics = service.metrics();
     assert_eq!(
         support::metric_sum(&metrics, "jurystream_outputs_refused_total"),

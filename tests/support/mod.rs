@@ -520,6 +520,12 @@ impl Service {
         wait_caught_up(&[self], records, timeout)
     }
 
+    /// [`assert_caught_up`] for this service alone.
+    #[track_caller]
+    pub fn assert_caught_up(&self, records: &[Rec], timeout: Duration) {
+        assert_caught_up(&[self], records, timeout);
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -635,6 +641,17 @@ impl Drop for StopOnDrop<'_> {
     fn drop(&mut self) {
         self.0.store(false, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// Waits as [`wait_caught_up`] does, and fails the test where it gives up, with what each
+/// service had done ([`not_caught_up`]).
+#[track_caller]
+pub fn assert_caught_up(services: &[&Service], records: &[Rec], timeout: Duration) {
+    assert!(
+        wait_caught_up(services, records, timeout),
+        "{}",
+        not_caught_up(services, records)
+    );
 }
 
 /// Why `services` are not caught up with `records`, for a failure message: what is not yet
