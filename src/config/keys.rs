@@ -119,6 +119,17 @@ fn nearest(name: &str, keys: &[Key], others: &[&str]) -> String {
     closest(&name[PREFIX.len()..], settings.chain(rest))
 }
 
+/// What a value that is not one of its setting's `choices` (`found`) should read, in the
+/// words of the other refusals: the choices, and the nearest to it.
+pub fn not_a_choice(found: &str, choices: &[&str]) -> String {
+    let listed: Vec<String> = choices.iter().map(|c| format!("`{c}`")).collect();
+    let nearest = closest(found, choices.iter().map(|c| (*c, format!("`{c}`"))));
+    format!(
+        "`{found}` is not one of {}; the nearest is {nearest}",
+        listed.join(", ")
+    )
+}
+
 /// Of `candidates` (each a name and how to show it), the one whose name is nearest to `name` by
 /// edit distance, without case, dots or underscores.
 fn closest<'a>(name: &str, candidates: impl Iterator<Item = (&'a str, String)>) -> String {

@@ -72,10 +72,16 @@ fn load_message(error: &figment::Error) -> String {
             }
             _ => format!(" (from {})", m.name),
         });
+        // figment quotes a list of choices twice ("expected ``a` or `b``"): said here instead.
+        let wrong = match &e.kind {
+            figment::error::Kind::UnknownVariant(found, choices) => {
+                keys::not_a_choice(found, choices)
+            }
+            kind => kind.to_string(),
+        };
         format!(
-            "configuration key `{key}`{}: {}",
-            from.unwrap_or_default(),
-            e.kind
+            "configuration key `{key}`{}: {wrong}",
+            from.unwrap_or_default()
         )
     };
     error

@@ -211,6 +211,27 @@ fn values_of_the_wrong_type_are_named_with_the_others() {
     );
 }
 
+/// A name that is not one of its setting's choices is refused with the choices, each quoted
+/// once, and the nearest (figment's own words quoted the list twice).
+#[test]
+fn a_value_not_among_the_choices_names_them_and_the_nearest() {
+    let text = "[input]\npartitioning = \"bykey\"\n[scoring]\nreputation_source = \"learnt\"\n";
+    assert_eq!(
+        refused_keys(text),
+        ["input.partitioning", "scoring.reputation_source"]
+    );
+    let message = Config::from_toml(text).unwrap_err().to_string();
+    for line in [
+        "configuration key `input.partitioning` (from TOML source string): `bykey` is not one of \
+         `repartition`, `by_key`; the nearest is `by_key`",
+        "configuration key `scoring.reputation_source` (from TOML source string): `learnt` is not \
+         one of `table`, `learned`, `both`; the nearest is `learned`",
+    ] {
+        assert!(message.contains(line), "{message}");
+    }
+    assert!(!message.contains("``"), "{message}");
+}
+
 #[test]
 fn every_mistake_is_named_at_once() {
     let text = "[http]\nbind = \"nowhere\"\n[scoring]\nlambda = -1\n\
