@@ -308,6 +308,36 @@ impl Topics {
     }
 }
 
+/// The librdkafka consumer properties that jurystream's guarantees rest on, with the values
+/// `kafka.consumer` may give them (none: jurystream sets it for each consumer) and why: an
+/// override that would change one is refused at start, not left to lose records or to wait.
+const CONSUMER_GUARANTEES: [(&str, &[&str], &str); 4] = [
+    (
+        "enable.auto.commit",
+        &["false"],
+        "jurystream commits offsets itself, each once the results it covers are acknowledged, \
+         not on a timer",
+    ),
+    (
+        "enable.auto.offset.store",
+        &["false"],
+        "jurystream commits offsets itself, each once the results it covers are acknowledged, \
+         not as records are read",
+    ),
+    (
+        "auto.offset.reset",
+        &["earliest", "smallest", "beginning"],
+        "a group new to a topic must read it from its start, or the repartition topic's records \
+         forwarded before the tasks' first commit would be skipped",
+    ),
+    (
+        "enable.partition.eof",
+        &[],
+        "jurystream sets it for each consumer: a restore reads the changelog until every \
+         partition says it has ended",
+    ),
+];
+
 impl Kafka {
     fn validate(&self, p: &mut Problems) {
         let k = self;
@@ -331,6 +361,7 @@ impl Kafka {
             k.session_timeout_ms as usize,
         ));
         for (key, setting) in [
+            ("group.id", "kafka.group_id"),
             ("group.instance.id", "kafka.instance_id"),
             ("session.timeout.ms", "kafka.session_timeout_ms"),
         ] {
@@ -345,6 +376,16 @@ impl Kafka {
             "kafka.connect_timeout_secs",
             k.connect_timeout_secs as usize,
         ));
+        for (key, allowed, why) in CONSUMER_GUARANTEES {
+            if let Some(v) = self.consumer.get(key)
+                && !allowed.contains(&v.trim().to_ascii_lowercase().as_str())
+            {
+                p.push(invalid(
+                    &format!("kafka.consumer.{key}"),
+                    format!("{why}: {key} = {v:?} cannot be set (remove the override)"),
+                ));
+            }
+        }
         // The repartition stage's copy detection (`engine::Origins`) and the changelog assume
         // a retried produce never writes a record twice: the idempotent producer, acks=all.
         for (key, allowed) in [

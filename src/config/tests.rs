@@ -75,6 +75,43 @@ fn producer_overrides_cannot_turn_idempotence_off() {
     }
 }
 
+/// A consumer override that would commit or store offsets before their results are
+/// acknowledged, skip records of a new group, or hide a partition's end from a restore is
+/// refused, each naming why; the values jurystream sets itself may be repeated.
+#[test]
+fn consumer_overrides_cannot_change_what_the_guarantees_rest_on() {
+    let text = "[kafka.consumer]\n\"enable.auto.commit\" = \"true\"\n\
+                \"enable.auto.offset.store\" = \"true\"\n\"auto.offset.reset\" = \"latest\"\n\
+                \"enable.partition.eof\" = \"false\"\n\"group.id\" = \"other\"\n";
+    let mut refused = refused_keys(text);
+    refused.sort();
+    assert_eq!(
+        refused,
+        [
+            "kafka.consumer.auto.offset.reset",
+            "kafka.consumer.enable.auto.commit",
+            "kafka.consumer.enable.auto.offset.store",
+            "kafka.consumer.enable.partition.eof",
+            "kafka.consumer.group.id",
+        ]
+    );
+    let message = Config::from_toml(text).unwrap_err().to_string();
+    for said in [
+        "`kafka.consumer.enable.auto.commit`: jurystream commits offsets itself, each once the \
+         results it covers are acknowledged, not on a timer: enable.auto.commit = \"true\" cannot \
+         be set",
+        "`kafka.consumer.group.id`: is set by kafka.group_id; set that instead",
+    ] {
+        assert!(message.contains(said), "{message}");
+    }
+    for ok in [
+        "[kafka.consumer]\n\"enable.auto.commit\" = \"false\"\n\"auto.offset.reset\" = \"earliest\"\n",
+        "[kafka.consumer]\n\"enable.auto.offset.store\" = \"false\"\n\"fetch.max.bytes\" = \"1048576\"\n",
+    ] {
+        assert!(Config::from_toml(ok).is_ok(), "{ok}");
+    }
+}
+
 #[test]
 fn session_settings_are_validated() {
     let e = Config::from_toml("[sessions]\nstrategy = \"loudest\"")
