@@ -34,16 +34,11 @@ impl TopicTable {
     /// Streams', they are named after the group (its application id), so two deployments with
     /// different groups never share state.
     pub fn new(names: &config::Topics, group_id: &str) -> TopicTable {
-        let state = if names.state.is_empty() {
-            format!("{group_id}-state")
-        } else {
-            names.state.clone()
-        };
         TopicTable {
             names: names.clone(),
-            state,
-            repartition: format!("{group_id}-repartition"),
-            instances: format!("{group_id}-instances"),
+            state: config::changelog_name(&names.state, group_id),
+            repartition: config::repartition_name(group_id),
+            instances: config::instances_name(group_id),
             tasks_group: format!("{group_id}-tasks"),
         }
     }

@@ -21,8 +21,8 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
 pub use self::service::{
-    Http, Input, Kafka, Log, Metrics, OutputSettings, Partitioning, Topics, is_host_and_port,
-    log_filter_error,
+    Http, Input, Kafka, Log, Metrics, OutputSettings, Partitioning, Topics, changelog_name,
+    instances_name, is_host_and_port, log_filter_error, repartition_name,
 };
 pub use crate::engine::model::dedupe::MAX_WINDOW as MAX_DEDUPE_WINDOW;
 pub use crate::engine::settings::{

@@ -276,7 +276,7 @@ impl Default for Topics {
 }
 
 impl Topics {
-    fn validate(&self, p: &mut Problems) {
+    fn validate(&self, group_id: &str, p: &mut Problems) {
         let t = self;
         for (key, name) in [
             ("topics.votes", &t.votes),
@@ -301,11 +301,64 @@ impl Topics {
                 "a topic name has 1 to 249 characters",
             ));
         }
-        let inputs = [&t.votes, &t.judge_scores, &t.reputations];
-        if inputs[0] == inputs[1] || inputs[0] == inputs[2] || inputs[1] == inputs[2] {
-            p.push(invalid("topics", "the three input topics must be distinct"));
+        t.validate_roles(group_id, p);
+    }
+
+    /// Each topic has one role: an output that is also an input would be read back (its
+    /// records dead-lettered, and the letters read back again), two outputs on one topic would
+    /// mix their tables, and a changelog or repartition topic beside anything else would be
+    /// misread. Every name given a second role is named, with the first.
+    fn validate_roles(&self, group_id: &str, p: &mut Problems) {
+        let t = self;
+        let roles = [
+            ("topics.votes", t.votes.clone()),
+            ("topics.judge_scores", t.judge_scores.clone()),
+            ("topics.reputations", t.reputations.clone()),
+            ("topics.scores", t.scores.clone()),
+            ("topics.consensus", t.consensus.clone()),
+            ("topics.bias_alerts", t.bias_alerts.clone()),
+            ("topics.leaderboard", t.leaderboard.clone()),
+            ("topics.dead_letters", t.dead_letters.clone()),
+            ("topics.judge_quality", t.judge_quality.clone()),
+            ("topics.review_requests", t.review_requests.clone()),
+            ("topics.reviewer_quality", t.reviewer_quality.clone()),
+            ("topics.state", changelog_name(&t.state, group_id)),
+            ("kafka.group_id", repartition_name(group_id)),
+            ("kafka.group_id", instances_name(group_id)),
+        ];
+        for (at, (key, name)) in roles.iter().enumerate() {
+            if let Some((first, _)) = roles[..at].iter().find(|(_, n)| n == name) {
+                p.push(invalid(
+                    key,
+                    format!(
+                        "names the topic {name:?}, which {first} names too: each topic has one \
+                         role"
+                    ),
+                ));
+            }
         }
     }
+}
+
+/// The changelog's name: `topics.state` (`state`), or `<group_id>-state` where that is empty.
+pub fn changelog_name(state: &str, group_id: &str) -> String {
+    if state.is_empty() {
+        format!("{group_id}-state")
+    } else {
+        state.to_owned()
+    }
+}
+
+/// The topic every input record is forwarded to, named after consumer group `group_id` as
+/// Kafka Streams names its internal topics after the application, so that two deployments with
+/// different groups never share one.
+pub fn repartition_name(group_id: &str) -> String {
+    format!("{group_id}-repartition")
+}
+
+/// The topic instances advertise their query addresses on, named as [`repartition_name`].
+pub fn instances_name(group_id: &str) -> String {
+    format!("{group_id}-instances")
 }
 
 /// The librdkafka consumer properties that jurystream's guarantees rest on, with the values
@@ -505,7 +558,7 @@ impl Log {
 
 /// Checks the runtimes' sections, noting every problem in `p`.
 pub(super) fn validate(c: &super::Config, p: &mut Problems) {
-    c.topics.validate(p);
+    c.topics.validate(&c.kafka.group_id, p);
     c.kafka.validate(p);
     c.http.validate(p);
     c.log.validate(p);

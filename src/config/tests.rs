@@ -112,6 +112,43 @@ fn consumer_overrides_cannot_change_what_the_guarantees_rest_on() {
     }
 }
 
+/// Each topic has one role: an output named as an input (read back, its dead letters read back
+/// again), two outputs on one topic, or the changelog or an internal topic named as another is
+/// refused, each second use naming the first.
+#[test]
+fn each_topic_has_one_role() {
+    let text = "[topics]\nscores = \"jury.votes\"\nconsensus = \"jury.leaderboard\"\n\
+                state = \"jury.reputations\"\ndead_letters = \"app-repartition\"\n\
+                [kafka]\ngroup_id = \"app\"\n";
+    let mut refused = refused_keys(text);
+    refused.sort();
+    assert_eq!(
+        refused,
+        [
+            "kafka.group_id",
+            "topics.leaderboard",
+            "topics.scores",
+            "topics.state"
+        ]
+    );
+    let message = Config::from_toml(text).unwrap_err().to_string();
+    for said in [
+        "`topics.scores`: names the topic \"jury.votes\", which topics.votes names too: each \
+         topic has one role",
+        "`kafka.group_id`: names the topic \"app-repartition\", which topics.dead_letters names \
+         too",
+    ] {
+        assert!(message.contains(said), "{message}");
+    }
+    // The changelog named after the group, and named by `topics.state`.
+    let text = "[topics]\nleaderboard = \"g-state\"\n[kafka]\ngroup_id = \"g\"\n";
+    assert_eq!(refused_keys(text), ["topics.state"]);
+    let text = "[topics]\nvotes = \"jury.judge-scores\"\n";
+    assert_eq!(refused_keys(text), ["topics.judge_scores"]);
+    let text = "[topics]\nstate = \"mine\"\nleaderboard = \"jurystream-state\"\n";
+    assert!(Config::from_toml(text).is_ok());
+}
+
 #[test]
 fn session_settings_are_validated() {
     let e = Config::from_toml("[sessions]\nstrategy = \"loudest\"")
