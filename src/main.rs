@@ -100,6 +100,7 @@ fn run() -> Result<()> {
     if let Command::CheckConfig = cli.command {
         let (config, shown) = Config::load_shown(cli.config.as_deref())?;
         log_filter(&config)?;
+        jurystream::kafka::clients::check_properties(&config)?;
         print!("{shown}");
         return Ok(());
     }
@@ -142,6 +143,7 @@ fn init_logging(config: &Config) -> Result<()> {
 /// The service: the HTTP endpoints and signal handling on a small tokio runtime, the processing
 /// loop on this thread.
 fn run_service(mut config: Config) -> Result<()> {
+    jurystream::kafka::clients::check_properties(&config)?;
     init_logging(&config)?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "jurystream starting");
     config.http.advertised_url = advertise::advertised_url(

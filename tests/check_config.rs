@@ -133,6 +133,31 @@ fn a_mistyped_file_key_is_refused_naming_the_nearest() {
     assert!(out.stdout.is_empty());
 }
 
+/// A librdkafka property that librdkafka refuses, named in `kafka.consumer` or
+/// `kafka.producer` or set from a setting of jurystream's, is refused by check-config (and the
+/// start) without a broker, naming the key that set it; every such key at once.
+#[test]
+fn a_property_librdkafka_refuses_is_named_by_its_key() {
+    let (out, _) = check_file(
+        "librdkafka",
+        "[kafka]\nfetch_wait_max_ms = 999999\n[kafka.consumer]\n\"fetch.max.byts\" = \"1000\"\n\
+         [kafka.producer]\n\"linger.ms\" = \"soon\"\n",
+        &[],
+    );
+    let said = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(said.contains("the configuration has 3 problems"), "{said}");
+    for line in [
+        "configuration key `kafka.consumer.fetch.max.byts`: librdkafka refuses it: No such \
+         configuration property: \"fetch.max.byts\"",
+        "configuration key `kafka.fetch_wait_max_ms`: librdkafka refuses it:",
+        "configuration key `kafka.producer.linger.ms`: librdkafka refuses it:",
+    ] {
+        assert!(said.contains(line), "{said}");
+    }
+    assert!(out.stdout.is_empty());
+}
+
 /// An empty file is the defaults: it names nothing, so nothing is refused.
 #[test]
 fn an_empty_file_is_the_defaults() {

@@ -14,7 +14,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::ServiceError;
 use super::stage::Stage;
-use crate::config::{Config, Partitioning};
+use crate::config::{Config, ConfigError, Partitioning};
 use crate::telemetry::events;
 use crate::topics::TopicTable;
 
@@ -74,6 +74,82 @@ pub fn base_config(cfg: &Config) -> Result<ClientConfig, ServiceError> {
         }
     }
     Ok(c)
+}
+
+/// Checks that librdkafka takes every property the service's clients are given (each stage's
+/// consumer and producer and the readers', with `kafka.consumer` and `kafka.producer`), one
+/// property at a time and without creating a client, so without a broker: a name librdkafka
+/// does not know or a value outside its range fails `check-config` and the start before
+/// anything runs, naming the key of the configuration that set it, every such key at once.
+/// (Properties that only conflict with each other are left to the client's creation.)
+pub fn check_properties(cfg: &Config) -> Result<(), ServiceError> {
+    let clients = [
+        (
+            "kafka.consumer",
+            consumer_config(cfg, "check", Stage::Forward)?,
+        ),
+        (
+            "kafka.consumer",
+            consumer_config(cfg, "check", Stage::Apply)?,
+        ),
+        ("kafka.consumer", reader_config(cfg, "check")?),
+        ("kafka.producer", producer_config(cfg, Stage::Forward)?),
+        ("kafka.producer", producer_config(cfg, Stage::Apply)?),
+    ];
+    let mut refused: Vec<ConfigError> = Vec::new();
+    for (overrides, client) in &clients {
+        for (property, value) in client.config_map() {
+            let mut alone = ClientConfig::new();
+            alone.set(property, value);
+            let Err(KafkaError::ClientConfig(_, why, ..)) = alone.create_native_config() else {
+                continue;
+            };
+            let own = if *overrides == "kafka.consumer" {
+                &cfg.kafka.consumer
+            } else {
+                &cfg.kafka.producer
+            };
+            let key = if own.contains_key(property) {
+                format!("{overrides}.{property}")
+            } else {
+                setting_of(property)
+            };
+            let said =
+                |p: &ConfigError| matches!(p, ConfigError::Invalid { key: k, .. } if *k == key);
+            if !refused.iter().any(said) {
+                let message = format!("librdkafka refuses it: {}", why.trim());
+                refused.push(ConfigError::Invalid { key, message });
+            }
+        }
+    }
+    match refused.len() {
+        0 => Ok(()),
+        1 => Err(refused.remove(0).into()),
+        _ => Err(ConfigError::Several(refused).into()),
+    }
+}
+
+/// The setting a librdkafka property that jurystream sets comes from.
+fn setting_of(property: &str) -> String {
+    let setting = match property {
+        "bootstrap.servers" => "kafka.bootstrap_servers",
+        "client.id" => "kafka.client_id",
+        "group.id" => "kafka.group_id",
+        "group.instance.id" => "kafka.instance_id",
+        "session.timeout.ms" => "kafka.session_timeout_ms",
+        "fetch.wait.max.ms" | "fetch.queue.backoff.ms" => "kafka.fetch_wait_max_ms",
+        "message.max.bytes" | "fetch.message.max.bytes" | "fetch.max.bytes" => {
+            "limits.max_message_bytes"
+        }
+        "security.protocol" => "kafka.security_protocol",
+        "sasl.mechanism" => "kafka.sasl_mechanism",
+        "sasl.username" => "kafka.sasl_username",
+        "ssl.ca.location" => "kafka.ssl_ca_location",
+        "ssl.certificate.location" => "kafka.ssl_certificate_location",
+        "ssl.key.location" => "kafka.ssl_key_location",
+        other => return format!("librdkafka's {other}"),
+    };
+    setting.to_owned()
 }
 
 /// Assigns `consumer` every partition of `topic` (`partitions` of them), from the beginning.

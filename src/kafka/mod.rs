@@ -97,6 +97,9 @@ pub enum ServiceError {
     },
     #[error("configuration: {0}")]
     Config(String),
+    /// Settings refused in the words of the configuration's own refusals.
+    #[error(transparent)]
+    Settings(#[from] crate::config::ConfigError),
     #[error("topics: {0}")]
     Topic(String),
     #[error("delivery failed, nothing committed: {0}")]
