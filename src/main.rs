@@ -101,6 +101,7 @@ fn run() -> Result<()> {
         let (config, shown) = Config::load_shown(cli.config.as_deref())?;
         log_filter(&config)?;
         jurystream::kafka::clients::check_properties(&config)?;
+        advertise::check_advertised_url(&config.http.advertised_url)?;
         print!("{shown}");
         return Ok(());
     }

@@ -158,6 +158,23 @@ fn a_property_librdkafka_refuses_is_named_by_its_key() {
     assert!(out.stdout.is_empty());
 }
 
+/// An advertised URL that other instances could not put a request's path after is refused by
+/// check-config, as by the start.
+#[test]
+fn an_advertised_url_that_is_not_a_web_url_is_refused() {
+    let (out, _) = check_file(
+        "advertised",
+        "",
+        &[("JURYSTREAM_HTTP__ADVERTISED_URL", "pod-1:9464")],
+    );
+    let said = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        said.contains("http.advertised_url = \"pod-1:9464\" is not an absolute http or https URL"),
+        "{said}"
+    );
+}
+
 /// An empty file is the defaults: it names nothing, so nothing is refused.
 #[test]
 fn an_empty_file_is_the_defaults() {

@@ -24,6 +24,31 @@ pub enum AdvertiseError {
          http.advertised_url (on Kubernetes, the pod IP through the downward API)"
     )]
     Unreachable { bind: String, host: String },
+    #[error(
+        "http.advertised_url = {0:?} is not an absolute http or https URL like \
+         http://jurystream-0.jurystream:9464: other instances send clients to it with the \
+         request's path after it"
+    )]
+    Url(String),
+}
+
+/// Checks a set `http.advertised_url`: other instances redirect to it (and ask it, with
+/// `http.proxy_queries`) with the request's path and query after it, so it must be an
+/// absolute http or https URL with a host, a path at most (a prefix a gateway routes by), no
+/// query or fragment. An empty one is decided at start instead ([`advertised_url`]).
+pub fn check_advertised_url(url: &str) -> Result<(), AdvertiseError> {
+    if url.is_empty() {
+        return Ok(());
+    }
+    let refused = || AdvertiseError::Url(url.to_owned());
+    let uri: axum::http::Uri = url.parse().map_err(|_| refused())?;
+    let scheme = uri.scheme_str().map(str::to_ascii_lowercase);
+    let web = matches!(scheme.as_deref(), Some("http" | "https"));
+    let host = uri.host().is_some_and(|h| !h.is_empty());
+    if !web || !host || uri.query().is_some() || url.contains('#') {
+        return Err(refused());
+    }
+    Ok(())
 }
 
 /// The URL to advertise for `bind` and `advertised_url` (see the module doc), resolving
@@ -35,6 +60,7 @@ pub fn advertised_url(
     resolve: impl Fn(&str, u16) -> Vec<IpAddr>,
 ) -> Result<String, AdvertiseError> {
     if !advertised_url.is_empty() {
+        check_advertised_url(advertised_url)?;
         return Ok(advertised_url.trim_end_matches('/').to_owned());
     }
     let Ok(addr) = bind.parse::<SocketAddr>() else {
@@ -112,6 +138,40 @@ mod tests {
             advertised_url("nonsense", "", "h", none),
             Err(AdvertiseError::Bind(_))
         ));
+    }
+
+    /// A set URL other instances cannot put a path after is refused at start.
+    #[test]
+    fn a_set_url_must_be_an_absolute_web_url() {
+        let none = |_: &str, _: u16| Vec::new();
+        for bad in [
+            "pod-1:9464",
+            "jurystream-0.jurystream",
+            "not a url",
+            "ftp://pod-1:9464",
+            "http://",
+            "http://pod-1:9464/?x=1",
+            "http://pod-1:9464/#top",
+            "/v1",
+        ] {
+            assert!(
+                matches!(
+                    advertised_url("0.0.0.0:9464", bad, "h", none),
+                    Err(AdvertiseError::Url(_))
+                ),
+                "{bad}"
+            );
+        }
+        for good in [
+            "http://10.1.2.3:9464",
+            "https://jurystream.example.com",
+            "HTTP://pod-1:9464/",
+            "http://gateway:8080/jurystream-1",
+            "http://[fd00::7]:9464",
+        ] {
+            assert!(check_advertised_url(good).is_ok(), "{good}");
+        }
+        assert!(check_advertised_url("").is_ok());
     }
 
     #[test]
