@@ -102,6 +102,7 @@ fn run() -> Result<()> {
         log_filter(&config)?;
         jurystream::kafka::clients::check_properties(&config)?;
         advertise::check_advertised_url(&config.http.advertised_url)?;
+        tokens(&config)?;
         print!("{shown}");
         return Ok(());
     }
@@ -111,6 +112,13 @@ fn run() -> Result<()> {
         Command::Run => run_service(config),
         Command::CheckConfig => Ok(()),
     }
+}
+
+/// The bearer tokens `/v1` accepts, from `http.tokens_file` and `JURYSTREAM_API_TOKENS`.
+fn tokens(config: &Config) -> Result<Vec<String>> {
+    let variable = std::env::var("JURYSTREAM_API_TOKENS").ok();
+    let file = &config.http.tokens_file;
+    api::tokens(file, variable.as_deref()).with_context(|| format!("http.tokens_file = {file:?}"))
 }
 
 /// The log filter: `RUST_LOG` when set (checked as `log.level` is: a filter that would log
@@ -154,11 +162,7 @@ fn run_service(mut config: Config) -> Result<()> {
         advertise::resolve,
     )?;
     tracing::info!(url = %config.http.advertised_url, "advertising queries");
-    let tokens = api::tokens(
-        &config.http.tokens_file,
-        std::env::var("JURYSTREAM_API_TOKENS").ok().as_deref(),
-    )
-    .context("http.tokens_file")?;
+    let tokens = tokens(&config)?;
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
     let stop = Arc::new(AtomicBool::new(false));

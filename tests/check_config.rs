@@ -175,6 +175,22 @@ fn an_advertised_url_that_is_not_a_web_url_is_refused() {
     );
 }
 
+/// A tokens file that cannot be read is refused by check-config, as by the start.
+#[test]
+fn a_tokens_file_that_cannot_be_read_is_refused() {
+    let (out, _) = check_file(
+        "tokens",
+        "[http]\ntokens_file = \"/nonexistent/tokens\"\n",
+        &[],
+    );
+    let said = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        said.contains("http.tokens_file = \"/nonexistent/tokens\": No such file"),
+        "{said}"
+    );
+}
+
 /// An empty file is the defaults: it names nothing, so nothing is refused.
 #[test]
 fn an_empty_file_is_the_defaults() {

@@ -425,6 +425,19 @@ impl Kafka {
                 ));
             }
         }
+        const MECHANISMS: [&str; 5] = [
+            "PLAIN",
+            "SCRAM-SHA-256",
+            "SCRAM-SHA-512",
+            "GSSAPI",
+            "OAUTHBEARER",
+        ];
+        if !k.sasl_mechanism.is_empty() && !MECHANISMS.contains(&k.sasl_mechanism.as_str()) {
+            p.push(invalid(
+                "kafka.sasl_mechanism",
+                super::keys::not_a_choice(&k.sasl_mechanism, &MECHANISMS),
+            ));
+        }
         p.check(positive(
             "kafka.connect_timeout_secs",
             k.connect_timeout_secs as usize,

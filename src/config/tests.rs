@@ -149,6 +149,23 @@ fn each_topic_has_one_role() {
     assert!(Config::from_toml(text).is_ok());
 }
 
+/// A SASL mechanism librdkafka does not have is refused with the ones it has and the nearest
+/// (librdkafka itself would refuse it only once a client is created).
+#[test]
+fn a_sasl_mechanism_must_be_one_librdkafka_has() {
+    let e = Config::from_toml("[kafka]\nsasl_mechanism = \"SCRAM-SHA256\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(
+            "`kafka.sasl_mechanism`: `SCRAM-SHA256` is not one of `PLAIN`, `SCRAM-SHA-256`, \
+             `SCRAM-SHA-512`, `GSSAPI`, `OAUTHBEARER`; the nearest is `SCRAM-SHA-256`"
+        ),
+        "{e}"
+    );
+    assert!(Config::from_toml("[kafka]\nsasl_mechanism = \"SCRAM-SHA-512\"\n").is_ok());
+}
+
 #[test]
 fn session_settings_are_validated() {
     let e = Config::from_toml("[sessions]\nstrategy = \"loudest\"")
