@@ -63,6 +63,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 
 use crate::changelog::{self, ChangelogError, Unit};
 use crate::config::Config;
@@ -138,6 +139,23 @@ pub enum ServiceError {
         group: String,
         /// The changelog's name.
         state: String,
+    },
+    /// librdkafka's fatal error: the client cannot go on.
+    #[error(
+        "kafka: a fatal error ({code:?}): {reason}{}",
+        if *code == RDKafkaErrorCode::FencedInstanceId {
+            format!(
+                "; another instance joined with kafka.instance_id = {instance_id:?}: each needs \
+                 its own"
+            )
+        } else {
+            String::new()
+        }
+    )]
+    Fatal {
+        code: RDKafkaErrorCode,
+        reason: String,
+        instance_id: String,
     },
     #[error("shutdown did not finish within {0} s")]
     ShutdownTimeout(u64),
@@ -390,6 +408,36 @@ mod tests {
     /// The errors that end in starting over say it whole, in one wording: both of the group's
     /// consumer groups and both of its topics, the changelog by the name it has (`topics.state`
     /// where set), and no run of spaces from a broken line.
+    /// A fatal error stops the service with librdkafka's words, and a fenced identity names the
+    /// setting two instances share.
+    #[test]
+    fn a_fatal_error_says_what_to_fix_where_it_can() {
+        let fenced = ServiceError::Fatal {
+            code: RDKafkaErrorCode::FencedInstanceId,
+            reason: "Broker: Static consumer fenced by other consumer with same group.instance.id"
+                .into(),
+            instance_id: "pod-0".into(),
+        }
+        .to_string();
+        assert!(
+            fenced.ends_with(
+                "same group.instance.id; another instance joined with kafka.instance_id = \
+                 \"pod-0\": each needs its own"
+            ),
+            "{fenced}"
+        );
+        let other = ServiceError::Fatal {
+            code: RDKafkaErrorCode::OutOfOrderSequenceNumber,
+            reason: "gap".into(),
+            instance_id: String::new(),
+        }
+        .to_string();
+        assert_eq!(
+            other,
+            "kafka: a fatal error (OutOfOrderSequenceNumber): gap"
+        );
+    }
+
     #[test]
     fn errors_that_start_over_name_every_group_and_topic() {
         let unit = Unit {

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
 
+use super::ServiceError;
 use super::contexts::GroupContext;
+use super::core::lock;
 use super::repartition::{Origin, Routed};
 use crate::engine::{Engine, InputTopic, PreparedVotes, Record};
 use crate::telemetry::http::{Health, Part, Trouble};
@@ -163,6 +165,19 @@ pub(super) fn poll_records<'c>(
             let msg = match consumer.poll(wait) {
                 Some(Ok(msg)) => msg,
                 Some(Err(e)) => {
+                    // A fatal error leaves the consumer unusable for good (a member that joined
+                    // with this one's `kafka.instance_id` fenced it, say): the service stops
+                    // with it rather than poll on, ready to no one.
+                    if let Some((code, reason)) = consumer.client().fatal_error() {
+                        let context = consumer.context();
+                        let instance_id = lock(&context.core).config.kafka.instance_id.clone();
+                        let fatal = ServiceError::Fatal {
+                            code,
+                            reason,
+                            instance_id,
+                        };
+                        context.fail(fatal);
+                    }
                     tracing::warn!(error = %e, "consumer");
                     broker.lost();
                     break;
