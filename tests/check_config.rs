@@ -133,21 +133,29 @@ fn a_mistyped_file_key_is_refused_naming_the_nearest() {
     assert!(out.stdout.is_empty());
 }
 
+/// What check-config says on its error stream refusing the file `toml` with the variables
+/// `vars` (it must refuse, and print nothing else).
+fn refusal(name: &str, toml: &str, vars: &[(&str, &str)]) -> String {
+    let (out, _) = check_file(name, toml, vars);
+    let said = text(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(out.stdout.is_empty(), "{said}");
+    said
+}
+
 /// A librdkafka property that librdkafka refuses, named in `kafka.consumer` or
 /// `kafka.producer` or set from a setting of jurystream's, is refused by check-config (and the
 /// start) without a broker, naming the key that set it; every such key at once.
 #[test]
 fn a_property_librdkafka_refuses_is_named_by_its_key() {
-    let (out, _) = check_file(
+    let said = refusal(
         "librdkafka",
         "[kafka]\nfetch_wait_max_ms = 999999\n[kafka.consumer]\n\"fetch.max.byts\" = \"1000\"\n\
          [kafka.producer]\n\"linger.ms\" = \"soon\"\n",
         &[],
     );
-    let said = text(&out.stderr);
-    assert!(!out.status.success());
-    assert!(said.contains("the configuration has 3 problems"), "{said}");
     for line in [
+        "the configuration has 3 problems",
         "configuration key `kafka.consumer.fetch.max.byts`: librdkafka refuses it: No such \
          configuration property: \"fetch.max.byts\"",
         "configuration key `kafka.fetch_wait_max_ms`: librdkafka refuses it:",
@@ -155,40 +163,23 @@ fn a_property_librdkafka_refuses_is_named_by_its_key() {
     ] {
         assert!(said.contains(line), "{said}");
     }
-    assert!(out.stdout.is_empty());
 }
 
-/// An advertised URL that other instances could not put a request's path after is refused by
-/// check-config, as by the start.
+/// An advertised URL that other instances could not put a request's path after, and a tokens
+/// file that cannot be read, are refused by check-config, as by the start.
 #[test]
-fn an_advertised_url_that_is_not_a_web_url_is_refused() {
-    let (out, _) = check_file(
-        "advertised",
-        "",
-        &[("JURYSTREAM_HTTP__ADVERTISED_URL", "pod-1:9464")],
-    );
-    let said = text(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        said.contains("http.advertised_url = \"pod-1:9464\" is not an absolute http or https URL"),
-        "{said}"
-    );
-}
-
-/// A tokens file that cannot be read is refused by check-config, as by the start.
-#[test]
-fn a_tokens_file_that_cannot_be_read_is_refused() {
-    let (out, _) = check_file(
+fn an_advertised_url_or_tokens_file_the_start_would_refuse_is_refused() {
+    let vars = [("JURYSTREAM_HTTP__ADVERTISED_URL", "pod-1:9464")];
+    let said = refusal("advertised", "", &vars);
+    let url = "http.advertised_url = \"pod-1:9464\" is not an absolute http or https URL";
+    assert!(said.contains(url), "{said}");
+    let said = refusal(
         "tokens",
         "[http]\ntokens_file = \"/nonexistent/tokens\"\n",
         &[],
     );
-    let said = text(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        said.contains("http.tokens_file = \"/nonexistent/tokens\": No such file"),
-        "{said}"
-    );
+    let tokens = "http.tokens_file = \"/nonexistent/tokens\": No such file";
+    assert!(said.contains(tokens), "{said}");
 }
 
 /// An empty file is the defaults: it names nothing, so nothing is refused.
