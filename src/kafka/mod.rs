@@ -405,9 +405,6 @@ mod tests {
     use super::*;
     use crate::changelog::UnitKind;
 
-    /// The errors that end in starting over say it whole, in one wording: both of the group's
-    /// consumer groups and both of its topics, the changelog by the name it has (`topics.state`
-    /// where set), and no run of spaces from a broken line.
     /// A fatal error stops the service with librdkafka's words, and a fenced identity names the
     /// setting two instances share.
     #[test]
@@ -438,6 +435,9 @@ mod tests {
         );
     }
 
+    /// The errors that end in starting over say it whole, in one wording: both of the group's
+    /// consumer groups and both of its topics, the changelog by the name it has (`topics.state`
+    /// where set), and no run of spaces from a broken line.
     #[test]
     fn errors_that_start_over_name_every_group_and_topic() {
         let unit = Unit {
