@@ -182,12 +182,32 @@ fn an_advertised_url_or_tokens_file_the_start_would_refuse_is_refused() {
     assert!(said.contains(tokens), "{said}");
 }
 
-/// An empty file is the defaults: it names nothing, so nothing is refused.
+/// An empty file is the defaults: it names nothing, so nothing is refused, and every setting
+/// takes effect, so nothing is warned of.
 #[test]
 fn an_empty_file_is_the_defaults() {
     let (out, _) = check_file("empty", "", &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("kafka.partitions = 6  # default"));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+}
+
+/// With `by_key`, the statistics and idle ticks the defaults ask for cannot run: the
+/// configuration is valid, and check-config says so beside it, naming each setting, where
+/// nothing said it before.
+#[test]
+fn settings_by_key_leaves_without_effect_are_warned_of() {
+    let (out, _) = check_file("by-key", "[input]\npartitioning = \"by_key\"\n", &[]);
+    let said = text(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(text(&out.stdout).contains("input.partitioning = \"by_key\"  # file"));
+    for key in [
+        "judge_quality.enabled = true has no effect",
+        "reviewers.enabled = true has no effect",
+        "sessions.idle_timeout_secs has no effect",
+    ] {
+        assert!(said.contains(&format!("warning: {key}")), "{said}");
+    }
 }
 
 /// A refusal is its message alone, even where `RUST_BACKTRACE` asks panics for a backtrace: no

@@ -205,6 +205,60 @@ impl Config {
         }
     }
 
+    /// The settings that ask for something another setting leaves out, each with why and what
+    /// to set instead: judge quality and reviewer reliability need every record of a project in
+    /// one state (`input.partitioning = "repartition"`), reviewer reliability learns from the
+    /// items judge quality keeps, and the service's idle ticks go to the project log, which
+    /// only `repartition` has. Valid, as the defaults with `by_key` are, so not refused; said
+    /// at start and by check-config, so that statistics a configuration asks for are never
+    /// missing unsaid. Each is `(key, what to say)`.
+    pub fn without_effect(&self) -> Vec<(&'static str, String)> {
+        const BY_KEY: &str = "with input.partitioning = \"by_key\"";
+        let by_key = !self.input.repartitions();
+        let mut said = Vec::new();
+        if by_key && self.judge_quality.enabled {
+            said.push((
+                "judge_quality.enabled",
+                format!(
+                    "judge_quality.enabled = true has no effect {BY_KEY}: judge quality pairs a \
+                     project's votes with its judge scores, which by_key applies in two \
+                     partitions; nothing is published on jury.judge-quality or \
+                     jury.review-requests (set it to false, or use \"repartition\")"
+                ),
+            ));
+        }
+        if self.reviewers.enabled && (by_key || !self.judge_quality.enabled) {
+            let (why, instead) = if by_key {
+                (BY_KEY, "use \"repartition\"")
+            } else {
+                (
+                    "with judge_quality.enabled = false",
+                    "judge_quality.enabled to true",
+                )
+            };
+            said.push((
+                "reviewers.enabled",
+                format!(
+                    "reviewers.enabled = true has no effect {why}: reviewer reliability learns \
+                     from the items judge quality keeps; nothing is published on \
+                     jury.reviewer-quality (set it to false, or {instead})"
+                ),
+            ));
+        }
+        if by_key && self.sessions.idle_timeout_secs > 0 {
+            said.push((
+                "sessions.idle_timeout_secs",
+                format!(
+                    "sessions.idle_timeout_secs has no effect in the service {BY_KEY}: there is \
+                     no project log to write ticks to, so sessions complete only by their \
+                     judges, a close, the event-time timeout or eviction (set it to 0, or use \
+                     \"repartition\")"
+                ),
+            ));
+        }
+        said
+    }
+
     /// The largest record the service's producer sends: `message.max.bytes` as configured for
     /// it, or the record limit it is given by default.
     pub fn producer_record_limit(&self) -> usize {

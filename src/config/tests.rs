@@ -368,3 +368,54 @@ fn every_record_a_lower_limit_cannot_hold_is_named_at_once() {
         ["limits.max_message_bytes"]
     );
 }
+
+/// What another setting leaves out is named with why and what to set instead, and nothing
+/// is named where every setting takes effect: the defaults, or `by_key` with the statistics
+/// and ticks turned off.
+#[test]
+fn a_setting_another_leaves_without_effect_is_named() {
+    let named = |text: &str| -> Vec<&'static str> {
+        let config = Config::from_toml(text).unwrap();
+        config
+            .without_effect()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect()
+    };
+    assert!(named("").is_empty());
+    let by_key = "[input]\npartitioning = \"by_key\"\n";
+    assert_eq!(
+        named(by_key),
+        [
+            "judge_quality.enabled",
+            "reviewers.enabled",
+            "sessions.idle_timeout_secs"
+        ]
+    );
+    let off = "[judge_quality]\nenabled = false\n[reviewers]\nenabled = false\n\
+               [sessions]\nidle_timeout_secs = 0\n";
+    assert!(named(&format!("{by_key}{off}")).is_empty());
+    assert_eq!(
+        named("[judge_quality]\nenabled = false\n"),
+        ["reviewers.enabled"]
+    );
+    let config = Config::from_toml("[judge_quality]\nenabled = false\n").unwrap();
+    let (_, said) = &config.without_effect()[0];
+    assert!(
+        said.contains("with judge_quality.enabled = false")
+            && said.contains("jury.reviewer-quality")
+            && said.contains("set it to false, or judge_quality.enabled to true"),
+        "{said}"
+    );
+    let config = Config::from_toml(by_key).unwrap();
+    let said: Vec<_> = config
+        .without_effect()
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    assert!(
+        said[0].contains("jury.judge-quality") && said[0].contains("use \"repartition\""),
+        "{said:?}"
+    );
+    assert!(said[2].contains("set it to 0"), "{said:?}");
+}

@@ -292,13 +292,6 @@ struct Clocks {
 impl Clocks {
     fn of(config: &Config) -> Clocks {
         let ms = Duration::from_millis;
-        if config.sessions.idle_timeout_secs > 0 && !config.input.repartitions() {
-            tracing::warn!(
-                "sessions.idle_timeout_secs has no effect with input.partitioning = \"by_key\": \
-                 there is no project log to write ticks to, so sessions complete only by their \
-                 judges, a close, the event-time timeout or eviction"
-            );
-        }
         let cycle = ms(config.kafka.commit_interval_ms);
         Clocks {
             cycle,
