@@ -103,7 +103,7 @@ fn run() -> Result<()> {
         jurystream::kafka::clients::check_properties(&config)?;
         advertise::check_advertised_url(&config.http.advertised_url)?;
         tokens(&config)?;
-        for (_, said) in config.without_effect() {
+        for (_, said) in config.without_effect(true) {
             eprintln!("warning: {said}");
         }
         print!("{shown}");
@@ -158,7 +158,7 @@ fn run_service(mut config: Config) -> Result<()> {
     jurystream::kafka::clients::check_properties(&config)?;
     init_logging(&config)?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "jurystream starting");
-    for (_, said) in config.without_effect() {
+    for (_, said) in config.without_effect(true) {
         tracing::warn!("{said}");
     }
     config.http.advertised_url = advertise::advertised_url(
@@ -254,11 +254,8 @@ fn run_replay(config: Config, input: &str, output: &str) -> Result<()> {
     } else {
         Box::new(File::create(output).with_context(|| format!("creating output {output}"))?)
     };
-    // Ticks come from the file in replay, whatever the partitioning.
-    for (key, said) in config.without_effect() {
-        if key != "sessions.idle_timeout_secs" {
-            eprintln!("warning: {said}");
-        }
+    for (_, said) in config.without_effect(false) {
+        eprintln!("warning: {said}");
     }
     let engine = Engine::new(config.engine_settings().one_task());
     let started = Instant::now();

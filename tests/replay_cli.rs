@@ -230,6 +230,28 @@ fn environment_overrides_the_config_file() {
     assert!(stdout.starts_with(r#"{"topic":"other.scores""#), "{stdout}");
 }
 
+/// A replay with `by_key` says that judge quality and reviewer reliability, on by default, have
+/// no effect there, and runs; its ticks come from its file, so the idle timeout still holds.
+#[test]
+fn settings_without_effect_are_said_beside_the_replay() {
+    let out = Command::new(BIN)
+        .args(["replay", "--input", "examples/demo.jsonl", "--output", "-"])
+        .env_remove("JURYSTREAM_CONFIG")
+        .env("JURYSTREAM_INPUT__PARTITIONING", "by_key")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: judge_quality.enabled = true has no effect")
+            && stderr.contains("warning: reviewers.enabled = true has no effect"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("idle_timeout_secs"), "{stderr}");
+    let (_, defaults) = replay_file("examples/demo.jsonl");
+    assert!(!defaults.contains("warning"), "{defaults}");
+}
+
 #[test]
 fn missing_input_file_is_a_clear_error() {
     let out = Command::new(BIN)

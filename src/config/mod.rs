@@ -209,10 +209,11 @@ impl Config {
     /// to set instead: judge quality and reviewer reliability need every record of a project in
     /// one state (`input.partitioning = "repartition"`), reviewer reliability learns from the
     /// items judge quality keeps, and the service's idle ticks go to the project log, which
-    /// only `repartition` has. Valid, as the defaults with `by_key` are, so not refused; said
-    /// at start and by check-config, so that statistics a configuration asks for are never
-    /// missing unsaid. Each is `(key, what to say)`.
-    pub fn without_effect(&self) -> Vec<(&'static str, String)> {
+    /// only `repartition` has (`in_service`: replay reads its ticks from its file, whatever the
+    /// partitioning). Valid, as the defaults with `by_key` are, so not refused; said at start
+    /// and by check-config, so that statistics a configuration asks for are never missing
+    /// unsaid. Each is `(key, what to say)`.
+    pub fn without_effect(&self, in_service: bool) -> Vec<(&'static str, String)> {
         const BY_KEY: &str = "with input.partitioning = \"by_key\"";
         let by_key = !self.input.repartitions();
         let mut said = Vec::new();
@@ -245,11 +246,11 @@ impl Config {
                 ),
             ));
         }
-        if by_key && self.sessions.idle_timeout_secs > 0 {
+        if in_service && by_key && self.sessions.idle_timeout_secs > 0 {
             said.push((
                 "sessions.idle_timeout_secs",
                 format!(
-                    "sessions.idle_timeout_secs has no effect in the service {BY_KEY}: there is \
+                    "sessions.idle_timeout_secs has no effect {BY_KEY}: there is \
                      no project log to write ticks to, so sessions complete only by their \
                      judges, a close, the event-time timeout or eviction (set it to 0, or use \
                      \"repartition\")"

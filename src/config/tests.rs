@@ -377,7 +377,7 @@ fn a_setting_another_leaves_without_effect_is_named() {
     let named = |text: &str| -> Vec<&'static str> {
         let config = Config::from_toml(text).unwrap();
         config
-            .without_effect()
+            .without_effect(true)
             .into_iter()
             .map(|(k, _)| k)
             .collect()
@@ -400,7 +400,7 @@ fn a_setting_another_leaves_without_effect_is_named() {
         ["reviewers.enabled"]
     );
     let config = Config::from_toml("[judge_quality]\nenabled = false\n").unwrap();
-    let (_, said) = &config.without_effect()[0];
+    let (_, said) = &config.without_effect(true)[0];
     assert!(
         said.contains("with judge_quality.enabled = false")
             && said.contains("jury.reviewer-quality")
@@ -408,8 +408,15 @@ fn a_setting_another_leaves_without_effect_is_named() {
         "{said}"
     );
     let config = Config::from_toml(by_key).unwrap();
+    // Replay reads its ticks from its file, so only the statistics are without effect there.
+    let in_replay: Vec<_> = config
+        .without_effect(false)
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(in_replay, ["judge_quality.enabled", "reviewers.enabled"]);
     let said: Vec<_> = config
-        .without_effect()
+        .without_effect(true)
         .into_iter()
         .map(|(_, s)| s)
         .collect();
