@@ -51,8 +51,7 @@ pub(super) fn validate(c: &Config, p: &mut Problems) {
         "scoring.initial_score",
         c.scoring.initial_score,
     ));
-    let learns = c.reviewers.enabled && c.judge_quality.enabled && c.input.repartitions();
-    if c.scoring.reputation_source != ReputationSource::Table && !learns {
+    if c.scoring.reputation_source != ReputationSource::Table && !c.learns_reviewers() {
         p.push(invalid(
             "scoring.reputation_source",
             "learned weights need reviewer reliability: reviewers.enabled and \
@@ -287,7 +286,7 @@ fn leaderboard_records_fit(c: &Config) -> Result<(), ConfigError> {
 /// in `p`.
 fn quality_records_fit(c: &Config, p: &mut Problems) {
     // Items are held only where judge scores pair with votes (see `Settings::pairs_judges`).
-    if !(c.judge_quality.enabled && c.input.repartitions()) {
+    if !c.pairs_judges() {
         return;
     }
     let limit = c.producer_record_limit();

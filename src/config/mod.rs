@@ -194,7 +194,7 @@ impl Config {
             leaderboard: self.leaderboard.clone(),
             judge_quality: self.judge_quality.clone(),
             reviewers: self.reviewers.clone(),
-            pairs_judges: self.judge_quality.enabled && self.input.repartitions(),
+            pairs_judges: self.pairs_judges(),
             quality_task_items: self
                 .judge_quality
                 .max_items
@@ -203,6 +203,18 @@ impl Config {
             key_is_project: !self.input.repartitions(),
             record_bytes: self.producer_record_limit(),
         }
+    }
+
+    /// Whether judge scores pair with votes (the engine's `Settings::pairs_judges`): judge
+    /// quality on, with every record of a project in one state.
+    pub fn pairs_judges(&self) -> bool {
+        self.judge_quality.enabled && self.input.repartitions()
+    }
+
+    /// Whether reviewer reliability learns: on, where judge scores pair with votes (it learns
+    /// from the items judge quality keeps).
+    pub fn learns_reviewers(&self) -> bool {
+        self.reviewers.enabled && self.pairs_judges()
     }
 
     /// The settings that ask for something another setting leaves out, each with why and what
@@ -217,7 +229,7 @@ impl Config {
         const BY_KEY: &str = "with input.partitioning = \"by_key\"";
         let by_key = !self.input.repartitions();
         let mut said = Vec::new();
-        if by_key && self.judge_quality.enabled {
+        if self.judge_quality.enabled && !self.pairs_judges() {
             said.push((
                 "judge_quality.enabled",
                 format!(
@@ -228,7 +240,7 @@ impl Config {
                 ),
             ));
         }
-        if self.reviewers.enabled && (by_key || !self.judge_quality.enabled) {
+        if self.reviewers.enabled && !self.learns_reviewers() {
             let (why, instead) = if by_key {
                 (BY_KEY, "use \"repartition\"")
             } else {
