@@ -1407,3 +1407,80 @@ fn a_session_in_a_quiet_project_completes_by_the_idle_timeout() {
     // Ticks are the service's own records: no input is counted for them.
     assert_eq!(service.records_handled(), 1, "{}", service.metrics());
 }
+
+/// A host clock stepped back an hour while the service runs (the fault steps the wall clock the
+/// ticks read from the third tick on, after the session went idle by the true clock) neither
+/// holds the quiet project's session for that hour nor passes unsaid: it completes `idle` as
+/// with a steady clock, and the step is counted.
+#[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs --features fault-injection"
+)]
+fn a_wall_clock_stepped_back_holds_no_idle_session() {
+    let broker = Broker::shared();
+    let prefix = "clock-step";
+    let shape = Shape {
+        partitions: 3,
+        projects: 1,
+        batches_per_project: 1,
+        sessions_per_project: 1,
+    };
+    let Setup { dir, config, .. } = setup(
+        &broker.bootstrap,
+        prefix,
+        &shape,
+        free_port(),
+        "[sessions]\nidle_timeout_secs = 2\n",
+    );
+    let mut records = Vec::new();
+    append(
+        &mut records,
+        &format!("{prefix}.judge-scores"),
+        0,
+        Some("p-idle".into()),
+        r#"{"event_id": "b1", "project_id": "p-idle", "session_id": "s-idle", "occurred_at": 1795168800000, "judge": "j", "scores": {"A": 8, "B": 3}}"#,
+    );
+    produce(&broker.bootstrap, &records);
+    let service = Service::start_with(
+        &config,
+        dir.path().join("service.log"),
+        &[("JURYSTREAM_STEP_CLOCK_MS", "-3600000")],
+    );
+    assert!(
+        service.wait_ready(Duration::from_secs(60)),
+        "not ready within 60 s: {}",
+        service.log_text()
+    );
+    let consensus = support::read_all(
+        &broker.bootstrap,
+        &format!("{prefix}.consensus"),
+        1,
+        Duration::from_secs(30),
+    );
+    assert_eq!(consensus.len(), 1, "{consensus:?}\n{}", service.metrics());
+    assert!(
+        consensus[0]
+            .1
+            .as_deref()
+            .unwrap_or_default()
+            .contains(r#""completed_by":"idle""#),
+        "{consensus:?}"
+    );
+    let metrics = service.wait_metric("jurystream_clock_steps_total", 1, Duration::from_secs(5));
+    assert!(
+        metrics.contains("jurystream_clock_steps_total 1"),
+        "{metrics}"
+    );
+    // An hour back, give or take the milliseconds between reading the two clocks.
+    let log = service.log_text();
+    let said = log
+        .split("the wall clock stepped ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|secs| secs.parse::<f64>().ok());
+    assert!(
+        said.is_some_and(|secs| (secs + 3600.0).abs() < 1.0),
+        "{said:?}\n{log}"
+    );
+}

@@ -26,12 +26,13 @@ fn other_variables() -> Vec<&'static str> {
 /// The crash-injection variables of a build with `fault-injection` (`crate::kafka::faults`);
 /// a build without it refuses them like any other variable that names nothing.
 #[cfg(feature = "fault-injection")]
-pub const FAULT_VARIABLES: [&str; 5] = [
+pub const FAULT_VARIABLES: [&str; 6] = [
     "JURYSTREAM_CRASH_AFTER_CHANGELOG",
     "JURYSTREAM_CRASH_MID_CHANGELOG",
     "JURYSTREAM_FAIL_COMMITS",
     "JURYSTREAM_REFUSE_FORWARD",
     "JURYSTREAM_RESTORE_STOPS_SHORT",
+    "JURYSTREAM_STEP_CLOCK_MS",
 ];
 
 /// A key of the configuration: its dotted path, and whether it is a map whose own keys are

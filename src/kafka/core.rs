@@ -14,13 +14,14 @@ use super::faults::Faults;
 use super::repartition;
 use super::stage::Stage;
 use super::tasks::Tasks;
+use super::tick_clock::TickClock;
 use crate::changelog::{self, Unit, UnitKind};
 use crate::config::Config;
 use crate::engine::output::Output;
 use crate::engine::reputation::ReputationTable;
 use crate::engine::{Engine, IdMap, InputTopic, Outcome};
 use crate::queries::view::View;
-use crate::telemetry::events::{InternalEvent, RecordsForwarded, RecordsProcessed};
+use crate::telemetry::events::{ClockStepped, InternalEvent, RecordsForwarded, RecordsProcessed};
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
 use crate::topics::TopicTable;
@@ -74,6 +75,8 @@ pub(super) struct Core {
     /// (wall clock, ms), so that only announcements made since count as conflicts.
     pub instance: String,
     pub started_ms: i64,
+    /// The time the ticks this processor writes carry.
+    pub tick_clock: TickClock,
 }
 
 /// Outcome counts kept locally and added to the Prometheus counters once per pass (up to
@@ -227,6 +230,7 @@ impl Core {
             view,
             instance: format!("{}-{}", std::process::id(), wall_ms()),
             started_ms: wall_ms(),
+            tick_clock: TickClock::start(wall_ms(), Instant::now()),
         }
     }
 
@@ -331,17 +335,25 @@ impl Core {
 
     /// Writes a tick (see [`crate::engine::TICK_TOPIC`]) to every partition of the project log
     /// this instance owns, in the current epoch: the sessions there learn that time passed even
-    /// while their projects receive nothing.
+    /// while their projects receive nothing. Its time is the ticks' clock's (see
+    /// [`super::tick_clock`]), and a step of the wall clock is said.
+    /// Only a processor that owns some writes ticks and reads their clock: the forwarding
+    /// stage's never does, so a step is said once.
     pub(super) fn write_ticks(&mut self) -> Result<(), ServiceError> {
-        let now = wall_ms();
-        for key in self.tasks.owned_keys() {
-            if key.kind == UnitKind::Projects {
-                self.collector.forward(
-                    (self.topics.repartition(), key.partition),
-                    &repartition::tick_key(now),
-                    b"",
-                )?;
-            }
+        let mut owned = self.tasks.owned_keys();
+        owned.retain(|key| key.kind == UnitKind::Projects);
+        if owned.is_empty() {
+            return Ok(());
+        }
+        let wall = wall_ms().saturating_add(self.faults.clock_step_ms());
+        let read = self.tick_clock.read(wall, Instant::now());
+        if let Some(by_ms) = read.stepped_ms {
+            ClockStepped { by_ms }.emit(&self.metrics);
+        }
+        let key = repartition::tick_key(read.ms);
+        for unit in owned {
+            self.collector
+                .forward((self.topics.repartition(), unit.partition), &key, b"")?;
         }
         Ok(())
     }

@@ -21,6 +21,11 @@
 //! `JURYSTREAM_FAIL_COMMITS=N` fails each stage's first `N` offset commits with
 //! `REBALANCE_IN_PROGRESS`, without sending them.
 //!
+//! And one steps the wall clock the ticks' clock reads (see [`super::tick_clock`]), as a
+//! virtual machine resumed or an NTP correction steps it: `JURYSTREAM_STEP_CLOCK_MS=N` (signed)
+//! moves it `N` ms from the processor's third tick on, so that a session can go idle by the
+//! true clock first.
+//!
 //! Without the feature [`Faults::from_env`] is always empty and nothing here ever aborts.
 
 use std::time::Duration;
@@ -41,6 +46,9 @@ pub(super) struct Faults {
     pub restore_stops_short: bool,
     /// Offset commits still to fail.
     failing_commits: u32,
+    /// How far the wall clock the ticks read is stepped, in milliseconds, and the ticks' clock's
+    /// readings so far.
+    clock_step: (i64, u32),
 }
 
 impl Faults {
@@ -58,7 +66,21 @@ impl Faults {
                 .ok()
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(0),
+            clock_step: (
+                std::env::var("JURYSTREAM_STEP_CLOCK_MS")
+                    .ok()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0),
+                0,
+            ),
         }
+    }
+
+    /// How far this reading of the ticks' clock is to step the wall clock (counting it).
+    pub fn clock_step_ms(&mut self) -> i64 {
+        let (step, reads) = &mut self.clock_step;
+        *reads = reads.saturating_add(1);
+        if *reads > 2 { *step } else { 0 }
     }
 
     /// Whether this offset commit is to fail as the broker would refuse it (counting it).

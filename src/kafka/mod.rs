@@ -55,6 +55,7 @@ mod process;
 mod repartition;
 mod stage;
 mod tasks;
+mod tick_clock;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -149,6 +149,27 @@ impl InternalEvent for AdvertisedUrlConflict<'_> {
     }
 }
 
+/// The wall clock stepped `by_ms` (forward positive) against the monotonic clock between two of
+/// the service's ticks. The ticks keep to the monotonic clock (see the Kafka runtime's ticks'
+/// clock), so no idle session completes early or waits longer for it; said because the
+/// publication latency and the next owner's ticks read the stepped clock.
+pub struct ClockStepped {
+    pub by_ms: i64,
+}
+
+impl InternalEvent for ClockStepped {
+    fn emit(self, metrics: &Metrics) {
+        tracing::warn!(
+            by_ms = self.by_ms,
+            "the wall clock stepped {:+.3} s: the service's ticks keep to the monotonic clock, \
+             so idle sessions still complete sessions.idle_timeout_secs after their last ballot; \
+             check the host's time synchronisation (the clocks of the instances should agree)",
+            self.by_ms as f64 / 1000.0
+        );
+        metrics.clock_steps.inc();
+    }
+}
+
 /// A consensus was published with the configured judge weights, as the learned ones of its
 /// judges were all zero.
 pub struct WeightsFellBack;

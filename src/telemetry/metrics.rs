@@ -56,6 +56,8 @@ pub struct Metrics {
     pub weights_fallbacks: IntCounter,
     /// Announcements of this instance's URL by another instance.
     pub advertised_url_conflicts: IntCounter,
+    /// Steps of the wall clock seen between two of the service's ticks.
+    pub clock_steps: IntCounter,
     /// HTTP connections open, and those closed at once for want of a free one.
     pub http_connections: IntGauge,
     pub http_connections_refused: IntCounter,
@@ -384,6 +386,12 @@ impl Metrics {
                 &r,
                 "jurystream_advertised_url_conflicts_total",
                 "Announcements by another instance of this instance's advertised URL",
+            ),
+            clock_steps: counter(
+                &r,
+                "jurystream_clock_steps_total",
+                "Steps of the wall clock (a second or more against the monotonic clock) seen \
+                 between two of the service's ticks",
             ),
             reputations: gauge(
                 &r,

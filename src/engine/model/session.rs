@@ -571,6 +571,12 @@ impl SessionBook {
     /// since a tick at least `idle_ms` before this one completes (`idle`, at its last activity's
     /// event time), appended to `done`. A function of the records and ticks in the order the
     /// log holds them, so replay of the same log completes the same sessions.
+    ///
+    /// A tick before the one a session went idle at (a writer whose clock is behind the last
+    /// one's: the partition moved to an instance with a slower clock) makes it idle from this
+    /// tick instead: otherwise it would wait the clocks' difference on top of the timeout, an
+    /// hour for a clock an hour behind. So a session waits at most `idle_ms` of ticks once
+    /// they run forward again, whatever clock went before.
     pub fn tick<P: HoldsSessions>(
         &mut self,
         projects: &mut Projects<P>,
@@ -586,6 +592,10 @@ impl SessionBook {
             };
             match s.idle_since {
                 None => {
+                    s.idle_since = Some(now_ms);
+                    idled.push((project, session_id));
+                }
+                Some(since) if now_ms < since => {
                     s.idle_since = Some(now_ms);
                     idled.push((project, session_id));
                 }

@@ -617,3 +617,78 @@ fn a_session_of_a_quiet_project_completes_after_the_idle_timeout_of_ticks() {
         Outcome::Rejected(ErrorCode::MissingTimestamp)
     );
 }
+
+/// A tick at `ms` of the service's clock.
+fn tick_at(h: &mut Harness, ms: i64) -> Outcome {
+    let mut r = rec(crate::engine::TICK_TOPIC, None);
+    r.timestamp_ms = Some(ms);
+    h.send_record(r)
+}
+
+/// The sessions of `h.out` completed `idle`.
+fn idle_completions(h: &Harness) -> usize {
+    h.out
+        .iter()
+        .filter(|o| o.topic == OutputTopic::Consensus)
+        .filter(|o| o.render().contains(r#""completed_by":"idle""#))
+        .count()
+}
+
+/// Ticks from a clock an hour behind the one a session went idle by (its partition moved to
+/// an instance whose clock is slow) do not hold the session for that hour: it is idle from
+/// the first of them, and completes `idle_timeout_secs` of their clock later.
+#[test]
+fn ticks_from_a_clock_behind_hold_an_idle_session_no_longer_than_the_timeout() {
+    let mut h = Harness::new();
+    let idle_ms = 600_000;
+    let t0 = 1_800_000_000_000;
+    let scores = r#", "scores": {"A": 8, "B": 3}"#;
+    h.send("jury.judge-scores", &ballot("e1", "s1", 0, "j1", scores));
+    tick_at(&mut h, t0);
+    // The slow clock's ticks: an hour behind, then a timeout less a millisecond on.
+    let behind = t0 - 3_600_000;
+    tick_at(&mut h, behind);
+    tick_at(&mut h, behind + idle_ms - 1);
+    assert_eq!(idle_completions(&h), 0);
+    tick_at(&mut h, behind + idle_ms);
+    assert_eq!(idle_completions(&h), 1, "{:?}", topics(&h.out));
+}
+
+proptest! {
+    /// Whatever times the ticks carry, forward or back: a session completes `idle` only at a
+    /// tick `idle_timeout_secs` or more after an earlier tick since its last ballot (never
+    /// early by the ticks' clock), and once the ticks run forward it waits no more than that
+    /// from the first of them (never held by a clock that went back).
+    #[test]
+    fn an_idle_session_completes_neither_early_nor_late_by_the_ticks(
+        steps in prop::collection::vec(prop_oneof![1 => -3_600_000i64..0, 4 => 0i64..400_000], 1..30),
+    ) {
+        let mut h = Harness::new();
+        let idle_ms = 600_000;
+        let scores = r#", "scores": {"A": 8, "B": 3}"#;
+        h.send("jury.judge-scores", &ballot("e1", "s1", 0, "j1", scores));
+        let mut ticks: Vec<i64> = Vec::new();
+        let mut at = 1_800_000_000_000;
+        for step in steps {
+            at += step;
+            tick_at(&mut h, at);
+            ticks.push(at);
+            if idle_completions(&h) == 1 {
+                break;
+            }
+        }
+        let (last, before) = ticks.split_last().expect("a tick");
+        if idle_completions(&h) == 1 {
+            prop_assert!(before.iter().any(|t| last - t >= idle_ms), "{ticks:?}");
+        }
+        // The last run of ticks that never went back: its last is under a timeout after its
+        // first, or the session completed within it.
+        let run_from = ticks.windows(2).rposition(|w| w[1] < w[0]).map_or(0, |i| i + 1);
+        let done_in_run = idle_completions(&h) == 1;
+        prop_assert!(
+            done_in_run || last - ticks[run_from] < idle_ms,
+            "open after a run of ticks from {} to {last}: {ticks:?}",
+            ticks[run_from]
+        );
+    }
+}
