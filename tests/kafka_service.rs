@@ -1408,6 +1408,76 @@ fn a_session_in_a_quiet_project_completes_by_the_idle_timeout() {
     assert_eq!(service.records_handled(), 1, "{}", service.metrics());
 }
 
+/// A producer whose host clock is a day ahead stamps its records and its `occurred_at` alike:
+/// the service bounds both by its own clock when it first read the record, so the vote is
+/// dead-lettered `event_time_in_future` instead of freezing its project's score for a day (every
+/// honest vote `late` until then), and the honest vote after it moves the score. Whether the
+/// service repartitions (the forward's timestamp is when it read the record) or not.
+#[test]
+fn a_producer_clock_a_day_ahead_is_dead_lettered_by_the_services_clock() {
+    producer_clock_a_day_ahead("clock-ahead", "");
+    producer_clock_a_day_ahead("clock-ahead-by-key", "[input]\npartitioning = \"by_key\"\n");
+}
+
+fn producer_clock_a_day_ahead(prefix: &str, settings: &str) {
+    let broker = Broker::shared();
+    let shape = Shape {
+        partitions: 3,
+        projects: 1,
+        batches_per_project: 1,
+        sessions_per_project: 1,
+    };
+    let Setup { dir, config, .. } = setup(&broker.bootstrap, prefix, &shape, free_port(), settings);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let day = 86_400_000;
+    let vote = |event: &str, ms: i64| {
+        format!(
+            r#"{{"event_id": "{event}", "project_id": "p-clock", "occurred_at": {ms}, "votes": [{{"voter_id": "u", "value": 1}}]}}"#
+        )
+    };
+    let topic = format!("{prefix}.votes");
+    let record = |offset: i64, event: &str, ms: i64| Rec {
+        topic: topic.clone(),
+        partition: 0,
+        offset,
+        key: Some("p-clock".into()),
+        timestamp_ms: ms,
+        value: Some(vote(event, ms)),
+    };
+    let records = [record(0, "ahead", now + day), record(1, "honest", now)];
+    produce(&broker.bootstrap, &records);
+    let service = Service::start_ready(&config, dir.path().join("service.log"));
+    let letters = support::read_all(
+        &broker.bootstrap,
+        &format!("{prefix}.dead-letters"),
+        1,
+        Duration::from_secs(30),
+    );
+    let letter: serde_json::Value = letters
+        .iter()
+        .find_map(|(_, v)| serde_json::from_str(v.as_deref()?).ok())
+        .expect("a dead letter");
+    assert_eq!(letter["error"], "event_time_in_future", "{letter}");
+    assert!(
+        letter["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("after the service first read the record")),
+        "{letter}"
+    );
+    let scores = support::read_all(
+        &broker.bootstrap,
+        &format!("{prefix}.scores"),
+        1,
+        Duration::from_secs(30),
+    );
+    assert_eq!(scores.len(), 1, "{scores:?}\n{}", service.metrics());
+    let score: serde_json::Value =
+        serde_json::from_str(scores[0].1.as_deref().unwrap_or_default()).expect("a score");
+    assert_eq!(score["evaluations"], 1, "{score}");
+}
+
 /// A host clock stepped back an hour while the service runs (the fault steps the wall clock the
 /// ticks read from the third tick on, after the session went idle by the true clock) neither
 /// holds the quiet project's session for that hour nor passes unsaid: it completes `idle` as

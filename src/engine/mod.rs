@@ -210,7 +210,58 @@ impl Engine {
         ))
     }
 
+    /// The event time of `record` (its `occurred_at`, or else its record timestamp), within
+    /// `limits.max_future_skew_secs` of the clocks that can tell it is ahead (see
+    /// [`Engine::check_ahead_of_reading`]).
     fn event_time(
+        &self,
+        occurred_at: Option<EventTime>,
+        record: &Record<'_>,
+    ) -> Result<EventTime, Rejection> {
+        let t = self.stated_time(occurred_at, record)?;
+        self.check_ahead_of_reading(t, occurred_at.is_some(), record)?;
+        Ok(t)
+    }
+
+    /// Refuses an event time `t` more than `limits.max_future_skew_secs` after the service
+    /// first read `record` ([`Record::read_at_ms`]). Accepted, it would become its project's
+    /// latest time, and every honest batch `late` (changing nothing) until the world's clock
+    /// caught up with it: a producer whose host clock is a day ahead would freeze its project's
+    /// score for a day. Replay has no clock to check by.
+    fn check_ahead_of_reading(
+        &self,
+        t: EventTime,
+        stated: bool,
+        record: &Record<'_>,
+    ) -> Result<(), Rejection> {
+        let skew = self.settings.limits.max_future_skew_secs;
+        let Some(read) = record
+            .read_at_ms
+            .and_then(|ms| EventTime::from_epoch_millis(ms).ok())
+        else {
+            return Ok(());
+        };
+        if t <= read.plus_seconds(i64::try_from(skew).unwrap_or(i64::MAX)) {
+            return Ok(());
+        }
+        let from = if stated {
+            "`occurred_at`"
+        } else {
+            "record timestamp, as it has no `occurred_at`"
+        };
+        Err(Rejection::new(
+            ErrorCode::EventTimeInFuture,
+            format!(
+                "the event time {t} (its {from}) is more than {skew} s after the service first \
+                 read the record, at {read}: the producer's clock is ahead (or this instance's \
+                 behind)"
+            ),
+        ))
+    }
+
+    /// The event time `record` states: its `occurred_at` within `limits.max_future_skew_secs`
+    /// of its record timestamp, or else that timestamp.
+    fn stated_time(
         &self,
         occurred_at: Option<EventTime>,
         record: &Record<'_>,

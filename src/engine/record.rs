@@ -31,6 +31,14 @@ pub struct Record<'a> {
     /// a project's `jury.scores` updates within `output.scores_coalesce_ms` are coalesced (see
     /// [`super::Coalescing`]); `None` (replay) emits one score per applied batch.
     pub clock_ms: Option<u64>,
+    /// The service's wall clock, in milliseconds since the epoch, when it first read the record
+    /// from its input: the forward's own timestamp for a record of the project log (the
+    /// forwarding stage's clock stamped it as it read the input record), the clock at the
+    /// processing pass with `by_key`. An event time more than `limits.max_future_skew_secs`
+    /// after it is dead-lettered (`event_time_in_future`): a producer whose host clock is ahead
+    /// stamps its record timestamps and `occurred_at` alike, which the bound between the two
+    /// cannot see. `None` in replay, which has no clock of its own.
+    pub read_at_ms: Option<i64>,
     /// How many projects the runtime's instance holds before this record, over all its
     /// partitions (see [`super::PartitionState::project_count`]): at `limits.max_projects` a
     /// record that would add one is dead-lettered (`project_limit`). The runtime counts, as only
@@ -69,6 +77,7 @@ impl<'a> Record<'a> {
             timestamp_ms: None,
             payload,
             clock_ms: None,
+            read_at_ms: None,
             held_projects: 0,
             votes: None,
         }
@@ -112,6 +121,12 @@ impl<'a> Record<'a> {
             held_projects,
             ..self
         }
+    }
+
+    /// The record as first read by the service at wall-clock `read_at_ms` (see
+    /// [`Record::read_at_ms`]).
+    pub fn read_at(self, read_at_ms: Option<i64>) -> Self {
+        Record { read_at_ms, ..self }
     }
 
     /// The record whose vote batch was read ahead as `votes` (see [`Record::votes`]).

@@ -72,7 +72,9 @@ pub struct Limits {
     pub reject_unknown_fields: bool,
     /// How far an event's `occurred_at` may lie after its record's timestamp, in seconds:
     /// beyond, it is dead-lettered (`occurred_at_in_future`) rather than pushing its project's
-    /// last event time, and with it every later batch's decay, into the future. It is also the
+    /// last event time, and with it every later batch's decay, into the future. And how far an
+    /// event time may lie after the service's clock when it first read the record
+    /// (`event_time_in_future`), which a producer's host clock cannot move. It is also the
     /// longest an accepted record can make its project's honest records `late` (they change
     /// nothing until their time passes the project's), so the default is a minute: clocks kept
     /// by NTP are within a second, and a producer whose clock is wrong by more is told so.

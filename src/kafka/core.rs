@@ -57,8 +57,10 @@ pub(super) struct Core {
     pub health: Arc<Health>,
     pub stop: Arc<AtomicBool>,
     pub last_gauges: Instant,
-    /// The time at the start of the current pass (one clock read per pass, not per record).
+    /// The time at the start of the current pass (one clock read per pass, not per record),
+    /// and the wall clock then.
     pub now: Instant,
+    pub now_ms: i64,
     /// When the service started: records carry `now` as milliseconds since, for coalescing.
     pub started: Instant,
     /// Crash injection for the recovery tests (see [`super::faults`]).
@@ -222,6 +224,7 @@ impl Core {
             stop: Arc::clone(stop),
             last_gauges: Instant::now(),
             now: Instant::now(),
+            now_ms: wall_ms(),
             started: Instant::now(),
             faults: Faults::from_env(),
             forward_limit: config.producer_record_limit(),

@@ -11,7 +11,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 
 use super::ServiceError;
 use super::contexts::GroupContext;
-use super::core::lock;
+use super::core::{lock, wall_ms};
 use super::repartition::{Origin, Routed};
 use crate::engine::{Engine, InputTopic, PreparedVotes, Record};
 use crate::telemetry::http::{Health, Part, Trouble};
@@ -161,6 +161,8 @@ pub(super) fn poll_records<'c>(
         // Waits for the first record, then takes what is there. Rebalances, commit results and
         // client errors are served inside `poll`.
         let mut wait = FIRST_RECORD_WAIT;
+        // When the batch's input records are first read (see `Record::read_at_ms`).
+        let now_ms = wall_ms();
         while batch.len() < PASS_RECORDS {
             let msg = match consumer.poll(wait) {
                 Some(Ok(msg)) => msg,
@@ -214,8 +216,11 @@ pub(super) fn poll_records<'c>(
             // (see `PREPARE_FROM_QUEUED`).
             let (votes, routed) = match source {
                 _ if !prepare => (None, None),
-                Source::Forward => (None, Some(engine.project_of(&polled.record(topics)))),
-                _ => (engine.prepare_votes(&polled.record(topics)), None),
+                Source::Forward => (
+                    None,
+                    Some(engine.project_of(&polled.record(topics, now_ms))),
+                ),
+                _ => (engine.prepare_votes(&polled.record(topics, now_ms)), None),
             };
             batch.push(Polled {
                 votes,
@@ -235,12 +240,14 @@ pub(super) fn poll_records<'c>(
 }
 
 impl Polled<'_> {
-    /// The engine's view of the record, with its vote batch if that was read here.
-    pub fn record<'m>(&'m self, topics: &'m TopicTable) -> Record<'m> {
+    /// The engine's view of the record, with its vote batch if that was read here; an input
+    /// record is first read now, at wall-clock `now_ms` (see [`Record::read_at_ms`]).
+    pub fn record<'m>(&'m self, topics: &'m TopicTable, now_ms: i64) -> Record<'m> {
         let record = match &self.source {
             Source::Repartitioned(origin) => origin.record(&self.msg, topics),
             Source::Forward | Source::Input => {
                 own_record(&self.msg, self.topic, topics.input_name(self.topic))
+                    .read_at(Some(now_ms))
             }
         };
         record.read_ahead(self.votes.as_ref())

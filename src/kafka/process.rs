@@ -52,7 +52,7 @@ impl Core {
         let clock_ms =
             u64::try_from(self.now.duration_since(self.started).as_millis()).unwrap_or(u64::MAX);
         let record = polled
-            .record(&self.topics)
+            .record(&self.topics, self.now_ms)
             .received(Some(clock_ms), self.tasks.held_projects);
         self.out.clear();
         let outcome = if unit.skip_through.is_some_and(|s| offset <= s) {
@@ -362,6 +362,7 @@ pub(super) fn process_records<'c>(
         // Held for the whole pass: the rebalance callback waits for the pass to end.
         let mut c = lock(core);
         c.now = Instant::now();
+        c.now_ms = wall_ms();
         c.restore_assigned()?;
         if let Some(records) = &batch {
             last_batch = c.now;

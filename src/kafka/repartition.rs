@@ -126,7 +126,9 @@ impl Origin {
     }
 
     /// The engine's view of `msg`, a repartition-topic record from this origin: the input
-    /// record it copies, at `msg`'s position in the repartition topic.
+    /// record it copies, at `msg`'s position in the repartition topic, first read by the
+    /// service when the forwarding stage stamped `msg` (its own timestamp; see
+    /// [`Record::read_at_ms`]).
     pub fn record<'m>(&self, msg: &'m impl Message, topics: &'m TopicTable) -> Record<'m> {
         let topic = match self.input {
             Some(t) => topics.input_name(t),
@@ -142,6 +144,7 @@ impl Origin {
             .at(self.partition, self.offset)
             .positioned(Some(msg.offset()))
             .keyed(key, self.timestamp_ms)
+            .read_at(msg.timestamp().to_millis())
     }
 }
 

@@ -46,11 +46,12 @@ pub enum ErrorCode {
     OutputTooLarge,
     KeyNotProjectId,
     ForwardRefused,
+    EventTimeInFuture,
 }
 
 impl ErrorCode {
     /// Every code, for documentation tests and metric pre-registration.
-    pub const ALL: [ErrorCode; 38] = [
+    pub const ALL: [ErrorCode; 39] = [
         ErrorCode::InvalidEnvelope,
         ErrorCode::UnknownTopic,
         ErrorCode::EmptyPayload,
@@ -89,6 +90,7 @@ impl ErrorCode {
         ErrorCode::OutputTooLarge,
         ErrorCode::KeyNotProjectId,
         ErrorCode::ForwardRefused,
+        ErrorCode::EventTimeInFuture,
     ];
 
     /// The wire spelling, e.g. `duplicate_event_id`.
@@ -132,6 +134,7 @@ impl ErrorCode {
             ErrorCode::OutputTooLarge => "output_too_large",
             ErrorCode::KeyNotProjectId => "key_not_project_id",
             ErrorCode::ForwardRefused => "forward_refused",
+            ErrorCode::EventTimeInFuture => "event_time_in_future",
         }
     }
 }

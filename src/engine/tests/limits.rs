@@ -52,6 +52,93 @@ fn an_occurred_at_far_after_its_record_timestamp_is_dead_lettered_and_moves_noth
     assert_eq!(h.send("jury.votes", &unstamped), Outcome::Applied);
 }
 
+/// A producer whose host clock is a day ahead stamps its records and its `occurred_at` alike,
+/// which the bound between the two cannot see: the service's clock when it first read the
+/// record (`Record::read_at_ms`) bounds both, for votes and judge scores, whether the time is
+/// `occurred_at` or the record timestamp. Replay, with no clock of its own, does not check.
+#[test]
+fn an_event_time_far_after_the_service_read_the_record_is_dead_lettered() {
+    let mut h = Harness::new();
+    let read = 1_795_168_800_000;
+    let day = 86_400_000;
+    let send = |h: &mut Harness, topic: &str, payload: &str, stamp: i64, read: Option<i64>| {
+        let mut r = rec(topic, None);
+        r.payload = Some(payload.as_bytes());
+        r.timestamp_ms = Some(stamp);
+        r.read_at_ms = read;
+        h.send_record(r)
+    };
+    let at = |ms: i64| EventTime::from_epoch_millis(ms).unwrap().to_string();
+    let vote = |event: &str, ms: i64| votes(event, &at(ms), r#"{"voter_id": "u", "value": 1}"#);
+    assert_eq!(
+        send(&mut h, "jury.votes", &vote("e0", read), read, Some(read)),
+        Outcome::Applied
+    );
+    let before = h.state.clone();
+    // A day ahead in `occurred_at` and in the record timestamp alike.
+    assert_eq!(
+        send(
+            &mut h,
+            "jury.votes",
+            &vote("e1", read + day),
+            read + day,
+            Some(read)
+        ),
+        Outcome::Rejected(ErrorCode::EventTimeInFuture)
+    );
+    assert_eq!(h.state, before);
+    let message = h.last()["message"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        message.contains(&at(read + day))
+            && message.contains(&at(read))
+            && message.contains("`occurred_at`")
+            && message.contains("60 s after the service first read the record"),
+        "{message}"
+    );
+    // No `occurred_at`: the record timestamp is the event time, and is bounded the same.
+    let unstated =
+        r#"{"event_id": "e2", "project_id": "proj-42", "votes": [{"voter_id": "u", "value": 1}]}"#;
+    assert_eq!(
+        send(&mut h, "jury.votes", unstated, read + day, Some(read)),
+        Outcome::Rejected(ErrorCode::EventTimeInFuture)
+    );
+    let message = h.last()["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("record timestamp"), "{message}");
+    // Judge scores alike.
+    let ballot_ahead = ballot("b1", "s1", 86_400, "j1", r#", "scores": {"A": 8}"#);
+    assert_eq!(
+        send(
+            &mut h,
+            "jury.judge-scores",
+            &ballot_ahead,
+            read + day,
+            Some(read)
+        ),
+        Outcome::Rejected(ErrorCode::EventTimeInFuture)
+    );
+    // Within the minute of skew it is applied; unread by a service's clock (replay), too.
+    assert_eq!(
+        send(
+            &mut h,
+            "jury.votes",
+            &vote("e3", read + 60_000),
+            read + 60_000,
+            Some(read)
+        ),
+        Outcome::Applied
+    );
+    assert_eq!(
+        send(
+            &mut h,
+            "jury.votes",
+            &vote("e4", read + day),
+            read + day,
+            None
+        ),
+        Outcome::Applied
+    );
+}
+
 /// One producer with a wrong clock cannot silence a project: a vote dated 50 minutes after its
 /// record (the case that froze a project for an hour when an hour of skew was the default) is
 /// dead-lettered naming both times, and one just within the default minute makes the honest
