@@ -1357,25 +1357,27 @@ fn poison_records_never_wedge_the_service() {
     assert_same(&published(&broker.bootstrap, prefix, &expect), &expect);
 }
 
-/// A session whose judges never all report, in a project that then receives nothing, completes
-/// by the service's ticks (`idle`) once `sessions.idle_timeout_secs` of wall clock passed,
-/// where before it stayed open for as long as its project was quiet.
-#[test]
-fn a_session_in_a_quiet_project_completes_by_the_idle_timeout() {
+/// The topics of a test of one project's few records: three partitions, the stream generated
+/// for them not produced.
+const ONE_PROJECT: Shape = Shape {
+    partitions: 3,
+    projects: 1,
+    batches_per_project: 1,
+    sessions_per_project: 1,
+};
+
+/// A quiet project's one session (a ballot of one judge, who is never joined), produced for a
+/// service with `sessions.idle_timeout_secs = 2` started with `env`: its directory, the service
+/// once ready, and the session's consensus record, read within 30 s, asserted one, `idle`.
+fn quiet_session(prefix: &str, env: &[(&str, &str)]) -> (tempfile::TempDir, Service) {
     let broker = Broker::shared();
-    let prefix = "idle";
-    let shape = Shape {
-        partitions: 3,
-        projects: 1,
-        batches_per_project: 1,
-        sessions_per_project: 1,
-    };
+    let settings = "[sessions]\nidle_timeout_secs = 2\n";
     let Setup { dir, config, .. } = setup(
         &broker.bootstrap,
         prefix,
-        &shape,
+        &ONE_PROJECT,
         free_port(),
-        "[sessions]\nidle_timeout_secs = 2\n",
+        settings,
     );
     let mut records = Vec::new();
     append(
@@ -1386,15 +1388,18 @@ fn a_session_in_a_quiet_project_completes_by_the_idle_timeout() {
         r#"{"event_id": "b1", "project_id": "p-idle", "session_id": "s-idle", "occurred_at": 1795168800000, "judge": "j", "scores": {"A": 8, "B": 3}}"#,
     );
     produce(&broker.bootstrap, &records);
-    let started = Instant::now();
-    let service = Service::start_ready(&config, dir.path().join("service.log"));
+    let service = Service::start_with(&config, dir.path().join("service.log"), env);
+    assert!(
+        service.wait_ready(Duration::from_secs(60)),
+        "not ready within 60 s: {}",
+        service.log_text()
+    );
     let consensus = support::read_all(
         &broker.bootstrap,
         &format!("{prefix}.consensus"),
         1,
         Duration::from_secs(30),
     );
-    let elapsed = started.elapsed();
     let values: Vec<serde_json::Value> = consensus
         .iter()
         .filter_map(|(_, v)| serde_json::from_str(v.as_deref()?).ok())
@@ -1402,7 +1407,18 @@ fn a_session_in_a_quiet_project_completes_by_the_idle_timeout() {
     assert_eq!(values.len(), 1, "{consensus:?}\n{}", service.metrics());
     assert_eq!(values[0]["session_id"], "s-idle");
     assert_eq!(values[0]["completed_by"], "idle");
+    (dir, service)
+}
+
+/// A session whose judges never all report, in a project that then receives nothing, completes
+/// by the service's ticks (`idle`) once `sessions.idle_timeout_secs` of wall clock passed,
+/// where before it stayed open for as long as its project was quiet.
+#[test]
+fn a_session_in_a_quiet_project_completes_by_the_idle_timeout() {
+    let started = Instant::now();
+    let (_dir, service) = quiet_session("idle", &[]);
     // Ready, then the ballot, then two seconds of ticks a second apart.
+    let elapsed = started.elapsed();
     assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
     // Ticks are the service's own records: no input is counted for them.
     assert_eq!(service.records_handled(), 1, "{}", service.metrics());
@@ -1421,13 +1437,13 @@ fn a_producer_clock_a_day_ahead_is_dead_lettered_by_the_services_clock() {
 
 fn producer_clock_a_day_ahead(prefix: &str, settings: &str) {
     let broker = Broker::shared();
-    let shape = Shape {
-        partitions: 3,
-        projects: 1,
-        batches_per_project: 1,
-        sessions_per_project: 1,
-    };
-    let Setup { dir, config, .. } = setup(&broker.bootstrap, prefix, &shape, free_port(), settings);
+    let Setup { dir, config, .. } = setup(
+        &broker.bootstrap,
+        prefix,
+        &ONE_PROJECT,
+        free_port(),
+        settings,
+    );
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
@@ -1488,55 +1504,7 @@ fn producer_clock_a_day_ahead(prefix: &str, settings: &str) {
     ignore = "needs --features fault-injection"
 )]
 fn a_wall_clock_stepped_back_holds_no_idle_session() {
-    let broker = Broker::shared();
-    let prefix = "clock-step";
-    let shape = Shape {
-        partitions: 3,
-        projects: 1,
-        batches_per_project: 1,
-        sessions_per_project: 1,
-    };
-    let Setup { dir, config, .. } = setup(
-        &broker.bootstrap,
-        prefix,
-        &shape,
-        free_port(),
-        "[sessions]\nidle_timeout_secs = 2\n",
-    );
-    let mut records = Vec::new();
-    append(
-        &mut records,
-        &format!("{prefix}.judge-scores"),
-        0,
-        Some("p-idle".into()),
-        r#"{"event_id": "b1", "project_id": "p-idle", "session_id": "s-idle", "occurred_at": 1795168800000, "judge": "j", "scores": {"A": 8, "B": 3}}"#,
-    );
-    produce(&broker.bootstrap, &records);
-    let service = Service::start_with(
-        &config,
-        dir.path().join("service.log"),
-        &[("JURYSTREAM_STEP_CLOCK_MS", "-3600000")],
-    );
-    assert!(
-        service.wait_ready(Duration::from_secs(60)),
-        "not ready within 60 s: {}",
-        service.log_text()
-    );
-    let consensus = support::read_all(
-        &broker.bootstrap,
-        &format!("{prefix}.consensus"),
-        1,
-        Duration::from_secs(30),
-    );
-    assert_eq!(consensus.len(), 1, "{consensus:?}\n{}", service.metrics());
-    assert!(
-        consensus[0]
-            .1
-            .as_deref()
-            .unwrap_or_default()
-            .contains(r#""completed_by":"idle""#),
-        "{consensus:?}"
-    );
+    let (_dir, service) = quiet_session("clock-step", &[("JURYSTREAM_STEP_CLOCK_MS", "-3600000")]);
     let metrics = service.wait_metric("jurystream_clock_steps_total", 1, Duration::from_secs(5));
     assert!(
         metrics.contains("jurystream_clock_steps_total 1"),
