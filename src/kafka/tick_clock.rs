@@ -6,10 +6,10 @@
 //! early; stepped back, every one would wait that hour more. The monotonic clock measures the
 //! time that passed, which is what idleness is.
 //!
-//! A step is still said (a warning and `jurystream_clock_steps_total`): the clock that stepped
-//! is also the one the publication latency and the tick times of the next instance to own these
-//! partitions are read by. The ticks keep the start's wall clock until the instance restarts;
-//! the engine bounds what a later owner's different clock can do (see
+//! A step is still said (a warning and `jurystream_clock_steps_total`): it is a fault of the
+//! host's time synchronisation, which the publication latency reads, and the ticks of any
+//! instance started on the host after it. The ticks keep the start's wall clock until the
+//! instance restarts; the engine bounds what a later owner's different clock can do (see
 //! [`crate::engine::model::session::SessionBook::tick`]).
 
 use std::time::Instant;
