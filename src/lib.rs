@@ -34,8 +34,10 @@
 //!   `repartition` the stage that forwards input records by project, `collector` produces,
 //!   `epoch` is the commit protocol, `tasks` holds the owned partitions' state, `stage` the
 //!   stages and their consumer groups, `contexts` their consumers' rebalance callbacks, `clients`
-//!   the client settings and topics, `tick_clock` the time of the ticks that complete idle
-//!   sessions, `faults` the crash injection of the recovery tests.
+//!   the client settings and topics, `wall_clock` what the service does with a clock that can
+//!   step and differ between instances (the time of the ticks that complete idle sessions, the
+//!   watch for another instance's clock ahead), `faults` the crash injection of the recovery
+//!   tests.
 //! - [`queries`]: interactive queries: the live per-project view the service keeps, and the
 //!   `/v1` HTTP endpoints that read it.
 //! - [`telemetry`]: Prometheus metrics, the internal events that log and count in one place,

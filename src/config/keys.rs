@@ -26,7 +26,8 @@ fn other_variables() -> Vec<&'static str> {
 /// The crash-injection variables of a build with `fault-injection` (`crate::kafka::faults`);
 /// a build without it refuses them like any other variable that names nothing.
 #[cfg(feature = "fault-injection")]
-pub const FAULT_VARIABLES: [&str; 6] = [
+pub const FAULT_VARIABLES: [&str; 7] = [
+    "JURYSTREAM_CLOCK_BEHIND_MS",
     "JURYSTREAM_CRASH_AFTER_CHANGELOG",
     "JURYSTREAM_CRASH_MID_CHANGELOG",
     "JURYSTREAM_FAIL_COMMITS",

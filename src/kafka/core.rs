@@ -14,7 +14,7 @@ use super::faults::Faults;
 use super::repartition;
 use super::stage::Stage;
 use super::tasks::Tasks;
-use super::tick_clock::TickClock;
+use super::wall_clock::{ClockWatch, TickClock};
 use crate::changelog::{self, Unit, UnitKind};
 use crate::config::Config;
 use crate::engine::output::Output;
@@ -79,6 +79,8 @@ pub(super) struct Core {
     pub started_ms: i64,
     /// The time the ticks this processor writes carry.
     pub tick_clock: TickClock,
+    /// Whether the forwards it applies come from a clock ahead of its own.
+    pub clock_watch: ClockWatch,
 }
 
 /// Outcome counts kept locally and added to the Prometheus counters once per pass (up to
@@ -234,6 +236,7 @@ impl Core {
             instance: format!("{}-{}", std::process::id(), wall_ms()),
             started_ms: wall_ms(),
             tick_clock: TickClock::start(wall_ms(), Instant::now()),
+            clock_watch: ClockWatch::default(),
         }
     }
 
@@ -339,7 +342,7 @@ impl Core {
     /// Writes a tick (see [`crate::engine::TICK_TOPIC`]) to every partition of the project log
     /// this instance owns, in the current epoch: the sessions there learn that time passed even
     /// while their projects receive nothing. Its time is the ticks' clock's (see
-    /// [`super::tick_clock`]), and a step of the wall clock is said.
+    /// [`super::wall_clock`]), and a step of the wall clock is said.
     /// Only a processor that owns some writes ticks and reads their clock: the forwarding
     /// stage's never does, so a step is said once.
     pub(super) fn write_ticks(&mut self) -> Result<(), ServiceError> {

@@ -21,10 +21,14 @@
 //! `JURYSTREAM_FAIL_COMMITS=N` fails each stage's first `N` offset commits with
 //! `REBALANCE_IN_PROGRESS`, without sending them.
 //!
-//! And one steps the wall clock the ticks' clock reads (see [`super::tick_clock`]), as a
+//! And one steps the wall clock the ticks' clock reads (see [`super::wall_clock`]), as a
 //! virtual machine resumed or an NTP correction steps it: `JURYSTREAM_STEP_CLOCK_MS=N` (signed)
 //! moves it `N` ms from the processor's third tick on, so that a session can go idle by the
 //! true clock first.
+//!
+//! And one sets the wall clock the processors read behind the clock librdkafka stamps records
+//! with, as if the forwards they apply came from an instance whose clock is ahead:
+//! `JURYSTREAM_CLOCK_BEHIND_MS=N`.
 //!
 //! Without the feature [`Faults::from_env`] is always empty and nothing here ever aborts.
 
@@ -49,6 +53,8 @@ pub(super) struct Faults {
     /// How far the wall clock the ticks read is stepped, in milliseconds, and the ticks' clock's
     /// readings so far.
     clock_step: (i64, u32),
+    /// How far behind the processors read the wall clock, in milliseconds.
+    pub clock_behind_ms: i64,
 }
 
 impl Faults {
@@ -73,6 +79,10 @@ impl Faults {
                     .unwrap_or(0),
                 0,
             ),
+            clock_behind_ms: std::env::var("JURYSTREAM_CLOCK_BEHIND_MS")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
         }
     }
 

@@ -55,7 +55,7 @@ mod process;
 mod repartition;
 mod stage;
 mod tasks;
-mod tick_clock;
+mod wall_clock;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -23,7 +23,7 @@ use crate::changelog::Unit;
 use crate::config::Config;
 use crate::engine::{InputTopic, Outcome, PartitionState, Record};
 use crate::telemetry::events::{
-    AdvertisedUrlConflict, InternalEvent, RecordRevoked, RecordsProcessed,
+    AdvertisedUrlConflict, ClocksDisagree, InternalEvent, RecordRevoked, RecordsProcessed,
 };
 use crate::topics::partition_of;
 
@@ -54,6 +54,13 @@ impl Core {
         let record = polled
             .record(&self.topics, self.now_ms)
             .received(Some(clock_ms), self.tasks.held_projects);
+        if let (Source::Repartitioned(_), Some(forwarded_ms)) = (polled.source, record.read_at_ms)
+            && let Some(ahead_ms) = self
+                .clock_watch
+                .forwarded(forwarded_ms, self.now_ms, self.now)
+        {
+            ClocksDisagree { ahead_ms }.emit(&self.metrics);
+        }
         self.out.clear();
         let outcome = if unit.skip_through.is_some_and(|s| offset <= s) {
             Outcome::Replayed
@@ -362,7 +369,7 @@ pub(super) fn process_records<'c>(
         // Held for the whole pass: the rebalance callback waits for the pass to end.
         let mut c = lock(core);
         c.now = Instant::now();
-        c.now_ms = wall_ms();
+        c.now_ms = wall_ms().saturating_sub(c.faults.clock_behind_ms);
         c.restore_assigned()?;
         if let Some(records) = &batch {
             last_batch = c.now;

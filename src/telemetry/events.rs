@@ -170,6 +170,27 @@ impl InternalEvent for ClockStepped {
     }
 }
 
+/// A forward this processor applied was stamped by a clock `ahead_ms` ahead of its own: another
+/// instance's clock is ahead (or this one's behind). Idle sessions complete by the clock of the
+/// instance that owns their partition, so they complete early or late when a partition moves
+/// between the two.
+pub struct ClocksDisagree {
+    pub ahead_ms: i64,
+}
+
+impl InternalEvent for ClocksDisagree {
+    fn emit(self, metrics: &Metrics) {
+        tracing::warn!(
+            ahead_ms = self.ahead_ms,
+            "a record was forwarded by an instance whose clock is {:.3} s ahead of this \
+             instance's: idle sessions complete early or late when their partition moves \
+             between the two; synchronise the instances' clocks",
+            self.ahead_ms as f64 / 1000.0
+        );
+        metrics.clock_disagreements.inc();
+    }
+}
+
 /// A consensus was published with the configured judge weights, as the learned ones of its
 /// judges were all zero.
 pub struct WeightsFellBack;

@@ -58,6 +58,8 @@ pub struct Metrics {
     pub advertised_url_conflicts: IntCounter,
     /// Steps of the wall clock seen between two of the service's ticks.
     pub clock_steps: IntCounter,
+    /// Forwards seen from a clock ahead of this instance's, said once a minute at most.
+    pub clock_disagreements: IntCounter,
     /// HTTP connections open, and those closed at once for want of a free one.
     pub http_connections: IntGauge,
     pub http_connections_refused: IntCounter,
@@ -392,6 +394,12 @@ impl Metrics {
                 "jurystream_clock_steps_total",
                 "Steps of the wall clock (a second or more against the monotonic clock) seen \
                  between two of the service's ticks",
+            ),
+            clock_disagreements: counter(
+                &r,
+                "jurystream_clock_disagreements_total",
+                "Times (once a minute at most) a record was forwarded by an instance whose clock \
+                 is a second or more ahead of this one's",
             ),
             reputations: gauge(
                 &r,

@@ -1,18 +1,23 @@
-//! The time the service's ticks carry (see [`crate::engine::TICK_TOPIC`]): the wall clock read
-//! once, when the processor starts, moved on by the monotonic clock. A session completes `idle`
-//! when the ticks' times say `sessions.idle_timeout_secs` passed, so a wall clock stepped while
-//! the service runs (a virtual machine resumed, NTP correcting a clock that was far off) must
-//! not move them: stepped forward an hour, every idle session would complete at the next tick,
-//! early; stepped back, every one would wait that hour more. The monotonic clock measures the
-//! time that passed, which is what idleness is.
+//! What the service does with the wall clock, which can step (a virtual machine resumed, NTP
+//! correcting a clock that was far off) and differ between instances: the time its ticks carry
+//! ([`TickClock`]), and the watch for another instance's clock ahead of this one's
+//! ([`ClockWatch`]).
+//!
+//! The ticks (see [`crate::engine::TICK_TOPIC`]) carry the wall clock read once, when the
+//! processor starts, moved on by the monotonic clock. A session completes `idle` when the ticks'
+//! times say `sessions.idle_timeout_secs` passed, so a wall clock stepped while the service runs
+//! must not move them: stepped forward an hour, every idle session would complete at the next
+//! tick, early; stepped back, every one would wait that hour more. The monotonic clock measures
+//! the time that passed, which is what idleness is.
 //!
 //! A step is still said (a warning and `jurystream_clock_steps_total`): it is a fault of the
 //! host's time synchronisation, which the publication latency reads, and the ticks of any
 //! instance started on the host after it. The ticks keep the start's wall clock until the
 //! instance restarts; the engine bounds what a later owner's different clock can do (see
-//! [`crate::engine::model::session::SessionBook::tick`]).
+//! [`crate::engine::model::session::SessionBook::tick`]), and [`ClockWatch`] says when two
+//! instances' clocks disagree.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A change of the wall clock against the monotonic one between two readings that is this
 /// large or larger is a step. NTP's slewing moves the two apart by at most half a millisecond a
@@ -66,10 +71,40 @@ impl TickClock {
     }
 }
 
+/// How often, at most, one processor says that another instance's clock is ahead of its own.
+const SAY_DISAGREEMENT_EVERY: Duration = Duration::from_secs(60);
+
+/// Watches the forwards a processor applies for a clock ahead of its own. A forward's timestamp
+/// is the forwarding instance's clock when it read the input record, before this processor
+/// polled it: on one clock it is never ahead of the pass that applies it, so a forward stamped a
+/// second or more after that pass began was stamped by a clock that far ahead. Instances whose
+/// clocks disagree decide idle sessions differently when a partition moves between them (see
+/// [`crate::engine::model::session::SessionBook::tick`]), so it is said, once a minute at most.
+#[derive(Debug, Default)]
+pub(super) struct ClockWatch {
+    /// When it was last said.
+    said: Option<Instant>,
+}
+
+impl ClockWatch {
+    /// A forward stamped `forwarded_ms`, applied in a pass that began at wall-clock `now_ms`
+    /// (at `at`): how far its clock is ahead, if that is [`STEP_MS`] or more and was not said in
+    /// the last minute.
+    pub fn forwarded(&mut self, forwarded_ms: i64, now_ms: i64, at: Instant) -> Option<i64> {
+        let ahead = forwarded_ms.saturating_sub(now_ms);
+        let recent = self
+            .said
+            .is_some_and(|said| at.saturating_duration_since(said) < SAY_DISAGREEMENT_EVERY);
+        if ahead < STEP_MS || recent {
+            return None;
+        }
+        self.said = Some(at);
+        Some(ahead)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     const T0: i64 = 1_800_000_000_000;
@@ -134,6 +169,25 @@ mod tests {
         assert_eq!(
             clock.read(i64::MIN, at + Duration::from_secs(20)).ms,
             i64::MAX
+        );
+    }
+
+    /// A forward stamped by a clock a second or more ahead of the pass that applies it is said,
+    /// once a minute at most; one stamped before the pass began (the same clock, or one behind)
+    /// never is.
+    #[test]
+    fn a_forward_from_a_clock_ahead_is_said_once_a_minute() {
+        let at = Instant::now();
+        let mut watch = ClockWatch::default();
+        assert_eq!(watch.forwarded(T0 - 5, T0, at), None);
+        assert_eq!(watch.forwarded(T0 + STEP_MS - 1, T0, at), None);
+        assert_eq!(watch.forwarded(T0 + 3_600_000, T0, at), Some(3_600_000));
+        let later = |s: u64| at + Duration::from_secs(s);
+        assert_eq!(watch.forwarded(T0 + 3_600_000, T0, later(59)), None);
+        assert_eq!(watch.forwarded(T0 + 2_000, T0, later(60)), Some(2_000));
+        assert_eq!(
+            watch.forwarded(i64::MAX, i64::MIN, later(200)),
+            Some(i64::MAX)
         );
     }
 }
