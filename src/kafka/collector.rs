@@ -311,9 +311,10 @@ impl Collector {
         }
     }
 
-    /// Produces `out` to `topic`, its configured name, in the current epoch; `since_ms` is the
-    /// timestamp of the input record that caused it, if published while that record was
-    /// processed.
+    /// Produces `out` to `topic`, its configured name, in the current epoch; `since_ms` is when
+    /// the service first read the input record that caused it, if published while that record
+    /// was processed: not the record's own timestamp, as reading a topic from an old offset, or
+    /// a backfill, would count the data's age as the service's latency.
     pub fn publish(
         &mut self,
         topic: &str,

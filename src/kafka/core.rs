@@ -241,8 +241,11 @@ impl Core {
     }
 
     /// Publishes the records in the output buffer (`out`) in order, caused by an input record
-    /// of timestamp `since_ms` if any (see [`Collector::publish`]); the buffer keeps its
-    /// allocation for the next record.
+    /// the service first read at wall-clock `since_ms` if any ([`Record::read_at_ms`], for the
+    /// publication latency; see [`Collector::publish`]); the buffer keeps its allocation for the
+    /// next record.
+    ///
+    /// [`Record::read_at_ms`]: crate::engine::Record::read_at_ms
     pub(super) fn publish_out(&mut self, since_ms: Option<i64>) -> Result<(), ServiceError> {
         let outs = std::mem::take(&mut self.out);
         let result = outs.iter().try_for_each(|o| {
@@ -343,6 +346,7 @@ impl Core {
     /// this instance owns, in the current epoch: the sessions there learn that time passed even
     /// while their projects receive nothing. Its time is the ticks' clock's (see
     /// [`super::wall_clock`]), and a step of the wall clock is said.
+    ///
     /// Only a processor that owns some writes ticks and reads their clock: the forwarding
     /// stage's never does, so a step is said once.
     pub(super) fn write_ticks(&mut self) -> Result<(), ServiceError> {

@@ -256,11 +256,7 @@ impl Polled<'_> {
 
 /// The engine's view of a consumed record from input topic `input`, named `topic` (its
 /// configured name).
-pub(super) fn own_record<'m>(
-    msg: &'m BorrowedMessage<'_>,
-    input: InputTopic,
-    topic: &'m str,
-) -> Record<'m> {
+fn own_record<'m>(msg: &'m BorrowedMessage<'_>, input: InputTopic, topic: &'m str) -> Record<'m> {
     Record::new(topic, Some(input), msg.payload())
         .at(Some(msg.partition()), Some(msg.offset()))
         .keyed(msg.key(), msg.timestamp().to_millis())

@@ -17,7 +17,7 @@ use super::ServiceError;
 use super::clients::QuietReader;
 use super::contexts::Committers;
 use super::core::{Core, MAX_EPOCHS_IN_FLIGHT, REVIEWER_RELEASES_PER_PASS, lock, wall_ms};
-use super::poll::{Batch, Polled, Source, own_record};
+use super::poll::{Batch, Polled, Source};
 use super::repartition::{self, forward_key};
 use crate::changelog::Unit;
 use crate::config::Config;
@@ -54,6 +54,7 @@ impl Core {
         let record = polled
             .record(&self.topics, self.now_ms)
             .received(Some(clock_ms), self.tasks.held_projects);
+        let arrived = record.read_at_ms.or(Some(self.now_ms));
         if let (Source::Repartitioned(_), Some(forwarded_ms)) = (polled.source, record.read_at_ms)
             && let Some(ahead_ms) = self
                 .clock_watch
@@ -90,12 +91,6 @@ impl Core {
         if !record.is_tick() {
             self.tally.count(topic, outcome);
         }
-        // Most records publish nothing at once (scores are coalesced): no time to read then.
-        let arrived = if self.out.is_empty() {
-            None
-        } else {
-            arrived_ms(polled)
-        };
         self.publish_out(arrived)
     }
 
@@ -235,7 +230,7 @@ impl Core {
         self.check_position(polled)?;
         let msg = &polled.msg;
         self.tasks.forwarded.insert(key, msg.offset());
-        let record = own_record(msg, polled.topic, self.topics.input_name(polled.topic));
+        let record = polled.record(&self.topics, self.now_ms);
         let limit = self.forward_limit;
         let routed = match &polled.routed {
             Some(routed) => routed.clone(),
@@ -270,7 +265,7 @@ impl Core {
                 self.out.clear();
                 let outcome = self.engine.reject(&record, &rejection, &mut self.out);
                 self.tally.count(polled.topic, outcome);
-                self.publish_out(arrived_ms(polled))
+                self.publish_out(record.read_at_ms)
             }
         }
     }
@@ -435,22 +430,6 @@ pub(super) fn process_records<'c>(
         c.report_progress();
     }
     Ok(())
-}
-
-/// When `polled` reached jurystream, in wall-clock milliseconds, for the publication latency:
-/// a repartition-topic record's own timestamp is when the forwarding stage wrote it (within
-/// milliseconds of reading its input record); any other record arrives now. Not the input
-/// record's timestamp: reading a topic from an old offset, or a backfill, would count the data's
-/// age as the service's latency.
-fn arrived_ms(polled: &Polled<'_>) -> Option<i64> {
-    match polled.source {
-        Source::Repartitioned(_) => polled
-            .msg
-            .timestamp()
-            .to_millis()
-            .or_else(|| Some(wall_ms())),
-        Source::Input | Source::Forward => Some(wall_ms()),
-    }
 }
 
 #[cfg(test)]
