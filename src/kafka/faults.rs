@@ -57,6 +57,14 @@ pub(super) struct Faults {
     pub clock_behind_ms: i64,
 }
 
+/// The number the environment variable `name` holds; 0 if it holds none.
+fn number<T: std::str::FromStr + Default>(name: &str) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_default()
+}
+
 impl Faults {
     /// The crashes the environment asks for; none without the `fault-injection` feature.
     pub fn from_env() -> Faults {
@@ -68,21 +76,9 @@ impl Faults {
             mid_changelog: std::env::var("JURYSTREAM_CRASH_MID_CHANGELOG").ok(),
             refuse_forward: std::env::var("JURYSTREAM_REFUSE_FORWARD").ok(),
             restore_stops_short: std::env::var_os("JURYSTREAM_RESTORE_STOPS_SHORT").is_some(),
-            failing_commits: std::env::var("JURYSTREAM_FAIL_COMMITS")
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0),
-            clock_step: (
-                std::env::var("JURYSTREAM_STEP_CLOCK_MS")
-                    .ok()
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(0),
-                0,
-            ),
-            clock_behind_ms: std::env::var("JURYSTREAM_CLOCK_BEHIND_MS")
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0),
+            failing_commits: number("JURYSTREAM_FAIL_COMMITS"),
+            clock_step: (number("JURYSTREAM_STEP_CLOCK_MS"), 0),
+            clock_behind_ms: number("JURYSTREAM_CLOCK_BEHIND_MS"),
         }
     }
 
