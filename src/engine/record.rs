@@ -33,8 +33,8 @@ pub struct Record<'a> {
     pub clock_ms: Option<u64>,
     /// The service's wall clock, in milliseconds since the epoch, when it first read the record
     /// from its input: the forward's own timestamp for a record of the project log (the
-    /// forwarding stage's clock stamped it as it read the input record), the clock at the
-    /// processing pass with `by_key`. An event time more than `limits.max_future_skew_secs`
+    /// forwarding stage's clock stamped it as it read the input record), with `by_key` the
+    /// clock when the batch holding it was polled (read ahead) or processed. An event time more than `limits.max_future_skew_secs`
     /// after it is dead-lettered (`event_time_in_future`): a producer whose host clock is ahead
     /// stamps its record timestamps and `occurred_at` alike, which the bound between the two
     /// cannot see. `None` in replay, which has no clock of its own.

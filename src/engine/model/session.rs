@@ -590,20 +590,18 @@ impl SessionBook {
             else {
                 continue;
             };
-            match s.idle_since {
-                None => {
+            let since = match s.idle_since {
+                Some(since) if since <= now_ms => since,
+                // No tick since its last ballot, or this one is before the one it went idle at.
+                _ => {
                     s.idle_since = Some(now_ms);
                     idled.push((project, session_id));
+                    continue;
                 }
-                Some(since) if now_ms < since => {
-                    s.idle_since = Some(now_ms);
-                    idled.push((project, session_id));
-                }
-                Some(since) if now_ms.saturating_sub(since) >= idle_ms => {
-                    let by = (CompletedBy::Idle, s.last_activity);
-                    self.complete(projects, (&project, &session_id), by, limits, done);
-                }
-                Some(_) => {}
+            };
+            if now_ms.saturating_sub(since) >= idle_ms {
+                let by = (CompletedBy::Idle, s.last_activity);
+                self.complete(projects, (&project, &session_id), by, limits, done);
             }
         }
     }

@@ -544,6 +544,13 @@ fn the_ranking_is_noted_when_it_is_refitted_or_gains_a_model() {
     );
 }
 
+/// A tick at `ms` of the service's clock.
+fn tick_at(h: &mut Harness, ms: i64) -> Outcome {
+    let mut r = rec(crate::engine::TICK_TOPIC, None);
+    r.timestamp_ms = Some(ms);
+    h.send_record(r)
+}
+
 /// A session whose judges never all report, in a project that goes quiet, completes by the
 /// service's ticks: idle from the first tick after its last ballot, completed (`idle`, at its
 /// last ballot's event time) at the first tick `sessions.idle_timeout_secs` after that. A
@@ -552,25 +559,20 @@ fn the_ranking_is_noted_when_it_is_refitted_or_gains_a_model() {
 fn a_session_of_a_quiet_project_completes_after_the_idle_timeout_of_ticks() {
     let mut h = Harness::new();
     let idle_ms = 600_000;
-    let tick = |h: &mut Harness, ms: i64| {
-        let mut r = rec(crate::engine::TICK_TOPIC, None);
-        r.timestamp_ms = Some(ms);
-        h.send_record(r)
-    };
     let t0 = 1_800_000_000_000;
     let scores = r#", "scores": {"A": 8, "B": 3}"#;
     h.send("jury.judge-scores", &ballot("e1", "s1", 0, "j1", scores));
-    assert_eq!(tick(&mut h, t0), Outcome::Applied);
+    assert_eq!(tick_at(&mut h, t0), Outcome::Applied);
     assert!(h.out.is_empty());
     // A ballot after the first tick: s1 is busy again; s2 opens.
     h.send("jury.judge-scores", &ballot("e2", "s1", 5, "j2", scores));
     h.send("jury.judge-scores", &ballot("e3", "s2", 6, "j1", scores));
-    tick(&mut h, t0 + 60_000);
+    tick_at(&mut h, t0 + 60_000);
     assert!(h.out.is_empty());
     // Idle since the tick at t0 + 60 s: not yet at t0 + 60 s + idle - 1 ms, then both at once.
-    tick(&mut h, t0 + 60_000 + idle_ms - 1);
+    tick_at(&mut h, t0 + 60_000 + idle_ms - 1);
     assert!(h.out.is_empty());
-    tick(&mut h, t0 + 60_000 + idle_ms);
+    tick_at(&mut h, t0 + 60_000 + idle_ms);
     let completed: Vec<(String, String, String)> = h
         .out
         .iter()
@@ -609,20 +611,13 @@ fn a_session_of_a_quiet_project_completes_after_the_idle_timeout_of_ticks() {
     let mut h = Harness::with(&off);
     h.send("jury.judge-scores", &ballot("e1", "s1", 0, "j1", scores));
     for k in 0..3 {
-        tick(&mut h, t0 + k * 10 * idle_ms);
+        tick_at(&mut h, t0 + k * 10 * idle_ms);
     }
     assert!(h.out.is_empty());
     assert_eq!(
         h.send_record(rec(crate::engine::TICK_TOPIC, None)),
         Outcome::Rejected(ErrorCode::MissingTimestamp)
     );
-}
-
-/// A tick at `ms` of the service's clock.
-fn tick_at(h: &mut Harness, ms: i64) -> Outcome {
-    let mut r = rec(crate::engine::TICK_TOPIC, None);
-    r.timestamp_ms = Some(ms);
-    h.send_record(r)
 }
 
 /// The sessions of `h.out` completed `idle`.
