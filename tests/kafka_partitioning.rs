@@ -769,12 +769,7 @@ fn a_forward_the_broker_refuses_is_dead_lettered_at_its_origin() {
     produce(&broker.bootstrap, &records);
     let injected = [("JURYSTREAM_REFUSE_FORWARD", r#""event_id": "big""#)];
     let env: &[(&str, &str)] = if enforced { &[] } else { &injected };
-    let service = Service::start_with(&config, dir.path().join("service.log"), env);
-    assert!(
-        service.wait_ready(Duration::from_secs(60)),
-        "{}",
-        service.log_text()
-    );
+    let service = Service::start_ready_with(&config, dir.path().join("service.log"), env);
     service.assert_caught_up(&records, Duration::from_secs(120));
     // The input's position moves past the record when it is read, a little before its dead
     // letter is written: read the letters until it is there.

@@ -771,8 +771,7 @@ fn a_quiet_input_is_committed_before_the_epoch_is_over() {
     );
     service.kill();
     support::after_a_kill();
-    let again = Service::start_with(&config, dir.path().join("b.log"), &long);
-    assert!(again.wait_ready(Duration::from_secs(60)));
+    let again = Service::start_ready_with(&config, dir.path().join("b.log"), &long);
     assert_nothing_reread(again, &records);
 }
 
@@ -1388,12 +1387,7 @@ fn quiet_session(prefix: &str, env: &[(&str, &str)]) -> (tempfile::TempDir, Serv
         r#"{"event_id": "b1", "project_id": "p-idle", "session_id": "s-idle", "occurred_at": 1795168800000, "judge": "j", "scores": {"A": 8, "B": 3}}"#,
     );
     produce(&broker.bootstrap, &records);
-    let service = Service::start_with(&config, dir.path().join("service.log"), env);
-    assert!(
-        service.wait_ready(Duration::from_secs(60)),
-        "not ready within 60 s: {}",
-        service.log_text()
-    );
+    let service = Service::start_ready_with(&config, dir.path().join("service.log"), env);
     let consensus = support::read_all(
         &broker.bootstrap,
         &format!("{prefix}.consensus"),
@@ -1516,15 +1510,10 @@ fn a_forward_from_a_clock_ahead_is_said() {
         r#"{"event_id": "v1", "project_id": "p-clock", "occurred_at": 1795168800000, "votes": [{"voter_id": "u", "value": 1}]}"#,
     );
     produce(&broker.bootstrap, &records);
-    let service = Service::start_with(
+    let service = Service::start_ready_with(
         &config,
         dir.path().join("service.log"),
         &[("JURYSTREAM_CLOCK_BEHIND_MS", "3600000")],
-    );
-    assert!(
-        service.wait_ready(Duration::from_secs(60)),
-        "not ready within 60 s: {}",
-        service.log_text()
     );
     assert_eq!(service.wait_handled(1, Duration::from_secs(30)), 1);
     let said = said_once(

@@ -360,13 +360,7 @@ pub fn start_instance(
     let d = dir.join(name);
     std::fs::create_dir_all(&d).expect("dir");
     let config = write_test_config(&d, prefix, bootstrap, free_port(), "");
-    let service = Service::start_with(&config, d.join("service.log"), env);
-    assert!(
-        service.wait_ready(Duration::from_secs(60)),
-        "{}",
-        service.log_text()
-    );
-    service
+    Service::start_ready_with(&config, d.join("service.log"), env)
 }
 
 /// A running `jurystream run`.
@@ -423,7 +417,12 @@ impl Service {
     /// Starts the service and waits (up to a minute) until `/readyz` says ready; panics with
     /// its log otherwise.
     pub fn start_ready(config: &Path, log: PathBuf) -> Service {
-        let service = Service::start(config, log);
+        Service::start_ready_with(config, log, &[])
+    }
+
+    /// [`Service::start_ready`] with `env` set.
+    pub fn start_ready_with(config: &Path, log: PathBuf, env: &[(&str, &str)]) -> Service {
+        let service = Service::start_with(config, log, env);
         assert!(
             service.wait_ready(Duration::from_secs(60)),
             "not ready within 60 s: {}",
