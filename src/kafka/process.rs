@@ -286,8 +286,8 @@ struct Clocks {
     /// (0) at the end of every epoch.
     reviewers: Option<Duration>,
     /// How often a tick goes to each owned partition of the project log: a tenth of
-    /// `sessions.idle_timeout_secs`, within 1..=60 s; `None` when that is 0 or there is no
-    /// project log (`by_key`).
+    /// `sessions.idle_timeout_secs`, within 1..=60 s (60 s when that is 0: the ticks also
+    /// refit leaderboards); `None` when there is no project log (`by_key`).
     tick: Option<Duration>,
 }
 
@@ -307,8 +307,8 @@ impl Clocks {
                 r => Some(ms(r)),
             },
             tick: match config.sessions.idle_timeout_secs {
-                0 => None,
                 _ if !config.input.repartitions() => None,
+                0 => Some(ms(60_000)),
                 idle => Some(ms(idle.saturating_mul(100)).clamp(ms(1000), ms(60_000))),
             },
         }
