@@ -80,36 +80,55 @@ impl Prior {
     }
 }
 
-/// The outcomes' scores and counts by pair.
+/// The outcomes' scores and counts by pair, `models * models` row by row.
 struct Table {
-    /// `wins[i][j]`: the score of `i` against `j`.
-    wins: Vec<Vec<f64>>,
-    /// `games[i][j]`: the comparisons of `i` and `j`.
-    games: Vec<Vec<f64>>,
+    models: usize,
+    /// `wins[i * models + j]`: the score of `i` against `j`.
+    wins: Vec<f64>,
+    /// `games[i * models + j]`: the comparisons of `i` and `j`.
+    games: Vec<f64>,
 }
 
 impl Table {
     fn of<'a>(models: usize, outcomes: impl Iterator<Item = &'a Games>) -> Table {
         let mut t = Table {
-            wins: vec![vec![0.0; models]; models],
-            games: vec![vec![0.0; models]; models],
+            models,
+            wins: vec![0.0; models * models],
+            games: vec![0.0; models * models],
         };
         for o in outcomes {
             if o.a == o.b || o.a >= models || o.b >= models || !(0.0..=o.games).contains(&o.score) {
                 continue;
             }
-            t.wins[o.a][o.b] += o.score;
-            t.wins[o.b][o.a] += o.games - o.score;
-            t.games[o.a][o.b] += o.games;
-            t.games[o.b][o.a] += o.games;
+            let (ab, ba) = (o.a * models + o.b, o.b * models + o.a);
+            t.wins[ab] += o.score;
+            t.wins[ba] += o.games - o.score;
+            t.games[ab] += o.games;
+            t.games[ba] += o.games;
         }
         t
     }
 
+    /// The score of `i` against `j`.
+    fn wins(&self, i: usize, j: usize) -> f64 {
+        self.wins[i * self.models + j]
+    }
+
+    /// The comparisons of `i` and `j`.
+    fn games(&self, i: usize, j: usize) -> f64 {
+        self.games[i * self.models + j]
+    }
+
+    /// The score of `i` against every model, and its comparisons with every model.
+    fn row(&self, i: usize) -> (&[f64], &[f64]) {
+        let at = i * self.models..(i + 1) * self.models;
+        (&self.wins[at.clone()], &self.games[at])
+    }
+
     /// The models in at least one comparison.
     fn compared(&self) -> Vec<usize> {
-        (0..self.games.len())
-            .filter(|&i| self.games[i].iter().sum::<f64>() > 0.0)
+        (0..self.models)
+            .filter(|&i| self.row(i).1.iter().sum::<f64>() > 0.0)
             .collect()
     }
 }
@@ -135,13 +154,15 @@ pub fn fit<'a>(models: usize, outcomes: impl Iterator<Item = &'a Games>) -> Fit 
     let t = Table::of(models, outcomes);
     let compared = t.compared();
     let theta = thetas(&t, &compared);
-    let (_, hessian) = derivatives(&t, &compared, &theta);
+    let n = compared.len();
+    let mut hessian = vec![0.0; n * n];
+    derivatives(&t, &compared, &theta, (&mut vec![0.0; n], &mut hessian));
     let mut fit = Fit {
         ratings: vec![None; models],
         errors: vec![None; models],
         priors: priors(&t, &compared),
     };
-    let errors = contrast_errors(hessian);
+    let errors = contrast_errors(&hessian, n);
     for (a, &i) in compared.iter().enumerate() {
         fit.ratings[i] = Some(REFERENCE + SCALE * theta[a]);
         fit.errors[i] = errors.as_ref().map(|e| SCALE * e[a]);
@@ -150,16 +171,15 @@ pub fn fit<'a>(models: usize, outcomes: impl Iterator<Item = &'a Games>) -> Fit 
 }
 
 /// The standard error of each `theta_a - mean(theta)` from the posterior's curvature (the
-/// inverse of the negated Hessian `h` as covariance): a model's place among the others, which
-/// is what a comparison of two intervals asks. Its level against the reference alone is
-/// known only as well as the weak prior says, which no comparison needs.
-fn contrast_errors(h: Vec<Vec<f64>>) -> Option<Vec<f64>> {
-    let n = h.len();
+/// inverse of the negated Hessian `h`, `n * n`, as covariance): a model's place among the
+/// others, which is what a comparison of two intervals asks. Its level against the reference
+/// alone is known only as well as the weak prior says, which no comparison needs.
+fn contrast_errors(h: &[f64], n: usize) -> Option<Vec<f64>> {
     let columns: Vec<Vec<f64>> = (0..n)
         .map(|a| {
             let mut unit = vec![0.0; n];
             unit[a] = 1.0;
-            solve(h.clone(), unit)
+            solve(&mut h.to_vec(), &mut unit).then_some(unit)
         })
         .collect::<Option<_>>()?;
     let nf = n as f64;
@@ -185,7 +205,7 @@ fn ratings<'a>(models: usize, outcomes: impl Iterator<Item = &'a Games>) -> Vec<
 
 /// For each model in a comparison, whether its rating rests mostly on the prior ([`Prior`]).
 fn priors(t: &Table, compared: &[usize]) -> Vec<Option<Prior>> {
-    let models = t.games.len();
+    let models = t.models;
     let components = strong_components(t, compared);
     let largest = components
         .iter()
@@ -195,8 +215,9 @@ fn priors(t: &Table, compared: &[usize]) -> Vec<Option<Prior>> {
     let mut notes = vec![None; models];
     for component in &components {
         for &i in component {
-            let won: f64 = t.wins[i].iter().sum();
-            let played: f64 = t.games[i].iter().sum();
+            let (wins, games) = t.row(i);
+            let won: f64 = wins.iter().sum();
+            let played: f64 = games.iter().sum();
             notes[i] = if won == 0.0 {
                 Some(Prior::NeverWon)
             } else if won == played {
@@ -217,12 +238,12 @@ fn priors(t: &Table, compared: &[usize]) -> Vec<Option<Prior>> {
 /// sorted; a model reaches another of its component both along wins and along losses.
 fn strong_components(t: &Table, models: &[usize]) -> Vec<Vec<usize>> {
     let reach = |from: usize, forward: bool| {
-        let mut seen = vec![false; t.wins.len()];
+        let mut seen = vec![false; t.models];
         seen[from] = true;
         let mut stack = vec![from];
         while let Some(i) = stack.pop() {
             for &j in models {
-                let edge = if forward { t.wins[i][j] } else { t.wins[j][i] };
+                let edge = if forward { t.wins(i, j) } else { t.wins(j, i) };
                 if !seen[j] && edge > 0.0 {
                     seen[j] = true;
                     stack.push(j);
@@ -231,7 +252,7 @@ fn strong_components(t: &Table, models: &[usize]) -> Vec<Vec<usize>> {
         }
         seen
     };
-    let mut placed = vec![false; t.wins.len()];
+    let mut placed = vec![false; t.models];
     let mut components = Vec::new();
     for &i in models {
         if placed[i] {
@@ -259,22 +280,31 @@ fn thetas(t: &Table, models: &[usize]) -> Vec<f64> {
         let mut l = 0.0;
         for a in 0..n {
             // The virtual tie: PRIOR_GAMES / 2 (ln sigma(theta) + ln sigma(-theta)).
-            l -= PRIOR_GAMES / 2.0 * (softplus(-theta[a]) + softplus(theta[a]));
+            let (minus, plus) = softplus_both(theta[a]);
+            l -= PRIOR_GAMES / 2.0 * (minus + plus);
             for b in a + 1..n {
                 let (i, j) = (models[a], models[b]);
-                let d = theta[a] - theta[b];
+                // A pair never compared adds nothing.
+                if t.games(i, j) == 0.0 {
+                    continue;
+                }
                 // w_ij ln sigma(d) + w_ji ln sigma(-d), with ln sigma(x) = -ln(1 + e^-x).
-                l -= t.wins[i][j] * softplus(-d) + t.wins[j][i] * softplus(d);
+                let (minus, plus) = softplus_both(theta[a] - theta[b]);
+                l -= t.wins(i, j) * minus + t.wins(j, i) * plus;
             }
         }
         l
     };
     let mut current = objective(&theta);
+    // Each step's buffers, reused: a fit takes hundreds of steps in a refit's resamples.
+    let (mut gradient, mut hessian) = (vec![0.0; n], vec![0.0; n * n]);
+    let (mut step, mut next) = (vec![0.0; n], vec![0.0; n]);
     for _ in 0..MAX_ITERATIONS {
-        let (gradient, hessian) = derivatives(t, models, &theta);
-        let Some(step) = solve(hessian, gradient.clone()) else {
+        derivatives(t, models, &theta, (&mut gradient, &mut hessian));
+        step.copy_from_slice(&gradient);
+        if !solve(&mut hessian, &mut step) {
             break;
-        };
+        }
         // The Newton decrement, twice the gain the step promises. Below what rounding can
         // tell apart in the objective, the full step is taken without a line search (whose
         // comparisons would be noise, halving the step forty times for nothing).
@@ -282,7 +312,6 @@ fn thetas(t: &Table, models: &[usize]) -> Vec<f64> {
         let settled = decrement < 1e-12 * current.abs().max(1.0);
         // Backtrack until the objective does not fall: it is concave, so this converges.
         let mut scale = 1.0;
-        let mut next = theta.clone();
         loop {
             for (x, (old, d)) in next.iter_mut().zip(theta.iter().zip(&step)) {
                 *x = old + scale * d;
@@ -295,7 +324,7 @@ fn thetas(t: &Table, models: &[usize]) -> Vec<f64> {
             scale /= 2.0;
         }
         let moved = step.iter().map(|d| (scale * d).abs()).fold(0.0, f64::max);
-        theta = next;
+        std::mem::swap(&mut theta, &mut next);
         if moved < 1e-9 {
             break;
         }
@@ -304,27 +333,32 @@ fn thetas(t: &Table, models: &[usize]) -> Vec<f64> {
 }
 
 /// The objective's gradient and negated Hessian at `theta` (positive definite thanks to the
-/// prior).
-fn derivatives(t: &Table, models: &[usize], theta: &[f64]) -> (Vec<f64>, Vec<Vec<f64>>) {
+/// prior), written over `gradient` and `hessian` (row by row, `n * n`).
+fn derivatives(
+    t: &Table,
+    models: &[usize],
+    theta: &[f64],
+    (gradient, hessian): (&mut [f64], &mut [f64]),
+) {
     let n = models.len();
-    let mut gradient = vec![0.0; n];
-    let mut hessian = vec![vec![0.0; n]; n];
+    gradient.fill(0.0);
+    hessian.fill(0.0);
     for a in 0..n {
         let s = sigmoid(theta[a]);
         gradient[a] += PRIOR_GAMES * (0.5 - s);
-        hessian[a][a] += PRIOR_GAMES * s * (1.0 - s);
+        hessian[a * n + a] += PRIOR_GAMES * s * (1.0 - s);
         for b in 0..n {
             let (i, j) = (models[a], models[b]);
-            if a == b || t.games[i][j] == 0.0 {
+            if a == b || t.games(i, j) == 0.0 {
                 continue;
             }
+            let (wins, games) = (t.wins(i, j), t.games(i, j));
             let p = sigmoid(theta[a] - theta[b]);
-            gradient[a] += t.wins[i][j] - t.games[i][j] * p;
-            hessian[a][a] += t.games[i][j] * p * (1.0 - p);
-            hessian[a][b] -= t.games[i][j] * p * (1.0 - p);
+            gradient[a] += wins - games * p;
+            hessian[a * n + a] += games * p * (1.0 - p);
+            hessian[a * n + b] -= games * p * (1.0 - p);
         }
     }
-    (gradient, hessian)
 }
 
 /// `1 / (1 + e^-x)`.
@@ -332,38 +366,43 @@ fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// `ln(1 + e^x)` without overflow.
-fn softplus(x: f64) -> f64 {
+/// `ln(1 + e^-x)` and `ln(1 + e^x)` without overflow: each is `ln(1 + e^-|x|)`, plus `|x|` for
+/// the one whose exponent is positive, so one logarithm gives both.
+fn softplus_both(x: f64) -> (f64, f64) {
+    let tail = (-x.abs()).exp().ln_1p();
     if x > 0.0 {
-        x + (-x).exp().ln_1p()
+        (tail, x + tail)
+    } else if x < 0.0 {
+        (-x + tail, tail)
     } else {
-        x.exp().ln_1p()
+        (tail, tail)
     }
 }
 
-/// The solution of `a x = b` for a symmetric positive-definite `a` (Cholesky), or `None` if
-/// `a` is not (numerically) positive definite.
-fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
+/// Solves `a x = b` for a symmetric positive-definite `a` (`n * n`, row by row) by Cholesky,
+/// writing `x` over `b` and the factor over `a`; `false` if `a` is not (numerically) positive
+/// definite.
+fn solve(a: &mut [f64], b: &mut [f64]) -> bool {
     let n = b.len();
     // a = L L^T, L written over a's lower triangle.
     for j in 0..n {
-        let d = a[j][j] - (0..j).map(|k| a[j][k] * a[j][k]).sum::<f64>();
+        let d = a[j * n + j] - (0..j).map(|k| a[j * n + k] * a[j * n + k]).sum::<f64>();
         if d.is_nan() || d <= 0.0 {
-            return None;
+            return false;
         }
-        a[j][j] = d.sqrt();
+        a[j * n + j] = d.sqrt();
         for i in j + 1..n {
-            let s = a[i][j] - (0..j).map(|k| a[i][k] * a[j][k]).sum::<f64>();
-            a[i][j] = s / a[j][j];
+            let s = a[i * n + j] - (0..j).map(|k| a[i * n + k] * a[j * n + k]).sum::<f64>();
+            a[i * n + j] = s / a[j * n + j];
         }
     }
     for i in 0..n {
-        b[i] = (b[i] - (0..i).map(|k| a[i][k] * b[k]).sum::<f64>()) / a[i][i];
+        b[i] = (b[i] - (0..i).map(|k| a[i * n + k] * b[k]).sum::<f64>()) / a[i * n + i];
     }
     for i in (0..n).rev() {
-        b[i] = (b[i] - (i + 1..n).map(|k| a[k][i] * b[k]).sum::<f64>()) / a[i][i];
+        b[i] = (b[i] - (i + 1..n).map(|k| a[k * n + i] * b[k]).sum::<f64>()) / a[i * n + i];
     }
-    Some(b)
+    true
 }
 
 /// A 95% confidence interval of a rating, finite (the prior keeps every resample's ratings

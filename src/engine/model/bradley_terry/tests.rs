@@ -286,7 +286,7 @@ proptest! {
         let rev = fit(5, outcomes.iter().rev()).ratings;
         let t = Table::of(5, outcomes.iter());
         for (i, (x, y)) in r.iter().zip(&rev).enumerate() {
-            let compared = t.games[i].iter().sum::<f64>() > 0.0;
+            let compared = t.row(i).1.iter().sum::<f64>() > 0.0;
             prop_assert_eq!(x.is_some(), compared);
             if let (Some(x), Some(y)) = (x, y) {
                 prop_assert!(x.is_finite() && (x - y).abs() < 1e-6);
@@ -300,4 +300,29 @@ proptest! {
             prop_assert!(rating(&after[l]) <= r[l].unwrap_or(REFERENCE) + 1e-6);
         }
     }
+}
+
+/// `softplus_both(x)` is `(ln(1 + e^-x), ln(1 + e^x))` from one logarithm, to the last bit of
+/// each written out on its own, and without overflow: `ln 2` at zero, `ln(1 + e)` at one.
+#[test]
+fn softplus_both_is_each_side_to_the_bit() {
+    let alone = |x: f64| {
+        if x > 0.0 {
+            x + (-x).exp().ln_1p()
+        } else {
+            x.exp().ln_1p()
+        }
+    };
+    for x in [
+        -800.0, -30.0, -1.5, -1e-300, -0.0, 0.0, 1e-300, 1.0, 2.0, 40.0, 800.0,
+    ] {
+        let (minus, plus) = softplus_both(x);
+        assert_eq!(minus.to_bits(), alone(-x).to_bits(), "{x}");
+        assert_eq!(plus.to_bits(), alone(x).to_bits(), "{x}");
+        assert!(minus.is_finite() && plus.is_finite(), "{x}");
+    }
+    assert_eq!(softplus_both(0.0), (2f64.ln(), 2f64.ln()));
+    let (minus, plus) = softplus_both(1.0);
+    assert!((plus - 1.313_261_687_518_222_8).abs() < 1e-15, "{plus}");
+    assert!((minus - 0.313_261_687_518_222_8).abs() < 1e-15, "{minus}");
 }
