@@ -1365,19 +1365,26 @@ const ONE_PROJECT: Shape = Shape {
     sessions_per_project: 1,
 };
 
-/// A quiet project's one session (a ballot of one judge, who is never joined), produced for a
-/// service with `sessions.idle_timeout_secs = 2` started with `env`: its directory, the service
-/// once ready, and the session's consensus record, read within 30 s, asserted one, `idle`.
-fn quiet_session(prefix: &str, env: &[(&str, &str)]) -> (tempfile::TempDir, Service) {
+/// The shared broker and a setup of one project for a service with `sessions.idle_timeout_secs
+/// = 2`, whose ticks come every second.
+fn ticking(prefix: &str) -> (&'static Broker, Setup) {
     let broker = Broker::shared();
     let settings = "[sessions]\nidle_timeout_secs = 2\n";
-    let Setup { dir, config, .. } = setup(
+    let setup = setup(
         &broker.bootstrap,
         prefix,
         &ONE_PROJECT,
         free_port(),
         settings,
     );
+    (broker, setup)
+}
+
+/// A quiet project's one session (a ballot of one judge, who is never joined), produced for a
+/// service with `sessions.idle_timeout_secs = 2` started with `env`: its directory, the service
+/// once ready, and the session's consensus record, read within 30 s, asserted one, `idle`.
+fn quiet_session(prefix: &str, env: &[(&str, &str)]) -> (tempfile::TempDir, Service) {
+    let (broker, Setup { dir, config, .. }) = ticking(prefix);
     let mut records = Vec::new();
     append(
         &mut records,
@@ -1424,16 +1431,8 @@ fn a_session_in_a_quiet_project_completes_by_the_idle_timeout() {
 /// first of four sessions and m-b the other three, and the ratings said m-a led.
 #[test]
 fn a_quiet_categorys_ratings_take_in_its_last_sessions_by_the_ticks() {
-    let broker = Broker::shared();
     let prefix = "bt-quiet";
-    let settings = "[sessions]\nidle_timeout_secs = 2\n";
-    let Setup { dir, config, .. } = setup(
-        &broker.bootstrap,
-        prefix,
-        &ONE_PROJECT,
-        free_port(),
-        settings,
-    );
+    let (broker, Setup { dir, config, .. }) = ticking(prefix);
     let mut records = Vec::new();
     for (i, (a, b)) in [(9, 5), (2, 5), (2, 5), (2, 5)].into_iter().enumerate() {
         let at = 1_795_168_800_000_i64 + 10_000 * i as i64;
