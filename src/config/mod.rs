@@ -266,7 +266,8 @@ impl Config {
                      no project log to write ticks to, so sessions complete only by their \
                      judges, a close, the event-time timeout or eviction, and a leaderboard \
                      category's ratings take in the sessions after their last fit only at its \
-                     next session (set it to 0, or use \"repartition\")"
+                     next session or when its partition goes (set it to 0, or use \
+                     \"repartition\")"
                 ),
             ));
         }
