@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 /// A change of the wall clock against the monotonic one between two readings that is this
 /// large or larger is a step. NTP's slewing moves the two apart by at most half a millisecond a
-/// second, and readings are seconds apart (ticks come every tenth of the idle timeout, within
-/// 1–5 s): a step is hundreds of times anything slewing does between two of them.
+/// second, and readings are at most a minute apart (ticks come every tenth of the idle timeout,
+/// within 1–60 s): a step is thirty times anything slewing does between two of them.
 pub(super) const STEP_MS: i64 = 1_000;
 
 /// The ticks' clock of one processor.
