@@ -230,9 +230,11 @@ pub fn replay_reporting(
             None => {}
         }
     }
-    // Reviewer records are derived from every verdict held: like the service at the end of a
-    // coalescing cycle, replay publishes them once its input is done.
+    // Leaderboard categories whose ratings lack their last sessions are refitted, as the
+    // service's next tick would. Reviewer records are derived from every verdict held: like the
+    // service at the end of a coalescing cycle, replay publishes them once its input is done.
     outs.clear();
+    engine.refit_leaderboards(&mut state, &mut outs);
     engine.release_reviewers(&mut state, &mut outs);
     for out in &outs {
         write_output(topics, &mut output, out).map_err(ReplayError::Write)?;
@@ -350,6 +352,7 @@ mod tests {
                 Err(e) => reject_line(&engine, i as i64 + 1, line.as_bytes(), &e, &mut outs),
             };
         }
+        engine.refit_leaderboards(&mut state, &mut outs);
         engine.release_reviewers(&mut state, &mut outs);
         for o in &outs {
             write_output(&topics, &mut expected, o).unwrap();
@@ -482,6 +485,35 @@ mod tests {
             .collect();
         assert_eq!(consensus.len(), 1, "{out}");
         assert!(consensus[0].contains(r#""completed_by":"idle""#), "{out}");
+    }
+
+    /// Sessions within `leaderboard.bt_interval_secs` of their category's last fit are in its
+    /// ratings at the end of the input, as the service's next tick would fit them: the last
+    /// leaderboard rows are fitted as of the last session, where m-b won three of four.
+    #[test]
+    fn the_last_sessions_are_in_the_ratings_at_the_end_of_the_input() {
+        let session = |i: usize, a: u8, b: u8| {
+            format!(
+                r#"{{"topic": "jury.judge-scores", "value": {{"event_id": "b{i}", "project_id": "p", "session_id": "s{i}", "occurred_at": {}, "judge": "j", "scores": {{"A{i}": {a}, "B{i}": {b}}}, "candidates": {{"A{i}": {{"author": "m-a"}}, "B{i}": {{"author": "m-b"}}}}, "expected_judges": 1}}}}"#,
+                1_795_168_800_000_u64 + 10_000 * i as u64
+            )
+        };
+        let input = [session(0, 9, 5), session(1, 2, 5), session(2, 2, 5)].join("\n");
+        let (_, out) = run(&input);
+        let rows: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r["topic"] == "jury.leaderboard")
+            .map(|r| r["value"].clone())
+            .collect();
+        // Two rows a session, then both refitted at the end.
+        assert_eq!(rows.len(), 8, "{out}");
+        let (a, b) = (&rows[6], &rows[7]);
+        assert_eq!((&a["model"], &b["model"]), (&"m-a".into(), &"m-b".into()));
+        for row in [a, b] {
+            assert_eq!(row["bt_fitted_at"], "2026-11-20T10:00:20Z", "{row}");
+        }
+        assert!(b["bt_rating"].as_f64() > a["bt_rating"].as_f64(), "{out}");
     }
 
     /// The progress callback sees the lines read and the records counted so far.

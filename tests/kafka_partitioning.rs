@@ -9,6 +9,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use jurystream::engine::TICK_TOPIC;
 use support::published::{Published, assert_same, published, replayed, replayed_lines};
 use support::stream::{self, Shape};
 use support::{
@@ -89,13 +90,15 @@ const HOSTILE: [(Option<&str>, Option<&str>, &str); 3] = [
 
 /// The records of each partition of the group's repartition topic as a replay file, in offset
 /// order, each as the input record it copies (the coordinates its key names), after the
-/// reputation table of `records`; and how many records the topic holds. A partition holds all
+/// reputation table of `records`; and how many forwards the topic holds. A partition holds all
 /// of each of its projects' records, and its state their whole state, so replaying each
-/// partition on its own gives each project's outputs.
+/// partition on its own gives each project's outputs. The service's ticks stay in the files,
+/// where they fell among the forwards (the replay applies them as the service did), and are
+/// neither forwards nor origins.
 fn repartition_replays(bootstrap: &str, group: &str, records: &[Rec]) -> Forwarded {
     let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
     let log = read_log(bootstrap, &format!("{group}-repartition"));
-    let held = log.len();
+    let mut held = 0;
     let mut partitions: BTreeMap<i32, Vec<Rec>> = BTreeMap::new();
     for r in log {
         let reps = records
@@ -113,6 +116,7 @@ fn repartition_replays(bootstrap: &str, group: &str, records: &[Rec]) -> Forward
             .expect("[topic, partition, offset, timestamp, keyed]");
         let own_key = keyed.then(|| &key[values.byte_offset()..]);
         assert!(r.headers.is_empty(), "{:?}", r.headers);
+        held += usize::from(topic != TICK_TOPIC);
         partitions
             .entry(r.partition)
             .or_insert_with(|| reps.collect())
@@ -127,7 +131,7 @@ fn repartition_replays(bootstrap: &str, group: &str, records: &[Rec]) -> Forward
     }
     let mut origins = BTreeSet::new();
     for r in partitions.values().flatten() {
-        if !r.topic.ends_with(".reputations") {
+        if !r.topic.ends_with(".reputations") && r.topic != TICK_TOPIC {
             origins.insert((r.topic.clone(), r.partition, r.offset));
         }
     }
@@ -145,7 +149,7 @@ fn repartition_replays(bootstrap: &str, group: &str, records: &[Rec]) -> Forward
 struct Forwarded {
     /// A replay file per partition.
     files: Vec<String>,
-    /// Its records, copies included.
+    /// Its forwards, copies included.
     held: usize,
     /// The input records they copy, by topic, partition and offset.
     origins: BTreeSet<(String, i32, i64)>,

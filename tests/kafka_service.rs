@@ -1365,19 +1365,26 @@ const ONE_PROJECT: Shape = Shape {
     sessions_per_project: 1,
 };
 
-/// A quiet project's one session (a ballot of one judge, who is never joined), produced for a
-/// service with `sessions.idle_timeout_secs = 2` started with `env`: its directory, the service
-/// once ready, and the session's consensus record, read within 30 s, asserted one, `idle`.
-fn quiet_session(prefix: &str, env: &[(&str, &str)]) -> (tempfile::TempDir, Service) {
+/// The shared broker and a setup of one project for a service with `sessions.idle_timeout_secs
+/// = 2`, whose ticks come every second.
+fn ticking(prefix: &str) -> (&'static Broker, Setup) {
     let broker = Broker::shared();
     let settings = "[sessions]\nidle_timeout_secs = 2\n";
-    let Setup { dir, config, .. } = setup(
+    let setup = setup(
         &broker.bootstrap,
         prefix,
         &ONE_PROJECT,
         free_port(),
         settings,
     );
+    (broker, setup)
+}
+
+/// A quiet project's one session (a ballot of one judge, who is never joined), produced for a
+/// service with `sessions.idle_timeout_secs = 2` started with `env`: its directory, the service
+/// once ready, and the session's consensus record, read within 30 s, asserted one, `idle`.
+fn quiet_session(prefix: &str, env: &[(&str, &str)]) -> (tempfile::TempDir, Service) {
+    let (broker, Setup { dir, config, .. }) = ticking(prefix);
     let mut records = Vec::new();
     append(
         &mut records,
@@ -1416,6 +1423,53 @@ fn a_session_in_a_quiet_project_completes_by_the_idle_timeout() {
     assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
     // Ticks are the service's own records: no input is counted for them.
     assert_eq!(service.records_handled(), 1, "{}", service.metrics());
+}
+
+/// Sessions that complete within `leaderboard.bt_interval_secs` of their category's last fit
+/// and are followed by nothing are in its Bradley-Terry ratings a tick later, where before the
+/// ratings waited for a later session, which a quiet project never sends: here m-a wins the
+/// first of four sessions and m-b the other three, and the ratings said m-a led.
+#[test]
+fn a_quiet_categorys_ratings_take_in_its_last_sessions_by_the_ticks() {
+    let prefix = "bt-quiet";
+    let (broker, Setup { dir, config, .. }) = ticking(prefix);
+    let mut records = Vec::new();
+    for (i, (a, b)) in [(9, 5), (2, 5), (2, 5), (2, 5)].into_iter().enumerate() {
+        let at = 1_795_168_800_000_i64 + 10_000 * i as i64;
+        append(
+            &mut records,
+            &format!("{prefix}.judge-scores"),
+            0,
+            Some("p-bt".into()),
+            &format!(
+                r#"{{"event_id": "b{i}", "project_id": "p-bt", "session_id": "s{i}", "occurred_at": {at}, "judge": "j", "scores": {{"A{i}": {a}, "B{i}": {b}}}, "candidates": {{"A{i}": {{"author": "m-a"}}, "B{i}": {{"author": "m-b"}}}}, "expected_judges": 1}}"#
+            ),
+        );
+    }
+    produce(&broker.bootstrap, &records);
+    let service = Service::start_ready(&config, dir.path().join("service.log"));
+    // Two rows a session, then both again when a tick refits the category.
+    let rows = support::read_all(
+        &broker.bootstrap,
+        &format!("{prefix}.leaderboard"),
+        10,
+        Duration::from_secs(30),
+    );
+    assert!(service.terminate().success());
+    let last: BTreeMap<String, serde_json::Value> = rows
+        .iter()
+        .filter_map(|(_, v)| serde_json::from_str::<serde_json::Value>(v.as_deref()?).ok())
+        .map(|v| (v["model"].as_str().unwrap_or("").to_owned(), v))
+        .collect();
+    assert_eq!(rows.len(), 10, "{rows:?}");
+    for model in ["m-a", "m-b"] {
+        assert_eq!(
+            last[model]["bt_fitted_at"], "2026-11-20T10:00:30Z",
+            "{model}"
+        );
+    }
+    let rating = |model: &str| last[model]["bt_rating"].as_f64().unwrap_or(f64::NAN);
+    assert!(rating("m-b") > rating("m-a"), "{last:?}");
 }
 
 /// A producer whose host clock is a day ahead stamps its records and its `occurred_at` alike:

@@ -264,7 +264,9 @@ impl Config {
                 format!(
                     "sessions.idle_timeout_secs has no effect {BY_KEY}: there is \
                      no project log to write ticks to, so sessions complete only by their \
-                     judges, a close, the event-time timeout or eviction (set it to 0, or use \
+                     judges, a close, the event-time timeout or eviction, and a leaderboard \
+                     category's ratings take in the sessions after their last fit only at its \
+                     next session or when its partition goes (set it to 0, or use \
                      \"repartition\")"
                 ),
             ));

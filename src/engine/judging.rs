@@ -125,7 +125,8 @@ impl Engine {
 
     /// Applies a tick of the service's clock (a [`super::TICK_TOPIC`] record, its time its
     /// timestamp): sessions with no ballot since the last tick become idle, and those idle for
-    /// `sessions.idle_timeout_secs` complete (`idle`; see [`SessionBook::tick`]).
+    /// `sessions.idle_timeout_secs` complete (`idle`; see [`SessionBook::tick`]); leaderboard
+    /// categories whose ratings lack a session are refitted ([`Engine::refit_leaderboards`]).
     pub(super) fn apply_tick(
         &self,
         state: &mut PartitionState,
@@ -136,17 +137,16 @@ impl Engine {
             Rejection::new(ErrorCode::MissingTimestamp, "a tick without a timestamp")
         })?;
         let idle_secs = self.settings.sessions.idle_timeout_secs;
-        if idle_secs == 0 {
-            return Ok(Outcome::Applied);
-        }
-        let idle_ms = i64::try_from(idle_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
         let (mut idled, mut done) = (Vec::new(), Vec::new());
-        state.sessions.tick(
-            &mut state.projects,
-            (now_ms, idle_ms),
-            self.book_limits(),
-            (&mut idled, &mut done),
-        );
+        if idle_secs > 0 {
+            let idle_ms = i64::try_from(idle_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+            state.sessions.tick(
+                &mut state.projects,
+                (now_ms, idle_ms),
+                self.book_limits(),
+                (&mut idled, &mut done),
+            );
+        }
         for (project, session) in idled {
             state.note(|| Change::Session { project, session });
         }
@@ -156,7 +156,41 @@ impl Engine {
         for completed in done {
             self.finish_session(state, completed, out);
         }
+        self.refit_leaderboards(state, out);
         Ok(Outcome::Applied)
+    }
+
+    /// Refits every leaderboard category whose ratings lack a session (see
+    /// [`Board::refit_unfitted`](super::model::leaderboard::Board::refit_unfitted)) and
+    /// publishes its rows, in order of project: at each tick, so that the ratings of a category
+    /// whose sessions stop within `leaderboard.bt_interval_secs` of its last fit are fitted on
+    /// them all a tick later, not at its next session, which may never come; and at the end of a
+    /// replay.
+    pub fn refit_leaderboards(&self, state: &mut PartitionState, out: &mut Vec<Output>) {
+        for project in std::mem::take(&mut state.unfitted_boards.0) {
+            let judges = state
+                .projects
+                .get_mut(&project)
+                .and_then(|p| p.judges.as_mut());
+            let Some(judges) = judges else {
+                continue;
+            };
+            let cfg = &self.settings.leaderboard;
+            for (category, standings) in judges.board.refit_unfitted(&project, cfg) {
+                state.note(|| Change::Ranking {
+                    project: project.to_string(),
+                    category,
+                });
+                for standing in standings {
+                    state.note(|| Change::Board {
+                        project: standing.project_id.clone(),
+                        category: standing.category.clone().unwrap_or_default(),
+                        model: standing.model.clone(),
+                    });
+                    out.push(leaderboard_record(&standing));
+                }
+            }
+        }
     }
 
     /// Refuses a ballot that would bring its session beyond `sessions.max_judges` judges or
@@ -295,6 +329,10 @@ impl Engine {
             &analysis,
             &cfg.leaderboard,
         );
+        let ranked = project.board.ranked.get(category.unwrap_or(""));
+        if ranked.is_some_and(|r| r.unfitted) {
+            state.unfitted_boards.0.insert(c.project_id.as_str().into());
+        }
         for session in changed {
             state.note(|| Change::Consensus {
                 project: c.project_id.clone(),

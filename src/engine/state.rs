@@ -2,7 +2,7 @@
 //! changed (see [`super::journal`]), so that a partition's state moves between instances as a
 //! unit.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use super::ids::{IdMap, ProjectKey};
@@ -185,6 +185,9 @@ pub struct PartitionState {
     /// Projects whose `jury.reviewer-quality` records are held back until the end of the
     /// runtime's cycle: [`super::Engine::release_reviewers`] publishes them as they then are.
     pub held_reviewers: HeldReviewers,
+    /// Projects with a leaderboard category whose ratings lack a session, for the next tick's
+    /// [`super::Engine::refit_leaderboards`].
+    pub unfitted_boards: UnfittedBoards,
     /// Changelog records (key, value; `None` deletes) that a restore took from the redo record
     /// of a flush a crash cut after it: they reached the log only inside that redo record, which
     /// the next flush's replaces, so the next flush writes them again.
@@ -196,6 +199,20 @@ pub struct PartitionState {
 pub struct Carried(pub Vec<(String, Option<String>)>);
 
 impl PartialEq for Carried {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// See [`PartitionState::unfitted_boards`]: derived from the rankings (each says whether it is
+/// [`unfitted`](super::model::leaderboard::Ranking::unfitted)), so that a tick finds them
+/// without reading every project, and rebuilt by a restore from the rankings it reads. A
+/// project may stay listed after a later session refitted it, which the tick then skips. Not
+/// state: every two compare equal.
+#[derive(Debug, Clone, Default)]
+pub struct UnfittedBoards(pub BTreeSet<ProjectKey>);
+
+impl PartialEq for UnfittedBoards {
     fn eq(&self, _: &Self) -> bool {
         true
     }

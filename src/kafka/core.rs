@@ -290,6 +290,28 @@ impl Core {
         }
     }
 
+    /// Refits the leaderboard categories of the owned partitions whose ratings lack a session
+    /// (see [`crate::engine::Engine::refit_leaderboards`]) and publishes their rows: before
+    /// partitions go or the service stops, so that a clean stop or a handover leaves the
+    /// ratings with every session applied, as the next tick would. The refits are noted in the
+    /// state's journal, so the epoch they end writes them to the changelog.
+    pub(super) fn refit_leaderboards(&mut self) -> Result<(), ServiceError> {
+        self.out.clear();
+        for key in self.tasks.owned_keys() {
+            let Some(owned) = self.tasks.units.get_mut(&key) else {
+                continue;
+            };
+            let from = self.out.len();
+            self.engine
+                .refit_leaderboards(&mut owned.state, &mut self.out);
+            self.view.published(key, &owned.state, &self.out[from..]);
+        }
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        self.publish_out(None)
+    }
+
     /// Publishes every reviewer record held in the partitions this instance owns (see
     /// [`crate::engine::Engine::release_reviewers`]), a release under way included: before
     /// partitions go or the service stops, and at the end of every epoch when

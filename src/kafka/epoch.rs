@@ -307,9 +307,11 @@ impl Core {
 
     /// Seals the current epoch and waits until every epoch is committed (revocation, shutdown,
     /// or too many epochs in flight). During a broker outage this keeps waiting, not ready.
-    /// The reviewer records held are published first, so a clean stop leaves the table whole.
+    /// The reviewer records held are published first, and leaderboard categories whose
+    /// ratings lack a session refitted, so a clean stop leaves the tables whole.
     pub(super) fn drain(&mut self, consumers: &Committers<'_>) -> Result<(), ServiceError> {
         self.release_reviewers()?;
+        self.refit_leaderboards()?;
         self.seal()?;
         let started = Instant::now();
         let limit = Duration::from_secs(self.config.kafka.shutdown_timeout_secs);

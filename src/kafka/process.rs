@@ -286,8 +286,9 @@ struct Clocks {
     /// (0) at the end of every epoch.
     reviewers: Option<Duration>,
     /// How often a tick goes to each owned partition of the project log: a tenth of
-    /// `sessions.idle_timeout_secs`, within 1..=60 s; `None` when that is 0 or there is no
-    /// project log (`by_key`).
+    /// `sessions.idle_timeout_secs`, within 1..=60 s (60 s when that is 0: the ticks also
+    /// refit the leaderboard categories whose ratings lack a session, so a quiet category's
+    /// waits at most a minute); `None` when there is no project log (`by_key`).
     tick: Option<Duration>,
 }
 
@@ -307,13 +308,16 @@ impl Clocks {
                 r => Some(ms(r)),
             },
             tick: match config.sessions.idle_timeout_secs {
-                0 => None,
                 _ if !config.input.repartitions() => None,
-                idle => Some(ms(idle.saturating_mul(100)).clamp(ms(1000), ms(60_000))),
+                0 => Some(MAX_TICK),
+                idle => Some(ms(idle.saturating_mul(100)).clamp(ms(1000), MAX_TICK)),
             },
         }
     }
 }
+
+/// The longest a project-log partition goes without a tick (see [`Clocks::tick`]).
+const MAX_TICK: Duration = Duration::from_secs(60);
 
 /// The engine's view of a `jury.reputations` record, read by its own consumer.
 pub(super) fn reputation_record<'m>(msg: &'m BorrowedMessage<'_>) -> Record<'m> {
@@ -455,5 +459,25 @@ mod tests {
         assert_eq!(clocks(250, 0, 20).coalesce, ms(250));
         // A zero fetch wait still needs some quiet before an epoch ends early.
         assert_eq!(clocks(1000, 100, 0).idle, ms(1));
+    }
+
+    /// Ticks come every tenth of the idle timeout, within 1–60 s, and every minute with idle
+    /// completion off (they also refit leaderboards); never without a project log.
+    #[test]
+    fn ticks_come_within_a_minute_and_only_with_a_project_log() {
+        use crate::config::Partitioning;
+        let tick = |idle: u64, partitioning: Partitioning| {
+            let mut config = Config::default();
+            config.sessions.idle_timeout_secs = idle;
+            config.input.partitioning = partitioning;
+            Clocks::of(&config).tick
+        };
+        let secs = |s: u64| Some(Duration::from_secs(s));
+        assert_eq!(tick(6000, Partitioning::Repartition), secs(60));
+        assert_eq!(tick(600, Partitioning::Repartition), secs(60));
+        assert_eq!(tick(30, Partitioning::Repartition), secs(3));
+        assert_eq!(tick(2, Partitioning::Repartition), secs(1));
+        assert_eq!(tick(0, Partitioning::Repartition), secs(60));
+        assert_eq!(tick(600, Partitioning::ByKey), None);
     }
 }

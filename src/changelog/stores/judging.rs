@@ -189,6 +189,9 @@ impl Store for RankingStore {
         read: &Read<'_>,
     ) -> Result<(), ChangelogError> {
         let read: Ranking = read.value()?;
+        if read.unfitted {
+            into.state.unfitted_boards.0.insert(project.into());
+        }
         let ranking = ranking(into, project, category);
         // Its blocks are records of their own, read before or after it.
         let blocks = std::mem::take(&mut ranking.blocks);

@@ -210,7 +210,8 @@ proptest! {
     }
 
     /// Ticks among the ballots (sessions going idle, and completing as `idle` once ticks pass
-    /// the default ten minutes): whatever is cut, the restored sessions are the clean run's.
+    /// the default ten minutes; leaderboard categories whose ratings lack a session refitted):
+    /// whatever is cut, the restored sessions and rankings are the clean run's.
     #[test]
     fn any_cut_flush_with_ticks_restores_the_idle_sessions(
         events in prop::collection::vec((0usize..5, 0usize..4, 0i64..60, 0u8..3), 1..60),

@@ -432,6 +432,7 @@ fn the_largest_leaderboard_records_are_bounded_closely() {
                     (id(m), standing)
                 })
                 .collect(),
+            unfitted: true,
             ..Ranking::default()
         };
         let bytes = serde_json::to_vec(&ranking).unwrap().len();

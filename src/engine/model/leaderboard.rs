@@ -187,6 +187,12 @@ pub struct Ranking {
     pub fitted_at: Option<EventTime>,
     /// The last fit, by model.
     pub fitted: BTreeMap<String, BtStanding>,
+    /// Whether a session changed the blocks since the last fit: the ratings lack it until the
+    /// next refit, which a later session makes once `leaderboard.bt_interval_secs` have passed,
+    /// or the next tick of the service's clock (see [`Board::refit_unfitted`]), so that the
+    /// ratings of a category whose sessions stop are never left without its last ones.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unfitted: bool,
 }
 
 /// The most bytes a block of a category of `max_models` models takes in its changelog record
@@ -206,6 +212,7 @@ pub fn largest_block_bytes(max_models: usize) -> usize {
 pub fn largest_ranking_bytes(max_id_bytes: usize, max_models: usize) -> usize {
     let fixed = json_bytes(&Ranking {
         fitted_at: Some(EventTime::LONGEST),
+        unfitted: true,
         ..Ranking::default()
     });
     use bradley_terry::Prior;
@@ -401,6 +408,7 @@ impl Ranking {
             })
             .collect();
         self.fitted_at = Some(at);
+        self.unfitted = false;
     }
 
     /// The models whose intervals overlap `model`'s, in name order.
@@ -536,20 +544,11 @@ impl Board {
             ranking.fit(at, cfg.bootstrap_rounds);
             // Every model's rating moved: the category's rows are all republished.
             touched.extend(self.rows_of(&cat).cloned().collect::<Vec<_>>());
+        } else if !blocks.is_empty() && !ranking.unfitted {
+            ranking.unfitted = true;
+            changed = true;
         }
-        let mut standings = Vec::with_capacity(touched.len());
-        for key in touched {
-            let Some(row) = self.rows.get_mut(&key) else {
-                continue;
-            };
-            row.retain(|d| d.day >= from_day);
-            let emptied = row.is_empty();
-            standings.extend(self.standing(project, &key, cfg, at));
-            // Published once more with nothing in the window, then forgotten.
-            if emptied {
-                self.rows.remove(&key);
-            }
-        }
+        let standings = self.republish(project, touched, cfg, at);
         if self.rows_of(&cat).next().is_none()
             && self.ranked.get(&cat).is_some_and(|r| r.blocks.is_empty())
         {
@@ -561,6 +560,68 @@ impl Board {
             blocks,
             ranking: changed,
         }
+    }
+
+    /// Refits every category whose ratings lack a session (see [`Ranking::unfitted`]), as of
+    /// its latest session, and republishes its rows: what a tick of the service's clock does,
+    /// and replay at the end of its input. Returns each category refitted with its rows.
+    pub fn refit_unfitted(
+        &mut self,
+        project: &str,
+        cfg: &Leaderboard,
+    ) -> Vec<(String, Vec<Standing>)> {
+        let unfitted: Vec<String> = self
+            .ranked
+            .iter()
+            .filter(|(_, r)| r.unfitted)
+            .map(|(cat, _)| cat.clone())
+            .collect();
+        let mut refitted = Vec::with_capacity(unfitted.len());
+        for cat in unfitted {
+            let rows: Vec<(String, String)> = self.rows_of(&cat).cloned().collect();
+            // The latest session's completion: the one a refit at a session would be as of.
+            let latest = rows
+                .iter()
+                .filter_map(|key| Some(self.rows.get(key)?.back()?.last_at))
+                .max();
+            let Some(ranking) = self.ranked.get_mut(&cat) else {
+                continue;
+            };
+            let Some(at) = latest else {
+                ranking.unfitted = false;
+                refitted.push((cat, Vec::new()));
+                continue;
+            };
+            ranking.fit(at, cfg.bootstrap_rounds);
+            refitted.push((cat, self.republish(project, rows, cfg, at)));
+        }
+        refitted
+    }
+
+    /// The standings of the rows `keys` as of `at`, each row's days before the window first
+    /// dropped: a row left with none is published once more, then forgotten.
+    fn republish(
+        &mut self,
+        project: &str,
+        keys: impl IntoIterator<Item = (String, String)>,
+        cfg: &Leaderboard,
+        at: EventTime,
+    ) -> Vec<Standing> {
+        let window = i64::try_from(cfg.window_days.saturating_mul(86_400)).unwrap_or(i64::MAX);
+        let from_day = day_of(at.plus_seconds(-window));
+        let mut standings = Vec::new();
+        for key in keys {
+            let Some(row) = self.rows.get_mut(&key) else {
+                continue;
+            };
+            row.retain(|d| d.day >= from_day);
+            let emptied = row.is_empty();
+            standings.extend(self.standing(project, &key, cfg, at));
+            if emptied {
+                self.rows.remove(&key);
+            }
+        }
+        standings
     }
 
     /// The keys of category `category`'s rows.

@@ -502,7 +502,9 @@ fn biased_session_emits_alerts_after_consensus() {
 }
 
 /// A category's ranking record (its models and last Bradley-Terry fit) is a figure: the
-/// journal notes it when a session refits it or adds a model, not with every session.
+/// journal notes it when a session refits it, adds a model or is the first since the fit to
+/// leave the ratings without it (so a restore knows a tick must refit), not with every
+/// session.
 #[test]
 fn the_ranking_is_noted_when_it_is_refitted_or_gains_a_model() {
     let mut config = Config::default();
@@ -513,7 +515,8 @@ fn the_ranking_is_noted_when_it_is_refitted_or_gains_a_model() {
     let three: Candidates<'_> = &[("A", "m-a", 9), ("B", "m-b", 5), ("C", "m-c", 1)];
     let mut noted = Vec::new();
     // The first session fits; the next two within the interval neither refit nor add a
-    // model, the third adds m-c, the fourth comes after the interval and refits.
+    // model (the first of them marks the ratings as lacking it), the third adds m-c, the
+    // fourth comes after the interval and refits.
     for (i, (secs, candidates)) in [(0, two), (10, two), (20, two), (30, three), (200, three)]
         .into_iter()
         .enumerate()
@@ -536,12 +539,61 @@ fn the_ranking_is_noted_when_it_is_refitted_or_gains_a_model() {
         noted,
         [
             (true, true),
-            (false, true),
+            (true, true),
             (false, true),
             (true, true),
             (true, true)
         ]
     );
+}
+
+/// Sessions that stop within `leaderboard.bt_interval_secs` of the last fit are not left out
+/// of the ratings until a later session, which may never come: the next tick refits the
+/// category as of its latest session, and the ratings then equal those of a fit after every
+/// session. The tick after that refits nothing.
+#[test]
+fn a_tick_refits_a_category_whose_ratings_lack_its_last_sessions() {
+    // m-a wins the first session, m-b the next three, all within the default minute.
+    let sessions: [(i64, Candidates<'_>); 4] = [
+        (0, &[("A", "m-a", 9), ("B", "m-b", 5)]),
+        (10, &[("A", "m-a", 2), ("B", "m-b", 5)]),
+        (20, &[("A", "m-a", 2), ("B", "m-b", 5)]),
+        (30, &[("A", "m-a", 2), ("B", "m-b", 5)]),
+    ];
+    let run = |config: &Config| {
+        let mut h = Harness::with(config);
+        h.state = PartitionState::journaled();
+        for (i, &(secs, candidates)) in sessions.iter().enumerate() {
+            h.send("jury.judge-scores", &board_ballot(i, secs, candidates, "c"));
+        }
+        h
+    };
+    let mut h = run(&Config::default());
+    let stale = board_rows(&h);
+    assert_eq!(stale["m-a"]["bt_fitted_at"], "2026-11-20T10:00:00Z");
+    assert!(stale["m-a"]["bt_rating"].as_f64() > stale["m-b"]["bt_rating"].as_f64());
+    assert_eq!(stale["m-a"]["sessions"], 4);
+    h.state.journal.replace(Vec::new());
+    tick_at(&mut h, 1_795_168_800_000 + 3_600_000);
+    let refitted = board_rows(&h);
+    let journal = h.state.journal.replace(Vec::new()).unwrap_or_default();
+    assert!(
+        journal
+            .iter()
+            .any(|c| matches!(c, Change::Ranking { category, .. } if category == "c"))
+    );
+    let mut every_session = Config::default();
+    every_session.leaderboard.bt_interval_secs = 0;
+    let oracle = board_rows(&run(&every_session));
+    assert_eq!(refitted.len(), 2);
+    for model in ["m-a", "m-b"] {
+        assert_eq!(refitted[model]["bt_fitted_at"], "2026-11-20T10:00:30Z");
+        assert_eq!(refitted[model]["as_of"], "2026-11-20T10:00:30Z");
+        assert_eq!(refitted[model], oracle[model], "{model}");
+    }
+    assert!(refitted["m-b"]["bt_rating"].as_f64() > refitted["m-a"]["bt_rating"].as_f64());
+    tick_at(&mut h, 1_795_168_800_000 + 3_660_000);
+    assert!(board_rows(&h).is_empty(), "nothing left to refit");
 }
 
 /// A tick at `ms` of the service's clock.
