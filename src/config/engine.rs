@@ -14,6 +14,9 @@ use crate::engine::model::judge_quality::{
 use crate::engine::model::leaderboard::{largest_block_bytes, largest_ranking_bytes};
 use crate::engine::model::record_bytes::{ENVELOPE, json_str_at_most};
 
+/// The longest a session may wait for its judges, by either timeout (see `validate`).
+const MAX_SESSION_WAIT_SECS: usize = 7 * 24 * 3600;
+
 /// Checks the engine's sections, noting every problem in `p`.
 pub(super) fn validate(c: &Config, p: &mut Problems) {
     let before = p.len();
@@ -69,6 +72,19 @@ pub(super) fn validate(c: &Config, p: &mut Problems) {
         ));
     }
     p.check(positive("sessions.timeout_secs", se.timeout_secs as usize));
+    // A wait of more than a week is a typo (milliseconds given for seconds), and would hold a
+    // session whose last judge never comes, and its consensus, that long.
+    for (key, value) in [
+        ("sessions.timeout_secs", se.timeout_secs),
+        ("sessions.idle_timeout_secs", se.idle_timeout_secs),
+    ] {
+        p.check(at_most(
+            key,
+            value as usize,
+            MAX_SESSION_WAIT_SECS,
+            "s (a week)",
+        ));
+    }
     p.check(positive(
         "sessions.max_open_per_project",
         se.max_open_per_project,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Problems, invalid, positive};
+use super::{Problems, at_most, invalid, positive};
 
 /// The Kafka service (`jurystream run`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -409,6 +409,13 @@ impl Kafka {
             "kafka.commit_interval_ms",
             k.commit_interval_ms as usize,
         ));
+        p.check(at_most(
+            "kafka.commit_interval_ms",
+            k.commit_interval_ms as usize,
+            MAX_WAIT_MS,
+            "ms (ten minutes; under load an epoch's commit, changelog and end-of-epoch outputs \
+             wait this long)",
+        ));
         p.check(positive(
             "kafka.session_timeout_ms",
             k.session_timeout_ms as usize,
@@ -569,10 +576,32 @@ impl Log {
     }
 }
 
+/// The longest the runtime's intervals may be: a figure waits for the end of an epoch or for
+/// the next coalescing tick, so a value of hours (a key typed in seconds, a zero too many)
+/// would leave it stale that long without a word. Refused at start instead.
+const MAX_WAIT_MS: usize = 600_000;
+
+impl OutputSettings {
+    fn validate(&self, p: &mut Problems) {
+        for (key, value) in [
+            ("output.scores_coalesce_ms", self.scores_coalesce_ms),
+            ("output.reviewers_coalesce_ms", self.reviewers_coalesce_ms),
+        ] {
+            p.check(at_most(
+                key,
+                value as usize,
+                MAX_WAIT_MS,
+                "ms (ten minutes; a figure waits this long for its update)",
+            ));
+        }
+    }
+}
+
 /// Checks the runtimes' sections, noting every problem in `p`.
 pub(super) fn validate(c: &super::Config, p: &mut Problems) {
     c.topics.validate(&c.kafka.group_id, p);
     c.kafka.validate(p);
+    c.output.validate(p);
     c.http.validate(p);
     c.log.validate(p);
 }

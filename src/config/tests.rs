@@ -50,6 +50,37 @@ fn errors_name_the_key() {
     );
 }
 
+/// A wait that would hold a figure for hours or a session for weeks is a mistyped unit, not
+/// a choice: refused by name at start, the largest allowed value still accepted.
+#[test]
+fn waits_that_would_leave_a_figure_stale_for_hours_are_refused() {
+    for (section, key, max, unit) in [
+        (
+            "kafka",
+            "commit_interval_ms",
+            600_000_u64,
+            "ms (ten minutes",
+        ),
+        ("output", "scores_coalesce_ms", 600_000, "ms (ten minutes"),
+        (
+            "output",
+            "reviewers_coalesce_ms",
+            600_000,
+            "ms (ten minutes",
+        ),
+        ("sessions", "timeout_secs", 604_800, "s (a week)"),
+        ("sessions", "idle_timeout_secs", 604_800, "s (a week)"),
+    ] {
+        let toml = |v: u64| format!("[{section}]\n{key} = {v}");
+        assert!(Config::from_toml(&toml(max)).is_ok(), "{key} = {max}");
+        assert_eq!(refused_keys(&toml(max + 1)), [format!("{section}.{key}")]);
+        let e = Config::from_toml(&toml(max * 1000))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("at most {max} {unit}")), "{e}");
+    }
+}
+
 #[test]
 fn producer_overrides_cannot_turn_idempotence_off() {
     for (text, key) in [
