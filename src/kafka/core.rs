@@ -294,7 +294,10 @@ impl Core {
     /// (see [`crate::engine::Engine::refit_leaderboards`]) and publishes their rows: before
     /// partitions go or the service stops, so that a clean stop or a handover leaves the
     /// ratings with every session applied, as the next tick would. The refits are noted in the
-    /// state's journal, so the epoch they end writes them to the changelog.
+    /// state's journal and reach the changelog with the partition's next flush (one that applied
+    /// records): a partition that goes or stops before one keeps the category's flag there, and
+    /// its next owner refits it again at its first tick, to the same ratings (a fit as of the
+    /// category's latest session, from the facts).
     pub(super) fn refit_leaderboards(&mut self) -> Result<(), ServiceError> {
         self.out.clear();
         for key in self.tasks.owned_keys() {
