@@ -3,8 +3,8 @@
 //! key.
 
 use super::{
-    Config, ConfigError, MAX_DEDUPE_WINDOW, Problems, ReputationSource, at_most, invalid, positive,
-    rate, unit_interval,
+    Config, ConfigError, MAX_DEDUPE_WINDOW, Problems, ReputationSource, at_most, each_at_most,
+    invalid, positive, rate, unit_interval,
 };
 use crate::changelog::largest_item_bytes;
 use crate::engine::model::bias::largest_audit_bytes;
@@ -74,17 +74,11 @@ pub(super) fn validate(c: &Config, p: &mut Problems) {
     p.check(positive("sessions.timeout_secs", se.timeout_secs as usize));
     // A wait of more than a week is a typo (milliseconds given for seconds), and would hold a
     // session whose last judge never comes, and its consensus, that long.
-    for (key, value) in [
+    let waits = [
         ("sessions.timeout_secs", se.timeout_secs),
         ("sessions.idle_timeout_secs", se.idle_timeout_secs),
-    ] {
-        p.check(at_most(
-            key,
-            value as usize,
-            MAX_SESSION_WAIT_SECS,
-            "s (a week)",
-        ));
-    }
+    ];
+    each_at_most(p, waits, MAX_SESSION_WAIT_SECS, "s (a week)");
     p.check(positive(
         "sessions.max_open_per_project",
         se.max_open_per_project,

@@ -388,6 +388,18 @@ pub(super) fn at_most(key: &str, value: usize, max: usize, why: &str) -> Result<
     Ok(())
 }
 
+/// [`at_most`] of each of `keys`' values, noted in `p`.
+pub(super) fn each_at_most(p: &mut Problems, keys: [(&str, u64); 2], max: usize, why: &str) {
+    for (key, value) in keys {
+        p.check(at_most(
+            key,
+            usize::try_from(value).unwrap_or(usize::MAX),
+            max,
+            why,
+        ));
+    }
+}
+
 pub(super) fn rate(key: &str, value: f64) -> Result<(), ConfigError> {
     if !value.is_finite() || value < 0.0 {
         return Err(invalid(

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Problems, at_most, invalid, positive};
+use super::{Problems, at_most, each_at_most, invalid, positive};
 
 /// The Kafka service (`jurystream run`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -583,17 +583,12 @@ const MAX_WAIT_MS: usize = 600_000;
 
 impl OutputSettings {
     fn validate(&self, p: &mut Problems) {
-        for (key, value) in [
+        let waits = [
             ("output.scores_coalesce_ms", self.scores_coalesce_ms),
             ("output.reviewers_coalesce_ms", self.reviewers_coalesce_ms),
-        ] {
-            p.check(at_most(
-                key,
-                value as usize,
-                MAX_WAIT_MS,
-                "ms (ten minutes; a figure waits this long for its update)",
-            ));
-        }
+        ];
+        let why = "ms (ten minutes; a figure waits this long for its update)";
+        each_at_most(p, waits, MAX_WAIT_MS, why);
     }
 }
 
