@@ -19,7 +19,7 @@ use crate::changelog::{self, Unit, UnitKind};
 use crate::config::Config;
 use crate::engine::output::Output;
 use crate::engine::reputation::ReputationTable;
-use crate::engine::{Engine, IdMap, InputTopic, Outcome};
+use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState};
 use crate::queries::view::View;
 use crate::telemetry::events::{ClockStepped, InternalEvent, RecordsForwarded, RecordsProcessed};
 use crate::telemetry::http::Health;
@@ -299,15 +299,30 @@ impl Core {
     /// its next owner refits it again at its first tick, to the same ratings (a fit as of the
     /// category's latest session, from the facts).
     pub(super) fn refit_leaderboards(&mut self) -> Result<(), ServiceError> {
+        self.publish_from_owned(|engine, state, out| {
+            engine.refit_leaderboards(state, out);
+            true
+        })
+    }
+
+    /// Publishes what `each` appends for the owned partitions' states, in partition order, and
+    /// shows it to the queries' view: the outputs the service makes outside a record (a drain's
+    /// refits, a release of reviewer records). `each` returns whether to go on to the next.
+    fn publish_from_owned(
+        &mut self,
+        mut each: impl FnMut(&Engine, &mut PartitionState, &mut Vec<Output>) -> bool,
+    ) -> Result<(), ServiceError> {
         self.out.clear();
         for key in self.tasks.owned_keys() {
             let Some(owned) = self.tasks.units.get_mut(&key) else {
                 continue;
             };
             let from = self.out.len();
-            self.engine
-                .refit_leaderboards(&mut owned.state, &mut self.out);
+            let go_on = each(&self.engine, &mut owned.state, &mut self.out);
             self.view.published(key, &owned.state, &self.out[from..]);
+            if !go_on {
+                break;
+            }
         }
         if self.out.is_empty() {
             return Ok(());
@@ -342,29 +357,14 @@ impl Core {
         if self.tasks.units.values().all(idle) {
             return Ok(());
         }
-        self.out.clear();
-        for key in self.tasks.owned_keys() {
-            let Some(owned) = self.tasks.units.get_mut(&key) else {
-                continue;
-            };
-            let before = owned.state.held_reviewers.releasing.len();
-            if before == 0 {
-                continue;
+        self.publish_from_owned(|engine, state, out| {
+            let before = state.held_reviewers.releasing.len();
+            if before > 0 {
+                let left = engine.release_some_reviewers(state, out, budget);
+                budget -= before - left;
             }
-            let from = self.out.len();
-            let left = self
-                .engine
-                .release_some_reviewers(&mut owned.state, &mut self.out, budget);
-            self.view.published(key, &owned.state, &self.out[from..]);
-            budget -= before - left;
-            if budget == 0 {
-                break;
-            }
-        }
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        self.publish_out(None)
+            budget > 0
+        })
     }
 
     /// Writes a tick (see [`crate::engine::TICK_TOPIC`]) to every partition of the project log
