@@ -3,8 +3,8 @@
 //! key.
 
 use super::{
-    Config, ConfigError, MAX_DEDUPE_WINDOW, Problems, ReputationSource, at_most, each_at_most,
-    invalid, positive, rate, unit_interval,
+    Config, ConfigError, MAX_DEDUPE_WINDOW, Problems, ReputationSource, at_most, decay_rate,
+    each_at_most, invalid, positive, unit_interval,
 };
 use crate::changelog::largest_item_bytes;
 use crate::engine::model::bias::largest_audit_bytes;
@@ -16,6 +16,10 @@ use crate::engine::model::record_bytes::{ENVELOPE, json_str_at_most};
 
 /// The longest a session may wait for its judges, by either timeout (see `validate`).
 const MAX_SESSION_WAIT_SECS: usize = 7 * 24 * 3600;
+
+/// The most an event time may lie ahead of its record's timestamp and of the service's clock
+/// (see `validate`).
+const MAX_FUTURE_SKEW_SECS: usize = 3600;
 
 /// Checks the engine's sections, noting every problem in `p`.
 pub(super) fn validate(c: &Config, p: &mut Problems) {
@@ -46,9 +50,22 @@ pub(super) fn validate(c: &Config, p: &mut Problems) {
         1_000_000_000,
         "(librdkafka's limit)",
     ));
-    p.check(rate("scoring.lambda", c.scoring.lambda));
+    // An event time accepted this far ahead keeps its project's honest batches `late` (their
+    // votes counted, the score unmoved) until their time passes it: a bound of hours or years
+    // (a unit mistyped) would let one producer's wrong clock freeze a score that long.
+    p.check(at_most(
+        "limits.max_future_skew_secs",
+        usize::try_from(l.max_future_skew_secs).unwrap_or(usize::MAX),
+        MAX_FUTURE_SKEW_SECS,
+        "s (an hour; a batch accepted this far ahead keeps its project's score from moving \
+         as long)",
+    ));
+    p.check(decay_rate("scoring.lambda", c.scoring.lambda));
     for (project, lambda) in &c.scoring.project_lambda {
-        p.check(rate(&format!("scoring.project_lambda.{project}"), *lambda));
+        p.check(decay_rate(
+            &format!("scoring.project_lambda.{project}"),
+            *lambda,
+        ));
     }
     p.check(unit_interval(
         "scoring.initial_score",

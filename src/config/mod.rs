@@ -400,11 +400,17 @@ pub(super) fn each_at_most(p: &mut Problems, keys: [(&str, u64); 2], max: usize,
     }
 }
 
-pub(super) fn rate(key: &str, value: f64) -> Result<(), ConfigError> {
-    if !value.is_finite() || value < 0.0 {
+/// A decay rate per second (`scoring.lambda`): finite and above 0. At 0 every `alpha` is 1,
+/// so no batch after a project's first would move its score: a score frozen for good, most
+/// likely meant as "no decay", which this formula cannot give.
+pub(super) fn decay_rate(key: &str, value: f64) -> Result<(), ConfigError> {
+    if !value.is_finite() || value <= 0.0 {
         return Err(invalid(
             key,
-            format!("must be a finite number >= 0, got {value}"),
+            format!(
+                "must be a finite number > 0, got {value} (with 0 no batch after a project's \
+                 first would move its score: alpha = exp(-lambda * dt) = 1)"
+            ),
         ));
     }
     Ok(())

@@ -449,6 +449,13 @@ impl Kafka {
             "kafka.connect_timeout_secs",
             k.connect_timeout_secs as usize,
         ));
+        let deadlines = [
+            ("kafka.connect_timeout_secs", k.connect_timeout_secs),
+            ("kafka.shutdown_timeout_secs", k.shutdown_timeout_secs),
+        ];
+        let why = "s (ten minutes; a start waits this long for an unreachable broker before it \
+                   fails, a stop for its last deliveries)";
+        each_at_most(p, deadlines, MAX_WAIT_MS / 1000, why);
         for (key, allowed, why) in CONSUMER_GUARANTEES {
             if let Some(v) = self.consumer.get(key)
                 && !allowed.contains(&v.trim().to_ascii_lowercase().as_str())
@@ -487,6 +494,12 @@ impl Http {
             "http.header_timeout_ms",
             usize::try_from(self.header_timeout_ms).unwrap_or(usize::MAX),
         ));
+        let waits = [
+            ("http.proxy_timeout_ms", self.proxy_timeout_ms),
+            ("http.header_timeout_ms", self.header_timeout_ms),
+        ];
+        let why = "ms (ten minutes; a query or a connection holds its slot this long)";
+        each_at_most(p, waits, MAX_WAIT_MS, why);
         if !is_host_and_port(&self.bind) {
             p.push(invalid(
                 "http.bind",
@@ -576,9 +589,11 @@ impl Log {
     }
 }
 
-/// The longest the runtime's intervals may be: a figure waits for the end of an epoch or for
-/// the next coalescing tick, so a value of hours (a key typed in seconds, a zero too many)
-/// would leave it stale that long without a word. Refused at start instead.
+/// The longest any wait of the runtime may be. A figure waits for the end of an epoch or for
+/// the next coalescing tick, a start for its broker, a stop for its deliveries, a query for
+/// its owner: a value of hours (a key typed in seconds, a zero too many) would leave a figure
+/// stale, or a start, stop or query hanging, that long without a word. Refused at start
+/// instead.
 const MAX_WAIT_MS: usize = 600_000;
 
 impl OutputSettings {

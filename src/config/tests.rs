@@ -53,7 +53,7 @@ fn errors_name_the_key() {
 /// A wait that would hold a figure for hours or a session for weeks is a mistyped unit, not
 /// a choice: refused by name at start, the largest allowed value still accepted.
 #[test]
-fn waits_that_would_leave_a_figure_stale_for_hours_are_refused() {
+fn durations_of_a_mistyped_unit_are_refused() {
     for (section, key, max, unit) in [
         (
             "kafka",
@@ -70,6 +70,11 @@ fn waits_that_would_leave_a_figure_stale_for_hours_are_refused() {
         ),
         ("sessions", "timeout_secs", 604_800, "s (a week)"),
         ("sessions", "idle_timeout_secs", 604_800, "s (a week)"),
+        ("kafka", "connect_timeout_secs", 600, "s (ten minutes"),
+        ("kafka", "shutdown_timeout_secs", 600, "s (ten minutes"),
+        ("http", "proxy_timeout_ms", 600_000, "ms (ten minutes"),
+        ("http", "header_timeout_ms", 600_000, "ms (ten minutes"),
+        ("limits", "max_future_skew_secs", 3600, "s (an hour"),
     ] {
         let toml = |v: u64| format!("[{section}]\n{key} = {v}");
         assert!(Config::from_toml(&toml(max)).is_ok(), "{key} = {max}");
@@ -79,6 +84,25 @@ fn waits_that_would_leave_a_figure_stale_for_hours_are_refused() {
             .to_string();
         assert!(e.contains(&format!("at most {max} {unit}")), "{e}");
     }
+}
+
+/// A decay of 0 would leave every score where its project's first batch put it: refused, for
+/// the whole and for one project, with why; the smallest positive rate is accepted.
+#[test]
+fn a_decay_rate_of_zero_that_would_freeze_every_score_is_refused() {
+    for (text, key) in [
+        ("[scoring]\nlambda = 0.0", "scoring.lambda"),
+        (
+            "[scoring.project_lambda]\n\"p-1\" = 0",
+            "scoring.project_lambda.p-1",
+        ),
+    ] {
+        assert_eq!(refused_keys(text), [key]);
+        let e = Config::from_toml(text).unwrap_err().to_string();
+        assert!(e.contains("> 0") && e.contains("move its score"), "{e}");
+    }
+    let tiny = Config::from_toml("[scoring]\nlambda = 1e-300").unwrap();
+    assert_eq!(tiny.scoring.lambda, 1e-300);
 }
 
 #[test]
