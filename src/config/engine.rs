@@ -181,7 +181,42 @@ pub(super) fn validate(c: &Config, p: &mut Problems) {
     if !(-1.0..=1.0).contains(&q.min_kappa) {
         p.push(invalid("judge_quality.min_kappa", "must be in [-1, 1]"));
     }
+    // A minimum its bound can never reach would leave an alert, a learned weight or a
+    // correlation out for good, without a word: refused, naming both.
+    let window = format!("judge_quality.window ({})", q.window);
+    p.check(at_most(
+        "judge_quality.min_pairs",
+        q.min_pairs,
+        q.window,
+        &format!(
+            "= {window}: a judge's window holds that many pairs, so its disagreement alert and \
+             learned weight would never come"
+        ),
+    ));
+    p.check(at_most(
+        "judge_quality.min_shared",
+        q.min_shared,
+        q.window,
+        &format!(
+            "= {window}: two judges share at most that many candidates, so no correlation \
+             would count in effective_judges"
+        ),
+    ));
     let r = &c.reviewers;
+    if c.learns_reviewers() {
+        let held = c.engine_settings().quality_task_items;
+        p.check(at_most(
+            "reviewers.min_items",
+            usize::try_from(r.min_items).unwrap_or(usize::MAX),
+            held,
+            &format!(
+                "= judge_quality.max_items ({}) over kafka.partitions ({}), the items a task \
+                 holds: no reviewer would ever have more shared items, so none would be \
+                 alerted on or weighed by its learned reliability",
+                q.max_items, c.kafka.partitions
+            ),
+        ));
+    }
     p.check(positive("reviewers.max_reviewers", r.max_reviewers));
     p.check(positive("reviewers.max_verdicts", r.max_verdicts));
     p.check(at_most(

@@ -86,6 +86,38 @@ fn durations_of_a_mistyped_unit_are_refused() {
     }
 }
 
+/// A minimum its own bound never reaches would leave an alert, a learned weight or a
+/// correlation out for good: refused by name, naming the bound; the bound itself is accepted.
+#[test]
+fn a_minimum_its_bound_never_reaches_is_refused() {
+    let window = "[judge_quality]\nwindow = 40\n";
+    for key in ["min_pairs", "min_shared"] {
+        let with = |v: u64| format!("{window}{key} = {v}");
+        assert!(Config::from_toml(&with(40)).is_ok(), "{key} = 40");
+        assert_eq!(refused_keys(&with(41)), [format!("judge_quality.{key}")]);
+        let e = Config::from_toml(&with(41)).unwrap_err().to_string();
+        assert!(e.contains("at most 40 = judge_quality.window (40)"), "{e}");
+    }
+    // A reviewer's shared items are its project's, at most its task's share of the items.
+    let items = |partitions: u32, min_items: u64| {
+        format!(
+            "[kafka]\npartitions = {partitions}\n[judge_quality]\nmax_items = 1000\n\
+             [reviewers]\nmin_items = {min_items}\n"
+        )
+    };
+    assert!(Config::from_toml(&items(4, 250)).is_ok());
+    assert_eq!(refused_keys(&items(4, 251)), ["reviewers.min_items"]);
+    let e = Config::from_toml(&items(4, 251)).unwrap_err().to_string();
+    assert!(
+        e.contains("at most 250 = judge_quality.max_items (1000)"),
+        "{e}"
+    );
+    assert!(Config::from_toml(&items(1, 1000)).is_ok());
+    // Where reviewers learn nothing, their minimum binds nothing.
+    let off = format!("{}enabled = false\n", items(4, 251));
+    assert!(Config::from_toml(&off).is_ok());
+}
+
 /// A decay of 0 would leave every score where its project's first batch put it: refused, for
 /// the whole and for one project, with why; the smallest positive rate is accepted.
 #[test]
