@@ -50,8 +50,9 @@ fn errors_name_the_key() {
     );
 }
 
-/// A wait that would hold a figure for hours or a session for weeks is a mistyped unit, not
-/// a choice: refused by name at start, the largest allowed value still accepted.
+/// A wait that would hold a figure, a start, a stop or a query for hours, a session for weeks,
+/// or a future skew that would let one wrong clock hold a score for hours, is a mistyped unit,
+/// not a choice: refused by name at start, the largest allowed value still accepted.
 #[test]
 fn durations_of_a_mistyped_unit_are_refused() {
     for (section, key, max, unit) in [

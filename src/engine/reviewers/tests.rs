@@ -283,11 +283,14 @@ fn a_finding_rearms_once_it_is_no_longer_true() {
 
 /// A project whose items the task forgets to make room for another project's is not touched:
 /// its reviewers' records stand as published until its own next change, which publishes them
-/// as its verdicts now leave them (the task's oldest forgotten again to make room).
+/// as its verdicts now leave them (the task's oldest forgotten again to make room). (A task of
+/// three items allows `reviewers.min_items` of three at most.)
 #[test]
 fn a_project_whose_items_another_forgets_publishes_at_its_next_change() {
-    let config = Config::from_toml("[judge_quality]\nmax_items = 3\n[kafka]\npartitions = 1\n")
-        .expect("valid");
+    let config = Config::from_toml(
+        "[judge_quality]\nmax_items = 3\n[kafka]\npartitions = 1\n[reviewers]\nmin_items = 3\n",
+    )
+    .expect("valid");
     let mut run = Run::new(&config);
     for i in 0..3 {
         run.votes(&format!("p{i}"), i, &[("a", 1.0), ("b", 0.0)]);
