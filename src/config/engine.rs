@@ -204,7 +204,7 @@ pub(super) fn validate(c: &Config, p: &mut Problems) {
     ));
     let r = &c.reviewers;
     if c.learns_reviewers() {
-        let held = c.engine_settings().quality_task_items;
+        let held = c.quality_task_items();
         p.check(at_most(
             "reviewers.min_items",
             usize::try_from(r.min_items).unwrap_or(usize::MAX),

@@ -195,14 +195,19 @@ impl Config {
             judge_quality: self.judge_quality.clone(),
             reviewers: self.reviewers.clone(),
             pairs_judges: self.pairs_judges(),
-            quality_task_items: self
-                .judge_quality
-                .max_items
-                .div_ceil(self.kafka.partitions.max(1) as usize),
+            quality_task_items: self.quality_task_items(),
             scores_coalesce_ms: self.output.scores_coalesce_ms,
             key_is_project: !self.input.repartitions(),
             record_bytes: self.producer_record_limit(),
         }
+    }
+
+    /// The items a task's judge quality holds: `judge_quality.max_items` split over the
+    /// `kafka.partitions` tasks (the engine's `Settings::quality_task_items`).
+    pub fn quality_task_items(&self) -> usize {
+        self.judge_quality
+            .max_items
+            .div_ceil(self.kafka.partitions.max(1) as usize)
     }
 
     /// Whether judge scores pair with votes (the engine's `Settings::pairs_judges`): judge

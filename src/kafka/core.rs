@@ -306,8 +306,8 @@ impl Core {
     }
 
     /// Publishes what `each` appends for the owned partitions' states, in partition order, and
-    /// shows it to the queries' view: the outputs the service makes outside a record (a drain's
-    /// refits, a release of reviewer records). `each` returns whether to go on to the next.
+    /// shows it to the queries' view: the outputs the service makes outside a record (held
+    /// scores, a drain's refits, a release of reviewer records). `each` returns whether to go on to the next.
     fn publish_from_owned(
         &mut self,
         mut each: impl FnMut(&Engine, &mut PartitionState, &mut Vec<Output>) -> bool,
@@ -394,19 +394,14 @@ impl Core {
     }
 
     /// Publishes the scores held back by coalescing (see [`crate::engine::Coalescing`]) in the
-    /// partitions `keys`, in that order. Runs every `output.scores_coalesce_ms` and when an epoch
-    /// is sealed, so a held score waits at most one coalescing interval and is always in the
-    /// epoch of the records that caused it.
-    pub(super) fn release_held(&mut self, keys: &[Unit]) -> Result<(), ServiceError> {
-        self.out.clear();
-        for key in keys {
-            if let Some(owned) = self.tasks.units.get_mut(key) {
-                let from = self.out.len();
-                self.engine.release_held(&mut owned.state, &mut self.out);
-                self.view.published(*key, &owned.state, &self.out[from..]);
-            }
-        }
-        self.publish_out(None)
+    /// owned partitions, in order. Runs every `output.scores_coalesce_ms` and when an epoch is
+    /// sealed, so a held score waits at most one coalescing interval and is always in the epoch
+    /// of the records that caused it.
+    pub(super) fn release_held(&mut self) -> Result<(), ServiceError> {
+        self.publish_from_owned(|engine, state, out| {
+            engine.release_held(state, out);
+            true
+        })
     }
 
     /// Adds the outcomes counted since the last call to the metrics.

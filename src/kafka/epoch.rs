@@ -48,8 +48,8 @@ impl Core {
     /// offsets to commit after that.
     pub(super) fn seal(&mut self) -> Result<(), ServiceError> {
         self.flush_tally();
+        self.release_held()?;
         let keys = self.tasks.owned_keys();
-        self.release_held(&keys)?;
         let mut changelog = self.epochs.spare_records.pop().unwrap_or_default();
         // The next offset to read of each partition consumed.
         let mut next = Offsets::new();

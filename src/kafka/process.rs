@@ -422,8 +422,7 @@ pub(super) fn process_records<'c>(
             cycle_started = Instant::now();
             coalesced = cycle_started;
         } else if coalesced.elapsed() >= clocks.coalesce {
-            let keys = c.tasks.owned_keys();
-            c.release_held(&keys)?;
+            c.release_held()?;
             coalesced = Instant::now();
         }
         if c.epochs.sealed.len() > MAX_EPOCHS_IN_FLIGHT {
