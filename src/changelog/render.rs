@@ -282,6 +282,7 @@ impl Change {
             Change::LeftOut { project } => Slot::LeftOut(project),
             Change::RetiredForgotten { project } => Slot::Forgotten(project),
             Change::Reviewer { project, reviewer } => Slot::Reviewer((project, reviewer)),
+            Change::Unmatched { project } => Slot::Unmatched(project),
             Change::Book => Slot::Book(()),
         };
         emit(slot);

@@ -2,7 +2,8 @@
 //! candidate, joined per project into pairs (see [`super::model::judge_quality`]); each pair
 //! republishes its judge's `jury.judge-quality` record, may raise `judge_human_disagreement`
 //! and `judge_drift` alerts and a `jury.review-requests` record; a completed session gets the
-//! effective number of its judges.
+//! effective number of its judges. A project whose judges and humans name their items apart,
+//! so that nothing pairs, gets a `judge_items_unmatched` alert.
 //!
 //! The state lives in the project ([`super::state::Project::quality`]), beside its score and
 //! its sessions: a vote batch joins it as it is applied (`Engine::observe_votes`), from the
@@ -21,7 +22,8 @@ use super::model::bias::{BiasAlert, risk_level};
 use super::model::consensus::{Analysis, analyze};
 use super::model::effective_judges::{Basis, CandidateScores};
 use super::model::judge_quality::{
-    Agreement, JudgeWindow, Observed, Pair, ProjectQuality, QualityLimits, TaskQuality, item_share,
+    Agreement, JudgeWindow, Observed, Pair, ProjectQuality, QualityLimits, Sides, TaskQuality,
+    item_share,
 };
 use super::model::reviewers::{ReviewerLimits, Verdict, Verdicts};
 use super::model::session::Session;
@@ -99,8 +101,22 @@ impl Engine {
         } else {
             SmallVec::new()
         };
-        let observed = task.votes_in((project, quality), item, (votes, verdicts), at, &limits);
+        let mut observed = task.votes_in((project, quality), item, (votes, verdicts), at, &limits);
+        self.look_apart((task, (project, quality)), &mut observed);
         Some((item, observed))
+    }
+
+    /// Notes in `observed` whether what it observed of `project` (its judge quality `quality`,
+    /// in `task`) just found the project's judges and humans on different items
+    /// ([`ProjectQuality::apart`], at `judge_quality.min_pairs` items each: as many as a judge's
+    /// alerts need pairs), for [`Engine::add_pairs`] to say.
+    fn look_apart(
+        &self,
+        (task, (project, quality)): (&TaskQuality, (&str, &mut ProjectQuality)),
+        observed: &mut Observed,
+    ) {
+        let at_least = self.settings.judge_quality.min_pairs;
+        observed.apart = observed.pairs.is_empty() && quality.apart(project, task, at_least);
     }
 
     /// A completed session of `project` analysed with its judges' weights: the configured
@@ -212,18 +228,23 @@ impl Engine {
             at,
             &limits,
         );
+        if let Some(p) = state.projects.get_mut(project) {
+            self.look_apart((&state.quality, (project, &mut p.quality)), &mut observed);
+        }
         self.review(state, (project, session), &mut observed, out);
-        self.add_pairs(state, project, observed, out);
+        self.add_pairs(state, (project, session), observed, out);
     }
 
     /// Notes what `observed` changed, adds its pairs to their judges' windows, and publishes
     /// each judge's record, its alerts that just became true, and a review request per item and
     /// session where some judge's score differs from the humans' by more than
-    /// `judge_quality.review_gap`.
+    /// `judge_quality.review_gap`; or, where it found the project's judges and humans on
+    /// different items, the `judge_items_unmatched` alert, naming `by` (the session or the
+    /// voted item whose record found it).
     pub(super) fn add_pairs(
         &self,
         state: &mut PartitionState,
-        project: &str,
+        (project, by): (&str, &str),
         observed: Observed,
         out: &mut Vec<Output>,
     ) {
@@ -233,6 +254,7 @@ impl Engine {
             waiting,
             left_out,
             first_forgotten,
+            apart,
             ..
         } = observed;
         if first_forgotten {
@@ -249,6 +271,16 @@ impl Engine {
                 project: ProjectKey::from(project),
             });
         }
+        if apart && let Some(p) = state.projects.get(project) {
+            let sides = p.quality.sides(&state.quality);
+            let oldest = p.quality.oldest_of_sides(&state.quality);
+            let q = &self.settings.judge_quality;
+            let alert = unmatched_alert((project, by), (sides, oldest), q);
+            out.push(Output::alert(Some(project.to_owned()), &alert));
+            state.note(|| Change::Unmatched {
+                project: ProjectKey::from(project),
+            });
+        }
         if pairs.is_empty() {
             return;
         }
@@ -257,6 +289,8 @@ impl Engine {
         let Some(quality) = state.projects.get_mut(project).map(|p| &mut p.quality) else {
             return;
         };
+        // A pair ends the finding that the two were on different items.
+        let apart_before = std::mem::take(&mut quality.unmatched);
         let mut judges = Vec::new();
         let mut alerts = Vec::new();
         for pair in &pairs {
@@ -280,6 +314,11 @@ impl Engine {
         }
         for alert in &alerts {
             out.push(Output::alert(Some(project.to_owned()), alert));
+        }
+        if apart_before {
+            state.note(|| Change::Unmatched {
+                project: ProjectKey::from(project),
+            });
         }
         for judge in judges {
             state.note(|| Change::QualityJudge {
@@ -423,6 +462,39 @@ fn judge_alerts(
         ));
     }
     alerts
+}
+
+/// The `judge_items_unmatched` alert of `project`, found by the record of `by` (a session or
+/// a voted item): its judges and humans on different items, each side counted (`sides`). Its
+/// value is the items they share (none), its threshold the items each side reached
+/// (`judge_quality.min_pairs`).
+fn unmatched_alert(
+    (project, by): (&str, &str),
+    (sides, (judged, voted_on)): (Sides, (Option<&str>, Option<&str>)),
+    q: &super::settings::JudgeQuality,
+) -> BiasAlert {
+    let Sides { waiting, voted } = sides;
+    let (judged, voted_on) = (judged.unwrap_or_default(), voted_on.unwrap_or_default());
+    BiasAlert {
+        project_id: project.to_owned(),
+        session_id: by.to_owned(),
+        scope: "project",
+        kind: "judge_items_unmatched",
+        subject: None,
+        value: 0.0,
+        threshold: q.min_pairs as f64,
+        p_value: None,
+        sample_size: waiting.min(voted) as u64,
+        risk: risk_level(1),
+        detail: format!(
+            "no judge score of {project} has paired with the humans': none of the {waiting} \
+             items its judges scored, waiting for votes, is among the {voted} items with votes \
+             it holds. A judge's score of a candidate pairs with the votes on the item of the \
+             same id: do the judges' candidate ids (such as {judged:?}) equal the votes' \
+             item_id (such as {voted_on:?})? (Or the items' votes were forgotten, \
+             judge_quality.max_items, before their judge scores came.)"
+        ),
+    }
 }
 
 /// `jury.judge-quality`: a judge's agreement with the humans (key `<project_id>/<judge>`).

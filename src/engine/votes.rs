@@ -202,7 +202,7 @@ impl Engine {
             self.observe_votes(task, item, votes, prepared.at, outcome)
         {
             self.review(state, (project_id, item), &mut observed, out);
-            self.add_pairs(state, project_id, observed, out);
+            self.add_pairs(state, (project_id, item), observed, out);
         }
         Ok(outcome)
     }

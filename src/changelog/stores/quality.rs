@@ -266,6 +266,22 @@ impl Store for LeftOutStore {
     }
 }
 
+/// See [`Slot::Unmatched`].
+pub(in crate::changelog) struct UnmatchedStore;
+
+impl Store for UnmatchedStore {
+    const KIND: &'static str = "unmatched";
+    type Id<'a> = &'a str;
+    fn render(from: &Source<'_>, project: &str, out: &mut Vec<u8>) -> bool {
+        let unmatched = from.state.quality(project).is_some_and(|q| q.unmatched);
+        unmatched && push_json(out, &true)
+    }
+    fn restore(into: &mut Restored, project: &str, read: &Read<'_>) -> Result<(), ChangelogError> {
+        into.quality(project).unmatched = read.value()?;
+        Ok(())
+    }
+}
+
 /// See [`Slot::Forgotten`].
 pub(in crate::changelog) struct ForgottenStore;
 

@@ -165,6 +165,7 @@ fn every_kind_of_key_is_written_and_read_back() {
             Slot::Reviewer(("p", "u-7")),
             r#"["j",3,"reviewer","p","u-7"]"#,
         ),
+        (Slot::Unmatched("p"), r#"["j",3,"unmatched","p"]"#),
         (Slot::ItemsForgotten(()), r#"["j",3,"items-forgotten"]"#),
         (Slot::Book(()), r#"["j",3,"book"]"#),
         (Slot::Redo(2), r#"["j",3,"redo","2"]"#),

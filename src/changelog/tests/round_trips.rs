@@ -316,3 +316,62 @@ fn an_item_forgotten_and_voted_again_in_one_flush_restores_at_its_new_place() {
         check_round_trip_with(&engine, PROJECTS, &payloads, 38, 32);
     }
 }
+
+/// A project whose judges and humans were found on different items keeps that finding through
+/// a restore, so the restored instance does not say it again; a pair after the restore ends it
+/// (its record deleted). Every cut and flush size, and flushes cut anywhere.
+#[test]
+fn items_found_apart_are_restored_and_said_once() {
+    let mut config = Config::default();
+    config.limits.dedupe_window = 100;
+    config.judge_quality.enabled = true;
+    config.judge_quality.min_pairs = 2;
+    let engine = Engine::new(config.engine_settings());
+    let at = |i: usize| 1_795_168_800_000 + i as i64 * 1000;
+    let ballot = |i: usize, item: &str| {
+        format!(
+            r#"{{"event_id": "ub{i}", "project_id": "p/0", "session_id": "us{i}", "occurred_at": {}, "judge": "openai/j0", "scale": {{"min": 0, "max": 10}}, "scores": {{"{item}": 7}}, "expected_judges": 1}}"#,
+            at(i)
+        )
+    };
+    let votes = |i: usize, item: &str, n: usize| {
+        let votes: Vec<String> = (0..n)
+            .map(|v| format!(r#"{{"voter_id": "u{v}", "value": 1}}"#))
+            .collect();
+        format!(
+            r#"{{"event_id": "uv{i}", "project_id": "p/0", "item_id": "{item}", "occurred_at": {}, "votes": [{}]}}"#,
+            at(i),
+            votes.join(", ")
+        )
+    };
+    let payloads = vec![
+        ballot(0, "X0"),
+        votes(1, "Y0", 1),
+        ballot(2, "X1"),
+        votes(3, "Y1", 1), // two of each, none shared: said
+        ballot(4, "X2"),
+        votes(5, "Y2", 1),
+        votes(6, "X0", 3), // a pair: over
+        ballot(7, "X3"),
+        votes(8, "Y3", 1),
+    ];
+    let said = |out: &[Vec<String>]| {
+        out.iter()
+            .flatten()
+            .filter(|o| o.contains("\"judge_items_unmatched\""))
+            .count()
+    };
+    let (clean, out) = clean_run(&engine, PROJECTS, &payloads, 1);
+    assert_eq!(said(&out), 1);
+    assert!(said(&out[3..4]) == 1 && clean.quality("p/0").is_some_and(|q| !q.unmatched));
+    for flush in 1..=3 {
+        for cut in 0..=payloads.len() {
+            check_round_trip_with(&engine, PROJECTS, &payloads, cut, flush);
+        }
+        for cut in (0..payloads.len()).step_by(flush) {
+            for keep in 0..8 {
+                check_cut_flush_with(&engine, PROJECTS, &payloads, (flush, cut, keep));
+            }
+        }
+    }
+}

@@ -479,3 +479,144 @@ proptest::proptest! {
         proptest::prop_assert_eq!(&merged, &sessions_first);
     }
 }
+
+/// The `judge_items_unmatched` alerts published so far.
+fn unmatched(run: &Run) -> Vec<Value> {
+    run.published(OutputTopic::BiasAlerts)
+        .into_iter()
+        .filter(|a| a["kind"] == "judge_items_unmatched")
+        .collect()
+}
+
+/// Judge quality on, with a judge's alerts (and so the finding of items apart) at 3 pairs.
+fn three_pairs() -> Config {
+    let mut config = on();
+    config.judge_quality.min_pairs = 3;
+    config
+}
+
+#[test]
+fn judges_and_humans_on_different_items_are_said_once_until_a_pair_forms() {
+    let mut run = Run::new(&three_pairs());
+    for k in 0..3 {
+        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+        assert!(unmatched(&run).is_empty());
+        run.votes(&format!("h{k}"), &[(1.0, 1.0)]);
+    }
+    // The third voted item: three items the judge scored wait, three hold votes, none both.
+    let alerts = unmatched(&run);
+    assert_eq!(alerts.len(), 1);
+    let a = &alerts[0];
+    assert_eq!(a["project_id"], "p");
+    assert_eq!(a["session_id"], "h2");
+    assert_eq!(a["scope"], "project");
+    assert_eq!(a["subject"], Value::Null);
+    assert!(close(&a["value"], 0.0) && close(&a["threshold"], 3.0));
+    assert_eq!(a["sample_size"], 3);
+    let detail = a["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("none of the 3 items its judges scored")
+            && detail.contains("among the 3 items with votes")
+            && detail.contains(r#"candidate ids (such as "c0")"#)
+            && detail.contains(r#"item_id (such as "h0")"#),
+        "{detail}"
+    );
+    assert!(run.state.quality("p").is_some_and(|q| q.unmatched));
+    // Said once: more of the same says nothing.
+    run.session("s3", &[("j1", &[("c3", 7.0)])]);
+    run.votes("h3", &[(1.0, 1.0)]);
+    assert_eq!(unmatched(&run).len(), 1);
+    // The humans vote on a judged item: a pair, and the finding is over.
+    run.votes("c0", &[(1.0, 1.0), (1.0, 1.0), (1.0, 1.0)]);
+    assert_eq!(run.published(OutputTopic::JudgeQuality).len(), 1);
+    assert!(run.state.quality("p").is_some_and(|q| !q.unmatched));
+    assert_eq!(unmatched(&run).len(), 1);
+}
+
+#[test]
+fn judges_scoring_before_the_humans_vote_are_found_apart_at_the_vote_or_the_session() {
+    // Every judge score first: found at the third voted item.
+    let mut run = Run::new(&three_pairs());
+    for k in 0..4 {
+        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+    }
+    for k in 0..3 {
+        run.votes(&format!("h{k}"), &[(1.0, 1.0)]);
+    }
+    let alerts = unmatched(&run);
+    assert_eq!(alerts.len(), 1);
+    assert_eq!(alerts[0]["session_id"], "h2");
+    assert!(
+        alerts[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("none of the 4 items")
+    );
+    // Every vote first: found at the third session, which names itself.
+    let mut run = Run::new(&three_pairs());
+    for k in 0..3 {
+        run.votes(&format!("h{k}"), &[(1.0, 1.0)]);
+    }
+    for k in 0..3 {
+        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+    }
+    let alerts = unmatched(&run);
+    assert_eq!(alerts.len(), 1);
+    assert_eq!(alerts[0]["session_id"], "s2");
+}
+
+#[test]
+fn judges_and_humans_sharing_an_item_are_not_said_to_be_apart() {
+    // The humans have voted on c0 once (a pair needs three votes): the ids meet, the votes are
+    // not complete yet, and that is no mistake.
+    let mut run = Run::new(&three_pairs());
+    run.votes("c0", &[(1.0, 1.0)]);
+    for k in 0..5 {
+        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+        run.votes(&format!("h{k}"), &[(1.0, 1.0)]);
+    }
+    assert!(unmatched(&run).is_empty());
+    assert!(run.state.quality("p").is_some_and(|q| !q.unmatched));
+    // Below the threshold on either side, nothing is said either.
+    let mut run = Run::new(&three_pairs());
+    for k in 0..2 {
+        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+    }
+    for k in 0..10 {
+        run.votes(&format!("h{k}"), &[(1.0, 1.0)]);
+    }
+    assert!(unmatched(&run).is_empty());
+}
+
+proptest::proptest! {
+    /// Judges and humans on different items are said to be apart once, whichever order their
+    /// records come in, once both sides reach the threshold; humans voting on the judged items
+    /// (once each, so no pair forms) are never said to be.
+    #[test]
+    fn items_apart_are_said_once_in_any_order(
+        judged in 0..7usize,
+        voted in 0..7usize,
+        shared in proptest::bool::ANY,
+        merge in proptest::collection::vec(proptest::bool::ANY, 14),
+    ) {
+        let mut run = Run::new(&three_pairs());
+        let (mut s, mut v) = (0, 0);
+        for &judge_first in merge.iter().take(judged + voted) {
+            if v == voted || (s < judged && judge_first) {
+                run.session(&format!("s{s}"), &[("j1", &[(&format!("c{s}"), 7.0)])]);
+                s += 1;
+            } else {
+                // With `shared`, the humans vote on the judges' items (once each: no pair).
+                let item = if shared { format!("c{v}") } else { format!("h{v}") };
+                run.votes(&item, &[(1.0, 1.0)]);
+                v += 1;
+            }
+        }
+        // Shared ids: both sides begin at c0, so once each holds three items they share one.
+        let apart = !shared && judged >= 3 && voted >= 3;
+        let said = unmatched(&run).len();
+        proptest::prop_assert_eq!(said, usize::from(apart));
+        let flagged = run.state.quality("p").is_some_and(|q| q.unmatched);
+        proptest::prop_assert_eq!(flagged, said == 1);
+    }
+}

@@ -282,6 +282,17 @@ pub struct Observed {
     /// Whether these were the flush's first items forgotten (see [`ItemUndo`]): the record of
     /// the places forgotten is written with it.
     pub first_forgotten: bool,
+    /// Whether these found the project's judges and humans on different items
+    /// ([`ProjectQuality::apart`]).
+    pub apart: bool,
+}
+
+/// The two sides of a project's pairing: the items its judges scored that wait for votes, and
+/// the items with votes it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sides {
+    pub waiting: usize,
+    pub voted: usize,
 }
 
 impl Observed {
@@ -309,6 +320,9 @@ pub struct ProjectQuality {
     pub correlations: Correlations,
     /// Its reviewers' findings, and the count of verdicts the model left out.
     pub reviewers: Reviewers,
+    /// Whether its judges and humans were found on different items
+    /// ([`ProjectQuality::apart`]) and no pair has formed since: the finding is said once.
+    pub unmatched: bool,
 }
 
 impl ProjectQuality {
@@ -412,6 +426,57 @@ impl ProjectQuality {
         let fitted = book.fit(&counts, max_reviewers);
         self.keep_book_bounded();
         fitted
+    }
+
+    /// Whether its judges and humans are found on different items now, said once: no pair
+    /// has formed, at least `at_least` items its judges scored wait for votes, it holds at
+    /// least `at_least` items with votes (in `task`), and none of the waiting items has votes.
+    /// The most likely cause is a mistake, not a wait: judge quality pairs a judge's score of
+    /// a candidate with the votes on the item of the same id, and here the two name their
+    /// items apart (another id scheme, or candidates that are not the voted items). Sets
+    /// [`ProjectQuality::unmatched`] when it finds them so. A vote of a project without
+    /// `at_least` waiting items pays two comparisons, inline; past both counts it looks up each
+    /// waiting item in the task (stopping at the first with votes), at most
+    /// `judge_quality.max_pending_items` lookups, until its first pair.
+    #[inline]
+    pub fn apart(&mut self, project: &str, task: &TaskQuality, at_least: usize) -> bool {
+        let at_least = at_least.max(1);
+        if self.unmatched || self.waiting.len() < at_least {
+            return false;
+        }
+        self.found_apart(project, task, at_least)
+    }
+
+    /// [`ProjectQuality::apart`] once its judges' side is reached.
+    #[cold]
+    fn found_apart(&mut self, project: &str, task: &TaskQuality, at_least: usize) -> bool {
+        if !self.judges.is_empty() || self.sides(task).voted < at_least {
+            return false;
+        }
+        let shared = |item: &str| task.item((project, item)).is_some();
+        self.unmatched = !self.waiting.iter().any(|(item, _)| shared(item));
+        self.unmatched
+    }
+
+    /// The items its judges scored that wait for votes, and the items with votes it holds (in
+    /// `task`).
+    pub fn sides(&self, task: &TaskQuality) -> Sides {
+        Sides {
+            waiting: self.waiting.len(),
+            voted: self.items.held(&task.items),
+        }
+    }
+
+    /// The oldest item of each side ([`ProjectQuality::sides`]): the id of an item its judges
+    /// scored that waits for votes, and of one with votes, which show how the two name items.
+    pub fn oldest_of_sides<'a>(
+        &'a self,
+        task: &'a TaskQuality,
+    ) -> (Option<&'a str>, Option<&'a str>) {
+        let waiting = self.waiting.iter().next().map(|(item, _)| item);
+        let voted = self.items.held_tags(&task.items).next();
+        let voted = voted.and_then(|(seq, _)| task.items.get(seq));
+        (waiting, voted.map(|(item, _)| item.as_str()))
     }
 
     /// Notes that the review of its item at `seq` changed: its place's tag is dropped, and the
