@@ -433,11 +433,11 @@ impl ProjectQuality {
     /// least `at_least` items with votes (in `task`), and none of the waiting items has votes.
     /// The most likely cause is a mistake, not a wait: judge quality pairs a judge's score of
     /// a candidate with the votes on the item of the same id, and here the two name their
-    /// items apart (another id scheme, or candidates that are not the voted items). Sets
-    /// [`ProjectQuality::unmatched`] when it finds them so. A vote of a project without
-    /// `at_least` waiting items pays two comparisons, inline; past both counts it looks up each
-    /// waiting item in the task (stopping at the first with votes), at most
-    /// `judge_quality.max_pending_items` lookups, until its first pair.
+    /// items apart (another id scheme, as a rule). Sets [`ProjectQuality::unmatched`] when it
+    /// finds them so. A vote of a project without `at_least` waiting items pays two
+    /// comparisons, inline; past both counts it looks up each waiting item in the task
+    /// (stopping at the first with votes), at most `judge_quality.max_pending_items` lookups,
+    /// until its first pair.
     #[inline]
     pub fn apart(&mut self, project: &str, task: &TaskQuality, at_least: usize) -> bool {
         let at_least = at_least.max(1);
