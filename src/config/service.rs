@@ -592,9 +592,9 @@ impl Log {
 /// The longest the runtime's own waits may be: the epoch, the coalescing intervals, and the
 /// deadlines of a start, a stop, a proxied query and a request's headers. A figure waits for
 /// the end of an epoch or for the next coalescing tick, a start for its broker, a stop for its
-/// deliveries, a query for its owner: a value of hours (a key typed in seconds, a zero too many) would leave a figure
-/// stale, or a start, stop or query hanging, that long without a word. Refused at start
-/// instead.
+/// deliveries, a query for its owner: a value of hours (a key typed in seconds, a zero too
+/// many) would leave a figure stale, or a start, stop or query hanging, that long without a
+/// word. Refused at start instead.
 const MAX_WAIT_MS: usize = 600_000;
 
 impl OutputSettings {

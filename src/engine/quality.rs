@@ -272,10 +272,8 @@ impl Engine {
             });
         }
         if apart && let Some(p) = state.projects.get(project) {
-            let sides = p.quality.sides(&state.quality);
-            let oldest = p.quality.oldest_of_sides(&state.quality);
-            let q = &self.settings.judge_quality;
-            let alert = unmatched_alert((project, by), (sides, oldest), q);
+            let found = (&p.quality, &state.quality);
+            let alert = unmatched_alert((project, by), found, &self.settings.judge_quality);
             out.push(Output::alert(Some(project.to_owned()), &alert));
             state.note(|| Change::Unmatched {
                 project: ProjectKey::from(project),
@@ -465,15 +463,16 @@ fn judge_alerts(
 }
 
 /// The `judge_items_unmatched` alert of `project`, found by the record of `by` (a session or
-/// a voted item): its judges and humans on different items, each side counted (`sides`). Its
-/// value is the items they share (none), its threshold the items each side reached
+/// a voted item) on its judge quality `quality` (in `task`): each side's count and oldest id.
+/// Its value is the items they share (none), its threshold the items each side reached
 /// (`judge_quality.min_pairs`).
 fn unmatched_alert(
     (project, by): (&str, &str),
-    (sides, (judged, voted_on)): (Sides, (Option<&str>, Option<&str>)),
+    (quality, task): (&ProjectQuality, &TaskQuality),
     q: &super::settings::JudgeQuality,
 ) -> BiasAlert {
-    let Sides { waiting, voted } = sides;
+    let Sides { waiting, voted } = quality.sides(task);
+    let (judged, voted_on) = quality.oldest_of_sides(task);
     let (judged, voted_on) = (judged.unwrap_or_default(), voted_on.unwrap_or_default());
     BiasAlert {
         project_id: project.to_owned(),

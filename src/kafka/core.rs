@@ -307,7 +307,8 @@ impl Core {
 
     /// Publishes what `each` appends for the owned partitions' states, in partition order, and
     /// shows it to the queries' view: the outputs the service makes outside a record (held
-    /// scores, a drain's refits, a release of reviewer records). `each` returns whether to go on to the next.
+    /// scores, a drain's refits, a release of reviewer records). `each` returns whether to go
+    /// on to the next.
     fn publish_from_owned(
         &mut self,
         mut each: impl FnMut(&Engine, &mut PartitionState, &mut Vec<Output>) -> bool,
