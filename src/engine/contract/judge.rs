@@ -171,7 +171,7 @@ fn read_ballot<'d>(
             ));
         }
     };
-    let scale = read_scale(f, limits.default_scale)?;
+    let (scale, defaulted) = read_scale(f, limits.default_scale)?;
     let scores = match (status, f.get("scores")) {
         (Status::Ok, None) => {
             return Err(Rejection::new(
@@ -179,7 +179,7 @@ fn read_ballot<'d>(
                 "`scores` is required when `status` is \"ok\"",
             ));
         }
-        (Status::Ok, Some(value)) => read_scores(value, scale, limits.max_id_bytes)?,
+        (Status::Ok, Some(value)) => read_scores(value, (scale, defaulted), limits.max_id_bytes)?,
         // A failed or abstaining judge carries no scores; any it sent are not used.
         _ => BTreeMap::new(),
     };
@@ -224,25 +224,37 @@ fn read_ballot<'d>(
     })
 }
 
-fn read_scale(f: &Fields<'_, '_, '_>, default: Scale) -> Result<Scale, Rejection> {
+/// Reads a ballot's `scale`, each end missing taken from `default` (`sessions.default_scale_*`),
+/// with a note naming the ends so taken: a judge that sends scores of 0..1 and no scale is told
+/// where its 1..10 came from, not only that its scores lie outside it.
+fn read_scale(f: &Fields<'_, '_, '_>, default: Scale) -> Result<(Scale, &'static str), Rejection> {
     let Some(value) = f.get("scale") else {
-        return Ok(default);
+        return Ok((
+            default,
+            " (sessions.default_scale_min and default_scale_max: the ballot has no `scale`)",
+        ));
     };
     let s = Fields::of(value, "scale", &["min", "max"], false)?;
-    let min = s.opt_number("min")?.unwrap_or(default.min);
-    let max = s.opt_number("max")?.unwrap_or(default.max);
+    let (min, max) = (s.opt_number("min")?, s.opt_number("max")?);
+    let defaulted = match (min, max) {
+        (Some(_), Some(_)) => "",
+        (None, Some(_)) => " (`scale.min` from sessions.default_scale_min)",
+        (Some(_), None) => " (`scale.max` from sessions.default_scale_max)",
+        (None, None) => " (both ends from sessions.default_scale_min and default_scale_max)",
+    };
+    let (min, max) = (min.unwrap_or(default.min), max.unwrap_or(default.max));
     if min >= max {
         return Err(Rejection::new(
             ErrorCode::InvalidScale,
-            format!("`scale` min {min} must be below max {max}"),
+            format!("`scale` min {min} must be below max {max}{defaulted}"),
         ));
     }
-    Ok(Scale { min, max })
+    Ok((Scale { min, max }, defaulted))
 }
 
 fn read_scores(
     value: &Json<'_>,
-    scale: Scale,
+    (scale, defaulted): (Scale, &str),
     max_id_bytes: usize,
 ) -> Result<BTreeMap<String, f64>, Rejection> {
     let Json::Object(members) = value else {
@@ -267,7 +279,7 @@ fn read_scores(
             return Err(Rejection::new(
                 ErrorCode::ScoreOutOfScale,
                 format!(
-                    "`{path}` is {s}; the scale is {}..={}",
+                    "`{path}` is {s}; the scale is {}..={}{defaulted}",
                     scale.min, scale.max
                 ),
             ));
@@ -493,6 +505,36 @@ mod tests {
         assert_eq!(
             code(r#"{"event_id": "e", "project_id": "p", "judge": "j", "scores": {"a": 1}}"#),
             ErrorCode::MissingField
+        );
+    }
+
+    /// A score outside a scale the ballot did not give in full says which ends came from
+    /// `sessions.default_scale_*`; one outside a scale it gave says nothing more.
+    #[test]
+    fn a_score_outside_a_default_scale_names_where_the_scale_came_from() {
+        let base = r#""event_id": "e", "project_id": "p", "session_id": "s", "judge": "j""#;
+        let message = |rest: &str| read(&format!("{{{base}, {rest}}}")).unwrap_err().message;
+        assert_eq!(
+            message(r#""scores": {"a": 0.7}"#),
+            "`scores.a` is 0.7; the scale is 1..=10 (sessions.default_scale_min and \
+             default_scale_max: the ballot has no `scale`)"
+        );
+        assert_eq!(
+            message(r#""scores": {"a": 0.5}, "scale": {"max": 5}"#),
+            "`scores.a` is 0.5; the scale is 1..=5 (`scale.min` from sessions.default_scale_min)"
+        );
+        assert_eq!(
+            message(r#""scores": {"a": 0.5}, "scale": {}"#),
+            "`scores.a` is 0.5; the scale is 1..=10 (both ends from \
+             sessions.default_scale_min and default_scale_max)"
+        );
+        assert_eq!(
+            message(r#""scores": {"a": 12}, "scale": {"min": 11}"#),
+            "`scale` min 11 must be below max 10 (`scale.max` from sessions.default_scale_max)"
+        );
+        assert_eq!(
+            message(r#""scores": {"a": 6}, "scale": {"min": 0, "max": 5}"#),
+            "`scores.a` is 6; the scale is 0..=5"
         );
     }
 
