@@ -468,6 +468,14 @@ fn after_a_rebalance_the_owners_reviewer_records_replace_a_zombies() {
     if let Err(diff) = wait_reviewers(&broker.bootstrap, prefix, &expect) {
         panic!("one instance publishes replay's reviewer table:\n{diff}");
     }
+    // The fits that published it are counted, each pass of their release timed.
+    let metrics = a.metrics();
+    for counted in [
+        "jurystream_reviewer_fits_total",
+        "jurystream_reviewer_release_seconds_count",
+    ] {
+        assert!(metric_sum(&metrics, counted) > 0, "{counted}: {metrics}");
+    }
     let topic = format!("{prefix}.reviewer-quality");
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -1140,6 +1140,7 @@ fn a_real_prometheus_scrapes_the_service_and_every_dashboard_query_works() {
         "jurystream_judge_kappa",
         "jurystream_judge_items",
         "jurystream_reviewers",
+        "jurystream_reviewer_fits",
     ] {
         assert!(
             !empty.iter().any(|e| e.contains(must)),

@@ -21,7 +21,9 @@ use crate::engine::output::Output;
 use crate::engine::reputation::ReputationTable;
 use crate::engine::{Engine, IdMap, InputTopic, Outcome, PartitionState};
 use crate::queries::view::View;
-use crate::telemetry::events::{ClockStepped, InternalEvent, RecordsForwarded, RecordsProcessed};
+use crate::telemetry::events::{
+    ClockStepped, InternalEvent, RecordsForwarded, RecordsProcessed, ReviewersReleased,
+};
 use crate::telemetry::http::Health;
 use crate::telemetry::metrics::Metrics;
 use crate::topics::TopicTable;
@@ -358,6 +360,7 @@ impl Core {
         if self.tasks.units.values().all(idle) {
             return Ok(());
         }
+        let (started, asked) = (Instant::now(), budget);
         self.publish_from_owned(|engine, state, out| {
             let before = state.held_reviewers.releasing.len();
             if before > 0 {
@@ -365,7 +368,17 @@ impl Core {
                 budget -= before - left;
             }
             budget > 0
-        })
+        })?;
+        let pending = self.tasks.units.values();
+        ReviewersReleased {
+            fitted: (asked - budget) as u64,
+            pending: pending
+                .map(|t| t.state.held_reviewers.releasing.len() as u64)
+                .sum(),
+            seconds: started.elapsed().as_secs_f64(),
+        }
+        .emit(&self.metrics);
+        Ok(())
     }
 
     /// Writes a tick (see [`crate::engine::TICK_TOPIC`]) to every partition of the project log

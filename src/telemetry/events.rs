@@ -201,6 +201,24 @@ impl InternalEvent for WeightsFellBack {
     }
 }
 
+/// A pass of a release of reviewer records fitted `fitted` projects in `seconds`, and left
+/// `pending` of the release for the passes after it.
+pub struct ReviewersReleased {
+    pub fitted: u64,
+    pub pending: u64,
+    pub seconds: f64,
+}
+
+impl InternalEvent for ReviewersReleased {
+    fn emit(self, metrics: &Metrics) {
+        metrics.reviewer_fits.inc_by(self.fitted);
+        metrics.reviewer_release_pass.observe(self.seconds);
+        metrics
+            .reviewer_fits_pending
+            .set(i64::try_from(self.pending).unwrap_or(i64::MAX));
+    }
+}
+
 /// An epoch's changelog was sent: `records` state records.
 pub struct ChangelogSent {
     pub records: u64,

@@ -80,6 +80,11 @@ pub struct Metrics {
     pub reviewers_limit: IntGauge,
     /// Verdicts the reviewer model left out to stay within its bounds.
     pub reviewer_verdicts_left_out: IntGauge,
+    /// Projects fitted to publish their reviewers' records, the time of each pass of a release,
+    /// and the projects the release under way has yet to fit.
+    pub reviewer_fits: IntCounter,
+    pub reviewer_release_pass: Histogram,
+    pub reviewer_fits_pending: IntGauge,
     /// Judges a project's bias audit follows, in the project with the most; the most it follows
     /// (`bias.project_max_judges`); and those it forgot beyond, over the owned projects.
     pub audit_judges_in_largest_project: IntGauge,
@@ -443,6 +448,24 @@ impl Metrics {
                 "jurystream_reviewer_verdicts_left_out",
                 "Verdicts left out at the vote so far (reviewers.max_verdicts) and by each \
                  project's last fit (max_reviewers), over the owned partitions' projects",
+            ),
+            reviewer_fits: counter(
+                &r,
+                "jurystream_reviewer_fits_total",
+                "Projects fitted on their verdicts to publish their reviewers' records",
+            ),
+            reviewer_release_pass: histogram(
+                &r,
+                "jurystream_reviewer_release_seconds",
+                "Time of one pass of a release of reviewer records on the processing thread (at \
+                 most 256 projects fitted; records wait behind it)",
+                fast_buckets(),
+            ),
+            reviewer_fits_pending: gauge(
+                &r,
+                "jurystream_reviewer_fits_pending",
+                "Projects the release of reviewer records under way has yet to fit (a release \
+                 starts every output.reviewers_coalesce_ms)",
             ),
             audit_judges_in_largest_project: gauge(
                 &r,
