@@ -1214,7 +1214,7 @@ fn poison_records_never_wedge_the_service() {
         "{not json",
     );
     // A leap second (applied), a far-future occurred_at, a lone surrogate, duplicate members,
-    // nesting 100,000 deep.
+    // an unset occurred_at, nesting 100,000 deep.
     append(
         &mut records,
         &votes,
@@ -1242,6 +1242,14 @@ fn poison_records_never_wedge_the_service() {
         0,
         key("proj-0"),
         &vote("x-5", "1795168800000", r#", "x": 1, "x": 2"#),
+    );
+    // An occurred_at left unset (0) on a record stamped in 2026.
+    append(
+        &mut records,
+        &votes,
+        0,
+        key("proj-0"),
+        &vote("x-7", "0", ""),
     );
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     append(
@@ -1315,6 +1323,7 @@ fn poison_records_never_wedge_the_service() {
         "unknown_verdict",
         "invalid_json",
         "occurred_at_in_future",
+        "invalid_timestamp",
         "duplicate_field",
         "session_limit",
     ] {

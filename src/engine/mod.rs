@@ -260,7 +260,8 @@ impl Engine {
     }
 
     /// The event time `record` states: its `occurred_at` within `limits.max_future_skew_secs`
-    /// of its record timestamp, or else that timestamp.
+    /// of its record timestamp, and not before [`EventTime::EARLIEST_STATED`] when that
+    /// timestamp is after it; or else that timestamp.
     fn stated_time(
         &self,
         occurred_at: Option<EventTime>,
@@ -270,14 +271,30 @@ impl Engine {
             // Checked against the record's own timestamp, the runtime's only clock of the
             // producer's: far enough ahead, it would freeze its project's decay until then.
             let skew = self.settings.limits.max_future_skew_secs;
-            if let Some(ms) = record.timestamp_ms
-                && let Ok(stamped) = EventTime::from_epoch_millis(ms)
+            let stamped = record
+                .timestamp_ms
+                .and_then(|ms| EventTime::from_epoch_millis(ms).ok());
+            if let Some(stamped) = stamped
                 && t > stamped.plus_seconds(i64::try_from(skew).unwrap_or(i64::MAX))
             {
                 return Err(Rejection::new(
                     ErrorCode::OccurredAtInFuture,
                     format!(
                         "`occurred_at` {t} is more than {skew} s after the record timestamp {stamped}"
+                    ),
+                ));
+            }
+            if let Some(stamped) = stamped
+                && t < EventTime::EARLIEST_STATED
+                && stamped >= EventTime::EARLIEST_STATED
+            {
+                return Err(Rejection::new(
+                    ErrorCode::InvalidTimestamp,
+                    format!(
+                        "`occurred_at` {t} is before {}, its record timestamp \
+                         {stamped} after: a time left unset (0) or counted from another \
+                         epoch; send the event's time in epoch milliseconds or RFC 3339",
+                        EventTime::EARLIEST_STATED
                     ),
                 ));
             }

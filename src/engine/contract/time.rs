@@ -74,6 +74,17 @@ impl EventTime {
         nanos: 0,
     };
 
+    /// 2000-01-01T00:00:00Z. An `occurred_at` before it on a record stamped after it is a time
+    /// left unset (0 is 1970-01-01) or counted from another epoch, not an event's: read as
+    /// given, a producer that always sends it would hold its project's score at one instant
+    /// (every batch after the first moving it by nothing), and one that sends it now and then
+    /// would have those batches counted `late`; so it is refused. Without a record timestamp (a
+    /// replay file that gives none) nothing tells it from an old event, and it is read as given.
+    pub const EARLIEST_STATED: EventTime = EventTime {
+        secs: 946_684_800,
+        nanos: 0,
+    };
+
     /// An instant as long as state records write one (`[-62167219200,999999999]`): what the
     /// bounds on records' sizes count a time as.
     pub const LONGEST: EventTime = EventTime {

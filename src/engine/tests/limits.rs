@@ -52,6 +52,62 @@ fn an_occurred_at_far_after_its_record_timestamp_is_dead_lettered_and_moves_noth
     assert_eq!(h.send("jury.votes", &unstamped), Outcome::Applied);
 }
 
+/// An `occurred_at` left unset (0, 1970-01-01) or otherwise before 2000 on a record stamped
+/// after it is dead-lettered `invalid_timestamp`, for votes and judge scores, and changes no
+/// state: sent on every batch it would hold the project's score at one instant. 2000-01-01
+/// itself is applied, and so is an early time on a record stamped before 2000 or without a
+/// timestamp, where nothing tells it from an old event.
+#[test]
+fn an_occurred_at_before_2000_on_a_record_stamped_after_is_dead_lettered() {
+    let mut h = Harness::new();
+    let stamped = |(topic, payload): (&str, &str), ms: Option<i64>, h: &mut Harness| {
+        let mut r = rec(topic, None);
+        r.payload = Some(payload.as_bytes());
+        r.timestamp_ms = ms;
+        h.send_record(r)
+    };
+    let now = Some(1_795_168_800_000);
+    let vote = r#"{"voter_id": "u", "value": 1}"#;
+    let ok = votes("e1", "2026-11-20T10:00:00Z", vote);
+    assert_eq!(stamped(("jury.votes", &ok), now, &mut h), Outcome::Applied);
+    let before = h.state.clone();
+    let unset = r#"{"event_id": "e2", "project_id": "proj-42", "occurred_at": 0,
+        "votes": [{"voter_id": "u", "value": 0}]}"#;
+    assert_eq!(
+        stamped(("jury.votes", unset), now, &mut h),
+        Outcome::Rejected(ErrorCode::InvalidTimestamp)
+    );
+    assert_eq!(h.state, before);
+    assert_eq!(
+        h.last()["message"],
+        "`occurred_at` 1970-01-01T00:00:00Z is before 2000-01-01T00:00:00Z, its record timestamp \
+         2026-11-20T10:00:00Z after: a time left unset (0) or counted from another epoch; send \
+         the event's time in epoch milliseconds or RFC 3339"
+    );
+    let old = votes("e3", "1999-12-31T23:59:59.999Z", vote);
+    assert_eq!(
+        stamped(("jury.votes", &old), now, &mut h),
+        Outcome::Rejected(ErrorCode::InvalidTimestamp)
+    );
+    let judged = r#"{"event_id": "b1", "project_id": "proj-42", "session_id": "s",
+        "occurred_at": -5, "judge": "j", "scores": {"A": 5}}"#;
+    assert_eq!(
+        stamped(("jury.judge-scores", judged), now, &mut h),
+        Outcome::Rejected(ErrorCode::InvalidTimestamp)
+    );
+    assert_eq!(h.state, before);
+    let y2k = votes("e4", "2000-01-01T00:00:00Z", vote);
+    assert_eq!(stamped(("jury.votes", &y2k), now, &mut h), Outcome::Late);
+    let then = Some(946_684_799_000);
+    let old = votes("e5", "1999-12-31T23:59:59Z", vote);
+    assert_eq!(stamped(("jury.votes", &old), then, &mut h), Outcome::Late);
+    let unstamped = votes("e6", "1970-01-01T00:00:00Z", vote);
+    assert_eq!(
+        stamped(("jury.votes", &unstamped), None, &mut h),
+        Outcome::Late
+    );
+}
+
 /// A producer whose host clock is a day ahead stamps its records and its `occurred_at` alike,
 /// which the bound between the two cannot see: the service's clock when it first read the
 /// record (`Record::read_at_ms`) bounds both, for votes and judge scores, whether the time is
