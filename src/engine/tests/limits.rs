@@ -55,8 +55,8 @@ fn an_occurred_at_far_after_its_record_timestamp_is_dead_lettered_and_moves_noth
 /// An `occurred_at` left unset (0, 1970-01-01) or otherwise before 2000 on a record stamped
 /// after it is dead-lettered `invalid_timestamp`, for votes and judge scores, and changes no
 /// state: sent on every batch it would hold the project's score at one instant. 2000-01-01
-/// itself is applied, and so is an early time on a record stamped before 2000 or without a
-/// timestamp, where nothing tells it from an old event.
+/// itself is accepted (late here, after a batch of 2026), and so is an early time on a record
+/// stamped before 2000 or without a timestamp, where nothing tells it from an old event.
 #[test]
 fn an_occurred_at_before_2000_on_a_record_stamped_after_is_dead_lettered() {
     let mut h = Harness::new();
