@@ -363,8 +363,8 @@ stores! {
     /// A reviewer's kept part (its findings), `{"findings":...}`:
     /// `["p",3,"reviewer","proj-42","u-7"]`. Its figures are fitted again from the items.
     Reviewer: ReviewerStore,
-    /// Whether a project's judges and humans were found on different items (its
-    /// `judge_items_unmatched` alert said) and no pair has formed since, `true`:
+    /// Whether no judge score of a project was found to pair (its `judge_items_unmatched` or
+    /// `judge_items_short_of_votes` alert said) and no pair has formed since, `true`:
     /// `["p",3,"unmatched","proj-42"]`.
     Unmatched: UnmatchedStore,
     /// The session book's creation counter: `["j",3,"book"]`.

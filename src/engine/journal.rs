@@ -82,8 +82,7 @@ pub enum Change {
     RetiredForgotten { project: ProjectKey },
     /// A reviewer's kept part (its last event time, its findings) changed, or it was forgotten.
     Reviewer { project: String, reviewer: String },
-    /// Whether a project's judges and humans were found on different items
-    /// (`ProjectQuality::unmatched`).
+    /// Whether no judge score of a project was found to pair (`ProjectQuality::unmatched`).
     Unmatched { project: ProjectKey },
     /// The session book's creation counter.
     Book,

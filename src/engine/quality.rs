@@ -3,7 +3,8 @@
 //! republishes its judge's `jury.judge-quality` record, may raise `judge_human_disagreement`
 //! and `judge_drift` alerts and a `jury.review-requests` record; a completed session gets the
 //! effective number of its judges. A project whose judges and humans name their items apart,
-//! so that nothing pairs, gets a `judge_items_unmatched` alert.
+//! so that nothing pairs, gets a `judge_items_unmatched` alert; one whose judged items never
+//! get `judge_quality.min_human_votes` votes, a `judge_items_short_of_votes` alert.
 //!
 //! The state lives in the project ([`super::state::Project::quality`]), beside its score and
 //! its sessions: a vote batch joins it as it is applied (`Engine::observe_votes`), from the
@@ -22,8 +23,8 @@ use super::model::bias::{BiasAlert, risk_level};
 use super::model::consensus::{Analysis, analyze};
 use super::model::effective_judges::{Basis, CandidateScores};
 use super::model::judge_quality::{
-    Agreement, JudgeWindow, Observed, Pair, ProjectQuality, QualityLimits, Sides, TaskQuality,
-    item_share,
+    Agreement, JudgeWindow, Observed, Pair, ProjectQuality, QualityLimits, Shortfall, Sides,
+    TaskQuality, Unpaired, item_share,
 };
 use super::model::reviewers::{ReviewerLimits, Verdict, Verdicts};
 use super::model::session::Session;
@@ -102,21 +103,24 @@ impl Engine {
             SmallVec::new()
         };
         let mut observed = task.votes_in((project, quality), item, (votes, verdicts), at, &limits);
-        self.look_apart((task, (project, quality)), &mut observed);
+        self.look_unpaired((task, (project, quality)), &mut observed);
         Some((item, observed))
     }
 
     /// Notes in `observed` whether what it observed of `project` (its judge quality `quality`,
-    /// in `task`) just found the project's judges and humans on different items
-    /// ([`ProjectQuality::apart`], at `judge_quality.min_pairs` items each: as many as a judge's
-    /// alerts need pairs), for [`Engine::add_pairs`] to say.
-    fn look_apart(
+    /// in `task`) just found that no judge score of the project pairs, and why
+    /// ([`ProjectQuality::unpaired`], at `judge_quality.min_pairs` items each: as many as a
+    /// judge's alerts need pairs), for [`Engine::add_pairs`] to say.
+    fn look_unpaired(
         &self,
         (task, (project, quality)): (&TaskQuality, (&str, &mut ProjectQuality)),
         observed: &mut Observed,
     ) {
-        let at_least = self.settings.judge_quality.min_pairs;
-        observed.apart = observed.pairs.is_empty() && quality.apart(project, task, at_least);
+        let q = &self.settings.judge_quality;
+        let counts = (q.min_pairs, q.min_human_votes);
+        if observed.pairs.is_empty() {
+            observed.unpaired = quality.unpaired(project, task, counts);
+        }
     }
 
     /// A completed session of `project` analysed with its judges' weights: the configured
@@ -229,7 +233,7 @@ impl Engine {
             &limits,
         );
         if let Some(p) = state.projects.get_mut(project) {
-            self.look_apart((&state.quality, (project, &mut p.quality)), &mut observed);
+            self.look_unpaired((&state.quality, (project, &mut p.quality)), &mut observed);
         }
         self.review(state, (project, session), &mut observed, out);
         self.add_pairs(state, (project, session), observed, out);
@@ -238,9 +242,9 @@ impl Engine {
     /// Notes what `observed` changed, adds its pairs to their judges' windows, and publishes
     /// each judge's record, its alerts that just became true, and a review request per item and
     /// session where some judge's score differs from the humans' by more than
-    /// `judge_quality.review_gap`; or, where it found the project's judges and humans on
-    /// different items, the `judge_items_unmatched` alert, naming `by` (the session or the
-    /// voted item whose record found it).
+    /// `judge_quality.review_gap`; or, where it found that no judge score of the project pairs,
+    /// the `judge_items_unmatched` or `judge_items_short_of_votes` alert, naming `by` (the
+    /// session or the voted item whose record found it).
     pub(super) fn add_pairs(
         &self,
         state: &mut PartitionState,
@@ -254,7 +258,7 @@ impl Engine {
             waiting,
             left_out,
             first_forgotten,
-            apart,
+            unpaired,
             ..
         } = observed;
         if first_forgotten {
@@ -271,9 +275,15 @@ impl Engine {
                 project: ProjectKey::from(project),
             });
         }
-        if apart && let Some(p) = state.projects.get(project) {
+        if let Some(unpaired) = unpaired
+            && let Some(p) = state.projects.get(project)
+        {
             let found = (&p.quality, &state.quality);
-            let alert = unmatched_alert((project, by), found, &self.settings.judge_quality);
+            let q = &self.settings.judge_quality;
+            let alert = match unpaired {
+                Unpaired::Apart => unmatched_alert((project, by), found, q),
+                Unpaired::ShortOfVotes => short_of_votes_alert((project, by), found, q),
+            };
             out.push(Output::alert(Some(project.to_owned()), &alert));
             state.note(|| Change::Unmatched {
                 project: ProjectKey::from(project),
@@ -287,7 +297,7 @@ impl Engine {
         let Some(quality) = state.projects.get_mut(project).map(|p| &mut p.quality) else {
             return;
         };
-        // A pair ends the finding that the two were on different items.
+        // A pair ends the finding that none pairs.
         let apart_before = std::mem::take(&mut quality.unmatched);
         let mut judges = Vec::new();
         let mut alerts = Vec::new();
@@ -492,6 +502,41 @@ fn unmatched_alert(
              same id: do the judges' candidate ids (such as {judged:?}) equal the votes' \
              item_id (such as {voted_on:?})? (Or the items' votes were forgotten, \
              judge_quality.max_items, before their judge scores came.)"
+        ),
+    }
+}
+
+/// The `judge_items_short_of_votes` alert of `project`, found by the record of `by` (a
+/// session or a voted item) on its judge quality `quality` (in `task`): the judged items with
+/// votes, and the most votes an item has. Its value is that most, its threshold the votes a
+/// humans' score needs (`judge_quality.min_human_votes`).
+fn short_of_votes_alert(
+    (project, by): (&str, &str),
+    (quality, task): (&ProjectQuality, &TaskQuality),
+    q: &super::settings::JudgeQuality,
+) -> BiasAlert {
+    let Sides { waiting, voted } = quality.sides(task);
+    let Shortfall { shared, most } = quality.shortfall(project, task);
+    let (most, item) = most.unwrap_or_default();
+    let needed = q.min_human_votes.max(1);
+    BiasAlert {
+        project_id: project.to_owned(),
+        session_id: by.to_owned(),
+        scope: "project",
+        kind: "judge_items_short_of_votes",
+        subject: None,
+        value: most as f64,
+        threshold: needed as f64,
+        p_value: None,
+        sample_size: shared as u64,
+        risk: risk_level(1),
+        detail: format!(
+            "no judge score of {project} has paired with the humans': {shared} of the {waiting} \
+             items its judges scored have votes, but none of the {voted} items with votes it \
+             holds has the {needed} votes carrying weight (judge_quality.min_human_votes) that \
+             make its humans' score: the most is {most}, on {item:?}. If each item is reviewed \
+             fewer times, set judge_quality.min_human_votes to what it gets; if more votes are \
+             coming, the first pair ends this. (A vote of reputation 0 carries no weight.)"
         ),
     }
 }

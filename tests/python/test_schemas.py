@@ -63,6 +63,46 @@ def test_reviewer_outputs_match_output_schemas():
     assert kinds >= {"reviewer_unreliable", "reviewer_adversarial", "reviewer_straight_lining"}
 
 
+def unpaired_stream(votes_per_item, same_ids):
+    """A project whose judges score 40 items, each also voted on by `votes_per_item` reviewers,
+    under the same ids or another scheme."""
+    records = []
+    for i in range(40):
+        item = f"it-{i}" if same_ids else f"it_{i}"
+        votes = [{"voter_id": f"u-{v}", "verdict": "pass"} for v in range(votes_per_item)]
+        records.append({"topic": "jury.votes", "partition": 0, "offset": i, "key": "p", "value": {
+            "event_id": f"v{i}", "project_id": "p", "item_id": item,
+            "occurred_at": 1795168800000 + i * 1000, "votes": votes}})
+        records.append({"topic": "jury.judge-scores", "partition": 0, "offset": i, "key": "p",
+                        "value": {"event_id": f"j{i}", "project_id": "p", "session_id": f"s{i}",
+                                  "judge": "gpt", "occurred_at": 1795168800500 + i * 1000,
+                                  "scale": {"min": 0, "max": 1}, "scores": {f"it-{i}": 0.8},
+                                  "expected_judges": 1}})
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def replay_text(text):
+    out = subprocess.run(["cargo", "run", "-q", "--", "replay", "--input", "-", "--output", "-"],
+                         cwd=ROOT, check=True, capture_output=True, text=True, input=text)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def test_unpaired_alerts_match_the_schema_and_name_their_cause():
+    cases = [((2, True), "judge_items_short_of_votes"), ((3, False), "judge_items_unmatched")]
+    for (votes_per_item, same_ids), kind in cases:
+        outputs = replay_text(unpaired_stream(votes_per_item, same_ids))
+        alerts = [o["value"] for o in outputs if o["topic"] == "jury.bias-alerts"
+                  and o["value"]["kind"].startswith("judge_items_")]
+        assert [a["kind"] for a in alerts] == [kind]
+        jsonschema.validate(alerts[0], schema("jury.bias-alerts"))
+        assert not any(o["topic"] == "jury.judge-quality" for o in outputs)
+    # Three votes an item under the same ids: pairs, and no such alert.
+    outputs = replay_text(unpaired_stream(3, True))
+    kinds = [o["value"]["kind"] for o in outputs if o["topic"] == "jury.bias-alerts"]
+    assert not any(kind.startswith("judge_items_") for kind in kinds)
+    assert any(o["topic"] == "jury.judge-quality" for o in outputs)
+
+
 def test_binary_output_equals_golden():
     out = subprocess.run(
         ["cargo", "run", "-q", "--", "replay", "--input", "examples/demo.jsonl"],

@@ -488,6 +488,14 @@ fn unmatched(run: &Run) -> Vec<Value> {
         .collect()
 }
 
+/// The `judge_items_short_of_votes` alerts published so far.
+fn short_of_votes(run: &Run) -> Vec<Value> {
+    run.published(OutputTopic::BiasAlerts)
+        .into_iter()
+        .filter(|a| a["kind"] == "judge_items_short_of_votes")
+        .collect()
+}
+
 /// Judge quality on, with a judge's alerts (and so the finding of items apart) at 3 pairs.
 fn three_pairs() -> Config {
     let mut config = on();
@@ -568,14 +576,14 @@ fn judges_scoring_before_the_humans_vote_are_found_apart_at_the_vote_or_the_sess
 #[test]
 fn judges_and_humans_sharing_an_item_are_not_said_to_be_apart() {
     // The humans have voted on c0 once (a pair needs three votes): the ids meet, the votes are
-    // not complete yet, and that is no mistake.
+    // not complete yet, and one judged item with votes is too few to say they never will be.
     let mut run = Run::new(&three_pairs());
     run.votes("c0", &[(1.0, 1.0)]);
     for k in 0..5 {
         run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
         run.votes(&format!("h{k}"), &[(1.0, 1.0)]);
     }
-    assert!(unmatched(&run).is_empty());
+    assert!(unmatched(&run).is_empty() && short_of_votes(&run).is_empty());
     assert!(run.state.quality("p").is_some_and(|q| !q.unmatched));
     // Below the threshold on either side, nothing is said either.
     let mut run = Run::new(&three_pairs());
@@ -588,12 +596,78 @@ fn judges_and_humans_sharing_an_item_are_not_said_to_be_apart() {
     assert!(unmatched(&run).is_empty());
 }
 
+#[test]
+fn judged_items_short_of_votes_are_said_once_until_a_pair_forms() {
+    // Each item gets two votes (a frontend that asks two reviewers), where a humans' score
+    // needs three (min_human_votes): the ids meet, and nothing can ever pair.
+    let mut run = Run::new(&three_pairs());
+    for k in 0..3 {
+        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+        assert!(short_of_votes(&run).is_empty());
+        run.votes(&format!("c{k}"), &[(1.0, 1.0), (0.0, 1.0)]);
+    }
+    // The third voted item: three judged items wait, all three with votes, none with three.
+    let alerts = short_of_votes(&run);
+    assert_eq!(alerts.len(), 1);
+    assert!(unmatched(&run).is_empty());
+    let a = &alerts[0];
+    assert_eq!(a["project_id"], "p");
+    assert_eq!(a["session_id"], "c2");
+    assert_eq!(a["scope"], "project");
+    assert_eq!(a["subject"], Value::Null);
+    assert!(close(&a["value"], 2.0) && close(&a["threshold"], 3.0));
+    assert_eq!(a["sample_size"], 3);
+    assert_eq!(
+        a["detail"],
+        "no judge score of p has paired with the humans': 3 of the 3 items its judges scored \
+         have votes, but none of the 3 items with votes it holds has the 3 votes carrying weight \
+         (judge_quality.min_human_votes) that make its humans' score: the most is 2, on \"c0\". \
+         If each item is reviewed fewer times, set judge_quality.min_human_votes to what it \
+         gets; if more votes are coming, the first pair ends this. (A vote of reputation 0 \
+         carries no weight.)"
+    );
+    assert!(run.state.quality("p").is_some_and(|q| q.unmatched));
+    // Said once: more of the same says nothing.
+    run.session("s3", &[("j1", &[("c3", 7.0)])]);
+    run.votes("c3", &[(1.0, 1.0)]);
+    assert_eq!(short_of_votes(&run).len(), 1);
+    // A third vote on a judged item: a pair, and the finding is over.
+    run.votes("c0", &[(1.0, 1.0)]);
+    assert_eq!(run.published(OutputTopic::JudgeQuality).len(), 1);
+    assert!(run.state.quality("p").is_some_and(|q| !q.unmatched));
+    assert_eq!(short_of_votes(&run).len(), 1);
+}
+
+#[test]
+fn an_item_with_enough_votes_or_votes_of_no_weight_decide_whether_items_are_short() {
+    // An item the judges did not score has three votes: items do get enough votes here, so
+    // the judged ones are waiting for theirs, which is no mistake.
+    let mut run = Run::new(&three_pairs());
+    run.votes("h0", &[(1.0, 1.0), (1.0, 1.0), (1.0, 1.0)]);
+    for k in 0..4 {
+        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+        run.votes(&format!("c{k}"), &[(1.0, 1.0), (1.0, 1.0)]);
+    }
+    assert!(short_of_votes(&run).is_empty() && unmatched(&run).is_empty());
+    // Three votes a judged item, one of them of reputation 0: two carry weight, and the most
+    // the alert names counts those.
+    let mut run = Run::new(&three_pairs());
+    for k in 0..3 {
+        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+        run.votes(&format!("c{k}"), &[(1.0, 1.0), (1.0, 1.0), (1.0, 0.0)]);
+    }
+    let alerts = short_of_votes(&run);
+    assert_eq!(alerts.len(), 1);
+    assert!(close(&alerts[0]["value"], 2.0));
+}
+
 proptest::proptest! {
     /// Judges and humans on different items are said to be apart once, whichever order their
     /// records come in, once both sides reach the threshold; humans voting on the judged items
-    /// (once each, so no pair forms) are never said to be.
+    /// (once each, so no pair forms) are said to be short of votes once, as soon as three
+    /// judged items have votes; never both.
     #[test]
-    fn items_apart_are_said_once_in_any_order(
+    fn unpaired_items_are_said_once_in_any_order(
         judged in 0..7usize,
         voted in 0..7usize,
         shared in proptest::bool::ANY,
@@ -612,10 +686,11 @@ proptest::proptest! {
                 v += 1;
             }
         }
-        // Shared ids: both sides begin at c0, so once each holds three items they share one.
-        let apart = !shared && judged >= 3 && voted >= 3;
-        let said = unmatched(&run).len();
-        proptest::prop_assert_eq!(said, usize::from(apart));
+        // Shared ids: both sides begin at c0, so once each holds three items they share three.
+        let found = judged >= 3 && voted >= 3;
+        proptest::prop_assert_eq!(unmatched(&run).len(), usize::from(found && !shared));
+        proptest::prop_assert_eq!(short_of_votes(&run).len(), usize::from(found && shared));
+        let said = unmatched(&run).len() + short_of_votes(&run).len();
         let flagged = run.state.quality("p").is_some_and(|q| q.unmatched);
         proptest::prop_assert_eq!(flagged, said == 1);
     }

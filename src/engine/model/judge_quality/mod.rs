@@ -282,9 +282,30 @@ pub struct Observed {
     /// Whether these were the flush's first items forgotten (see [`ItemUndo`]): the record of
     /// the places forgotten is written with it.
     pub first_forgotten: bool,
-    /// Whether these found the project's judges and humans on different items
-    /// ([`ProjectQuality::apart`]).
-    pub apart: bool,
+    /// Why no judge score of the project pairs, where these found it
+    /// ([`ProjectQuality::unpaired`]).
+    pub unpaired: Option<Unpaired>,
+}
+
+/// Why no judge score of a project pairs with the humans' ([`ProjectQuality::unpaired`]): a
+/// mistake in how the two sides are sent, as a rule, not a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unpaired {
+    /// Its judges and humans name their items apart: none of the items its judges scored has
+    /// votes (another id scheme, as a rule).
+    Apart,
+    /// The items its judges scored have votes, but no item it holds has the
+    /// `min_human_votes` that make a humans' score (each item gets fewer reviews, as a rule).
+    ShortOfVotes,
+}
+
+/// What a project's items with votes reach while none pairs ([`Unpaired::ShortOfVotes`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shortfall<'a> {
+    /// Items its judges scored that wait for votes and have some.
+    pub shared: usize,
+    /// The most votes carrying weight an item it holds has, and that item's id.
+    pub most: Option<(u64, &'a str)>,
 }
 
 /// The two sides of a project's pairing: the items its judges scored that wait for votes, and
@@ -320,8 +341,8 @@ pub struct ProjectQuality {
     pub correlations: Correlations,
     /// Its reviewers' findings, and the count of verdicts the model left out.
     pub reviewers: Reviewers,
-    /// Whether its judges and humans were found on different items
-    /// ([`ProjectQuality::apart`]) and no pair has formed since: the finding is said once.
+    /// Whether no judge score of it was found to pair ([`ProjectQuality::unpaired`]) and no
+    /// pair has formed since: the finding is said once.
     pub unmatched: bool,
 }
 
@@ -428,34 +449,80 @@ impl ProjectQuality {
         fitted
     }
 
-    /// Whether its judges and humans are found on different items now, said once: no pair
-    /// has formed, at least `at_least` items its judges scored wait for votes, it holds at
-    /// least `at_least` items with votes (in `task`), and none of the waiting items has votes.
-    /// The most likely cause is a mistake, not a wait: judge quality pairs a judge's score of
-    /// a candidate with the votes on the item of the same id, and here the two name their
-    /// items apart (another id scheme, as a rule). Sets [`ProjectQuality::unmatched`] when it
-    /// finds them so. A vote of a project without `at_least` waiting items pays two
-    /// comparisons, inline; past both counts it looks up each waiting item in the task
-    /// (stopping at the first with votes), at most `judge_quality.max_pending_items` lookups,
-    /// until its first pair.
+    /// Whether no judge score of it pairs, and why, found now and said once: no pair has
+    /// formed, at least `at_least` items its judges scored wait for votes, it holds at least
+    /// `at_least` items with votes (in `task`), and either none of the waiting items has votes
+    /// ([`Unpaired::Apart`]: judge quality pairs a judge's score of a candidate with the votes
+    /// on the item of the same id, and here the two name their items apart), or `at_least` of
+    /// them have, yet no item it holds has `needed` votes ([`Unpaired::ShortOfVotes`]: items
+    /// reviewed fewer times than `judge_quality.min_human_votes`). Either is most likely a
+    /// mistake, not a wait. Sets [`ProjectQuality::unmatched`] when it finds one. A vote of a
+    /// project without `at_least` waiting items pays two comparisons, inline; past both counts
+    /// it looks up waiting items in the task (until the first with votes, or `at_least` of
+    /// them) and then its held items (until the first with `needed` votes), each at most
+    /// `judge_quality.max_pending_items` lookups, until its first pair.
     #[inline]
-    pub fn apart(&mut self, project: &str, task: &TaskQuality, at_least: usize) -> bool {
+    pub fn unpaired(
+        &mut self,
+        project: &str,
+        task: &TaskQuality,
+        (at_least, needed): (usize, u64),
+    ) -> Option<Unpaired> {
         let at_least = at_least.max(1);
         if self.unmatched || self.waiting.len() < at_least {
-            return false;
+            return None;
         }
-        self.found_apart(project, task, at_least)
+        self.found_unpaired(project, task, (at_least, needed))
     }
 
-    /// [`ProjectQuality::apart`] once its judges' side is reached.
+    /// [`ProjectQuality::unpaired`] once its judges' side is reached.
     #[cold]
-    fn found_apart(&mut self, project: &str, task: &TaskQuality, at_least: usize) -> bool {
+    fn found_unpaired(
+        &mut self,
+        project: &str,
+        task: &TaskQuality,
+        (at_least, needed): (usize, u64),
+    ) -> Option<Unpaired> {
         if !self.judges.is_empty() || self.sides(task).voted < at_least {
-            return false;
+            return None;
         }
-        let shared = |item: &str| task.item((project, item)).is_some();
-        self.unmatched = !self.waiting.iter().any(|(item, _)| shared(item));
-        self.unmatched
+        let voted = |item: &&str| task.item((project, item)).is_some();
+        let shared = self.waiting.iter().map(|(item, _)| item).filter(voted);
+        let found = match shared.take(at_least).count() {
+            0 => Unpaired::Apart,
+            n if n == at_least && !self.any_item_has(task, needed) => Unpaired::ShortOfVotes,
+            _ => return None,
+        };
+        self.unmatched = true;
+        Some(found)
+    }
+
+    /// Whether an item it holds (in `task`) has `needed` votes carrying weight.
+    fn any_item_has(&self, task: &TaskQuality, needed: u64) -> bool {
+        self.items
+            .held_tags(&task.items)
+            .filter_map(|(seq, _)| task.items.get(seq))
+            .any(|(_, votes)| votes.votes >= needed.max(1))
+    }
+
+    /// How far its items with votes got while none pairs (for [`Unpaired::ShortOfVotes`]'s
+    /// alert): `O(waiting + items held)` lookups.
+    pub fn shortfall<'a>(&'a self, project: &str, task: &'a TaskQuality) -> Shortfall<'a> {
+        let shared = self
+            .waiting
+            .iter()
+            .filter(|(item, _)| task.item((project, item)).is_some())
+            .count();
+        let most = self
+            .items
+            .held_tags(&task.items)
+            .filter_map(|(seq, _)| task.items.get(seq))
+            .map(|(item, votes)| (votes.votes, item.as_str()))
+            .fold(None, |most: Option<(u64, &str)>, (n, item)| match most {
+                Some((m, _)) if m >= n => most,
+                _ => Some((n, item)),
+            });
+        Shortfall { shared, most }
     }
 
     /// The items its judges scored that wait for votes, and the items with votes it holds (in
