@@ -116,10 +116,9 @@ impl Engine {
         (task, (project, quality)): (&TaskQuality, (&str, &mut ProjectQuality)),
         observed: &mut Observed,
     ) {
-        let q = &self.settings.judge_quality;
-        let counts = (q.min_pairs, q.min_human_votes);
+        let at_least = self.settings.judge_quality.min_pairs;
         if observed.pairs.is_empty() {
-            observed.unpaired = quality.unpaired(project, task, counts);
+            observed.unpaired = quality.unpaired(project, task, at_least);
         }
     }
 
@@ -508,14 +507,14 @@ fn unmatched_alert(
 
 /// The `judge_items_short_of_votes` alert of `project`, found by the record of `by` (a
 /// session or a voted item) on its judge quality `quality` (in `task`): the judged items with
-/// votes, and the most votes an item has. Its value is that most, its threshold the votes a
-/// humans' score needs (`judge_quality.min_human_votes`).
+/// votes, and the most votes one has. Its value is that most, its threshold the votes a humans'
+/// score needs (`judge_quality.min_human_votes`).
 fn short_of_votes_alert(
     (project, by): (&str, &str),
     (quality, task): (&ProjectQuality, &TaskQuality),
     q: &super::settings::JudgeQuality,
 ) -> BiasAlert {
-    let Sides { waiting, voted } = quality.sides(task);
+    let waiting = quality.sides(task).waiting;
     let Shortfall { shared, most } = quality.shortfall(project, task);
     let (most, item) = most.unwrap_or_default();
     let needed = q.min_human_votes.max(1);
@@ -532,11 +531,11 @@ fn short_of_votes_alert(
         risk: risk_level(1),
         detail: format!(
             "no judge score of {project} has paired with the humans': {shared} of the {waiting} \
-             items its judges scored have votes, but none of the {voted} items with votes it \
-             holds has the {needed} votes carrying weight (judge_quality.min_human_votes) that \
-             make its humans' score: the most is {most}, on {item:?}. If each item is reviewed \
-             fewer times, set judge_quality.min_human_votes to what it gets; if more votes are \
-             coming, the first pair ends this. (A vote of reputation 0 carries no weight.)"
+             items its judges scored have votes, none the {needed} votes carrying weight \
+             (judge_quality.min_human_votes) that make an item's humans' score: the most is \
+             {most}, on {item:?}. If each item is reviewed fewer times, set \
+             judge_quality.min_human_votes to what it gets; if more votes are coming, the first \
+             pair ends this. (A vote of reputation 0 carries no weight.)"
         ),
     }
 }

@@ -294,17 +294,18 @@ pub enum Unpaired {
     /// Its judges and humans name their items apart: none of the items its judges scored has
     /// votes (another id scheme, as a rule).
     Apart,
-    /// The items its judges scored have votes, but no item it holds has the
-    /// `min_human_votes` that make a humans' score (each item gets fewer reviews, as a rule).
+    /// The items its judges scored have votes, but none has the `min_human_votes` that make a
+    /// humans' score (each item gets fewer reviews, as a rule).
     ShortOfVotes,
 }
 
-/// What a project's items with votes reach while none pairs ([`Unpaired::ShortOfVotes`]).
+/// What a project's judged items with votes reach while none pairs
+/// ([`Unpaired::ShortOfVotes`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Shortfall<'a> {
     /// Items its judges scored that wait for votes and have some.
     pub shared: usize,
-    /// The most votes carrying weight an item it holds has, and that item's id.
+    /// The most votes carrying weight one of those has, and its id.
     pub most: Option<(u64, &'a str)>,
 }
 
@@ -454,25 +455,25 @@ impl ProjectQuality {
     /// `at_least` items with votes (in `task`), and either none of the waiting items has votes
     /// ([`Unpaired::Apart`]: judge quality pairs a judge's score of a candidate with the votes
     /// on the item of the same id, and here the two name their items apart), or `at_least` of
-    /// them have, yet no item it holds has `needed` votes ([`Unpaired::ShortOfVotes`]: items
-    /// reviewed fewer times than `judge_quality.min_human_votes`). Either is most likely a
-    /// mistake, not a wait. Sets [`ProjectQuality::unmatched`] when it finds one. A vote of a
-    /// project without `at_least` waiting items pays two comparisons, inline; past both counts
-    /// it looks up waiting items in the task (until the first with votes, or `at_least` of
-    /// them) and then its held items (until the first with `needed` votes), each at most
-    /// `judge_quality.max_pending_items` lookups, until its first pair.
+    /// them have ([`Unpaired::ShortOfVotes`]: a waiting item with votes has fewer than
+    /// `judge_quality.min_human_votes`, or it would have paired; so items reviewed fewer times
+    /// than that, as a rule). Either is most likely a mistake, not a wait. Sets
+    /// [`ProjectQuality::unmatched`] when it finds one. A vote of a project without `at_least`
+    /// waiting items pays two comparisons, inline; past both counts it looks up waiting items
+    /// in the task (until `at_least` with votes), at most `judge_quality.max_pending_items`
+    /// lookups, until its first pair.
     #[inline]
     pub fn unpaired(
         &mut self,
         project: &str,
         task: &TaskQuality,
-        (at_least, needed): (usize, u64),
+        at_least: usize,
     ) -> Option<Unpaired> {
         let at_least = at_least.max(1);
         if self.unmatched || self.waiting.len() < at_least {
             return None;
         }
-        self.found_unpaired(project, task, (at_least, needed))
+        self.found_unpaired(project, task, at_least)
     }
 
     /// [`ProjectQuality::unpaired`] once its judges' side is reached.
@@ -481,7 +482,7 @@ impl ProjectQuality {
         &mut self,
         project: &str,
         task: &TaskQuality,
-        (at_least, needed): (usize, u64),
+        at_least: usize,
     ) -> Option<Unpaired> {
         if !self.judges.is_empty() || self.sides(task).voted < at_least {
             return None;
@@ -490,38 +491,28 @@ impl ProjectQuality {
         let shared = self.waiting.iter().map(|(item, _)| item).filter(voted);
         let found = match shared.take(at_least).count() {
             0 => Unpaired::Apart,
-            n if n == at_least && !self.any_item_has(task, needed) => Unpaired::ShortOfVotes,
+            n if n == at_least => Unpaired::ShortOfVotes,
             _ => return None,
         };
         self.unmatched = true;
         Some(found)
     }
 
-    /// Whether an item it holds (in `task`) has `needed` votes carrying weight.
-    fn any_item_has(&self, task: &TaskQuality, needed: u64) -> bool {
-        self.items
-            .held_tags(&task.items)
-            .filter_map(|(seq, _)| task.items.get(seq))
-            .any(|(_, votes)| votes.votes >= needed.max(1))
-    }
-
-    /// How far its items with votes got while none pairs (for [`Unpaired::ShortOfVotes`]'s
-    /// alert): `O(waiting + items held)` lookups.
+    /// How far its judged items with votes got while none pairs (for
+    /// [`Unpaired::ShortOfVotes`]'s alert): `O(waiting)` lookups.
     pub fn shortfall<'a>(&'a self, project: &str, task: &'a TaskQuality) -> Shortfall<'a> {
-        let shared = self
+        let voted = self
             .waiting
             .iter()
-            .filter(|(item, _)| task.item((project, item)).is_some())
-            .count();
-        let most = self
-            .items
-            .held_tags(&task.items)
-            .filter_map(|(seq, _)| task.items.get(seq))
-            .map(|(item, votes)| (votes.votes, item.as_str()))
-            .fold(None, |most: Option<(u64, &str)>, (n, item)| match most {
+            .filter_map(|(item, _)| Some((task.item((project, item))?.votes, item)));
+        let (mut shared, mut most) = (0, None);
+        for (n, item) in voted {
+            shared += 1;
+            most = match most {
                 Some((m, _)) if m >= n => most,
                 _ => Some((n, item)),
-            });
+            };
+        }
         Shortfall { shared, most }
     }
 
