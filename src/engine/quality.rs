@@ -297,7 +297,7 @@ impl Engine {
             return;
         };
         // A pair ends the finding that none pairs.
-        let apart_before = std::mem::take(&mut quality.unmatched);
+        let unpaired_before = std::mem::take(&mut quality.unmatched);
         let mut judges = Vec::new();
         let mut alerts = Vec::new();
         for pair in &pairs {
@@ -322,7 +322,7 @@ impl Engine {
         for alert in &alerts {
             out.push(Output::alert(Some(project.to_owned()), alert));
         }
-        if apart_before {
+        if unpaired_before {
             state.note(|| Change::Unmatched {
                 project: ProjectKey::from(project),
             });

@@ -317,11 +317,12 @@ fn an_item_forgotten_and_voted_again_in_one_flush_restores_at_its_new_place() {
     }
 }
 
-/// A project whose judges and humans were found on different items keeps that finding through
-/// a restore, so the restored instance does not say it again; a pair after the restore ends it
-/// (its record deleted). Every cut and flush size, and flushes cut anywhere.
+/// A project whose judges and humans were found on different items, or whose judged items
+/// were found short of votes, keeps that finding through a restore, so the restored instance
+/// does not say it again; a pair after the restore ends it (its record deleted). Every cut and
+/// flush size, and flushes cut anywhere.
 #[test]
-fn items_found_apart_are_restored_and_said_once() {
+fn items_found_unpaired_are_restored_and_said_once() {
     let mut config = Config::default();
     config.limits.dedupe_window = 100;
     config.judge_quality.enabled = true;
@@ -344,33 +345,41 @@ fn items_found_apart_are_restored_and_said_once() {
             votes.join(", ")
         )
     };
-    let payloads = vec![
-        ballot(0, "X0"),
-        votes(1, "Y0", 1),
-        ballot(2, "X1"),
-        votes(3, "Y1", 1), // two of each, none shared: said
-        ballot(4, "X2"),
-        votes(5, "Y2", 1),
-        votes(6, "X0", 3), // a pair: over
-        ballot(7, "X3"),
-        votes(8, "Y3", 1),
-    ];
-    let said = |out: &[Vec<String>]| {
-        out.iter()
-            .flatten()
-            .filter(|o| o.contains("\"judge_items_unmatched\""))
-            .count()
-    };
-    let (clean, out) = clean_run(&engine, PROJECTS, &payloads, 1);
-    assert_eq!(said(&out), 1);
-    assert!(said(&out[3..4]) == 1 && clean.quality("p/0").is_some_and(|q| !q.unmatched));
-    for flush in 1..=3 {
-        for cut in 0..=payloads.len() {
-            check_round_trip_with(&engine, PROJECTS, &payloads, cut, flush);
-        }
-        for cut in (0..payloads.len()).step_by(flush) {
-            for keep in 0..8 {
-                check_cut_flush_with(&engine, PROJECTS, &payloads, (flush, cut, keep));
+    // Apart: the humans vote on Y items, the judge scores X items. Short: the humans vote on
+    // the X items, once each (a pair needs three).
+    for (voted, kind) in [
+        ("Y", "judge_items_unmatched"),
+        ("X", "judge_items_short_of_votes"),
+    ] {
+        let payloads = vec![
+            ballot(0, "X0"),
+            votes(1, &format!("{voted}0"), 1),
+            ballot(2, "X1"),
+            votes(3, &format!("{voted}1"), 1), // two of each: said
+            ballot(4, "X2"),
+            votes(5, &format!("{voted}2"), 1),
+            votes(6, "X0", 3), // a pair: over
+            ballot(7, "X3"),
+            votes(8, &format!("{voted}3"), 1),
+        ];
+        let said = |out: &[Vec<String>]| {
+            out.iter()
+                .flatten()
+                .filter(|o| o.contains("\"judge_items_"))
+                .map(|o| o.contains(&format!("\"{kind}\"")))
+                .collect::<Vec<_>>()
+        };
+        let (clean, out) = clean_run(&engine, PROJECTS, &payloads, 1);
+        assert_eq!(said(&out), [true], "{kind}");
+        assert!(said(&out[3..4]) == [true] && clean.quality("p/0").is_some_and(|q| !q.unmatched));
+        for flush in 1..=3 {
+            for cut in 0..=payloads.len() {
+                check_round_trip_with(&engine, PROJECTS, &payloads, cut, flush);
+            }
+            for cut in (0..payloads.len()).step_by(flush) {
+                for keep in 0..8 {
+                    check_cut_flush_with(&engine, PROJECTS, &payloads, (flush, cut, keep));
+                }
             }
         }
     }

@@ -496,7 +496,7 @@ fn short_of_votes(run: &Run) -> Vec<Value> {
         .collect()
 }
 
-/// Judge quality on, with a judge's alerts (and so the finding of items apart) at 3 pairs.
+/// Judge quality on, with a judge's alerts (and so the findings that none pairs) at 3 pairs.
 fn three_pairs() -> Config {
     let mut config = on();
     config.judge_quality.min_pairs = 3;
