@@ -126,6 +126,10 @@ pub struct Scoring {
     /// reliability)`, once the voter has `reviewers.min_items` shared items; the table's
     /// before), or `both` (their product).
     pub reputation_source: ReputationSource,
+    /// A project whose last this many batches in a row did not move its event time forward
+    /// (each at or before its latest, so none moved its score) is said once a run, alert
+    /// `score_stalled`: a clock that stands still never freezes a score unseen. 0: never.
+    pub stalled_after_batches: u64,
 }
 
 impl Default for Scoring {
@@ -135,6 +139,7 @@ impl Default for Scoring {
             initial_score: 0.5,
             project_lambda: BTreeMap::new(),
             reputation_source: ReputationSource::Table,
+            stalled_after_batches: 1000,
         }
     }
 }

@@ -14,6 +14,7 @@ use super::contract::time::EventTime;
 use super::contract::vote::{self, VoteBatch, VoteLimits};
 use super::ids::ProjectKey;
 use super::journal::{Change, note_votes};
+use super::model::bias::{BiasAlert, risk_level};
 use super::model::dedupe;
 use super::model::score::{ProjectScore, weighted_mean};
 use super::output::{Output, OutputTopic, OutputValue, ScoreValue};
@@ -30,6 +31,8 @@ pub type Weights = SmallVec<[(f64, f64); 4]>;
 /// What applying a vote batch to its project's score takes from it once its votes are weighed.
 struct Weighed<'a> {
     project_id: &'a str,
+    /// Its `event_id`, which an alert it raises names.
+    event_id: &'a str,
     /// The event id's [`dedupe::fingerprint`].
     fingerprint: u128,
     /// The reputation-weighted mean vote.
@@ -61,6 +64,36 @@ fn score_output(
         value: OutputValue::Score(value),
         counted: None,
         shows: None,
+    }
+}
+
+/// The alert of a project whose score `score` has not moved its event time for `batches`
+/// batches in a row (`scoring.stalled_after_batches`), the last `batch`: said once a run, at
+/// the batch that makes it that long. Its value and sample are the run, its threshold the
+/// setting.
+fn stalled_alert(batch: &Weighed<'_>, score: &ProjectScore, batches: u64) -> BiasAlert {
+    let project = batch.project_id;
+    let latest = score
+        .last_update_at
+        .map_or_else(|| "none".to_owned(), |t| t.to_string());
+    BiasAlert {
+        project_id: project.to_owned(),
+        session_id: batch.event_id.to_owned(),
+        scope: "project",
+        kind: "score_stalled",
+        subject: None,
+        value: score.still as f64,
+        threshold: batches as f64,
+        p_value: None,
+        sample_size: score.still,
+        risk: risk_level(1),
+        detail: format!(
+            "the score of {project} has not moved for {batches} batches in a row \
+             (scoring.stalled_after_batches): none came after its latest event time, {latest}, \
+             so each had alpha 1. Only event time moves a score: a producer whose clock stands \
+             still or went back, or that stamps every event with one time, freezes it. The \
+             first batch after {latest} ends this."
+        ),
     }
 }
 
@@ -182,6 +215,7 @@ impl Engine {
         };
         let weighed = Weighed {
             project_id,
+            event_id: prepared.event_id.as_str(),
             fingerprint: prepared.fingerprint,
             mean,
             votes: prepared.votes.len(),
@@ -260,6 +294,11 @@ impl Engine {
         let Some(step) = project.step(batch, at, receipt, settings)? else {
             return Ok(Outcome::Replayed);
         };
+        let stalled_after = self.settings.scoring.stalled_after_batches;
+        if stalled_after > 0 && step.still == stalled_after {
+            let alert = stalled_alert(batch, &project.score, stalled_after);
+            out.push(Output::alert(Some(batch.project_id.to_owned()), &alert));
+        }
         match step.publish {
             Publish::Now { alpha } => {
                 let last = project.score.last_update_at.unwrap_or(at);
@@ -295,10 +334,12 @@ struct StepSettings {
     coalesce_ms: u64,
 }
 
-/// A vote project's step: whether the batch came late, when its `jury.scores` record goes
+/// A vote project's step: whether the batch came late, how many batches in a row have not
+/// moved the project's event time ([`ProjectScore::still`]), when its `jury.scores` record goes
 /// out, and what its dedupe window remembered and forgot (for the journal).
 struct Step {
     late: bool,
+    still: u64,
     publish: Publish,
     remembered: dedupe::Remembered,
 }
@@ -368,6 +409,7 @@ impl VoteProject {
         };
         Ok(Some(Step {
             late: step.late,
+            still: step.still,
             publish,
             remembered,
         }))

@@ -103,6 +103,29 @@ def test_unpaired_alerts_match_the_schema_and_name_their_cause():
     assert any(o["topic"] == "jury.judge-quality" for o in outputs)
 
 
+def stamped_stream(batches, stamp):
+    """A project's vote batches, batch i stamped `stamp(i)` (epoch milliseconds)."""
+    return "".join(json.dumps({"topic": "jury.votes", "partition": 0, "offset": i, "key": "p",
+                               "value": {"event_id": f"v{i}", "project_id": "p",
+                                         "occurred_at": stamp(i),
+                                         "votes": [{"voter_id": "u-1", "value": i % 2}]}}) + "\n"
+                   for i in range(batches))
+
+
+def test_a_clock_that_stands_still_is_said_once_with_the_default_setting():
+    # A producer stamping every event with one time: with the defaults, the 1000th batch after
+    # the first is said, once, and valid against the schema.
+    outputs = replay_text(stamped_stream(1500, lambda i: 1795168800000))
+    alerts = [o["value"] for o in outputs if o["topic"] == "jury.bias-alerts"]
+    assert [(a["kind"], a["session_id"], a["value"]) for a in alerts] == [
+        ("score_stalled", "v1000", 1000)]
+    jsonschema.validate(alerts[0], schema("jury.bias-alerts"))
+    assert "2026-11-20T10:00:00Z" in alerts[0]["detail"]
+    # Batches a millisecond apart move time: nothing said.
+    outputs = replay_text(stamped_stream(1500, lambda i: 1795168800000 + i))
+    assert not any(o["topic"] == "jury.bias-alerts" for o in outputs)
+
+
 def test_binary_output_equals_golden():
     out = subprocess.run(
         ["cargo", "run", "-q", "--", "replay", "--input", "examples/demo.jsonl"],

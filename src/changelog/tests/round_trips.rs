@@ -372,14 +372,55 @@ fn items_found_unpaired_are_restored_and_said_once() {
         let (clean, out) = clean_run(&engine, PROJECTS, &payloads, 1);
         assert_eq!(said(&out), [true], "{kind}");
         assert!(said(&out[3..4]) == [true] && clean.quality("p/0").is_some_and(|q| !q.unmatched));
-        for flush in 1..=3 {
-            for cut in 0..=payloads.len() {
-                check_round_trip_with(&engine, PROJECTS, &payloads, cut, flush);
-            }
-            for cut in (0..payloads.len()).step_by(flush) {
-                for keep in 0..8 {
-                    check_cut_flush_with(&engine, PROJECTS, &payloads, (flush, cut, keep));
-                }
+        check_every_cut(&engine, &payloads);
+    }
+}
+
+/// A project whose score has stopped moving keeps its run through a restore: the run is said
+/// once, at the same batch, however the service restarts within it, and a new run after time
+/// moves is said again. Every cut and flush size, and flushes cut anywhere.
+#[test]
+fn a_stalled_score_is_restored_and_said_once_a_run() {
+    let mut config = Config::default();
+    config.limits.dedupe_window = 100;
+    config.scoring.stalled_after_batches = 3;
+    let engine = Engine::new(config.engine_settings());
+    let votes = |i: usize, secs: i64| {
+        format!(
+            r#"{{"event_id": "sv{i}", "project_id": "p/0", "occurred_at": {}, "votes": [{{"voter_id": "u{i}", "value": 1}}]}}"#,
+            1_795_168_800_000 + secs * 1000
+        )
+    };
+    // Said at the fourth batch (three in a row at or before 10 s) and at the ninth.
+    let times = [10, 10, 9, 10, 10, 20, 20, 20, 20, 20, 30];
+    let payloads: Vec<String> = times
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| votes(i, s))
+        .collect();
+    let said = |out: &[Vec<String>]| {
+        out.iter()
+            .enumerate()
+            .filter(|(_, o)| o.iter().any(|o| o.contains("\"score_stalled\"")))
+            .map(|(i, _)| i)
+            .collect::<Vec<_>>()
+    };
+    let (clean, out) = clean_run(&engine, PROJECTS, &payloads, 1);
+    assert_eq!(said(&out), [3, 8]);
+    assert_eq!(clean.votes("p/0").map(|p| p.score.still), Some(0));
+    check_every_cut(&engine, &payloads);
+}
+
+/// `payloads` through `engine` (one project log's task), cut after every record and restored,
+/// with flushes of one to three records, and with flushes cut after any of their records.
+fn check_every_cut(engine: &Engine, payloads: &[String]) {
+    for flush in 1..=3 {
+        for cut in 0..=payloads.len() {
+            check_round_trip_with(engine, PROJECTS, payloads, cut, flush);
+        }
+        for cut in (0..payloads.len()).step_by(flush) {
+            for keep in 0..8 {
+                check_cut_flush_with(engine, PROJECTS, payloads, (flush, cut, keep));
             }
         }
     }

@@ -4,14 +4,18 @@
 //! `1 - alpha`, where `alpha = exp(-lambda * dt)` is how much of the old score survives `dt`
 //! seconds of event time. Recent evidence therefore dominates, and a burst of votes in the same
 //! instant (dt = 0) cannot move the score at all once a project has history: only time does.
+//! So a producer whose clock stands still, or stamps every event with one time, would freeze its
+//! project's score unseen; the score counts the batches in a row that did not move its event
+//! time forward ([`ProjectScore::still`]), so that a long run is said ([`Step::still`]).
 
 use serde::{Deserialize, Serialize};
 
 use crate::engine::contract::time::EventTime;
 
 /// The running score of one project. Written to the changelog with every flush that changes
-/// it, so as an array, `[score, last_update_at, evaluations, votes, last_alpha]`; read in that
-/// form or as the object written before.
+/// it, so as an array, `[score, last_update_at, evaluations, votes, last_alpha, still]` (`still`
+/// left out when 0, as every changelog written before it reads); read in that form or as the
+/// object written before.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ProjectScore {
     pub score: f64,
@@ -26,6 +30,11 @@ pub struct ProjectScore {
     /// Absent from changelogs written before it.
     #[serde(default)]
     pub last_alpha: Option<f64>,
+    /// Batches in a row, the latest included, that did not move `last_update_at` forward (at
+    /// its instant or before it, so with alpha 1): 0 after a batch that did. Durable, so that
+    /// a run is said once however the service restarts within it.
+    #[serde(default)]
+    pub still: u64,
 }
 
 impl Serialize for ProjectScore {
@@ -36,8 +45,13 @@ impl Serialize for ProjectScore {
             evaluations,
             votes,
             last_alpha,
+            still,
         } = self;
-        (score, last_update_at, evaluations, votes, last_alpha).serialize(s)
+        if *still == 0 {
+            (score, last_update_at, evaluations, votes, last_alpha).serialize(s)
+        } else {
+            (score, last_update_at, evaluations, votes, last_alpha, still).serialize(s)
+        }
     }
 }
 
@@ -48,6 +62,8 @@ pub struct Step {
     pub freshness: f64,
     /// The batch was older than the latest one applied: `alpha` is 1 and the score did not move.
     pub late: bool,
+    /// [`ProjectScore::still`] after the batch.
+    pub still: u64,
 }
 
 /// The reputation-weighted mean of `(reputation, value)` pairs: `sum(r*v) / sum(r)`.
@@ -86,6 +102,7 @@ impl ProjectScore {
             evaluations: 0,
             votes: 0,
             last_alpha: None,
+            still: 0,
         }
     }
 
@@ -100,6 +117,12 @@ impl ProjectScore {
                 ((-lambda * dt).exp(), at < last)
             }
         };
+        let moved_on = self.last_update_at.is_none_or(|last| at > last);
+        self.still = if moved_on {
+            0
+        } else {
+            self.still.saturating_add(1)
+        };
         let freshness = 1.0 - alpha;
         self.score = (alpha * self.score + freshness * mean_vote).clamp(0.0, 1.0);
         self.last_update_at = Some(self.last_update_at.map_or(at, |last| last.max(at)));
@@ -110,6 +133,7 @@ impl ProjectScore {
             alpha,
             freshness,
             late,
+            still: self.still,
         }
     }
 }
@@ -185,6 +209,39 @@ mod tests {
     }
 
     #[test]
+    fn batches_that_do_not_move_time_forward_are_counted_in_a_row() {
+        let mut s = ProjectScore::new(0.5);
+        let first = s.apply(at(10_000), 0.2, 1, 0.01);
+        assert_eq!((first.still, s.still), (0, 0));
+        // At the same instant, then before it: neither moves time, so both count.
+        assert_eq!(s.apply(at(10_000), 1.0, 1, 0.01).still, 1);
+        assert_eq!(s.apply(at(9_000), 1.0, 1, 0.01).still, 2);
+        assert_eq!(s.score, 0.2);
+        // A batch after the latest time ends the run, even one whose lambda keeps the score.
+        assert_eq!(s.apply(at(10_001), 1.0, 1, 0.0).still, 0);
+        assert_eq!(s.apply(at(10_001), 1.0, 1, 0.01).still, 1);
+        assert_eq!((s.evaluations, s.votes), (5, 5));
+    }
+
+    #[test]
+    fn a_run_is_written_only_while_it_lasts() {
+        let mut s = ProjectScore::new(0.5);
+        s.apply(at(1_500), 1.0, 2, 0.01);
+        s.apply(at(1_500), 0.0, 1, 0.01);
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(text, "[1.0,1500,2,3,1.0,1]");
+        assert_eq!(
+            serde_json::from_str::<ProjectScore>(&text).ok(),
+            Some(s.clone())
+        );
+        s.apply(at(1_501), 1.0, 1, 0.01);
+        let text = serde_json::to_string(&s).unwrap();
+        // Five elements again, as every changelog written before the run was counted.
+        assert_eq!(text.matches(',').count(), 4, "{text}");
+        assert_eq!(serde_json::from_str::<ProjectScore>(&text).ok(), Some(s));
+    }
+
+    #[test]
     fn long_gap_forgets_history() {
         let mut s = ProjectScore::new(0.5);
         s.apply(at(0), 0.0, 1, 0.01);
@@ -216,9 +273,10 @@ mod tests {
             evaluations in any::<u64>(),
             votes in any::<u64>(),
             last_alpha in prop::option::of(0.0..=1.0f64),
+            still in prop_oneof![Just(0u64), any::<u64>()],
         ) {
             let last_update_at = at.map(|(s, n)| EventTime::new(s, n).unwrap());
-            let p = ProjectScore { score, last_update_at, evaluations, votes, last_alpha };
+            let p = ProjectScore { score, last_update_at, evaluations, votes, last_alpha, still };
             let back: ProjectScore = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
             prop_assert_eq!(back, p);
         }
@@ -241,6 +299,22 @@ mod tests {
                 prop_assert!((0.0..=1.0).contains(&step.alpha) && (0.0..=1.0).contains(&step.freshness));
                 latest = Some(latest.map_or(at(ms), |l| l.max(at(ms))));
                 prop_assert_eq!(s.last_update_at, latest);
+            }
+        }
+
+        /// `still` is the length of the batches' tail that never passed the latest time before
+        /// it: counted from the sequence, not from the score.
+        #[test]
+        fn still_counts_the_batches_since_time_last_moved(
+            times in prop::collection::vec(0i64..20, 1..60),
+        ) {
+            let mut s = ProjectScore::new(0.5);
+            for (n, &ms) in times.iter().enumerate() {
+                let step = s.apply(at(ms), 0.5, 1, 0.01);
+                let moved = |i: usize| i == 0 || times[i] > times[..i].iter().copied().max().unwrap_or(ms);
+                let since = (0..=n).rev().take_while(|&i| !moved(i)).count() as u64;
+                prop_assert_eq!(step.still, since);
+                prop_assert_eq!(s.still, since);
             }
         }
 

@@ -549,3 +549,72 @@ proptest! {
         prop_assert_eq!(h.out.len(), 1);
     }
 }
+
+/// A run of `scoring.stalled_after_batches` batches that do not move the project's event time
+/// (at its latest instant or before it) is said once, at the batch that makes it that long,
+/// with every field; a batch after the latest time ends the run, and the next such run is said
+/// again; 0 says nothing.
+#[test]
+fn a_score_that_time_stopped_moving_is_said_once_a_run() {
+    let mut config = Config::default();
+    config.scoring.stalled_after_batches = 3;
+    let mut h = Harness::with(&config);
+    let one = r#"{"voter_id": "u-1", "value": 1}"#;
+    let stalled = |h: &mut Harness, event: &str, at: &str| -> Option<Value> {
+        let outcome = h.send("jury.votes", &votes(event, at, one));
+        assert!(
+            matches!(outcome, Outcome::Applied | Outcome::Late),
+            "{outcome:?}"
+        );
+        h.out
+            .iter()
+            .map(|o| serde_json::from_str::<Value>(&o.render()).unwrap())
+            .find(|v| v["kind"] == "score_stalled")
+    };
+    let (t0, before, after) = (
+        "2026-11-20T10:00:00Z",
+        "2026-11-20T09:59:00Z",
+        "2026-11-20T10:00:07Z",
+    );
+    assert!(stalled(&mut h, "e0", t0).is_none()); // the first batch moves time
+    assert!(stalled(&mut h, "e1", t0).is_none()); // 1: same instant
+    assert!(stalled(&mut h, "e2", before).is_none()); // 2: late
+    let alert = stalled(&mut h, "e3", t0).expect("the third in a row is said");
+    assert_eq!(alert["project_id"], "proj-42");
+    assert_eq!(alert["session_id"], "e3");
+    assert_eq!(alert["scope"], "project");
+    assert_eq!(alert["subject"], Value::Null);
+    assert_eq!(
+        (alert["value"].as_f64(), alert["threshold"].as_f64()),
+        (Some(3.0), Some(3.0))
+    );
+    assert_eq!(alert["sample_size"], 3);
+    assert_eq!(
+        alert["detail"],
+        "the score of proj-42 has not moved for 3 batches in a row \
+         (scoring.stalled_after_batches): none came after its latest event time, \
+         2026-11-20T10:00:00Z, so each had alpha 1. Only event time moves a score: a producer \
+         whose clock stands still or went back, or that stamps every event with one time, \
+         freezes it. The first batch after 2026-11-20T10:00:00Z ends this."
+    );
+    assert!(stalled(&mut h, "e4", t0).is_none(), "said once a run");
+    assert_eq!(h.state.votes("proj-42").map(|p| p.score.still), Some(4));
+    assert!(stalled(&mut h, "e5", after).is_none()); // time moves: over
+    assert_eq!(h.state.votes("proj-42").map(|p| p.score.still), Some(0));
+    for e in ["e6", "e7"] {
+        assert!(stalled(&mut h, e, after).is_none());
+    }
+    let again = stalled(&mut h, "e8", after).expect("a new run is said again");
+    assert_eq!(again["session_id"], "e8");
+    assert!(
+        again["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("2026-11-20T10:00:07Z"))
+    );
+
+    config.scoring.stalled_after_batches = 0;
+    let mut h = Harness::with(&config);
+    for i in 0..20 {
+        assert!(stalled(&mut h, &format!("n{i}"), t0).is_none(), "0: never");
+    }
+}
