@@ -2,7 +2,8 @@
 a container engine: the compose file and the manifests parse, every file they mount or build
 from exists, every jurystream setting they give is one `jurystream check-config` accepts, and the
 ports, topics and addresses the broker, jurystream, Prometheus and Grafana name for each other
-are the same. (`docker compose up` itself is not run here: see the README.)"""
+are the same, and the alerting rules pass promtool's unit tests (tests/rules/). (`docker compose
+up` itself is not run here: see the README.)"""
 import importlib.util
 import json
 import os
@@ -172,3 +173,10 @@ def test_the_producer_streams_the_demo_to_the_topics_jurystream_reads():
     assert (fresh["event_id"], fresh["session_id"]) == ("ev-1-r3", "s-r3")
     assert fresh["occurred_at"] > "2026-11-28"
     assert module.fresh("not json", 3) == "not json"
+
+
+def test_the_alerting_rules_fire_on_what_they_say_and_not_before():
+    # promtool's unit tests of the rules (scripts/test.sh installs Debian's prometheus).
+    out = subprocess.run(["promtool", "test", "rules", "tests/rules/late-and-stalled.test.yml"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
