@@ -19,7 +19,7 @@ use smallvec::SmallVec;
 use super::contract::time::EventTime;
 use super::ids::ProjectKey;
 use super::journal::Change;
-use super::model::bias::{BiasAlert, risk_level};
+use super::model::bias::BiasAlert;
 use super::model::consensus::{Analysis, analyze};
 use super::model::effective_judges::{Basis, CandidateScores};
 use super::model::judge_quality::{
@@ -428,18 +428,15 @@ fn judge_alerts(
     q: &super::settings::JudgeQuality,
 ) -> Vec<BiasAlert> {
     let judge = &pair.judge;
-    let alert = |kind, value: f64, threshold, detail| BiasAlert {
-        project_id: project.to_owned(),
-        session_id: pair.session.clone(),
-        scope: "project",
-        kind,
-        subject: Some(judge.clone()),
-        value,
-        threshold,
-        p_value: None,
-        sample_size: a.pairs as u64,
-        risk: risk_level(1),
-        detail,
+    let alert = |kind, value: f64, threshold, detail| {
+        let sample = a.pairs as u64;
+        let found = (project, pair.session.as_str());
+        BiasAlert::project_finding(
+            found,
+            (kind, Some(judge.clone())),
+            (value, threshold, sample),
+            detail,
+        )
     };
     let mut alerts = Vec::new();
     if fresh.0
@@ -483,18 +480,11 @@ fn unmatched_alert(
     let Sides { waiting, voted } = quality.sides(task);
     let (judged, voted_on) = quality.oldest_of_sides(task);
     let (judged, voted_on) = (judged.unwrap_or_default(), voted_on.unwrap_or_default());
-    BiasAlert {
-        project_id: project.to_owned(),
-        session_id: by.to_owned(),
-        scope: "project",
-        kind: "judge_items_unmatched",
-        subject: None,
-        value: 0.0,
-        threshold: q.min_pairs as f64,
-        p_value: None,
-        sample_size: waiting.min(voted) as u64,
-        risk: risk_level(1),
-        detail: format!(
+    BiasAlert::project_finding(
+        (project, by),
+        ("judge_items_unmatched", None),
+        (0.0, q.min_pairs as f64, waiting.min(voted) as u64),
+        format!(
             "no judge score of {project} has paired with the humans': none of the {waiting} \
              items its judges scored, waiting for votes, is among the {voted} items with votes \
              it holds. A judge's score of a candidate pairs with the votes on the item of the \
@@ -502,7 +492,7 @@ fn unmatched_alert(
              item_id (such as {voted_on:?})? (Or the items' votes were forgotten, \
              judge_quality.max_items, before their judge scores came.)"
         ),
-    }
+    )
 }
 
 /// The `judge_items_short_of_votes` alert of `project`, found by the record of `by` (a
@@ -518,18 +508,11 @@ fn short_of_votes_alert(
     let Shortfall { shared, most } = quality.shortfall(project, task);
     let (most, item) = most.unwrap_or_default();
     let needed = q.min_human_votes.max(1);
-    BiasAlert {
-        project_id: project.to_owned(),
-        session_id: by.to_owned(),
-        scope: "project",
-        kind: "judge_items_short_of_votes",
-        subject: None,
-        value: most as f64,
-        threshold: needed as f64,
-        p_value: None,
-        sample_size: shared as u64,
-        risk: risk_level(1),
-        detail: format!(
+    BiasAlert::project_finding(
+        (project, by),
+        ("judge_items_short_of_votes", None),
+        (most as f64, needed as f64, shared as u64),
+        format!(
             "no judge score of {project} has paired with the humans': {shared} of the {waiting} \
              items its judges scored have votes, none the {needed} votes carrying weight \
              (judge_quality.min_human_votes) that make an item's humans' score: the most is \
@@ -537,7 +520,7 @@ fn short_of_votes_alert(
              judge_quality.min_human_votes to what it gets; if more votes are coming, the first \
              pair ends this. (A vote of reputation 0 carries no weight.)"
         ),
-    }
+    )
 }
 
 /// `jury.judge-quality`: a judge's agreement with the humans (key `<project_id>/<judge>`).

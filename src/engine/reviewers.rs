@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::Engine;
 use super::journal::Change;
-use super::model::bias::{BiasAlert, risk_level};
+use super::model::bias::BiasAlert;
 use super::model::judge_quality::{Observed, ProjectQuality};
 use super::model::reviewers::{Figures, Findings, LearnedWeights};
 use super::output::{Output, OutputTopic, Shows};
@@ -206,18 +206,10 @@ fn alerts(
     (before, now): (Findings, Findings),
     settings: &Reviewers,
 ) -> Vec<BiasAlert> {
-    let alert = |kind, value: f64, threshold, detail| BiasAlert {
-        project_id: project.to_owned(),
-        session_id: cause.to_owned(),
-        scope: "project",
-        kind,
-        subject: Some(reviewer.to_owned()),
-        value,
-        threshold,
-        p_value: None,
-        sample_size: r.shared,
-        risk: risk_level(1),
-        detail,
+    let alert = |kind, value: f64, threshold, detail| {
+        let subject = Some(reviewer.to_owned());
+        let figures = (value, threshold, r.shared);
+        BiasAlert::project_finding((project, cause), (kind, subject), figures, detail)
     };
     let p = r.reliability();
     let mut alerts = Vec::new();

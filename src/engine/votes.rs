@@ -14,7 +14,7 @@ use super::contract::time::EventTime;
 use super::contract::vote::{self, VoteBatch, VoteLimits};
 use super::ids::ProjectKey;
 use super::journal::{Change, note_votes};
-use super::model::bias::{BiasAlert, risk_level};
+use super::model::bias::BiasAlert;
 use super::model::dedupe;
 use super::model::score::{ProjectScore, weighted_mean};
 use super::output::{Output, OutputTopic, OutputValue, ScoreValue};
@@ -76,25 +76,18 @@ fn stalled_alert(batch: &Weighed<'_>, score: &ProjectScore, batches: u64) -> Bia
     let latest = score
         .last_update_at
         .map_or_else(|| "none".to_owned(), |t| t.to_string());
-    BiasAlert {
-        project_id: project.to_owned(),
-        session_id: batch.event_id.to_owned(),
-        scope: "project",
-        kind: "score_stalled",
-        subject: None,
-        value: score.still as f64,
-        threshold: batches as f64,
-        p_value: None,
-        sample_size: score.still,
-        risk: risk_level(1),
-        detail: format!(
+    BiasAlert::project_finding(
+        (project, batch.event_id),
+        ("score_stalled", None),
+        (score.still as f64, batches as f64, score.still),
+        format!(
             "the score of {project} has not moved for {batches} batches in a row \
              (scoring.stalled_after_batches): none came after its latest event time, {latest}, \
              so each had alpha 1. Only event time moves a score: a producer whose clock stands \
              still or went back, or that stamps every event with one time, freezes it. The \
              first batch after {latest} ends this."
         ),
-    }
+    )
 }
 
 impl Engine {

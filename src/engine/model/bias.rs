@@ -66,6 +66,32 @@ pub struct BiasAlert {
     pub detail: String,
 }
 
+impl BiasAlert {
+    /// A project-wide finding of one cause (a judge's or a reviewer's, a pairing that never
+    /// forms, a score that stands still), found by the record of `by`: scope `project`, no
+    /// p-value, the risk of one finding; `value` against `threshold` over `sample_size`.
+    pub fn project_finding(
+        (project, by): (&str, &str),
+        (kind, subject): (&'static str, Option<String>),
+        (value, threshold, sample_size): (f64, f64, u64),
+        detail: String,
+    ) -> BiasAlert {
+        BiasAlert {
+            project_id: project.to_owned(),
+            session_id: by.to_owned(),
+            scope: "project",
+            kind,
+            subject,
+            value,
+            threshold,
+            p_value: None,
+            sample_size,
+            risk: risk_level(1),
+            detail,
+        }
+    }
+}
+
 /// low / medium / high from the number of findings among length, position, harsh, generous.
 pub fn risk_level(findings: usize) -> &'static str {
     match findings {
