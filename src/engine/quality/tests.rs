@@ -497,6 +497,11 @@ fn short_of_votes(run: &Run) -> Vec<Value> {
 }
 
 /// Judge quality on, with a judge's alerts (and so the findings that none pairs) at 3 pairs.
+/// Judge `j1` scores candidate `c{k}` 7 in session `s{k}` (its only one).
+fn judge_scores(run: &mut Run, k: usize) {
+    run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+}
+
 fn three_pairs() -> Config {
     let mut config = on();
     config.judge_quality.min_pairs = 3;
@@ -507,7 +512,7 @@ fn three_pairs() -> Config {
 fn judges_and_humans_on_different_items_are_said_once_until_a_pair_forms() {
     let mut run = Run::new(&three_pairs());
     for k in 0..3 {
-        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+        judge_scores(&mut run, k);
         assert!(unmatched(&run).is_empty());
         run.votes(&format!("h{k}"), &[(1.0, 1.0)]);
     }
@@ -546,7 +551,7 @@ fn judges_scoring_before_the_humans_vote_are_found_apart_at_the_vote_or_the_sess
     // Every judge score first: found at the third voted item.
     let mut run = Run::new(&three_pairs());
     for k in 0..4 {
-        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+        judge_scores(&mut run, k);
     }
     for k in 0..3 {
         run.votes(&format!("h{k}"), &[(1.0, 1.0)]);
@@ -566,7 +571,7 @@ fn judges_scoring_before_the_humans_vote_are_found_apart_at_the_vote_or_the_sess
         run.votes(&format!("h{k}"), &[(1.0, 1.0)]);
     }
     for k in 0..3 {
-        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+        judge_scores(&mut run, k);
     }
     let alerts = unmatched(&run);
     assert_eq!(alerts.len(), 1);
@@ -580,7 +585,7 @@ fn judges_and_humans_sharing_an_item_are_not_said_to_be_apart() {
     let mut run = Run::new(&three_pairs());
     run.votes("c0", &[(1.0, 1.0)]);
     for k in 0..5 {
-        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+        judge_scores(&mut run, k);
         run.votes(&format!("h{k}"), &[(1.0, 1.0)]);
     }
     assert!(unmatched(&run).is_empty() && short_of_votes(&run).is_empty());
@@ -588,7 +593,7 @@ fn judges_and_humans_sharing_an_item_are_not_said_to_be_apart() {
     // Below the threshold on either side, nothing is said either.
     let mut run = Run::new(&three_pairs());
     for k in 0..2 {
-        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+        judge_scores(&mut run, k);
     }
     for k in 0..10 {
         run.votes(&format!("h{k}"), &[(1.0, 1.0)]);
@@ -602,7 +607,7 @@ fn judged_items_short_of_votes_are_said_once_until_a_pair_forms() {
     // needs three (min_human_votes): the ids meet, and nothing can ever pair.
     let mut run = Run::new(&three_pairs());
     for k in 0..3 {
-        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+        judge_scores(&mut run, k);
         assert!(short_of_votes(&run).is_empty());
         run.votes(&format!("c{k}"), &[(1.0, 1.0), (0.0, 1.0)]);
     }
@@ -646,7 +651,7 @@ fn judged_items_short_of_votes_are_said_whatever_other_items_get() {
     let mut run = Run::new(&three_pairs());
     run.votes("h0", &[(1.0, 1.0), (1.0, 1.0), (1.0, 1.0)]);
     for k in 0..3 {
-        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+        judge_scores(&mut run, k);
         run.votes(&format!("c{k}"), &[(1.0, 1.0), (1.0, 1.0), (1.0, 0.0)]);
     }
     let alerts = short_of_votes(&run);
@@ -656,7 +661,7 @@ fn judged_items_short_of_votes_are_said_whatever_other_items_get() {
     // Two judged items with votes, the third waiting for any: too few to say either.
     let mut run = Run::new(&three_pairs());
     for k in 0..3 {
-        run.session(&format!("s{k}"), &[("j1", &[(&format!("c{k}"), 7.0)])]);
+        judge_scores(&mut run, k);
         run.votes(&format!("h{k}"), &[(1.0, 1.0)]);
         if k < 2 {
             run.votes(&format!("c{k}"), &[(1.0, 1.0)]);
